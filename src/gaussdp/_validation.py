@@ -1,0 +1,131 @@
+"""Argument checks shared by every public entry point.
+
+Each check returns the normalised value or raises ``TypeError`` (wrong kind of
+object) or ``ValueError`` (right kind, outside the allowed range) with the
+message template of :func:`gaussdp.errors.invalid`. Booleans are never accepted
+as numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+from gaussdp.errors import invalid
+
+__all__ = [
+    "check_delta",
+    "check_epsilon",
+    "check_finite",
+    "check_fraction",
+    "check_int",
+    "check_positive",
+    "check_probability",
+]
+
+
+def _as_float(name: str, value: object, constraint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(invalid(name, constraint, value))
+    result = float(value)
+    if math.isnan(result):
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_finite(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a finite real number."""
+    constraint = "a finite real number"
+    result = _as_float(name, value, constraint)
+    if math.isinf(result):
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_positive(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float if it is ``> 0`` (and finite unless ``allow_inf``)."""
+    constraint = "a positive real number" if allow_inf else "a finite positive real number"
+    result = _as_float(name, value, constraint)
+    if result <= 0 or (math.isinf(result) and not allow_inf):
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_epsilon(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float if it is a valid ε: ``>= 0`` and finite."""
+    constraint = "a non-negative real number" if allow_inf else "a finite real number >= 0"
+    result = _as_float(name, value, constraint)
+    if result < 0 or (math.isinf(result) and not allow_inf):
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_delta(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a valid δ target: strictly inside (0, 1)."""
+    constraint = "a real number in (0, 1)"
+    result = _as_float(name, value, constraint)
+    if not 0 < result < 1:
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_probability(name: str, value: object, *, open_interval: bool = False) -> float:
+    """Return ``value`` as a float if it lies in [0, 1] (or (0, 1) if ``open_interval``)."""
+    constraint = "a real number in (0, 1)" if open_interval else "a real number in [0, 1]"
+    result = _as_float(name, value, constraint)
+    inside = 0 < result < 1 if open_interval else 0 <= result <= 1
+    if not inside:
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` if it is an integer (``>= minimum`` when given).
+
+    Integral floats such as ``2.0`` are accepted; ``2.5``, booleans and NaN are not.
+    """
+    constraint = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if isinstance(value, bool):
+        raise TypeError(invalid(name, constraint, value))
+    if isinstance(value, numbers.Integral):
+        result = int(value)
+    elif isinstance(value, numbers.Real):
+        as_float = float(value)
+        if not math.isfinite(as_float) or not as_float.is_integer():
+            raise ValueError(invalid(name, constraint, value))
+        result = int(as_float)
+    else:
+        raise TypeError(invalid(name, constraint, value))
+    if minimum is not None and result < minimum:
+        raise ValueError(invalid(name, constraint, value))
+    return result
+
+
+def check_fraction(name: str, value: object) -> Fraction:
+    """Return ``value`` as an exact positive :class:`~fractions.Fraction`.
+
+    Accepts ints, Fractions, finite floats (converted exactly, so ``0.1`` becomes
+    ``3602879701896397/36028797018963968``) and strings such as ``"25/4"`` or
+    ``"6.25"``.
+    """
+    constraint = "a finite positive rational number (int, Fraction, float or 'p/q')"
+    if isinstance(value, bool):
+        raise TypeError(invalid(name, constraint, value))
+    if isinstance(value, str):
+        try:
+            result = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(invalid(name, constraint, value)) from None
+    elif isinstance(value, numbers.Rational):
+        result = Fraction(int(value.numerator), int(value.denominator))
+    elif isinstance(value, numbers.Real):
+        as_float = float(value)
+        if not math.isfinite(as_float):
+            raise ValueError(invalid(name, constraint, value))
+        result = Fraction(as_float)
+    else:
+        raise TypeError(invalid(name, constraint, value))
+    if result <= 0:
+        raise ValueError(invalid(name, constraint, value))
+    return result

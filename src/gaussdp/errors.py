@@ -1,0 +1,52 @@
+"""The exceptions gaussdp raises.
+
+Every domain error subclasses a built-in, so ``except ValueError`` keeps
+working for callers who do not know gaussdp's hierarchy. Messages follow one
+template, ``"{name} must be {constraint}, got {value!r}"``, built by
+:func:`invalid`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceededError",
+    "MissingExtraError",
+    "SamplingShortfallError",
+    "invalid",
+]
+
+
+class BudgetExceededError(ValueError):
+    """A request would spend more privacy budget than remains.
+
+    Raised before any noise is drawn; the budget's state is unchanged.
+    """
+
+
+class MissingExtraError(ImportError):
+    """An optional integration was used without its extra installed."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs the optional extra {extra!r}: pip install 'gaussdp[{extra}]'"
+        )
+
+
+class SamplingShortfallError(RuntimeError):
+    """A fixed-work batch accepted fewer candidates than the outputs requested.
+
+    Raised before anything is returned; the event has probability at most the
+    ``delta_prime`` of the :class:`~gaussdp.sampling.FixedWork` request and is
+    independent of the data the noise would have been added to.
+    """
+
+
+def invalid(name: str, constraint: str, value: object) -> str:
+    """Build the one message template used for every rejected argument.
+
+    Examples
+    --------
+    >>> invalid("delta", "in (0, 1)", 1.5)
+    'delta must be in (0, 1), got 1.5'
+    """
+    return f"{name} must be {constraint}, got {value!r}"

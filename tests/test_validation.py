@@ -1,0 +1,91 @@
+"""The shared argument checks: one message template, no silent coercion."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gaussdp._validation import (
+    check_delta,
+    check_epsilon,
+    check_finite,
+    check_fraction,
+    check_int,
+    check_positive,
+    check_probability,
+)
+from gaussdp.errors import BudgetExceededError, MissingExtraError, invalid
+
+
+def test_message_template() -> None:
+    assert invalid("x", "positive", -1) == "x must be positive, got -1"
+
+
+def test_domain_errors_subclass_builtins() -> None:
+    assert issubclass(BudgetExceededError, ValueError)
+    error = MissingExtraError("Spark release", "spark")
+    assert isinstance(error, ImportError)
+    assert "pip install 'gaussdp[spark]'" in str(error)
+
+
+def test_accepted_values_are_normalised() -> None:
+    assert check_positive("s", np.float32(2.5)) == 2.5
+    assert check_positive("s", float("inf"), allow_inf=True) == float("inf")
+    assert check_finite("x", -3) == -3.0
+    assert check_epsilon("epsilon", 0) == 0.0
+    assert check_delta("delta", 1e-100) == 1e-100
+    assert check_probability("p", 1.0) == 1.0
+    assert check_int("n", 3.0, minimum=1) == 3
+    assert check_int("n", np.int64(7)) == 7
+    assert check_fraction("s", "25/4") == Fraction(25, 4)
+    assert check_fraction("s", " 6.25 ") == Fraction(25, 4)
+    assert check_fraction("s", 0.5) == Fraction(1, 2)
+    assert check_fraction("s", np.int64(3)) == Fraction(3)
+
+
+@pytest.mark.parametrize(
+    ("check", "value", "error", "message"),
+    [
+        (check_positive, 0, ValueError, "s must be a finite positive real number, got 0"),
+        (
+            check_positive,
+            float("nan"),
+            ValueError,
+            "s must be a finite positive real number, got nan",
+        ),
+        (
+            check_positive,
+            float("inf"),
+            ValueError,
+            "s must be a finite positive real number, got inf",
+        ),
+        (check_positive, True, TypeError, "s must be a finite positive real number, got True"),
+        (check_positive, None, TypeError, "s must be a finite positive real number, got None"),
+        (check_finite, float("-inf"), ValueError, "s must be a finite real number, got -inf"),
+        (check_epsilon, -0.1, ValueError, "s must be a finite real number >= 0, got -0.1"),
+        (check_epsilon, float("inf"), ValueError, "s must be a finite real number >= 0, got inf"),
+        (check_delta, 0.0, ValueError, r"s must be a real number in \(0, 1\), got 0.0"),
+        (check_delta, 1, ValueError, r"s must be a real number in \(0, 1\), got 1"),
+        (check_delta, float("nan"), ValueError, r"s must be a real number in \(0, 1\), got nan"),
+        (check_probability, 1.5, ValueError, r"s must be a real number in \[0, 1\], got 1.5"),
+        (check_int, 2.5, ValueError, "s must be an integer, got 2.5"),
+        (check_int, "3", TypeError, "s must be an integer, got '3'"),
+        (check_int, False, TypeError, "s must be an integer, got False"),
+        (check_fraction, 0, ValueError, "s must be a finite positive rational number"),
+        (check_fraction, "1/0", ValueError, "s must be a finite positive rational number"),
+        (check_fraction, float("inf"), ValueError, "s must be a finite positive rational number"),
+        (check_fraction, [1], TypeError, "s must be a finite positive rational number"),
+    ],
+)
+def test_rejections_name_parameter_value_and_constraint(
+    check: object, value: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^{message}"):
+        check("s", value)  # type: ignore[operator]
+
+
+def test_int_minimum() -> None:
+    with pytest.raises(ValueError, match=r"^n must be an integer >= 1, got 0$"):
+        check_int("n", 0, minimum=1)
