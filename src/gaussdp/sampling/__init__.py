@@ -1,0 +1,37 @@
+"""Exact samplers for the discrete Gaussian and discrete Laplace (CKS §5).
+
+- :func:`discrete_gaussian`, :func:`discrete_laplace`: vectorised exact samplers
+  returning numpy arrays (:mod:`gaussdp.sampling.vectorized`), with an optional
+  fixed-work mode (:class:`FixedWork`).
+- :func:`bernoulli_exp`, :func:`discrete_laplace_scalar`,
+  :func:`discrete_gaussian_scalar`: the scalar reference, CKS Algorithms 1, 2
+  and 3 line by line on ints and Fractions (:mod:`gaussdp.sampling.reference`).
+
+Both take ``rng=`` (a :class:`gaussdp.random.RandomSource`; ``None`` is the
+operating system's CSPRNG). Why the vectorised path has exactly the reference's
+distribution is argued in ``docs/sampler-exactness.md``.
+"""
+
+from __future__ import annotations
+
+from gaussdp.sampling.reference import (
+    bernoulli_exp,
+    discrete_gaussian_scalar,
+    discrete_laplace_scalar,
+)
+from gaussdp.sampling.vectorized import (
+    FixedWork,
+    SamplingShortfallError,
+    discrete_gaussian,
+    discrete_laplace,
+)
+
+__all__ = [
+    "FixedWork",
+    "SamplingShortfallError",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_gaussian_scalar",
+    "discrete_laplace",
+    "discrete_laplace_scalar",
+]

@@ -1,0 +1,695 @@
+r"""Vectorised exact samplers: the distributions of CKS §5 Alg 2 and 3, in numpy batches.
+
+Canonne, Kamath and Steinke (2020), §5. :func:`discrete_gaussian` returns
+draws of N_Z(0, sigma2) and :func:`discrete_laplace` draws with pmf
+proportional to ``exp(-|x| / scale)``, with *exactly* the distributions of CKS
+Algorithms 3 and 2 (and of the scalar reference in
+:mod:`gaussdp.sampling.reference`). The argument is in
+``docs/sampler-exactness.md``; the section numbers below refer to it.
+
+How a batch is drawn (σ below ``2**26``, "small path"):
+
+1. CKS Alg 2, geometric part: the magnitude ``G`` of a discrete Laplace with
+   scale ``tau`` is ``floor(-tau ln U)`` for a uniform ``U`` (inversion, §2.1).
+   ``U`` is read to 52 (or, for ``t <= 256``, 31) bits; a float estimate of
+   ``-tau ln U`` with a rigorous error bound decides ``G`` unless an integer
+   lies within the bound (rare); those lanes are finished exactly
+   (:func:`gaussdp.sampling._exact.floor_neg_log`).
+2. CKS Alg 2, sign: a fair bit of the same word; ``(negative, 0)`` is rejected.
+3. CKS Alg 3, acceptance: Bernoulli(exp(-gamma)) with
+   ``gamma = (|Y| - sigma2/t)**2 / (2 sigma2)`` is ``U' < exp(-gamma)`` for a
+   second uniform ``U'`` read to 32 bits; it is decided by integer
+   comparisons with thresholds that bracket ``2**32 exp(-gamma)`` rigorously
+   (§2.2), and the rare undecided lanes are finished exactly
+   (:class:`gaussdp.sampling._exact.LazyUniform`). Bits are packed so that a
+   candidate costs one word (``t <= 256``) or 1.5 words (§2.4).
+
+For larger scales ("big path", e.g. sigma2 = 10**100) the geometric part uses
+the decomposition of CKS Alg 2 itself, ``X = U + t V`` with ``U`` uniform in
+``[0, t)`` accepted with probability ``exp(-U/t)`` and ``V`` geometric with
+ratio ``exp(-1)``, on the top 64 bits of ``U``; low bits are drawn only for the
+values finally released (§2.3).
+
+Floating point only *brackets* probabilities; every decision is an integer
+comparison whose outcome is proved by the bracket, or is made exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from math import isqrt
+
+import numpy as np
+import numpy.typing as npt
+
+from gaussdp._validation import check_fraction, check_int, check_probability
+from gaussdp.errors import SamplingShortfallError, invalid
+from gaussdp.random import RandomSource, check_rng
+from gaussdp.sampling._exact import LazyUniform, floor_neg_log
+from gaussdp.sampling.reference import discrete_gaussian_scalar, discrete_laplace_scalar
+
+__all__ = [
+    "FixedWork",
+    "SamplingShortfallError",
+    "discrete_gaussian",
+    "discrete_laplace",
+]
+
+IntArray = npt.NDArray[np.int64]
+U64Array = npt.NDArray[np.uint64]
+F64Array = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+# §1 assumption: np.log and np.exp return results within relative error 2**-44 of the true
+# value for normal results (documented worst cases are below 4 ulp ~ 2**-50).
+# tests/sampling/test_float_assumption.py checks it on this platform.
+_REL_ERR_LIBM = 2.0**-44
+# §2.1: |v - (-tau ln u_mid)| <= |v| (REL_ERR_LIBM + 2**-51) (1 + 2**-40); 2x slack -> 2**-42.
+_ETA_REL = 2.0**-42
+# §2.2: |x_f - gamma| <= 2**-47 (1 + x_f); 2x slack; the bracket factor is
+# 2R = 2 (2 REL_ERR_LIBM + 2 * 2**-45 (1 + x)) = 2**-42 + 2**-43 (1 + x).
+_BRACKET_CONST = 2.0**-42 + 2.0**-43
+_BRACKET_SLOPE = 2.0**-43
+_TINY = 2.0**-60
+_TWO52 = 2.0**52
+_TWO53 = 2.0**53
+_TWO_M53 = 2.0**-53
+# Scales up to this use the float-inversion geometric (§2.1); larger ones the CKS Alg 2
+# decomposition (§2.3).
+_SMALL_SCALE_MAX = Fraction(2**26)
+# Outputs are int64 when the scale is at most 2**40 (so |value| >= 2**63 has probability
+# below 10**-(10**6)); otherwise an object array of Python ints.
+_INT64_SCALE_MAX = Fraction(2**40)
+_CHUNK = 1 << 15
+# Below this the float brackets could underflow; such (near point-mass) distributions are
+# drawn with the scalar reference instead (docs §5).
+_TINY_PARAM = Fraction(1, 2**60)
+# Gaussian small path with t <= this packs a candidate in one word (docs §2.4).
+_PACKED_T_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class FixedWork:
+    r"""Request a fixed, data-independent amount of work for a batch.
+
+    The sampler draws exactly :meth:`candidates` candidates for ``n`` outputs
+    (a number fixed by ``n``, the distribution's parameter and
+    ``delta_prime``), runs every vectorised pass over all of them, and returns
+    the first ``n`` accepted. If fewer than ``n`` are accepted it raises
+    :class:`SamplingShortfallError` and returns nothing.
+
+    Parameters
+    ----------
+    delta_prime : float
+        Upper bound on the probability of a shortfall, in ``(0, 1)``. Default
+        ``2**-64``. Conditioned on no shortfall the output is exactly i.i.d.
+        from the target distribution (``docs/sampler-exactness.md`` §4), so a
+        shortfall costs availability, not privacy; callers who account
+        conservatively add ``delta_prime`` to their reported δ.
+
+    Examples
+    --------
+    >>> from gaussdp.random import ChaCha20Random
+    >>> work = FixedWork(delta_prime=2**-64)
+    >>> work.candidates_for_gaussian(1000, 100)
+    1869
+    >>> discrete_gaussian(100, 3, rng=ChaCha20Random(0), work=work)
+    array([  0,  -1, -17])
+    """
+
+    delta_prime: float = 2.0**-64
+
+    def __post_init__(self) -> None:
+        check_probability("delta_prime", self.delta_prime, open_interval=True)
+
+    def candidates(self, n: int, acceptance: float) -> int:
+        """Candidates that yield ``n`` accepted with probability ``>= 1 - delta_prime``.
+
+        ``acceptance`` is a lower bound on the per-candidate acceptance
+        probability ``a``. By the Chernoff bound
+        ``P[Bin(C, a) < n] <= exp(-(Ca - n)**2 / (2 Ca))`` for ``Ca >= n``, it
+        suffices that ``Ca >= n + L + sqrt(L**2 + 2 n L)`` with
+        ``L = ln(1/delta_prime)``.
+        """
+        if n == 0:
+            return 0
+        log_inv = -math.log(self.delta_prime)
+        mean = n + log_inv + math.sqrt(log_inv * log_inv + 2.0 * n * log_inv)
+        return math.ceil(mean * (1.0 + 1e-9) / acceptance) + 1
+
+    def candidates_for_gaussian(self, n: int, sigma2: object) -> int:
+        """:meth:`candidates` for ``n`` draws of N_Z(0, sigma2)."""
+        return self.candidates(n, _GaussianPlan(check_fraction("sigma2", sigma2)).acceptance)
+
+    def candidates_for_laplace(self, n: int, scale: object) -> int:
+        """:meth:`candidates` for ``n`` discrete Laplace draws with this scale."""
+        return self.candidates(n, _LaplacePlan(check_fraction("scale", scale)).acceptance)
+
+
+# ---------------------------------------------------------------------------
+# Shared fast-path pieces
+# ---------------------------------------------------------------------------
+
+
+def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[IntArray, BoolArray]:
+    """Return ``floor(-tau ln U)`` where decided, and the undecided lanes (§2.1).
+
+    ``U`` is in ``[m, m + 1) / 2**bits`` (``bits <= 52``). The estimate
+    ``v = fl(-tau_f * log(u_mid))`` at the exact midpoint
+    ``u_mid = (2m + 1) / 2**(bits + 1)`` is within ``eta = 2**-42 v + tau / m`` of
+    ``-tau ln U``; the lane is decided when ``floor(v - eta) == floor(v + eta)``.
+    """
+    m = m_int.astype(np.float64)  # exact: m < 2**52
+    u_mid = 2.0 * m + 1.0  # exact: 2m + 1 < 2**53
+    u_mid *= 2.0 ** -(bits + 1)  # exact scaling by a power of two
+    v = np.log(u_mid)
+    v *= -tau_f
+    eta = tau_f / np.maximum(m, 1.0)
+    eta += v * _ETA_REL
+    low = np.floor(v - eta)
+    high = np.floor(v + eta)
+    undecided = (low != high) | (m == 0.0)
+    return low.astype(np.int64), undecided
+
+
+def _bernoulli_exp_fast(x_f: F64Array, m_int: U64Array, bits: int) -> tuple[BoolArray, BoolArray]:
+    """Decide ``U' < exp(-gamma)`` from ``x_f``, a float with ``|x_f - gamma| <= 2**-45 (1 + x_f)``.
+
+    ``U'`` is in ``[m, m + 1) / 2**bits`` (``bits <= 53``). With
+    ``p = fl(exp(-x_f))`` and ``r = 2**-42 + 2**-43 (1 + x_f)`` the integers
+    ``A = floor(2**bits p (1 - r))`` and ``B = ceil(2**bits min(1, p (1 + r) + 2**-60))``
+    satisfy ``A <= 2**bits exp(-gamma) <= B`` (§2.2): ``m + 1 <= A`` proves
+    acceptance, ``m >= B`` proves rejection, anything else is undecided.
+    Returns ``(accepted, undecided)``.
+    """
+    scale = 2.0**bits
+    p = np.exp(-x_f)
+    r = x_f * _BRACKET_SLOPE
+    r += _BRACKET_CONST
+    r *= p
+    low = p - r
+    low *= scale
+    high = p + r
+    high += _TINY
+    np.minimum(high, 1.0, out=high)
+    high *= scale
+    a_int = low.astype(np.int64)  # floor for >= 0; negatives truncate to 0 (never accept)
+    b_int = np.ceil(high).astype(np.int64)
+    m = m_int.astype(np.int64)
+    accepted = m < a_int
+    undecided = ~accepted & (m < b_int)
+    return accepted, undecided
+
+
+def _resolve_bernoulli(
+    accepted: BoolArray,
+    undecided: BoolArray,
+    m_int: U64Array,
+    bits: int,
+    gamma: Callable[[int], Fraction],
+    rng: RandomSource,
+) -> None:
+    """Finish the undecided lanes of :func:`_bernoulli_exp_fast` exactly, in place."""
+    for i in np.flatnonzero(undecided).tolist():
+        u = LazyUniform(int(m_int[i]), bits, rng)
+        accepted[i] = u.below_exp_neg(gamma(i))
+
+
+# ---------------------------------------------------------------------------
+# Plans: constants of one distribution
+# ---------------------------------------------------------------------------
+
+
+class _GaussianPlan:
+    """Constants of N_Z(0, sigma2) for the fast path (CKS Alg 3)."""
+
+    def __init__(self, sigma2: Fraction) -> None:
+        self.sigma2 = sigma2
+        # CKS Alg 3: t = floor(sigma) + 1, exactly (floor(sqrt(a/b)) = isqrt(ab) // b).
+        self.t = isqrt(sigma2.numerator * sigma2.denominator) // sigma2.denominator + 1
+        self.c = sigma2 / self.t  # gamma = (|Y| - c)^2 / (2 sigma2), CKS Alg 3
+        self.small = self.t <= _SMALL_SCALE_MAX
+        self.int64 = sigma2 <= _INT64_SCALE_MAX**2
+        t = self.t
+        # Per-candidate acceptance lower bound (docs §4): small path
+        # (1 - q)/2 e^{-sigma2/(2t^2)} sqrt(2 pi sigma2), big path
+        # (1 - e^{-1}) / 2^{k+1} e^{-sigma2/(2t^2)} sqrt(2 pi sigma2), q = e^{-1/t}.
+        log_sigma2 = math.log(sigma2.numerator) - math.log(sigma2.denominator)
+        common = -float(sigma2 / (2 * t * t)) + 0.5 * (math.log(2 * math.pi) + log_sigma2)
+        if self.small:
+            self.acceptance = -math.expm1(-1.0 / t) / 2.0 * math.exp(common) * (1 - 1e-9)
+            self.big = None
+        else:
+            self.big = _BigScale(t, 1)
+            k = t.bit_length()
+            self.acceptance = math.exp(
+                math.log(-math.expm1(-1.0)) - (k + 1) * math.log(2.0) + common
+            ) * (1 - 1e-9)
+
+    def gamma(self, magnitude: int) -> Fraction:
+        """CKS Alg 3: gamma = (|Y| - sigma^2/t)^2 / (2 sigma^2), exactly."""
+        return (magnitude - self.c) ** 2 / (2 * self.sigma2)
+
+
+class _LaplacePlan:
+    """Constants of the discrete Laplace with rational scale (CKS Alg 2)."""
+
+    def __init__(self, scale: Fraction) -> None:
+        self.scale = scale
+        self.small = scale <= _SMALL_SCALE_MAX
+        self.int64 = scale <= _INT64_SCALE_MAX
+        if self.small:
+            q = math.exp(-1.0 / float(scale))
+            self.acceptance = (1.0 + q) / 2.0 * (1 - 1e-9)  # only (negative, 0) is rejected
+            self.big = None
+        else:
+            self.big = _BigScale(scale.numerator, scale.denominator)
+            k = scale.numerator.bit_length()
+            frac = float(Fraction(scale.numerator, 2**k))
+            self.acceptance = frac * -math.expm1(-1.0) / 2.0 * (1 - 1e-9)
+
+
+class _BigScale:
+    """Constants of the CKS Alg 2 decomposition for scale ``t / s`` with large ``t`` (§2.3)."""
+
+    def __init__(self, t: int, s: int) -> None:
+        self.t = t
+        self.s = s
+        k = t.bit_length()
+        self.bits = min(k, 64)  # bits of U kept in the word H
+        self.shift = k - self.bits  # U = H * 2**shift + Lo, Lo < 2**shift
+        self.t_top = t >> self.shift
+        self.t_low = t & ((1 << self.shift) - 1)
+        self.top_f = float(Fraction(t, 1 << self.shift))  # T = t / 2**shift, correctly rounded
+        self.low_words = -(-self.shift // 64)
+
+
+# ---------------------------------------------------------------------------
+# Small path
+# ---------------------------------------------------------------------------
+
+
+def _laplace_magnitudes(
+    m_int: U64Array,
+    bits: int,
+    negative: BoolArray,
+    tau: Fraction,
+    rng: RandomSource,
+) -> tuple[IntArray, BoolArray]:
+    """CKS Alg 2 on a batch: magnitudes ``G = floor(-tau ln U)`` and the kept lanes (§2.1).
+
+    ``U`` is in ``[m, m + 1) / 2**bits``; ``negative`` holds the sign bits B, drawn from
+    other bits of the same words. Returns ``(g, keep)``; ``keep`` is False for
+    ``(negative, 0)`` (CKS Alg 2: if B = 1 and Y = 0, restart).
+    """
+    # CKS Alg 2: Y geometric with ratio exp(-1/tau), as floor(-tau ln U) (§2.1).
+    g, undecided = _geometric(m_int, bits, float(tau))
+    if undecided.any():
+        for i in np.flatnonzero(undecided).tolist():
+            prefix = int(m_int[i])
+            u = LazyUniform(prefix, bits, rng)
+            hint = int(g[i]) if prefix else int(bits * tau) // 2 + 1
+            g[i] = floor_neg_log(u, tau, max(hint, 0))
+    keep = ~(negative & (g == 0))  # CKS Alg 2: if B = 1 and Y = 0, restart
+    return g, keep
+
+
+def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
+    """52-bit prefix ``w >> 12`` of ``U`` and sign bit ``w & 1`` (independent bits)."""
+    return words >> np.uint64(12), (words & np.uint64(1)).astype(np.bool_)
+
+
+def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
+    """``n`` candidates of CKS Alg 3 on the small path; returns the accepted values.
+
+    Bits per candidate (§2.4): for ``t <= 256`` one word holds
+    ``[31 bits of U | sign | 32 bits of U']``; otherwise one word gives 52 bits of
+    ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``.
+    """
+    tau = Fraction(plan.t)
+    if plan.t <= _PACKED_T_MAX:
+        words = rng.words(n)
+        m_geo, geo_bits = words >> np.uint64(33), 31
+        negative = ((words >> np.uint64(32)) & np.uint64(1)).astype(np.bool_)
+        m_acc = words & np.uint64(0xFFFFFFFF)
+    else:
+        words = rng.words(n + (n + 1) // 2)
+        (m_geo, negative), geo_bits = _split_word(words[:n]), 52
+        halves = words[n:]
+        m_acc = np.concatenate([halves >> np.uint64(32), halves & np.uint64(0xFFFFFFFF)])[:n]
+    # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
+    g, keep = _laplace_magnitudes(m_geo, geo_bits, negative, tau, rng)
+    g, negative, m_acc = g[keep], negative[keep], m_acc[keep]
+    # CKS Alg 3: accept Y with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
+    d = g.astype(np.float64)
+    d -= float(plan.c)
+    x = d * d
+    x *= float(1 / (2 * plan.sigma2))
+    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 32)
+    undecided |= g >= 2**52  # float estimate of G not exact: decide exactly
+    if undecided.any():
+        _resolve_bernoulli(accepted, undecided, m_acc, 32, lambda i: plan.gamma(int(g[i])), rng)
+    values = np.where(negative, -g, g)
+    return values[accepted]
+
+
+def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
+    """``n`` candidates of CKS Alg 2 on the small path; returns the kept values."""
+    m_geo, negative = _split_word(rng.words(n))  # U and CKS Alg 2's sign bit B
+    g, keep = _laplace_magnitudes(m_geo, 52, negative, plan.scale, rng)
+    values = np.where(negative, -g, g)  # CKS Alg 2: return (1 - 2B) Y
+    return values[keep]
+
+
+# ---------------------------------------------------------------------------
+# Big path (§2.3)
+# ---------------------------------------------------------------------------
+
+
+def _low_parts(big: _BigScale, count: int, rng: RandomSource) -> list[int]:
+    """``count`` fresh uniform integers in ``[0, 2**shift)``."""
+    if big.shift == 0:
+        return [0] * count
+    raw = rng.words(count * big.low_words).astype(">u8").tobytes()
+    step = 8 * big.low_words
+    drop = 64 * big.low_words - big.shift
+    return [int.from_bytes(raw[i * step : (i + 1) * step], "big") >> drop for i in range(count)]
+
+
+def _big_laplace_candidates(
+    big: _BigScale, n: int, rng: RandomSource
+) -> tuple[U64Array, IntArray, BoolArray, dict[int, int]]:
+    """CKS Alg 2 steps U, D, V, B on ``n`` candidates with a large ``t``.
+
+    Returns ``(h, v, negative, low)`` for the lanes that passed the ``U``
+    acceptance: ``U = h * 2**shift + Lo`` where ``Lo`` is ``low[i]`` if it was
+    drawn while deciding lane ``i``, and is otherwise still undrawn (uniform,
+    independent of all decisions so far).
+    """
+    w_u, w_acc = rng.words(2 * n).reshape(2, n)
+    h = w_u >> np.uint64(64 - big.bits) if big.bits < 64 else w_u
+    # CKS Alg 2: U <- uniform in {0, ..., t-1}, by rejection on (H, Lo) < t.
+    valid = h < np.uint64(big.t_top)
+    low: dict[int, int] = {}
+    for i in np.flatnonzero(h == np.uint64(big.t_top)).tolist():
+        if big.shift:
+            lo = _low_parts(big, 1, rng)[0]
+            if lo < big.t_low:
+                valid[i] = True
+                low[i] = lo
+    # CKS Alg 2: D <- Bernoulli(exp(-U/t)); x_f = H / T within 2**-50 of U/t.
+    x = h.astype(np.float64)
+    x /= big.top_f
+    m_acc = w_acc >> np.uint64(11)
+    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 53)
+    undecided &= valid
+    accepted &= valid
+    for i in np.flatnonzero(undecided).tolist():
+        if i not in low:
+            low[i] = _low_parts(big, 1, rng)[0]
+        u_exact = (int(h[i]) << big.shift) + low[i]
+        lazy = LazyUniform(int(m_acc[i]), 53, rng)
+        accepted[i] = lazy.below_exp_neg(Fraction(u_exact, big.t))
+    index = np.flatnonzero(accepted)
+    low = {j: low[i] for j, i in enumerate(index.tolist()) if i in low}
+    h = h[index]
+    # CKS Alg 2: V <- geometric with ratio exp(-1), and the sign B from the same word.
+    m_v, negative = _split_word(rng.words(index.size))
+    v, _ = _laplace_magnitudes(m_v, 52, negative, Fraction(1), rng)  # plain geometric
+    return h, v, negative, low
+
+
+def _exact_magnitude(big: _BigScale, h: int, lo: int, v: int) -> int:
+    """CKS Alg 2: X = U + t V, Y = floor(X / s)."""
+    return ((h << big.shift) + lo + big.t * v) // big.s
+
+
+def _gaussian_big(plan: _GaussianPlan, big: _BigScale, n: int, rng: RandomSource) -> list[int]:
+    """``n`` U-candidates of CKS Alg 2+3 on the big path; returns the accepted values."""
+    h, v, negative, low = _big_laplace_candidates(big, n, rng)
+    # CKS Alg 2: if B = 1 and Y = 0 restart. Y = 0 needs H = 0, V = 0 and Lo = 0.
+    keep = np.ones(h.size, dtype=np.bool_)
+    for i in np.flatnonzero(negative & (h == np.uint64(0)) & (v == 0)).tolist():
+        if i not in low:
+            low[i] = _low_parts(big, 1, rng)[0]
+        keep[i] = low[i] != 0
+    # CKS Alg 3 acceptance on X / 2**shift = H + Lo / 2**shift + T V (§2.3).
+    scale = Fraction(1 << big.shift)
+    d = h.astype(np.float64) + big.top_f * v.astype(np.float64)
+    d -= float(plan.c / scale)
+    x = d * d
+    x *= float(scale * scale / (2 * plan.sigma2))
+    m_acc = rng.words(h.size) >> np.uint64(11)
+    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 53)
+    accepted &= keep
+    undecided &= keep
+    hl, vl = h.tolist(), v.tolist()
+    for i in np.flatnonzero(undecided).tolist():
+        if i not in low:
+            low[i] = _low_parts(big, 1, rng)[0]
+        magnitude = _exact_magnitude(big, hl[i], low[i], vl[i])
+        lazy = LazyUniform(int(m_acc[i]), 53, rng)
+        accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
+    index = np.flatnonzero(accepted).tolist()
+    fresh = iter(_low_parts(big, sum(1 for i in index if i not in low), rng))
+    out = []
+    negl = negative.tolist()
+    for i in index:
+        lo = low[i] if i in low else next(fresh)
+        magnitude = _exact_magnitude(big, hl[i], lo, vl[i])
+        out.append(-magnitude if negl[i] else magnitude)
+    return out
+
+
+def _laplace_big(big: _BigScale, n: int, rng: RandomSource) -> list[int]:
+    """``n`` U-candidates of CKS Alg 2 on the big path; returns the kept values."""
+    h, v, negative, low = _big_laplace_candidates(big, n, rng)
+    missing = [i for i in range(h.size) if i not in low]
+    for i, lo in zip(missing, _low_parts(big, len(missing), rng), strict=True):
+        low[i] = lo
+    out = []
+    for i, (hi, vi, neg) in enumerate(zip(h.tolist(), v.tolist(), negative.tolist(), strict=True)):
+        y = _exact_magnitude(big, hi, low[i], vi)
+        if neg and y == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        out.append(-y if neg else y)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+
+def _check_size(size: object) -> tuple[int, ...]:
+    """Normalise ``size`` (an int or a tuple of ints, each ``>= 0``) to a shape."""
+    if isinstance(size, tuple):
+        return tuple(check_int("size", s, minimum=0) for s in size)
+    if isinstance(size, list):
+        raise TypeError(invalid("size", "an integer >= 0 or a tuple of them", size))
+    return (check_int("size", size, minimum=0),)
+
+
+def _draw(
+    batch: Callable[[int], IntArray | list[int]],
+    n: int,
+    acceptance: float,
+    as_int64: bool,
+    work: FixedWork | None,
+) -> IntArray | npt.NDArray[np.object_]:
+    """Run ``batch`` on candidate blocks until ``n`` outputs (or a fixed total).
+
+    Accepted values are copied into the preallocated output in candidate order, so the
+    working memory beyond the output is one block of at most ``_CHUNK`` candidates.
+    """
+    out: IntArray | npt.NDArray[np.object_] = np.empty(n, dtype=np.int64 if as_int64 else object)
+    have = 0
+
+    def take(part: IntArray | list[int]) -> None:
+        nonlocal have
+        count = min(len(part), n - have)
+        if count:
+            out[have : have + count] = part[:count]
+        have += count
+
+    if work is None:
+        while have < n:
+            want = math.ceil((n - have) / acceptance * 1.02) + 16
+            take(batch(min(want, _CHUNK)))
+        return out
+    total = work.candidates(n, acceptance)
+    accepted = 0
+    for start in range(0, total, _CHUNK):
+        part = batch(min(_CHUNK, total - start))
+        accepted += len(part)
+        take(part)
+    if accepted < n:
+        raise SamplingShortfallError(
+            f"fixed-work batch accepted {accepted} of {total} candidates, fewer than the "
+            f"{n} requested (probability <= delta_prime = {work.delta_prime!r}); "
+            "nothing was released"
+        )
+    return out
+
+
+def _tiny(
+    draw: Callable[[], int], n: int, work: FixedWork | None, name: str, value: Fraction
+) -> IntArray:
+    """Parameters below 2**-60: the scalar reference, one exact draw per output (docs §5)."""
+    if work is not None:
+        raise ValueError(invalid(name, ">= 2**-60 for fixed-work sampling", value))
+    return np.array([draw() for _ in range(n)], dtype=np.int64)
+
+
+def discrete_gaussian(
+    sigma2: object,
+    size: int | tuple[int, ...] = (),
+    *,
+    rng: RandomSource | None = None,
+    work: FixedWork | None = None,
+) -> IntArray | npt.NDArray[np.object_]:
+    r"""Draw exact samples of the discrete Gaussian N_Z(0, sigma2).
+
+    The pmf is ``P[X = x] ∝ exp(-x**2 / (2 sigma2))`` on the integers (CKS §1).
+    The distribution is exactly that of CKS Algorithm 3 (see
+    ``docs/sampler-exactness.md``); numpy does the bulk of the work and the
+    rare comparisons that 53 bits cannot settle are finished with exact
+    arithmetic.
+
+    Parameters
+    ----------
+    sigma2 : int, Fraction, float or str
+        The scale parameter sigma^2 > 0, taken as an exact rational (a float
+        at its exact binary value, ``"p/q"`` strings allowed).
+    size : int or tuple of int, optional
+        Output shape; ``()`` (the default) gives a 0-d array.
+    rng : RandomSource, optional
+        Source of random bits; ``None`` means a fresh
+        :class:`~gaussdp.random.SystemRandom`. A bare int is refused: use
+        :class:`~gaussdp.random.ChaCha20Random` for reproducible draws.
+    work : FixedWork, optional
+        Fixed-work mode: a data-independent number of candidates, raising
+        :class:`SamplingShortfallError` (nothing released) with probability at
+        most ``work.delta_prime``. ``None`` (default) draws until done.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64`` when ``sigma2 <= 2**80``; otherwise ``object`` holding
+        Python ints (values can exceed the int64 range). In the int64 case a
+        value beyond int64 (probability below ``10**-(10**6)``) raises
+        ``OverflowError``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a ``sigma2`` that is not a finite positive rational, a negative or
+        non-integer ``size``, or an ``rng`` that is not a RandomSource.
+        Nothing is drawn.
+    SamplingShortfallError
+        Fixed-work mode only, with probability at most ``work.delta_prime``.
+
+    References
+    ----------
+    Canonne, Kamath, Steinke (2020), §5, Algorithms 1-3.
+
+    Examples
+    --------
+    >>> from gaussdp.random import ChaCha20Random
+    >>> discrete_gaussian(4, 6, rng=ChaCha20Random(0))
+    array([ 0, -1, -4,  3, -2, -2])
+    >>> discrete_gaussian(Fraction(1, 4), (2, 3), rng=ChaCha20Random(1))
+    array([[ 0,  0,  0],
+           [-1,  0,  1]])
+    >>> discrete_gaussian(10**100, 2, rng=ChaCha20Random(2)).dtype
+    dtype('O')
+    """
+    exact = check_fraction("sigma2", sigma2)
+    shape = _check_size(size)
+    if work is not None and not isinstance(work, FixedWork):
+        raise TypeError(invalid("work", "None or a FixedWork", work))
+    source = check_rng(rng)
+    n = math.prod(shape)
+    if exact < _TINY_PARAM:
+        draw = lambda: discrete_gaussian_scalar(exact, source)  # noqa: E731
+        return _tiny(draw, n, work, "sigma2", exact).reshape(shape)
+    plan = _GaussianPlan(exact)
+    batch: Callable[[int], IntArray | list[int]]
+    big = plan.big
+    if big is None:
+        batch = lambda m: _gaussian_small(plan, m, source)  # noqa: E731
+    else:
+        batch = lambda m: _gaussian_big(plan, big, m, source)  # noqa: E731
+    out = _draw(batch, n, plan.acceptance, plan.int64, work)
+    return out.reshape(shape)
+
+
+def discrete_laplace(
+    scale: object,
+    size: int | tuple[int, ...] = (),
+    *,
+    rng: RandomSource | None = None,
+    work: FixedWork | None = None,
+) -> IntArray | npt.NDArray[np.object_]:
+    r"""Draw exact samples of the discrete Laplace with pmf ∝ ``exp(-|x| / scale)``.
+
+    The distribution is exactly that of CKS Algorithm 2 (see
+    ``docs/sampler-exactness.md``). Its variance is
+    ``2 q / (1 - q)**2`` with ``q = exp(-1/scale)`` (CKS §4).
+
+    Parameters
+    ----------
+    scale : int, Fraction, float or str
+        The scale ``t > 0`` (the mechanism is ``(Δ/t, 0)``-DP), an exact rational.
+    size : int or tuple of int, optional
+        Output shape; ``()`` (the default) gives a 0-d array.
+    rng : RandomSource, optional
+        Source of random bits; ``None`` means a fresh
+        :class:`~gaussdp.random.SystemRandom`.
+    work : FixedWork, optional
+        Fixed-work mode, as in :func:`discrete_gaussian`.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64`` when ``scale <= 2**40``, otherwise ``object`` holding Python
+        ints; see :func:`discrete_gaussian`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For invalid ``scale``, ``size`` or ``rng``; nothing is drawn.
+    SamplingShortfallError
+        Fixed-work mode only, with probability at most ``work.delta_prime``.
+
+    References
+    ----------
+    Canonne, Kamath, Steinke (2020), §5.2, Algorithm 2.
+
+    Examples
+    --------
+    >>> from gaussdp.random import ChaCha20Random
+    >>> discrete_laplace(Fraction(5, 2), 6, rng=ChaCha20Random(0))
+    array([ 0,  0,  0, -3, -2,  2])
+    """
+    exact = check_fraction("scale", scale)
+    shape = _check_size(size)
+    if work is not None and not isinstance(work, FixedWork):
+        raise TypeError(invalid("work", "None or a FixedWork", work))
+    source = check_rng(rng)
+    n = math.prod(shape)
+    if exact < _TINY_PARAM:
+        draw = lambda: discrete_laplace_scalar(exact, source)  # noqa: E731
+        return _tiny(draw, n, work, "scale", exact).reshape(shape)
+    plan = _LaplacePlan(exact)
+    batch: Callable[[int], IntArray | list[int]]
+    big = plan.big
+    if big is None:
+        batch = lambda m: _laplace_small(plan, m, source)  # noqa: E731
+    else:
+        batch = lambda m: _laplace_big(big, m, source)  # noqa: E731
+    out = _draw(batch, n, plan.acceptance, plan.int64, work)
+    return out.reshape(shape)

@@ -1,0 +1,112 @@
+"""The exact resolver of the vectorised path, and the float accuracy it assumes."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from sampling_stats import Z_CRIT
+
+from gaussdp.random import ChaCha20Random
+from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
+
+mpmath.mp.dps = 120
+
+CASES = [
+    Fraction(0),
+    Fraction(1),
+    Fraction(1, 3),
+    Fraction(10**20 + 1, 10**20),
+    Fraction(7, 2),
+    Fraction(744, 1),
+    Fraction(123456789, 1000),
+    Fraction(1, 10**30),
+]
+
+
+@pytest.mark.parametrize("x", CASES, ids=str)
+@pytest.mark.parametrize("precision", [53, 117, 245])
+def test_exp_neg_bounds_bracket_the_value(x: Fraction, precision: int) -> None:
+    lo, hi = exp_neg_bounds(x, precision)
+    # mpmath at 120 digits: 2**precision * exp(-x), compared exactly with the integers.
+    value = mpmath.ldexp(mpmath.exp(-mpmath.mpf(x.numerator) / x.denominator), precision)
+    assert lo <= value <= hi
+    assert hi - lo <= 4 or hi <= 1
+
+
+def test_exp_neg_bounds_far_tail_is_zero_one() -> None:
+    assert exp_neg_bounds(Fraction(10**6), 64) == (0, 1)
+
+
+def test_lazy_uniform_decisions_are_consistent_with_its_prefix() -> None:
+    # A prefix far from exp(-1) is decided without drawing; one next to it draws more bits.
+    class NoDraw(ChaCha20Random):
+        def random_bytes(self, n: int) -> bytes:
+            raise AssertionError("must not draw")
+
+    e_inv_53 = int(mpmath.floor(mpmath.ldexp(mpmath.exp(-1), 53)))
+    assert LazyUniform(e_inv_53 - 5, 53, NoDraw(0)).below_exp_neg(Fraction(1))
+    assert not LazyUniform(e_inv_53 + 5, 53, NoDraw(0)).below_exp_neg(Fraction(1))
+    near = LazyUniform(e_inv_53, 53, ChaCha20Random(1))
+    result = near.below_exp_neg(Fraction(1))
+    assert near.bits > 53
+    u_low = mpmath.ldexp(near.prefix, -near.bits)
+    assert result == (u_low < mpmath.exp(-1))
+
+
+def test_lazy_uniform_frequency() -> None:
+    # 20,000 fresh uniforms against exp(-1/2): z-test, |z| < 4.89 at alpha = 1e-6.
+    rng = ChaCha20Random(2)
+    p = float(mpmath.exp(-0.5))
+    hits = sum(LazyUniform(0, 0, rng).below_exp_neg(Fraction(1, 2)) for _ in range(20_000))
+    assert abs(hits - 20_000 * p) / np.sqrt(20_000 * p * (1 - p)) < Z_CRIT
+
+
+@pytest.mark.parametrize("tau", [Fraction(1), Fraction(5, 2), Fraction(10**6 + 1), Fraction(1, 7)])
+def test_floor_neg_log_matches_mpmath(tau: Fraction) -> None:
+    gen = random.Random(3)  # test inputs only, not a sampler
+    for _ in range(40):
+        prefix = gen.getrandbits(256) >> gen.randrange(0, 200)
+        bits = 256
+        u_lo = mpmath.ldexp(prefix, -bits)
+        u_hi = mpmath.ldexp(prefix + 1, -bits)
+        t = mpmath.mpf(tau.numerator) / tau.denominator
+        expected_hi = int(mpmath.floor(-t * mpmath.log(u_lo))) if prefix else None
+        expected_lo = int(mpmath.floor(-t * mpmath.log(u_hi)))
+        if expected_hi != expected_lo:
+            continue  # the 256-bit prefix does not determine the answer
+        for hint in (expected_lo, 0, expected_lo + 50, max(expected_lo - 7, 0)):
+            u = LazyUniform(prefix, bits, ChaCha20Random(4))
+            assert floor_neg_log(u, tau, hint) == expected_lo
+
+
+def test_numpy_log_and_exp_are_within_the_assumed_error() -> None:
+    """The fast path assumes relative error <= 2**-44 for np.log and np.exp (docs §1).
+
+    Checked here on the arguments the sampler uses: log at u = (2m + 1) / 2**53 over all
+    magnitudes of m, and exp(-x) for x in [0, 745]. The observed worst case must be below
+    2**-50 (a few ulp), 64 times inside the assumption.
+    """
+    gen = np.random.default_rng(5)  # test inputs only, not a sampler
+    m = np.concatenate(
+        [
+            gen.integers(1, 2**52, 4000, dtype=np.int64) >> gen.integers(0, 52, 4000),
+            np.array([1, 2, 3, 2**52 - 1, 2**51]),
+        ]
+    )
+    u = (2.0 * m.astype(np.float64) + 1.0) * 2.0**-53
+    logs = np.log(u)
+    worst = 0.0
+    for ui, li in zip(u.tolist(), logs.tolist(), strict=True):
+        exact = mpmath.log(mpmath.mpf(ui))
+        worst = max(worst, float(abs((mpmath.mpf(li) - exact) / exact)))
+    x = np.concatenate([gen.uniform(0, 745, 3000), gen.uniform(0, 2, 1000), [0.0, 1e-300, 700.0]])
+    exps = np.exp(-x)
+    for xi, ei in zip(x.tolist(), exps.tolist(), strict=True):
+        exact = mpmath.exp(-mpmath.mpf(xi))
+        if exact > mpmath.mpf(2) ** -1022:
+            worst = max(worst, float(abs((mpmath.mpf(ei) - exact) / exact)))
+    assert worst < 2.0**-50, worst

@@ -1,0 +1,393 @@
+"""The vectorised exact samplers against the exact pmf, the scalar reference, and bad input.
+
+All statistical tests use alpha = 1e-6 each (critical values beside them, see
+``sampling_stats``), fixed ChaCha20Random seeds, and expected probabilities from
+``gaussdp.privacy`` (exact pmf, cdf and variance), never from a sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from sampling_stats import (
+    Z_CRIT,
+    bin_counts,
+    chi2_gof,
+    chi2_two_sample,
+    make_bins,
+    moment_z_scores,
+)
+
+from gaussdp.privacy import (
+    discrete_gaussian_cdf,
+    discrete_gaussian_pmf,
+    discrete_gaussian_variance,
+    discrete_laplace_pmf,
+    discrete_laplace_variance,
+)
+from gaussdp.random import ChaCha20Random, SystemRandom
+from gaussdp.sampling import (
+    FixedWork,
+    SamplingShortfallError,
+    discrete_gaussian,
+    discrete_gaussian_scalar,
+    discrete_laplace,
+    discrete_laplace_scalar,
+)
+from gaussdp.sampling import vectorized as vec
+
+GAUSSIAN_SIGMA2 = [Fraction(1, 4), 1, 2, 10, 10**4, 10**12]
+LAPLACE_SCALES = [Fraction(1, 10), Fraction(1, 2), 1, Fraction(5, 2), 100, 10**6]
+
+
+def _gaussian_edges(sigma2: Fraction | int) -> list[int]:
+    sigma = math.sqrt(float(sigma2))
+    if sigma < 30:
+        return list(range(-int(8 * sigma) - 2, int(8 * sigma) + 3))
+    return sorted({round(sigma * z / 8) for z in range(-48, 49)})
+
+
+def _laplace_cdf(scale: Fraction | int):  # type: ignore[no-untyped-def]
+    """Exact cdf of pmf (1 - q)/(1 + q) q**|x|, q = exp(-1/scale), summed in closed form.
+
+    P[X <= k] = q**(-k) / (1 + q) for k < 0 and 1 - q**(k + 1) / (1 + q) for k >= 0.
+    """
+    exact = Fraction(scale)
+    q = math.exp(-float(1 / exact))
+
+    def power(m: int) -> float:  # q**m = exp(-m / scale), m >= 0, without float overflow of m
+        return math.exp(-float(m / exact))
+
+    def cdf(k: int) -> float:
+        return power(-k) / (1 + q) if k < 0 else 1.0 - power(k + 1) / (1 + q)
+
+    return cdf
+
+
+def _laplace_edges(scale: Fraction | int) -> list[int]:
+    s = float(scale)
+    if s < 20:
+        reach = int(12 * s) + 3
+        return list(range(-reach, reach + 1))
+    return sorted({round(s * z / 8) for z in range(-80, 81)})
+
+
+@pytest.mark.parametrize("sigma2", GAUSSIAN_SIGMA2, ids=str)
+def test_discrete_gaussian_matches_exact_pmf(sigma2: Fraction | int) -> None:
+    n = 400_000
+    edges, probs = make_bins(
+        _gaussian_edges(sigma2), lambda k: float(discrete_gaussian_cdf(k, sigma2)), n
+    )
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(100))
+    assert sample.dtype == np.int64
+    assert sample.shape == (n,)
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    z_mean, z_var, z_sign = moment_z_scores(
+        sample, discrete_gaussian_variance(sigma2), float(discrete_gaussian_pmf(0, sigma2))
+    )
+    assert max(abs(z_mean), abs(z_var), abs(z_sign)) < Z_CRIT, (z_mean, z_var, z_sign)
+
+
+def test_gaussian_cdf_helper_agrees_with_pmf() -> None:
+    # The chi-square bins use the exact cdf; tie it to the exact pmf on a small case.
+    total = sum(float(discrete_gaussian_pmf(k, 2)) for k in range(-30, 4))
+    assert total == pytest.approx(float(discrete_gaussian_cdf(3, 2)), rel=1e-12)
+
+
+@pytest.mark.parametrize("sigma2", [10**100, Fraction(10**60 + 7, 3)], ids=["1e100", "1e60/3"])
+def test_discrete_gaussian_huge_sigma_moments(sigma2: Fraction | int) -> None:
+    n = 40_000
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(101))
+    assert sample.dtype == object
+    assert isinstance(sample[0], int)
+    scale = math.isqrt(int(sigma2))
+    z_mean, z_var, z_sign = moment_z_scores(
+        sample, discrete_gaussian_variance(sigma2), float(discrete_gaussian_pmf(0, sigma2)), scale
+    )
+    assert max(abs(z_mean), abs(z_var), abs(z_sign)) < Z_CRIT, (z_mean, z_var, z_sign)
+    # Coarse shape: chi-square on 16 bins of sigma/2 (cdf of the exact distribution).
+    edges, probs = make_bins(
+        [scale * z // 2 for z in range(-7, 8)],
+        lambda k: float(discrete_gaussian_cdf(k, sigma2)),
+        n,
+    )
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    # Low bits are uniform too (the big path draws them separately): parity balance,
+    # z-test |z| < 4.89 at alpha = 1e-6.
+    odd = sum(int(v) & 1 for v in sample)
+    assert abs(odd - n / 2) / math.sqrt(n / 4) < Z_CRIT
+
+
+def test_discrete_gaussian_medium_sigma_uses_big_path_with_int64() -> None:
+    # sigma2 = 10**18 (t > 2**26): the CKS Alg 2 decomposition path, still int64 output.
+    n = 100_000
+    sigma2 = 10**18
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(102))
+    assert sample.dtype == np.int64
+    edges, probs = make_bins(
+        _gaussian_edges(sigma2), lambda k: float(discrete_gaussian_cdf(k, sigma2)), n
+    )
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    z_mean, z_var, z_sign = moment_z_scores(
+        sample, discrete_gaussian_variance(sigma2), float(discrete_gaussian_pmf(0, sigma2))
+    )
+    assert max(abs(z_mean), abs(z_var), abs(z_sign)) < Z_CRIT, (z_mean, z_var, z_sign)
+
+
+@pytest.mark.parametrize("scale", LAPLACE_SCALES, ids=str)
+def test_discrete_laplace_matches_exact_pmf(scale: Fraction | int) -> None:
+    n = 400_000
+    edges, probs = make_bins(_laplace_edges(scale), _laplace_cdf(scale), n)
+    sample = discrete_laplace(scale, n, rng=ChaCha20Random(103))
+    assert sample.dtype == np.int64
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    z_mean, z_var, z_sign = moment_z_scores(
+        sample, discrete_laplace_variance(scale), float(discrete_laplace_pmf(0, scale))
+    )
+    assert max(abs(z_mean), abs(z_var), abs(z_sign)) < Z_CRIT, (z_mean, z_var, z_sign)
+
+
+def test_laplace_cdf_helper_agrees_with_pmf() -> None:
+    cdf = _laplace_cdf(Fraction(5, 2))
+    total = sum(float(discrete_laplace_pmf(k, Fraction(5, 2))) for k in range(-200, 4))
+    assert total == pytest.approx(cdf(3), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [10**9, Fraction(10**40, 7)], ids=["1e9", "1e40/7"])
+def test_discrete_laplace_big_scale(scale: Fraction | int) -> None:
+    n = 40_000
+    sample = discrete_laplace(scale, n, rng=ChaCha20Random(104))
+    unit = int(scale)
+    z_mean, z_var, z_sign = moment_z_scores(
+        sample, discrete_laplace_variance(scale), float(discrete_laplace_pmf(0, scale)), unit
+    )
+    assert max(abs(z_mean), abs(z_var), abs(z_sign)) < Z_CRIT, (z_mean, z_var, z_sign)
+    edges, probs = make_bins([unit * z // 4 for z in range(-16, 17)], _laplace_cdf(scale), n)
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+
+
+@pytest.mark.parametrize(
+    ("sampler", "reference", "param"),
+    [
+        (discrete_gaussian, discrete_gaussian_scalar, 2),
+        (discrete_gaussian, discrete_gaussian_scalar, Fraction(7, 3)),
+        (discrete_laplace, discrete_laplace_scalar, Fraction(3, 2)),
+    ],
+    ids=["gauss-2", "gauss-7/3", "laplace-3/2"],
+)
+def test_vectorised_matches_scalar_reference(sampler, reference, param) -> None:  # type: ignore[no-untyped-def]
+    # Two-sample chi-square (homogeneity), bins fixed from the exact pmf, alpha = 1e-6.
+    n_ref, n_vec = 15_000, 200_000
+    pmf = discrete_gaussian_pmf if sampler is discrete_gaussian else discrete_laplace_pmf
+    support = list(range(-40, 41))
+    edges, _ = make_bins(
+        support, lambda k: float(sum(pmf(j, param) for j in range(-60, k + 1))), n_ref
+    )
+    rng = ChaCha20Random(105)
+    ref = np.array([reference(param, rng) for _ in range(n_ref)])
+    fast = sampler(param, n_vec, rng=ChaCha20Random(106))
+    stat, crit = chi2_two_sample(bin_counts(ref, edges), bin_counts(fast, edges))
+    assert stat < crit, (stat, crit)
+
+
+@pytest.mark.parametrize("sigma2", [2, 10**6], ids=["packed-word", "52-bit"])
+def test_exact_fallback_alone_has_the_right_distribution(
+    monkeypatch: pytest.MonkeyPatch, sigma2: int
+) -> None:
+    # Widen the float error bounds so that (almost) every lane is undecided by the fast
+    # path and is finished by the exact resolver: the resolver alone must be exact.
+    monkeypatch.setattr(vec, "_ETA_REL", 1.0)
+    monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
+    n = 4_000
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(107))
+    edges, probs = make_bins(
+        _gaussian_edges(sigma2), lambda k: float(discrete_gaussian_cdf(k, sigma2)), n
+    )
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    lap = discrete_laplace(Fraction(3, 2), n, rng=ChaCha20Random(108))
+    edges, probs = make_bins(_laplace_edges(Fraction(3, 2)), _laplace_cdf(Fraction(3, 2)), n)
+    stat, crit = chi2_gof(bin_counts(lap, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+
+
+def test_big_path_exact_fallback_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
+    n = 3_000
+    sigma2 = 10**100
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(109))
+    scale = 10**50
+    edges, probs = make_bins(
+        [scale * z // 2 for z in range(-5, 6)], lambda k: float(discrete_gaussian_cdf(k, sigma2)), n
+    )
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+
+
+def test_reproducible_with_chacha_and_shapes() -> None:
+    a = discrete_gaussian(Fraction(9, 2), (3, 4), rng=ChaCha20Random(5))
+    b = discrete_gaussian(Fraction(9, 2), (3, 4), rng=ChaCha20Random(5))
+    assert a.shape == (3, 4)
+    assert np.array_equal(a, b)
+    scalar = discrete_gaussian(3, rng=ChaCha20Random(5))
+    assert scalar.shape == ()
+    assert scalar.dtype == np.int64
+    assert discrete_laplace(2, 0, rng=ChaCha20Random(5)).shape == (0,)
+    assert discrete_gaussian(2, (2, 0), rng=ChaCha20Random(5)).shape == (2, 0)
+    assert discrete_gaussian(10**100, (2, 2), rng=ChaCha20Random(5)).shape == (2, 2)
+    assert isinstance(discrete_gaussian(2, 4), np.ndarray)  # default SystemRandom
+
+
+def test_accepts_fraction_strings_and_floats() -> None:
+    a = discrete_gaussian("9/2", 5, rng=ChaCha20Random(6))
+    b = discrete_gaussian(Fraction(9, 2), 5, rng=ChaCha20Random(6))
+    c = discrete_gaussian(4.5, 5, rng=ChaCha20Random(6))
+    assert np.array_equal(a, b)
+    assert np.array_equal(a, c)
+
+
+class _CountingSource(ChaCha20Random):
+    """A ChaCha20 stream that counts the bytes it hands out."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.calls = 0
+        self.requested = 0
+
+    def random_bytes(self, n: int) -> bytes:
+        self.calls += 1
+        self.requested += n
+        return super().random_bytes(n)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sigma2": 0}, ValueError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": -1}, ValueError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": float("nan")}, ValueError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": float("inf")}, ValueError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": "abc"}, ValueError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": True}, TypeError, "sigma2 must be a finite positive rational"),
+        ({"sigma2": 1, "size": -1}, ValueError, "size must be an integer >= 0, got -1"),
+        ({"sigma2": 1, "size": 2.5}, ValueError, "size must be an integer >= 0, got 2.5"),
+        ({"sigma2": 1, "size": (2, -3)}, ValueError, "size must be an integer >= 0, got -3"),
+        ({"sigma2": 1, "size": [2]}, TypeError, "size must be an integer >= 0 or a tuple"),
+        ({"sigma2": 1, "work": 5}, TypeError, "work must be None or a FixedWork"),
+    ],
+)
+def test_bad_input_is_refused_before_drawing(kwargs, error, message) -> None:  # type: ignore[no-untyped-def]
+    rng = _CountingSource()
+    params = dict(kwargs)
+    sigma2 = params.pop("sigma2")
+    with pytest.raises(error, match=message):
+        discrete_gaussian(sigma2, rng=rng, **params)
+    scale_kwargs = dict(params)
+    with pytest.raises(error, match=message.replace("sigma2", "scale")):
+        discrete_laplace(sigma2, rng=rng, **scale_kwargs)
+    assert rng.calls == 0
+
+
+@pytest.mark.parametrize("bad_rng", [42, 1.5, np.random.default_rng(0)])
+def test_bad_rng_is_refused(bad_rng: object) -> None:
+    with pytest.raises(TypeError, match=r"ChaCha20Random\(seed\)"):
+        discrete_gaussian(2, 3, rng=bad_rng)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"ChaCha20Random\(seed\)"):
+        discrete_laplace(2, 3, rng=bad_rng)  # type: ignore[arg-type]
+
+
+# --- fixed-work mode --------------------------------------------------------------------
+
+
+def test_fixed_work_draws_a_fixed_number_of_words() -> None:
+    # The same request spends the same number of random bytes whatever the values drawn
+    # (no exact resolution happens at these sizes; see docs/sampler-exactness.md §4).
+    work = FixedWork(delta_prime=2**-64)
+    used, sums = set(), set()
+    for seed in range(8):
+        rng = _CountingSource(seed)
+        sample = discrete_gaussian(100, 1000, rng=rng, work=work)
+        assert sample.shape == (1000,)
+        used.add(rng.requested)
+        sums.add(int(np.abs(sample).sum()))
+    assert len(used) == 1
+    assert len(sums) > 1
+
+
+def test_fixed_work_output_has_the_right_distribution() -> None:
+    n, sigma2 = 200_000, 10
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(110), work=FixedWork())
+    edges, probs = make_bins(
+        _gaussian_edges(sigma2), lambda k: float(discrete_gaussian_cdf(k, sigma2)), n
+    )
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
+    lap = discrete_laplace(3, 1000, rng=ChaCha20Random(111), work=FixedWork())
+    assert lap.shape == (1000,)
+    big = discrete_gaussian(10**100, 100, rng=ChaCha20Random(112), work=FixedWork())
+    assert big.shape == (100,)
+
+
+def test_fixed_work_candidate_count_and_shortfall() -> None:
+    work = FixedWork(delta_prime=1e-12)
+    # Chernoff: C a >= n + L + sqrt(L^2 + 2 n L), L = ln(1e12).
+    log_inv = math.log(1e12)
+    need = 1000 + log_inv + math.sqrt(log_inv**2 + 2000 * log_inv)
+    c = work.candidates(1000, 0.5)
+    assert c * 0.5 >= need
+    assert (c - 2) * 0.5 < need * (1 + 1e-6)
+    assert work.candidates(0, 0.5) == 0
+    # A false acceptance bound forces a shortfall: the error is raised, nothing returned.
+    tight = FixedWork(delta_prime=0.5)
+    with pytest.raises(SamplingShortfallError, match="nothing was released"):
+        vec._draw(lambda m: np.zeros(m // 10, dtype=np.int64), 1000, 1.0, True, tight)
+
+
+@pytest.mark.parametrize("delta_prime", [0, 1, -0.1, float("nan")])
+def test_fixed_work_refuses_bad_delta_prime(delta_prime: float) -> None:
+    with pytest.raises(ValueError, match=r"delta_prime must be a real number in \(0, 1\)"):
+        FixedWork(delta_prime=delta_prime)
+
+
+def test_acceptance_lower_bounds_hold() -> None:
+    # The fixed-work candidate count relies on a lower bound of the per-candidate
+    # acceptance probability; compare with the observed rate (z-test, alpha = 1e-6).
+    for sigma2 in [Fraction(1, 4), 2, 10**6, 10**100]:
+        plan = vec._GaussianPlan(Fraction(sigma2))
+        m = 100_000 if plan.small else 20_000
+        rng = ChaCha20Random(113)
+        got = (
+            len(vec._gaussian_small(plan, m, rng))
+            if plan.small
+            else len(vec._gaussian_big(plan, plan.big, m, rng))
+        )
+        a = plan.acceptance
+        assert (got - m * a) / math.sqrt(m * a * (1 - a)) > -Z_CRIT
+        assert got / m < a * 1.05  # the bound is tight, not just valid
+
+
+def test_system_random_default_runs() -> None:
+    sample = discrete_gaussian(10**6, 1000, rng=SystemRandom())
+    assert sample.dtype == np.int64
+    assert np.abs(sample).max() < 10**8
+
+
+@pytest.mark.parametrize(
+    "param", [Fraction(1, 2**59), Fraction(1, 2**61), Fraction(1, 10**400)], ids=str
+)
+def test_tiny_parameters_are_near_point_masses(param: Fraction) -> None:
+    # P[X != 0] is below 2 exp(-2**58) for both laws here: every draw is 0. Below 2**-60 the
+    # scalar reference draws them (variable work, so FixedWork is refused).
+    assert np.array_equal(discrete_gaussian(param, (3, 2), rng=ChaCha20Random(9)), np.zeros((3, 2)))
+    assert np.array_equal(discrete_laplace(param, 4, rng=ChaCha20Random(9)), np.zeros(4))
+    if param < Fraction(1, 2**60):
+        with pytest.raises(ValueError, match="sigma2 must be >= 2\\*\\*-60 for fixed-work"):
+            discrete_gaussian(param, 3, rng=ChaCha20Random(9), work=FixedWork())
