@@ -1,0 +1,826 @@
+r"""Mechanisms as frozen, validated value objects.
+
+A mechanism object describes one noise-adding mechanism: its noise scale, the
+sensitivity it is calibrated for, and every privacy view of it (μ-GDP, ρ-zCDP,
+Rényi DP, the exact (ε, δ) profile, the trade-off function). It is immutable and
+checked at construction, so an invalid mechanism cannot exist.
+
+Neighbouring datasets are add/remove-one by default (REFERENCE §1); the
+``sensitivity`` field is the L2 sensitivity (Gaussian) or the integer L1
+sensitivity (discrete mechanisms) under whichever relation the caller uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+from gaussdp._validation import (
+    check_delta,
+    check_epsilon,
+    check_fraction,
+    check_int,
+    check_positive,
+    check_probability,
+)
+from gaussdp.errors import invalid
+from gaussdp.privacy.discrete import (
+    discrete_gaussian_delta,
+    discrete_gaussian_pmf,
+    discrete_gaussian_sf,
+    discrete_gaussian_sigma2,
+    discrete_gaussian_variance,
+    discrete_laplace_delta,
+    discrete_laplace_pmf,
+    discrete_laplace_variance,
+)
+from gaussdp.privacy.gdp import (
+    analytic_gaussian_sigma,
+    classic_gaussian_sigma,
+    gdp_delta,
+    gdp_epsilon,
+    gdp_tradeoff,
+)
+from gaussdp.privacy.zcdp import zcdp_delta, zcdp_epsilon
+from gaussdp.random import RandomSource, check_rng
+from gaussdp.sampling import FixedWork, discrete_gaussian, discrete_laplace
+
+__all__ = [
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "Gaussian",
+    "Interval",
+    "Laplace",
+    "LatticeGaussian",
+]
+
+FloatOrArray = float | npt.NDArray[np.float64]
+IntOrArray = int | npt.NDArray[np.int64] | npt.NDArray[np.object_]
+
+# Gaussian.release keeps every lattice value below 2**52 so that γ·k is an exact float.
+_MAX_LATTICE_INDEX = 2**52
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A closed interval ``[low, high]``, e.g. a confidence interval for a noisy value."""
+
+    low: float
+    high: float
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width."""
+        return (self.high - self.low) / 2
+
+
+def _sample(draw: npt.NDArray[np.int64] | npt.NDArray[np.object_], size: object) -> IntOrArray:
+    """A 0-d draw becomes a Python int when ``size`` is None; arrays pass through."""
+    if size is None:
+        return int(draw.reshape(()).item())
+    return draw
+
+
+def _integer_values(value: object) -> tuple[IntOrArray, bool]:
+    """Validate an integer query answer: a Python/numpy int or an integer array.
+
+    Returns the values (an int64 or object array, or a Python int) and whether the
+    input was a scalar. Floats, even integral ones, are refused: real values go
+    through :meth:`Gaussian.release`.
+    """
+    constraint = "an integer or an array of integers (use Gaussian.release for real values)"
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(invalid("value", constraint, value))
+    if isinstance(value, int | np.integer):
+        return int(value), True
+    array = np.asarray(value)
+    if array.dtype == object:
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in array.flat):
+            raise TypeError(invalid("value", constraint, value))
+        return array, False
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(invalid("value", constraint, value))
+    if array.dtype == np.uint64:  # may exceed int64: keep exact Python ints
+        return array.astype(object), False
+    return array.astype(np.int64), False
+
+
+def _add_integer_noise(values: IntOrArray, noise: IntOrArray) -> IntOrArray:
+    """Exact integer addition, widening to Python ints where int64 could overflow."""
+    if isinstance(values, int):
+        return values + int(np.asarray(noise).item())
+    values_array = np.asarray(values)
+    noise_array = np.asarray(noise)
+    limit = np.iinfo(np.int64).max // 2
+    exact_in_int64 = (
+        values_array.dtype != object
+        and noise_array.dtype != object
+        and (values_array.size == 0 or int(np.abs(values_array).max()) < limit)
+        and (noise_array.size == 0 or int(np.abs(noise_array).max()) < limit)
+    )
+    if exact_in_int64:
+        summed: npt.NDArray[np.int64] = values_array.astype(np.int64) + noise_array
+        return summed
+    widened: npt.NDArray[np.object_] = values_array.astype(object) + noise_array.astype(object)
+    return widened
+
+
+def _ceil_sqrt(n: int) -> int:
+    root = math.isqrt(n)
+    return root if root * root == n else root + 1
+
+
+def _round_up_dyadic(x: Fraction, bits: int = 40) -> Fraction:
+    """The smallest number ≥ ``x`` of the form m·2^e with ``bits``-bit m (keeps σ² compact)."""
+    exponent = x.numerator.bit_length() - x.denominator.bit_length() - bits
+    scale = Fraction(2) ** exponent
+    return math.ceil(x / scale) * scale
+
+
+def _check_level(level: object) -> float:
+    return check_probability("level", level, open_interval=True)
+
+
+def _check_order(order: object) -> float:
+    value = check_positive("order", order, allow_inf=True)
+    if value <= 1:
+        raise ValueError(invalid("order", "a real number > 1", order))
+    return value
+
+
+def _smallest_epsilon(delta_of: Callable[[float], float], delta: float, upper: float) -> float:
+    """Smallest ε in [0, upper] with ``delta_of(ε) <= delta``, never under-reported.
+
+    ``delta_of`` must be non-increasing; ``upper`` is a first guess at an ε with
+    ``delta_of(upper) <= delta`` and is doubled until it is one. Bisection
+    keeps the invariant ``delta_of(hi) <= delta``, and ``hi`` is returned, so the
+    answer is at least the true ε and within 1e-12 relative (or 1e-15 absolute) of it.
+    """
+    if delta_of(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, upper
+    while delta_of(hi) > delta:
+        lo, hi = hi, 2 * hi
+    while hi - lo > max(1e-12 * hi, 1e-15):
+        mid = (lo + hi) / 2
+        if delta_of(mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass(frozen=True, slots=True)
+class Gaussian:
+    r"""The Gaussian mechanism: add :math:`N(0, \sigma^2)` to a query of L2 sensitivity Δ.
+
+    It is exactly μ-GDP with μ = Δ/σ (DRS Thm 2.7), ρ-zCDP with ρ = μ²/2, and
+    (α, αρ)-RDP for every α > 1. Its (ε, δ) profile is exact (DRS Cor 2.13).
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation of the noise, finite and > 0.
+    sensitivity : float, default 1.0
+        L2 sensitivity Δ of the query, finite and > 0.
+
+    Raises
+    ------
+    ValueError, TypeError
+        If ``sigma`` or ``sensitivity`` is not a finite positive number.
+
+    Examples
+    --------
+    >>> g = Gaussian.calibrate(epsilon=1.0, delta=1e-6)
+    >>> round(g.sigma, 4), round(g.mu, 4)
+    (4.2247, 0.2367)
+    >>> round(g.epsilon(1e-6), 6)
+    1.0
+    >>> Gaussian(sigma=2.0).mu
+    0.5
+    """
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
+        object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
+
+    # -- constructors -----------------------------------------------------------------
+    @classmethod
+    def calibrate(
+        cls,
+        *,
+        epsilon: float,
+        delta: float,
+        sensitivity: float = 1.0,
+        method: Literal["analytic", "classic"] = "analytic",
+    ) -> Gaussian:
+        """The Gaussian mechanism meeting (ε, δ)-DP with the least noise.
+
+        ``method="analytic"`` (default) gives the smallest σ (Balle & Wang 2018);
+        ``"classic"`` gives Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth Thm A.1), valid only
+        for ε < 1 and always larger.
+        """
+        if method == "analytic":
+            sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)
+        elif method == "classic":
+            sigma = classic_gaussian_sigma(epsilon, delta, sensitivity)
+        else:
+            raise ValueError(invalid("method", "'analytic' or 'classic'", method))
+        return cls(sigma=sigma, sensitivity=sensitivity)
+
+    @classmethod
+    def from_mu(cls, mu: float, sensitivity: float = 1.0) -> Gaussian:
+        """The Gaussian mechanism that is exactly μ-GDP: σ = Δ/μ (DRS Thm 2.7)."""
+        mu = check_positive("mu", mu)
+        sensitivity = check_positive("sensitivity", sensitivity)
+        return cls(sigma=sensitivity / mu, sensitivity=sensitivity)
+
+    @classmethod
+    def from_rho(cls, rho: float, sensitivity: float = 1.0) -> Gaussian:
+        """The Gaussian mechanism that is exactly ρ-zCDP: σ = Δ/√(2ρ) (Bun & Steinke 2016)."""
+        rho = check_positive("rho", rho)
+        sensitivity = check_positive("sensitivity", sensitivity)
+        return cls(sigma=sensitivity / math.sqrt(2 * rho), sensitivity=sensitivity)
+
+    # -- privacy views ----------------------------------------------------------------
+    @property
+    def mu(self) -> float:
+        """μ of the tight μ-GDP guarantee, Δ/σ (DRS Thm 2.7)."""
+        return self.sensitivity / self.sigma
+
+    @property
+    def rho(self) -> float:
+        """ρ of the tight ρ-zCDP guarantee, Δ²/(2σ²) (Bun & Steinke 2016 Prop 1.6)."""
+        return self.mu**2 / 2
+
+    def rdp(self, order: float) -> float:
+        """Rényi divergence bound at ``order`` α > 1: αΔ²/(2σ²) (Mironov 2017 Prop 7)."""
+        return _check_order(order) * self.rho
+
+    def delta(self, epsilon: float) -> float:
+        """Exact smallest δ for (ε, δ)-DP at this ε (DRS Cor 2.13)."""
+        return gdp_delta(self.mu, epsilon)
+
+    def epsilon(self, delta: float) -> float:
+        """Exact smallest ε for (ε, δ)-DP at this δ (DRS Cor 2.13)."""
+        return gdp_epsilon(self.mu, delta)
+
+    def tradeoff(self, alpha: FloatOrArray) -> FloatOrArray:
+        """Trade-off function G_μ(α): least type II error at type I error α (DRS Def 2.6)."""
+        return gdp_tradeoff(self.mu, alpha)
+
+    # -- float-safe release -------------------------------------------------------------
+    def lattice(self, dim: int = 1) -> LatticeGaussian:
+        """The mechanism :meth:`release` actually runs on a ``dim``-dimensional value.
+
+        The grid step γ is the largest power of two with γ ≤ Δ/(250⌈√d⌉) and
+        γ ≤ σ/20, so the rounding costs under 1% of the variance (the sensitivity
+        grows by at most 0.4%, and the rounding error is at most (γ/2)² ≤ σ²/1600
+        per coordinate). The lattice noise σ_Z² is σ² scaled by the grown
+        sensitivity and rounded up, so the released mechanism's ρ is at most
+        :attr:`rho`.
+
+        Examples
+        --------
+        >>> lattice = Gaussian(sigma=4.0).lattice()
+        >>> lattice.gamma
+        0.00390625
+        >>> lattice.rho <= Gaussian(sigma=4.0).rho
+        True
+        """
+        dim = check_int("dim", dim, minimum=1)
+        root = _ceil_sqrt(dim)
+        _, exponent = math.frexp(min(self.sensitivity / (250 * root), self.sigma / 20))
+        gamma = math.ldexp(1.0, exponent - 1)
+        if gamma < 2.0**-1000:
+            raise ValueError(
+                invalid("sensitivity", "large enough for a normal-float release grid", self)
+            )
+        bound = LatticeGaussian.sensitivity_bound(self.sensitivity, gamma, dim)
+        # σ_Z ≥ σ·L/Δ makes L/σ_Z ≤ Δ/σ: the lattice mechanism's ρ is at most self.rho.
+        sigma2 = _round_up_dyadic((Fraction(self.sigma) * bound / Fraction(self.sensitivity)) ** 2)
+        return LatticeGaussian(gamma=gamma, sigma2=sigma2, dim=dim, sensitivity=self.sensitivity)
+
+    def release(
+        self, value: object, *, rng: RandomSource | None = None, work: FixedWork | None = None
+    ) -> FloatOrArray:
+        r"""Release a real scalar or vector with exact discrete noise on a grid, never float noise.
+
+        Rounds ``value`` to the grid γℤ, adds γ·N_Z(0, σ_Z²) per coordinate and
+        returns values on the grid (exact floats while |value/γ| + noise < 2**53).
+        The guarantee of what is released is that of :meth:`lattice` for the
+        value's size — its ρ is at most this mechanism's; use its
+        :meth:`~LatticeGaussian.epsilon` to report (ε, δ) for the release.
+        ``value`` must be the answer of a query with L2 sensitivity
+        :attr:`sensitivity`.
+
+        Raises
+        ------
+        TypeError
+            If ``value`` is not real-valued (strings, booleans, complex, objects).
+        ValueError
+            If ``value`` is empty, NaN or infinite, or too large for the grid.
+            Nothing is drawn.
+
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> g = Gaussian(sigma=4.0)
+        >>> out = g.release([1.25, 10.5], rng=ChaCha20Random(0))
+        >>> bool(np.all(out / g.lattice(2).gamma == np.round(out / g.lattice(2).gamma)))
+        True
+        """
+        constraint = "a finite real number or a non-empty array of them"
+        array = np.asarray(value)
+        if array.dtype == np.bool_ or not (
+            np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+        ):
+            raise TypeError(invalid("value", constraint, value))
+        array = array.astype(np.float64)
+        if array.size == 0 or not np.all(np.isfinite(array)):
+            raise ValueError(invalid("value", constraint, value))
+        lattice = self.lattice(array.size)
+        rng = check_rng(rng)
+        # γ is a power of two, so the division is exact and rint rounds to the nearest grid point.
+        index = np.rint(array / lattice.gamma)
+        largest = float(np.abs(index).max())
+        if largest >= _MAX_LATTICE_INDEX:
+            raise ValueError(
+                invalid(
+                    "value", f"below {_MAX_LATTICE_INDEX * lattice.gamma:g} in magnitude", value
+                )
+            )
+        noise = discrete_gaussian(lattice.sigma2, array.shape, rng=rng, work=work)
+        total = _add_integer_noise(index.astype(np.int64), noise)
+        released: npt.NDArray[np.float64] = np.asarray(total, dtype=np.float64) * lattice.gamma
+        if array.ndim == 0:
+            return float(released)
+        return released
+
+    # -- utility ----------------------------------------------------------------------
+    @property
+    def variance(self) -> float:
+        """Variance of the noise, σ²."""
+        return self.sigma**2
+
+    def confidence_interval(self, level: float, value: float = 0.0) -> Interval:
+        """Interval around ``value`` that holds the noise-free answer with probability ``level``.
+
+        Examples
+        --------
+        >>> ci = Gaussian(sigma=1.0).confidence_interval(0.95)
+        >>> round(ci.high, 4)
+        1.96
+        """
+        level = _check_level(level)
+        half = self.sigma * float(special.ndtri(0.5 + level / 2))
+        return Interval(value - half, value + half)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteGaussian:
+    r"""The discrete Gaussian mechanism: add :math:`N_\mathbb{Z}(0, \sigma^2)` to an integer query.
+
+    σ² is held exactly as a :class:`~fractions.Fraction`. With integer sensitivity
+    Δ the mechanism is Δ²/(2σ²)-zCDP (CKS Thm 4), and its (ε, δ) profile is exact
+    (CKS Thm 7). That profile is close to, but not the same as, the continuous
+    Gaussian's: for small σ² or in far tails it can be worse (e.g. σ² = 10/3,
+    ε = 10), so the discrete mechanism reports no μ-GDP parameter; use
+    :meth:`delta`, :meth:`epsilon` or :meth:`tradeoff`, which are exact.
+
+    Parameters
+    ----------
+    sigma2 : Fraction, int, float or str
+        The scale parameter σ² (the variance is slightly less, CKS Prop 21). Floats
+        are converted exactly; strings such as ``"25/4"`` are parsed exactly.
+    sensitivity : int, default 1
+        L2 sensitivity Δ of the integer-valued query, an integer ≥ 1.
+
+    Examples
+    --------
+    >>> dg = DiscreteGaussian("25/4")
+    >>> dg.sigma2
+    Fraction(25, 4)
+    >>> dg.rho
+    0.08
+    >>> round(dg.epsilon(1e-6), 4)
+    1.7775
+    """
+
+    sigma2: Fraction
+    sensitivity: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
+        object.__setattr__(
+            self, "sensitivity", check_int("sensitivity", self.sensitivity, minimum=1)
+        )
+
+    @classmethod
+    def calibrate(cls, *, epsilon: float, delta: float, sensitivity: int = 1) -> DiscreteGaussian:
+        """The smallest σ² on gaussdp's rational grid meeting (ε, δ) exactly (CKS Thm 7).
+
+        See :func:`gaussdp.privacy.discrete_gaussian_sigma2` for the grid.
+        """
+        sigma2 = discrete_gaussian_sigma2(epsilon, delta, sensitivity)
+        return cls(sigma2=sigma2, sensitivity=sensitivity)
+
+    @property
+    def sigma(self) -> float:
+        """√σ², the scale parameter as a float."""
+        return math.sqrt(self.sigma2)
+
+    @property
+    def rho(self) -> float:
+        """Δ²/(2σ²): the mechanism is ρ-zCDP (CKS Thm 4)."""
+        return float(Fraction(self.sensitivity**2) / (2 * self.sigma2))
+
+    def rdp(self, order: float) -> float:
+        """Rényi divergence bound at ``order`` α > 1: αρ (CKS Thm 4)."""
+        return _check_order(order) * self.rho
+
+    def delta(self, epsilon: float) -> float:
+        """Exact smallest δ at this ε (CKS Thm 7)."""
+        return discrete_gaussian_delta(self.sigma2, epsilon, self.sensitivity)
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest ε with :meth:`delta` ≤ δ, never under-reported (bisection on CKS Thm 7)."""
+        delta = check_delta("delta", delta)
+        # ρ-zCDP (CKS Thm 4) ⇒ (zcdp_epsilon(ρ, δ), δ)-DP (CKS Cor 13): a valid upper bracket.
+        upper = zcdp_epsilon(self.rho, delta)
+        return _smallest_epsilon(self.delta, delta, upper)
+
+    def tradeoff(self, alpha: float) -> float:
+        r"""Exact trade-off function T(N_Z(0,σ²), N_Z(Δ,σ²))(α).
+
+        The likelihood ratio of N_Z(Δ, σ²) to N_Z(0, σ²) increases in the output, so
+        by Neyman–Pearson the most powerful level-α test rejects the outputs
+        ≥ c and rejects c − 1 with the probability that uses up the level.
+        """
+        alpha = check_probability("alpha", alpha)
+        if alpha == 0.0:
+            return 1.0
+        if alpha == 1.0:
+            return 0.0
+        sf = self._sf
+        # Smallest integer c with P[Y >= c] = sf(c - 1) <= alpha (sf is non-increasing).
+        bound = math.ceil(40 * self.sigma) + self.sensitivity + 2
+        lo, hi = -bound, bound
+        while sf(lo - 1) <= alpha:
+            lo *= 2
+        while sf(hi - 1) > alpha:
+            hi *= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if sf(mid - 1) <= alpha:
+                hi = mid
+            else:
+                lo = mid
+        c = hi
+        pmf_edge = self.pmf(c - 1)
+        size_rest = float(sf(c - 1))
+        r = min(1.0, max(0.0, (alpha - size_rest) / pmf_edge)) if pmf_edge > 0 else 0.0
+        # β = Q[Y <= c - 2] + (1 - r) Q[Y = c - 1], with Q = N_Z(Δ, σ²) and symmetry of N_Z(0, σ²).
+        shift = c - 1 - self.sensitivity
+        below = float(sf(-(shift - 1) - 1))
+        return below + (1 - r) * self.pmf(shift)
+
+    def _sf(self, k: int) -> float:
+        return float(discrete_gaussian_sf(k, self.sigma2))
+
+    # -- sampling ---------------------------------------------------------------------
+    def sample(
+        self,
+        size: int | tuple[int, ...] | None = None,
+        *,
+        rng: RandomSource | None = None,
+        work: FixedWork | None = None,
+    ) -> IntOrArray:
+        """Exact draws of N_Z(0, σ²) (CKS §5 Alg 3, :func:`gaussdp.sampling.discrete_gaussian`).
+
+        ``size=None`` gives one Python int; otherwise an array of that shape
+        (int64, or Python ints when σ² > 2**80). ``rng=None`` uses the operating
+        system's CSPRNG; pass :class:`~gaussdp.random.ChaCha20Random` to replay.
+
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> DiscreteGaussian(4).sample(5, rng=ChaCha20Random(0))
+        array([ 0, -1, -4,  3, -2])
+        """
+        draw = discrete_gaussian(
+            self.sigma2, () if size is None else size, rng=check_rng(rng), work=work
+        )
+        return _sample(draw, size)
+
+    def release(
+        self, value: object, *, rng: RandomSource | None = None, work: FixedWork | None = None
+    ) -> IntOrArray:
+        """Add exact N_Z(0, σ²) noise to an integer answer (scalar or array), element-wise.
+
+        Each element must be a query with L2 sensitivity :attr:`sensitivity` for the
+        guarantee to hold; for a vector, use the vector's L2 sensitivity (CKS Thm 14).
+
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> DiscreteGaussian(4).release(100, rng=ChaCha20Random(0))
+        100
+        >>> DiscreteGaussian(4).release([10, 20, 30], rng=ChaCha20Random(0))
+        array([10, 19, 26])
+        """
+        values, scalar = _integer_values(value)
+        rng = check_rng(rng)
+        shape = () if scalar else np.shape(values)
+        return _add_integer_noise(
+            values, self.sample(None if scalar else shape, rng=rng, work=work)
+        )
+
+    def pmf(self, k: int) -> float:
+        """P[N_Z(0, σ²) = k] (exact normaliser, CKS Def 1)."""
+        return float(discrete_gaussian_pmf(k, self.sigma2))
+
+    @property
+    def variance(self) -> float:
+        """Variance of the noise, strictly below σ² (CKS Prop 21)."""
+        return float(discrete_gaussian_variance(self.sigma2))
+
+    def confidence_interval(self, level: float, value: int = 0) -> Interval:
+        """Smallest symmetric integer interval around ``value`` with coverage ≥ ``level``.
+
+        Examples
+        --------
+        >>> DiscreteGaussian(1).confidence_interval(0.95)
+        Interval(low=-2, high=2)
+        """
+        level = _check_level(level)
+        tail = (1 - level) / 2
+        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2, by doubling then bisection.
+        hi = max(1, math.ceil(self.sigma))
+        while self._sf(hi) > tail:
+            hi *= 2
+        lo = -1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._sf(mid) <= tail:
+                hi = mid
+            else:
+                lo = mid
+        return Interval(value - hi, value + hi)
+
+
+@dataclass(frozen=True, slots=True)
+class LatticeGaussian:
+    r"""What :meth:`Gaussian.release` releases: γ·(round(x/γ) + N_Z(0, σ_Z²)^d).
+
+    A real query x with L2 sensitivity Δ is rounded to the lattice γℤ^d, where
+    neighbouring answers differ by at most Δ/γ + √d in L2 norm (each rounding
+    moves a point by at most √d/2); for d = 1 the difference is an integer, at
+    most ⌊Δ/γ⌋ + 1. Independent discrete Gaussian noise per coordinate then gives
+    ρ = L²/(2σ_Z²) with L that bound (CKS Thm 14). For d = 1 the (ε, δ) profile is
+    exact (CKS Thm 7); for d > 1 it is the certified, slightly conservative
+    conversion from ρ-zCDP (CKS Cor 13).
+
+    Parameters
+    ----------
+    gamma : float
+        Grid step, a positive power of two.
+    sigma2 : Fraction
+        Noise scale σ_Z² in lattice units (the real-valued noise is γ times it).
+    dim : int
+        Number of coordinates released together, ≥ 1.
+    sensitivity : float
+        L2 sensitivity Δ of the real-valued query.
+
+    Examples
+    --------
+    >>> lattice = LatticeGaussian(gamma=2.0**-8, sigma2=Fraction(2**20), dim=1, sensitivity=1.0)
+    >>> lattice.lattice_sensitivity, lattice.effective_sensitivity
+    (Fraction(257, 1), 1.00390625)
+    """
+
+    gamma: float
+    sigma2: Fraction
+    dim: int
+    sensitivity: float
+
+    def __post_init__(self) -> None:
+        gamma = check_positive("gamma", self.gamma)
+        if math.frexp(gamma)[0] != 0.5:
+            raise ValueError(invalid("gamma", "a positive power of two", self.gamma))
+        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
+        object.__setattr__(self, "dim", check_int("dim", self.dim, minimum=1))
+        object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
+
+    @staticmethod
+    def sensitivity_bound(sensitivity: float, gamma: float, dim: int) -> Fraction:
+        """L2 distance bound, in lattice units, between rounded neighbouring answers."""
+        scaled = Fraction(sensitivity) / Fraction(gamma)
+        if dim == 1:
+            # |round(a) − round(b)| is an integer ≤ |a − b| + 1.
+            return Fraction(math.floor(scaled) + 1)
+        # ‖round(a) − round(b)‖₂ ≤ ‖a − b‖₂ + √d, and √d ≤ ⌈√d⌉.
+        return scaled + _ceil_sqrt(dim)
+
+    @property
+    def lattice_sensitivity(self) -> Fraction:
+        """L2 sensitivity of the rounded query in lattice units (an integer when d = 1)."""
+        return self.sensitivity_bound(self.sensitivity, self.gamma, self.dim)
+
+    @property
+    def effective_sensitivity(self) -> float:
+        """The same bound in the query's units: at most Δ + γ√d."""
+        return float(self.lattice_sensitivity * Fraction(self.gamma))
+
+    @property
+    def rho(self) -> float:
+        """ρ-zCDP of the release, L²/(2σ_Z²) (CKS Thm 14)."""
+        return float(self.lattice_sensitivity**2 / (2 * self.sigma2))
+
+    def delta(self, epsilon: float) -> float:
+        """δ at ε: exact for d = 1 (CKS Thm 7), via ρ-zCDP for d > 1 (CKS Cor 13)."""
+        if self.dim == 1:
+            return self._scalar().delta(epsilon)
+        return zcdp_delta(self.rho, epsilon)
+
+    def epsilon(self, delta: float) -> float:
+        """ε at δ: exact for d = 1 (CKS Thm 7), via ρ-zCDP for d > 1 (CKS Cor 13)."""
+        if self.dim == 1:
+            return self._scalar().epsilon(delta)
+        return zcdp_epsilon(self.rho, delta)
+
+    def _scalar(self) -> DiscreteGaussian:
+        return DiscreteGaussian(self.sigma2, int(self.lattice_sensitivity))
+
+    @property
+    def variance(self) -> float:
+        """Variance of the noise per coordinate, γ²·Var N_Z(0, σ_Z²), in the query's units."""
+        return self.gamma**2 * float(discrete_gaussian_variance(self.sigma2))
+
+    def confidence_interval(self, level: float, value: float = 0.0) -> Interval:
+        """Interval around a released ``value`` holding the rounded answer with prob. ``level``."""
+        noise = DiscreteGaussian(self.sigma2).confidence_interval(level)
+        return Interval(value + noise.low * self.gamma, value + noise.high * self.gamma)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteLaplace:
+    r"""The discrete Laplace mechanism: add noise with pmf ∝ e^{−|k|/t} to an integer query.
+
+    With integer L1 sensitivity Δ it is (Δ/t)-DP (CKS §4), hence (Δ/t)²/2-zCDP
+    (Bun & Steinke 2016 Prop 1.4). Its (ε, δ) profile below Δ/t is exact.
+
+    Parameters
+    ----------
+    scale : Fraction, int, float or str
+        The scale t > 0, held exactly.
+    sensitivity : int, default 1
+        L1 sensitivity Δ of the integer query, an integer ≥ 1.
+
+    Examples
+    --------
+    >>> dl = DiscreteLaplace(2)
+    >>> dl.pure_epsilon
+    0.5
+    >>> dl.delta(0.5)
+    0.0
+    """
+
+    scale: Fraction
+    sensitivity: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", check_fraction("scale", self.scale))
+        object.__setattr__(
+            self, "sensitivity", check_int("sensitivity", self.sensitivity, minimum=1)
+        )
+
+    @property
+    def pure_epsilon(self) -> float:
+        """Δ/t: the mechanism is (Δ/t, 0)-DP (CKS §4)."""
+        return float(Fraction(self.sensitivity) / self.scale)
+
+    @property
+    def rho(self) -> float:
+        """ε²/2 with ε = Δ/t: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4)."""
+        return self.pure_epsilon**2 / 2
+
+    def rdp(self, order: float) -> float:
+        """A Rényi divergence bound at ``order`` α > 1: min(αρ, ε) (Bun & Steinke 2016)."""
+        return min(_check_order(order) * self.rho, self.pure_epsilon)
+
+    def delta(self, epsilon: float) -> float:
+        """Exact smallest δ at this ε; 0 for ε ≥ Δ/t."""
+        return discrete_laplace_delta(self.scale, epsilon, self.sensitivity)
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest ε with :meth:`delta` ≤ δ, never under-reported (at most Δ/t)."""
+        delta = check_delta("delta", delta)
+        return _smallest_epsilon(self.delta, delta, self.pure_epsilon)
+
+    def pmf(self, k: int) -> float:
+        """P[noise = k] = tanh(1/(2t)) e^{−|k|/t}."""
+        return float(discrete_laplace_pmf(k, self.scale))
+
+    def sample(
+        self,
+        size: int | tuple[int, ...] | None = None,
+        *,
+        rng: RandomSource | None = None,
+        work: FixedWork | None = None,
+    ) -> IntOrArray:
+        """Exact draws (CKS §5 Alg 2, :func:`gaussdp.sampling.discrete_laplace`).
+
+        ``size=None`` gives one Python int; otherwise an array of that shape.
+
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> DiscreteLaplace(3).sample(4, rng=ChaCha20Random(0)).shape
+        (4,)
+        """
+        draw = discrete_laplace(
+            self.scale, () if size is None else size, rng=check_rng(rng), work=work
+        )
+        return _sample(draw, size)
+
+    def release(
+        self, value: object, *, rng: RandomSource | None = None, work: FixedWork | None = None
+    ) -> IntOrArray:
+        """Add exact discrete Laplace noise to an integer answer (scalar or array)."""
+        values, scalar = _integer_values(value)
+        rng = check_rng(rng)
+        shape = () if scalar else np.shape(values)
+        return _add_integer_noise(
+            values, self.sample(None if scalar else shape, rng=rng, work=work)
+        )
+
+    @property
+    def variance(self) -> float:
+        """Variance of the noise, 2e^{−1/t}/(1 − e^{−1/t})² (CKS §4)."""
+        return float(discrete_laplace_variance(self.scale))
+
+
+@dataclass(frozen=True, slots=True)
+class Laplace:
+    r"""The continuous Laplace mechanism, as an accounting event and for comparisons.
+
+    gaussdp never releases floating-point noise: use :class:`DiscreteLaplace` to
+    release values. This object describes Lap(b) noise on a query of L1
+    sensitivity Δ, which is (Δ/b)-DP with the exact profile
+    δ(ε) = max(0, 1 − e^{(ε − Δ/b)/2}).
+
+    Examples
+    --------
+    >>> Laplace(scale=1.0).delta(0.0)
+    0.3934693402873666
+    """
+
+    scale: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", check_positive("scale", self.scale))
+        object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
+
+    @property
+    def pure_epsilon(self) -> float:
+        """Δ/b: the mechanism is (Δ/b, 0)-DP (Dwork & Roth Thm 3.6)."""
+        return self.sensitivity / self.scale
+
+    @property
+    def rho(self) -> float:
+        """ε²/2 with ε = Δ/b (Bun & Steinke 2016 Prop 1.4)."""
+        return self.pure_epsilon**2 / 2
+
+    def delta(self, epsilon: float) -> float:
+        """Exact smallest δ at this ε: 1 − e^{(ε − ε₀)/2} for ε < ε₀ = Δ/b, else 0.
+
+        The privacy loss of Lap(0, b) against Lap(Δ, b) is (|y − Δ| − |y|)/b;
+        integrating max(0, p(y) − e^ε p'(y)) gives this closed form.
+        """
+        epsilon = check_epsilon("epsilon", epsilon)
+        if epsilon >= self.pure_epsilon:
+            return 0.0
+        return -math.expm1((epsilon - self.pure_epsilon) / 2)
+
+    def epsilon(self, delta: float) -> float:
+        """Exact smallest ε at this δ: max(0, ε₀ + 2 ln(1 − δ))."""
+        delta = check_delta("delta", delta)
+        return max(0.0, self.pure_epsilon + 2 * math.log1p(-delta))
+
+    @property
+    def variance(self) -> float:
+        """Variance of the noise, 2b²."""
+        return 2 * self.scale**2

@@ -1,0 +1,171 @@
+"""Sampling and releasing through the mechanism objects: exact noise, float-safe grids."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gaussdp import DiscreteGaussian, DiscreteLaplace, Gaussian, LatticeGaussian
+from gaussdp.privacy import discrete_gaussian_variance, zcdp_epsilon
+from gaussdp.random import ChaCha20Random, RandomSource
+
+# Two-sided z-test at false-alarm rate α = 1e-6 per test: critical value Φ⁻¹(1 − 5e-7).
+Z_CRITICAL = 4.8916
+
+
+class CountingRandom(RandomSource):
+    """A ChaCha20 stream that counts the bytes it hands out."""
+
+    def __init__(self, seed: int) -> None:
+        self.inner = ChaCha20Random(seed)
+        self.drawn = 0
+
+    def random_bytes(self, n: int) -> bytes:
+        self.drawn += n
+        return self.inner.random_bytes(n)
+
+
+class TestDiscreteSampling:
+    def test_sample_shapes_and_scalars(self) -> None:
+        dg = DiscreteGaussian(9)
+        one = dg.sample(rng=ChaCha20Random(1))
+        assert isinstance(one, int)
+        assert dg.sample((2, 3), rng=ChaCha20Random(1)).shape == (2, 3)
+        assert isinstance(DiscreteLaplace(2).sample(rng=ChaCha20Random(1)), int)
+
+    def test_release_adds_exactly_the_sampled_noise(self) -> None:
+        for mechanism in (DiscreteGaussian(9), DiscreteLaplace(3)):
+            values = np.array([5, -7, 1_000_000])
+            noise = mechanism.sample(3, rng=ChaCha20Random(42))
+            released = mechanism.release(values, rng=ChaCha20Random(42))
+            assert np.array_equal(released, values + noise)
+            scalar_noise = mechanism.sample(rng=ChaCha20Random(7))
+            assert isinstance(scalar_noise, int)
+            assert mechanism.release(10, rng=ChaCha20Random(7)) == 10 + scalar_noise
+
+    def test_release_keeps_huge_integers_exact(self) -> None:
+        big = 2**70 + 3
+        released = DiscreteGaussian(1).release([big, -big], rng=ChaCha20Random(0))
+        noise = DiscreteGaussian(1).sample(2, rng=ChaCha20Random(0))
+        assert list(released) == [big + int(noise[0]), -big + int(noise[1])]
+        near_limit = np.array([2**63 - 1], dtype=np.uint64)
+        wide = DiscreteGaussian(4).release(near_limit, rng=ChaCha20Random(0))
+        assert wide[0] - (2**63 - 1) == DiscreteGaussian(4).sample(1, rng=ChaCha20Random(0))[0]
+
+    @pytest.mark.parametrize(
+        ("value", "error"),
+        [
+            (1.5, TypeError),
+            (np.array([1.0, 2.0]), TypeError),
+            (True, TypeError),
+            ("3", TypeError),
+            ([1, "a"], TypeError),
+        ],
+    )
+    def test_release_refuses_non_integers_and_draws_nothing(
+        self, value: object, error: type[Exception]
+    ) -> None:
+        rng = CountingRandom(0)
+        with pytest.raises(error, match="^value must be an integer or an array of integers"):
+            DiscreteGaussian(4).release(value, rng=rng)
+        assert rng.drawn == 0
+
+    def test_bare_int_seed_is_refused(self) -> None:
+        with pytest.raises(TypeError, match="ChaCha20Random"):
+            DiscreteGaussian(4).sample(3, rng=7)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="ChaCha20Random"):
+            DiscreteGaussian(4).release(3, rng=7)  # type: ignore[arg-type]
+
+
+class TestGaussianRelease:
+    @pytest.mark.parametrize(
+        ("sigma", "sensitivity", "dim"),
+        [(4.0, 1.0, 1), (0.3, 1.0, 1), (2.0, 5.0, 10), (100.0, 1.0, 1000)],
+    )
+    def test_lattice_accounts_for_the_rounding(
+        self, sigma: float, sensitivity: float, dim: int
+    ) -> None:
+        g = Gaussian(sigma=sigma, sensitivity=sensitivity)
+        lattice = g.lattice(dim)
+        gamma = lattice.gamma
+        assert math.frexp(gamma)[0] == 0.5  # a power of two
+        root = math.ceil(math.sqrt(dim))
+        if dim == 1:
+            # Rounded neighbours differ by an integer at most ⌊Δ/γ⌋ + 1.
+            assert lattice.lattice_sensitivity == math.floor(sensitivity / gamma) + 1
+        else:
+            assert lattice.lattice_sensitivity == Fraction(sensitivity) / Fraction(gamma) + root
+        # The effective sensitivity grows by at most γ√d (γ⌈√d⌉ with the integer bound).
+        assert sensitivity < lattice.effective_sensitivity <= sensitivity + gamma * root
+        # The released mechanism's ρ is at most the mechanism's, and within 1% of it.
+        assert g.rho * 0.99 < lattice.rho <= g.rho
+        # The rounding costs under 1% of the variance (noise growth + worst rounding error).
+        assert (lattice.variance + (gamma / 2) ** 2) / g.variance < 1.01
+
+    def test_scalar_release_privacy_is_exact_and_close_to_the_continuous(self) -> None:
+        g = Gaussian.calibrate(epsilon=1.0, delta=1e-6)
+        lattice = g.lattice(1)
+        exact = DiscreteGaussian(lattice.sigma2, int(lattice.lattice_sensitivity))
+        assert lattice.epsilon(1e-6) == exact.epsilon(1e-6)
+        assert lattice.epsilon(1e-6) == pytest.approx(1.0, rel=1e-3)
+        assert lattice.delta(1.0) == exact.delta(1.0)
+
+    def test_vector_release_privacy_is_certified_through_zcdp(self) -> None:
+        lattice = Gaussian(sigma=3.0).lattice(16)
+        assert lattice.epsilon(1e-6) == zcdp_epsilon(lattice.rho, 1e-6)
+
+    def test_released_values_lie_on_the_grid(self) -> None:
+        g = Gaussian(sigma=0.7, sensitivity=2.0)
+        value = np.array([0.1, -3.3333, 1e6, 17.0])
+        out = g.release(value, rng=ChaCha20Random(3))
+        assert isinstance(out, np.ndarray)
+        steps = out / g.lattice(4).gamma
+        assert np.array_equal(steps, np.round(steps))
+        scalar = g.release(2.5, rng=ChaCha20Random(3))
+        assert isinstance(scalar, float)
+        assert (scalar / g.lattice(1).gamma).is_integer()
+
+    def test_noise_has_the_lattice_distribution(self) -> None:
+        g = Gaussian(sigma=1.5)
+        n = 200_000
+        value = np.full(n, 0.3)
+        lattice = g.lattice(n)
+        noise = g.release(value, rng=ChaCha20Random(11)) - np.rint(value / lattice.gamma) * (
+            lattice.gamma
+        )
+        variance = lattice.variance
+        assert variance == pytest.approx(
+            lattice.gamma**2 * discrete_gaussian_variance(lattice.sigma2), rel=1e-15
+        )
+        # Mean: z = mean / sqrt(var / n); second moment: fourth moment of a near-normal is 3σ⁴.
+        assert abs(float(noise.mean())) / math.sqrt(variance / n) < Z_CRITICAL
+        second = float(np.mean(noise**2))
+        assert abs(second - variance) / math.sqrt(2 * variance**2 / n) < Z_CRITICAL
+
+    @pytest.mark.parametrize(
+        ("value", "error", "message"),
+        [
+            (float("nan"), ValueError, "value must be a finite real number"),
+            ([1.0, float("inf")], ValueError, "value must be a finite real number"),
+            ([], ValueError, "value must be a finite real number"),
+            ("1.0", TypeError, "value must be a finite real number"),
+            (True, TypeError, "value must be a finite real number"),
+            (1e300, ValueError, "value must be below"),
+        ],
+    )
+    def test_bad_values_draw_nothing(
+        self, value: object, error: type[Exception], message: str
+    ) -> None:
+        rng = CountingRandom(0)
+        with pytest.raises(error, match=f"^{message}"):
+            Gaussian(sigma=1.0).release(value, rng=rng)
+        assert rng.drawn == 0
+
+    def test_lattice_validation(self) -> None:
+        with pytest.raises(ValueError, match="^gamma must be a positive power of two, got 0.3$"):
+            LatticeGaussian(gamma=0.3, sigma2=Fraction(1), dim=1, sensitivity=1.0)
+        with pytest.raises(ValueError, match="^dim must be an integer >= 1, got 0$"):
+            Gaussian(sigma=1.0).lattice(0)
