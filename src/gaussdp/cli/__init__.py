@@ -1,0 +1,26 @@
+"""The ``gaussdp`` command.
+
+Each subcommand lives in its own module and registers itself on :data:`app`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gaussdp.cli import calibrate
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="gaussdp",
+    help=(
+        "The Gaussian mechanism of differential privacy, exact from calibration to release.\n\n"
+        "Calibrate noise for an (ε, δ) target, convert between the (ε, δ), μ-GDP, ρ-zCDP "
+        "and σ views of one mechanism."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+calibrate.register(app)
