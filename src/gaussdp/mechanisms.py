@@ -112,6 +112,19 @@ def _integer_values(value: object) -> tuple[IntOrArray, bool]:
     return array.astype(np.int64), False
 
 
+def _release_integers(
+    sample: Callable[..., IntOrArray],
+    value: object,
+    rng: RandomSource | None,
+    work: FixedWork | None,
+) -> IntOrArray:
+    """Validate an integer answer, then add ``sample``'s noise of the same shape to it."""
+    values, scalar = _integer_values(value)
+    source = check_rng(rng)
+    noise = sample(None if scalar else np.shape(values), rng=source, work=work)
+    return _add_integer_noise(values, noise)
+
+
 def _add_integer_noise(values: IntOrArray, noise: IntOrArray) -> IntOrArray:
     """Exact integer addition, widening to Python ints where int64 could overflow."""
     if isinstance(values, int):
@@ -539,12 +552,7 @@ class DiscreteGaussian:
         >>> DiscreteGaussian(4).release([10, 20, 30], rng=ChaCha20Random(0))
         array([10, 19, 26])
         """
-        values, scalar = _integer_values(value)
-        rng = check_rng(rng)
-        shape = () if scalar else np.shape(values)
-        return _add_integer_noise(
-            values, self.sample(None if scalar else shape, rng=rng, work=work)
-        )
+        return _release_integers(self.sample, value, rng, work)
 
     def pmf(self, k: int) -> float:
         """P[N_Z(0, σ²) = k] (exact normaliser, CKS Def 1)."""
@@ -759,12 +767,7 @@ class DiscreteLaplace:
         self, value: object, *, rng: RandomSource | None = None, work: FixedWork | None = None
     ) -> IntOrArray:
         """Add exact discrete Laplace noise to an integer answer (scalar or array)."""
-        values, scalar = _integer_values(value)
-        rng = check_rng(rng)
-        shape = () if scalar else np.shape(values)
-        return _add_integer_noise(
-            values, self.sample(None if scalar else shape, rng=rng, work=work)
-        )
+        return _release_integers(self.sample, value, rng, work)
 
     @property
     def variance(self) -> float:
