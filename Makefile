@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test java clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,15 +15,18 @@ $(BIN)/python:
 
 demo: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable .
-	$(BIN)/gaussdp calibrate --epsilon 1 --delta 1e-6
-	$(BIN)/gaussdp convert --mu 1 --delta 1e-5
+	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
-test: $(BIN)/python
-	$(BIN)/python -m pip install --quiet --editable ".[dev]"
+test: $(BIN)/python java
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark]"
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+# Spark (the `spark` extra, tested in local mode) needs a Java runtime, 17 or newer.
+java:
+	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

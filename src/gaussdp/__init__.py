@@ -1,7 +1,9 @@
 """gaussdp: the Gaussian mechanism of differential privacy, exact from calibration to release.
 
-The top level holds the objects most users need: the mechanisms and the errors.
-The mathematics is in :mod:`gaussdp.privacy`.
+The top level holds the objects most users need: the mechanisms, the table
+release with its budget and ledger, and the errors. The mathematics is in
+:mod:`gaussdp.privacy`, accounting in :mod:`gaussdp.accounting`, the exact
+samplers in :mod:`gaussdp.sampling`.
 
 Examples
 --------
@@ -13,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, MissingExtraError
 from gaussdp.mechanisms import (
     DiscreteGaussian,
@@ -22,8 +25,10 @@ from gaussdp.mechanisms import (
     Laplace,
     LatticeGaussian,
 )
+from gaussdp.release import Ledger, Release
 
 __all__ = [
+    "Budget",
     "BudgetExceededError",
     "DiscreteGaussian",
     "DiscreteLaplace",
@@ -31,7 +36,9 @@ __all__ = [
     "Interval",
     "Laplace",
     "LatticeGaussian",
+    "Ledger",
     "MissingExtraError",
+    "Release",
 ]
 
 __version__ = "0.1.0.dev0"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gaussdp.cli import calibrate
+from gaussdp.cli import calibrate, release
 
 __all__ = ["app"]
 
@@ -15,8 +15,9 @@ app = typer.Typer(
     name="gaussdp",
     help=(
         "The Gaussian mechanism of differential privacy, exact from calibration to release.\n\n"
-        "Calibrate noise for an (ε, δ) target, convert between the (ε, δ), μ-GDP, ρ-zCDP "
-        "and σ views of one mechanism."
+        "Release private statistics from a table, calibrate noise for an (ε, δ) target, "
+        "convert between the (ε, δ), μ-GDP, ρ-zCDP and σ views of one mechanism, and keep "
+        "a budget ledger that cannot be overspent."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -24,3 +25,4 @@ app = typer.Typer(
 )
 
 calibrate.register(app)
+release.register(app)

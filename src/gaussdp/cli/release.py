@@ -1,0 +1,217 @@
+"""``gaussdp release`` (the main job) and ``gaussdp ledger init|show``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gaussdp.budget import Budget
+from gaussdp.cli._output import console, error_console, fail, format_value
+from gaussdp.errors import BudgetExceededError
+
+__all__ = ["register"]
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+]
+
+
+def _report_table(report: dict[str, Any]) -> Table:
+    table = Table(title="privacy report", show_header=True, header_style="bold")
+    for name in ("query", "by", "part", "sensitivity", "γ", "σ", "ρ", "μ", "δ", "τ"):
+        table.add_column(name, justify="left" if name in ("query", "by", "part") else "right")
+    for c in report["costs"]:
+        table.add_row(
+            c["query"],
+            ", ".join(c["by"]) or "—",
+            c["part"],
+            format_value(c["sensitivity"]),
+            format_value(c["gamma"]),
+            format_value(c["sigma"]),
+            format_value(c["rho"]),
+            format_value(c["mu"]),
+            format_value(c["delta"]) if c["delta"] else "—",
+            format_value(c["threshold"]),
+        )
+    eps = report["epsilon"]
+    table.caption = (
+        f"total ρ = {report['rho']:.6g} (μ = √(2ρ) = {report['mu']:.6g}); "
+        f"selection δ = {report['selection_delta']:.3g}; "
+        + (f"ε = {eps:.6g} at δ = {report['delta']:.3g}" if eps is not None else "no δ given")
+        + f"; budget {Budget(**report['budget'])}\n{report['accounting']}"
+    )
+    return table
+
+
+def _frame_table(frame: Any) -> Table:
+    table = Table(title="release", show_header=True, header_style="bold")
+    for column in frame.columns:
+        table.add_column(
+            str(column),
+            justify="right" if column in ("value", "std", "ci_low", "ci_high") else "left",
+        )
+    for row in frame.itertuples(index=False):
+        table.add_row(*[_cell(v) for v in row])
+    return table
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return format_value(value)
+
+
+def release_command(
+    spec: Annotated[
+        Path, typer.Argument(help="The TOML spec: privacy unit, budget, bounds, queries.")
+    ],
+    data: Annotated[
+        str,
+        typer.Option("--data", help="CSV or Parquet file (or, with --engine spark, a table name)."),
+    ],
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="duckdb (default) or spark; overrides the spec.")
+    ] = None,
+    ledger: Annotated[
+        Path | None,
+        typer.Option("--ledger", help="A budget ledger to spend from (gaussdp ledger init)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the results to this CSV file.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Release private statistics from a table, as a TOML spec describes.
+
+    Bounds each person's contribution inside the engine, adds exact discrete
+    Gaussian noise, prints the values with their noise std and confidence
+    intervals, and the privacy report.
+    """
+    from gaussdp.release import Ledger, load_spec, release_from_spec
+
+    try:
+        parsed = load_spec(spec)
+        release = release_from_spec(parsed, data, engine=engine)
+        book = Ledger(ledger) if ledger is not None else None
+        with error_console.status(f"bounding and aggregating on {release.engine}…"):
+            result = release.run(ledger=book, label=f"{spec.name} on {data}")
+    except BudgetExceededError as error:
+        error_console.print(f"[bold red]refused:[/] {error}", highlight=False)
+        raise typer.Exit(code=3) from None
+    except (ValueError, TypeError, OSError) as error:
+        fail(str(error))
+    report = result.report.to_dict()
+    if out is not None:
+        result.frame.to_csv(out, index=False)
+    if as_json:
+        payload = {
+            "results": json.loads(result.frame.to_json(orient="records")),
+            "report": report,
+        }
+        typer.echo(json.dumps(payload, indent=2, default=str))
+        return
+    console.print(_frame_table(result.frame))
+    console.print(_report_table(report))
+    if out is not None:
+        console.print(f"results written to {out}")
+
+
+ledger_app = typer.Typer(
+    help="A persistent privacy budget (SQLite) that cannot be overspent.", no_args_is_help=True
+)
+
+
+@ledger_app.command("init")
+def ledger_init(
+    path: Annotated[Path, typer.Argument(help="The ledger file to create.")],
+    epsilon: Annotated[float | None, typer.Option("--epsilon", "-e", help="Total ε.")] = None,
+    delta: Annotated[float | None, typer.Option("--delta", "-d", help="Total δ.")] = None,
+    rho: Annotated[float | None, typer.Option("--rho", help="Total ρ (zCDP).")] = None,
+    mu: Annotated[float | None, typer.Option("--mu", help="Total μ (GDP).")] = None,
+) -> None:
+    """Create a ledger holding a total budget."""
+    from gaussdp.release import Ledger
+
+    if path.exists():
+        fail(f"ledger must be a new file, got {str(path)!r} (it exists)")
+    try:
+        Ledger(path, total=Budget(epsilon=epsilon, delta=delta, rho=rho, mu=mu))
+    except (ValueError, TypeError, OSError) as error:
+        fail(str(error))
+    console.print(f"created {path}")
+
+
+@ledger_app.command("show")
+def ledger_show(
+    path: Annotated[Path, typer.Argument(help="The ledger file.")],
+    as_json: JsonOption = False,
+) -> None:
+    """List what was spent, by whom, when, on what — and what remains."""
+    from gaussdp.release import Ledger
+
+    try:
+        book = Ledger(path)
+        entries = book.entries()
+        spent_rho, spent_delta = book.spent_rho, book.spent_delta
+        eps = book.epsilon_spent
+        remaining = book.remaining_rho
+    except (ValueError, TypeError, OSError) as error:
+        fail(str(error))
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "total": book.total.as_dict(),
+                    "spent": {"rho": spent_rho, "delta": spent_delta, "epsilon": eps},
+                    "remaining_rho": remaining,
+                    "entries": [
+                        {
+                            "id": e.id,
+                            "status": e.status,
+                            "rho": e.rho,
+                            "mu": e.mu,
+                            "delta": e.delta,
+                            "label": e.label,
+                            "who": e.who,
+                            "reserved_at": e.reserved_at,
+                            "committed_at": e.committed_at,
+                        }
+                        for e in entries
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"ledger {path}", show_header=True, header_style="bold")
+    for name in ("id", "status", "ρ", "μ", "δ", "what", "who", "reserved", "committed"):
+        table.add_column(name)
+    for e in entries:
+        table.add_row(
+            str(e.id),
+            e.status,
+            format_value(e.rho),
+            format_value(e.mu),
+            format_value(e.delta),
+            e.label,
+            e.who,
+            e.reserved_at,
+            e.committed_at or "—",
+        )
+    table.caption = (
+        f"total {book.total}; spent ρ = {spent_rho:.6g}, δ = {spent_delta:.3g}"
+        + (f", ε = {eps:.6g} at δ = {book.total.delta:.3g}" if eps is not None else "")
+        + f"; remaining ρ = {remaining:.6g}"
+    )
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``release`` and the ``ledger`` sub-app to ``app``."""
+    app.command("release")(release_command)
+    app.add_typer(ledger_app, name="ledger")

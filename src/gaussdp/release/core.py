@@ -1,0 +1,699 @@
+"""The :class:`Release` builder, its run, and what a run returns."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gaussdp._validation import check_int, check_positive, check_probability
+from gaussdp.budget import Budget
+from gaussdp.errors import invalid
+from gaussdp.mechanisms import DiscreteGaussian
+from gaussdp.random import RandomSource, check_rng
+from gaussdp.release import _noise
+from gaussdp.release.engines import open_engine
+from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
+from gaussdp.release.queries import KeyTuple, Query, key_tuples
+from gaussdp.release.sql import grouping_sql
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gaussdp.release.ledger import Ledger
+
+__all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCost:
+    """The noise and privacy cost of one query (or of one partition selection).
+
+    ``sigma`` is the noise scale in the statistic's units (γ·√σ²); ``sensitivity``
+    the L2 sensitivity in the same units (grid rounding included); ``rho`` the
+    zCDP cost; ``mu`` = √(2ρ), the μ of a continuous Gaussian with that ρ;
+    ``delta`` is nonzero only for partition selection.
+    """
+
+    query: str
+    by: tuple[str, ...]
+    part: str
+    sensitivity: float
+    gamma: float
+    sigma: float
+    rho: float
+    mu: float
+    delta: float = 0.0
+    threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyReport:
+    """What a release spends, known before any data are read.
+
+    Attributes
+    ----------
+    costs : tuple of QueryCost
+        One entry per noisy part (a mean has a sum and a count part).
+    rho : float
+        Total ρ: ρ's add under composition (Bun & Steinke 2016 Lemma 2.3).
+    mu : float
+        √(2ρ) = √Σμᵢ²: the composed μ in Gaussian bookkeeping.
+    selection_delta : float
+        δ spent by private partition selection (0 with public keys).
+    delta : float or None
+        The run's δ (the budget's).
+    epsilon : float or None
+        ε at ``delta``: ρ-zCDP converted at δ − ``selection_delta`` (CKS Cor 13),
+        an upper bound that holds for the exact discrete noise actually drawn.
+    budget : Budget
+        The budget the release was planned against.
+    """
+
+    costs: tuple[QueryCost, ...]
+    rho: float
+    mu: float
+    selection_delta: float
+    delta: float | None
+    epsilon: float | None
+    budget: Budget
+    mechanism: str = "discrete Gaussian (exact sampling, CKS Alg 3)"
+    accounting: str = (
+        "rho-zCDP per part (CKS Thm 4/14), added over parts; partition selection as "
+        "approximate zCDP (Bun & Steinke 2016 Lemma 8.3); epsilon at delta by CKS Cor 13"
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {
+            "mechanism": self.mechanism,
+            "accounting": self.accounting,
+            "budget": self.budget.as_dict(),
+            "rho": self.rho,
+            "mu": self.mu,
+            "selection_delta": self.selection_delta,
+            "delta": self.delta,
+            "epsilon": self.epsilon,
+            "costs": [
+                {
+                    "query": c.query,
+                    "by": list(c.by),
+                    "part": c.part,
+                    "sensitivity": c.sensitivity,
+                    "gamma": c.gamma,
+                    "sigma": c.sigma,
+                    "rho": c.rho,
+                    "mu": c.mu,
+                    "delta": c.delta,
+                    "threshold": c.threshold,
+                }
+                for c in self.costs
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """A finished release: the noisy table, the privacy report and the SQL that bounded the data.
+
+    ``frame`` has one row per released value: the group columns (user names,
+    empty for groups a query does not use), ``bin`` for histograms,
+    ``statistic``, ``value``, ``std`` (noise standard deviation; for means a
+    delta-method approximation), ``ci_low``/``ci_high`` (an interval that holds
+    the noise-free value of the *bounded* query with probability ≥ the
+    release's ``confidence``).
+    """
+
+    frame: pd.DataFrame
+    report: PrivacyReport
+    sql: tuple[str, ...]
+
+
+def _norm_key(value: object) -> str:
+    """Match public keys to engine values: ints and integral floats alike, dates ISO."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, _dt.date | _dt.datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _bin_label(edges: tuple[float, ...], j: int) -> str:
+    close = "]" if j == len(edges) - 2 else ")"
+    return f"[{edges[j]:g}, {edges[j + 1]:g}{close}"
+
+
+class Release:
+    """A declarative differentially private release over one table.
+
+    Build it with :meth:`count`, :meth:`sum`, :meth:`mean`, :meth:`histogram`,
+    :meth:`vector_sum`, :meth:`vector_mean` (each returns the release, so calls
+    chain), inspect :attr:`report` (known before the data are read), then
+    :meth:`run`.
+
+    Parameters
+    ----------
+    source : str, path, DataFrame or table
+        A CSV or Parquet path, a pandas/polars/Arrow frame, or (engine
+        ``'spark'``) a Spark DataFrame or table name.
+    privacy_unit : str
+        The column identifying a person (all their rows are protected together).
+        Rows whose privacy unit is NULL are dropped.
+    budget : Budget
+        What this release may spend.
+    max_groups_per_unit : int
+        L0 ≥ 1: a unit contributes to at most this many groups of each grouped
+        query (chosen uniformly at random among its groups).
+    max_rows_per_group : int
+        L∞ ≥ 1: a unit's rows in one group count at most this many times
+        (counts capped, sums rescaled to this many rows).
+    engine : {'duckdb', 'spark'}
+        Where the bounding and aggregation run. Default DuckDB.
+    confidence : float
+        Level of the reported intervals, in (0, 1). Default 0.95.
+    selection_delta : float, optional
+        δ for private partition selection (default: half the budget's δ).
+    selection_weight : float
+        Budget weight of each private partition selection relative to a query's
+        (default 1).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from gaussdp.random import ChaCha20Random
+    >>> visits = pd.DataFrame({"user": [1, 1, 2, 3], "day": ["mon", "tue", "mon", "mon"],
+    ...                        "minutes": [10.0, 30.0, 5.0, 50.0]})
+    >>> release = (Release(visits, privacy_unit="user", budget=Budget(epsilon=1.0, delta=1e-6),
+    ...                    max_groups_per_unit=2, max_rows_per_group=1)
+    ...            .count(by="day", keys=["mon", "tue", "wed"])
+    ...            .mean("minutes", bounds=(0, 60)))
+    >>> round(release.report.epsilon, 6) <= 1.0
+    True
+    >>> result = release.run(rng=ChaCha20Random(7))
+    >>> list(result.frame.columns)
+    ['day', 'statistic', 'value', 'std', 'ci_low', 'ci_high']
+    >>> list(result.frame["statistic"])
+    ['count', 'count', 'count', 'mean(minutes)']
+    """
+
+    def __init__(
+        self,
+        source: object,
+        *,
+        privacy_unit: str,
+        budget: Budget,
+        max_groups_per_unit: int,
+        max_rows_per_group: int,
+        engine: str = "duckdb",
+        confidence: float = 0.95,
+        selection_delta: float | None = None,
+        selection_weight: float = 1.0,
+    ) -> None:
+        if not isinstance(privacy_unit, str) or not privacy_unit:
+            raise TypeError(invalid("privacy_unit", "a column name (str)", privacy_unit))
+        if not isinstance(budget, Budget):
+            raise TypeError(invalid("budget", "a gaussdp.Budget", budget))
+        if engine not in ("duckdb", "spark"):
+            raise ValueError(invalid("engine", "'duckdb' or 'spark'", engine))
+        self.source = source
+        self.privacy_unit = privacy_unit
+        self.budget = budget
+        self.max_groups_per_unit = check_int("max_groups_per_unit", max_groups_per_unit, minimum=1)
+        self.max_rows_per_group = check_int("max_rows_per_group", max_rows_per_group, minimum=1)
+        self.engine = engine
+        self.confidence = check_probability("confidence", confidence, open_interval=True)
+        self.selection_delta = (
+            None
+            if selection_delta is None
+            else check_probability("selection_delta", selection_delta, open_interval=True)
+        )
+        self.selection_weight = check_positive("selection_weight", selection_weight)
+        self._queries: list[Query] = []
+
+    # -- building ---------------------------------------------------------------------
+    @property
+    def queries(self) -> tuple[Query, ...]:
+        """The queries added so far."""
+        return tuple(self._queries)
+
+    def add(self, query: Query) -> Release:
+        """Add a :class:`Query`; returns the release."""
+        if not isinstance(query, Query):
+            raise TypeError(invalid("query", "a gaussdp.release.Query", query))
+        self._queries.append(query)
+        return self
+
+    @staticmethod
+    def _by(by: str | Sequence[str] | None) -> tuple[str, ...]:
+        if by is None:
+            return ()
+        if isinstance(by, str):
+            return (by,)
+        return tuple(by)
+
+    def count(
+        self,
+        by: str | Sequence[str] | None = None,
+        *,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Count rows (each unit's rows per group capped at ``max_rows_per_group``)."""
+        keys_t = key_tuples(keys)
+        return self.add(Query("count", (), self._by(by), keys=keys_t, weight=weight))
+
+    def sum(
+        self,
+        column: str,
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Sum ``column`` with each value clamped to ``bounds`` (required, never from the data)."""
+        keys_t = key_tuples(keys)
+        return self.add(
+            Query("sum", (column,), self._by(by), bounds=bounds, keys=keys_t, weight=weight)
+        )
+
+    def mean(
+        self,
+        column: str,
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Mean of ``column`` clamped to ``bounds``: a noisy sum over a noisy count."""
+        keys_t = key_tuples(keys)
+        return self.add(
+            Query("mean", (column,), self._by(by), bounds=bounds, keys=keys_t, weight=weight)
+        )
+
+    def histogram(
+        self,
+        column: str,
+        *,
+        bins: Sequence[float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Rows per bin of ``column`` (edges ``bins``; values outside go to the end bins)."""
+        keys_t = key_tuples(keys)
+        return self.add(
+            Query(
+                "histogram",
+                (column,),
+                self._by(by),
+                bins=tuple(bins),
+                keys=keys_t,
+                weight=weight,
+            )
+        )
+
+    def vector_sum(
+        self,
+        columns: Sequence[str],
+        *,
+        norm: float,
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Sum of the vectors ``columns`` with each row clipped to L2 norm ``norm``."""
+        keys_t = key_tuples(keys)
+        return self.add(
+            Query("vector_sum", tuple(columns), self._by(by), norm=norm, keys=keys_t, weight=weight)
+        )
+
+    def vector_mean(
+        self,
+        columns: Sequence[str],
+        *,
+        norm: float,
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+    ) -> Release:
+        """Mean of the vectors ``columns`` (rows clipped to ``norm``): noisy sum / noisy count."""
+        keys_t = key_tuples(keys)
+        return self.add(
+            Query(
+                "vector_mean", tuple(columns), self._by(by), norm=norm, keys=keys_t, weight=weight
+            )
+        )
+
+    # -- planning ---------------------------------------------------------------------
+    def plan(self) -> Plan:
+        """The data-independent plan (groupings, noise, costs)."""
+        return make_plan(
+            list(self._queries),
+            privacy_unit=self.privacy_unit,
+            budget=self.budget,
+            max_groups_per_unit=self.max_groups_per_unit,
+            max_rows_per_group=self.max_rows_per_group,
+            selection_delta=self.selection_delta,
+            selection_weight=self.selection_weight,
+        )
+
+    @property
+    def report(self) -> PrivacyReport:
+        """The privacy report of this release, computed from the plan (no data read)."""
+        return _report(self.plan(), self._queries)
+
+    # -- running ----------------------------------------------------------------------
+    def run(
+        self,
+        *,
+        rng: RandomSource | None = None,
+        ledger: Ledger | None = None,
+        label: str | None = None,
+    ) -> ReleaseResult:
+        """Bound, aggregate, add noise, post-process; spend from ``ledger`` if given.
+
+        Order: plan and check the input's schema (nothing spent on a bad
+        input), reserve the cost in the ledger (refused: nothing is run or
+        drawn), run the SQL, draw the noise, commit the reservation.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad queries, missing or non-numeric columns, a bad ``rng``.
+        FileNotFoundError
+            A path that does not exist.
+        BudgetExceededError
+            The ledger cannot afford the release (nothing was drawn).
+        """
+        source = check_rng(rng)
+        plan = self.plan()
+        report = _report(plan, self._queries)
+        engine = open_engine(self.engine, self.source)
+        try:
+            needs: dict[str, bool] = {self.privacy_unit: False}
+            for q in self._queries:
+                for c in q.by:
+                    needs.setdefault(c, False)
+                for c in q.columns:
+                    needs[c] = True
+            engine.check_columns(needs)
+            view = engine.register(plan.internal)
+            sqls = tuple(
+                grouping_sql(
+                    source=view,
+                    keys=g.by,
+                    histogram=g.histogram,
+                    values=tuple(g.values),
+                    outputs=tuple(g.outputs),
+                    l0=g.l0,
+                    linf=self.max_rows_per_group,
+                )
+                for g in plan.groupings
+            )
+            reservation = None
+            if ledger is not None:
+                reservation = ledger.reserve(
+                    rho=plan.rho,
+                    delta=plan.selection_delta,
+                    label=label or ", ".join(q.name for q in self._queries),
+                    detail=report.to_dict(),
+                )
+            aggregates = [engine.query(sql) for sql in sqls]
+        finally:
+            engine.close()
+        frame = _results(self, plan, aggregates, source)
+        if ledger is not None and reservation is not None:
+            ledger.commit(reservation)
+        return ReleaseResult(frame, report, sqls)
+
+    # -- spec -------------------------------------------------------------------------
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Mapping[str, Any],
+        source: object,
+        *,
+        engine: str | None = None,
+    ) -> Release:
+        """Build a release from a parsed spec (see :func:`gaussdp.release.load_spec`)."""
+        from gaussdp.release.spec import release_from_spec
+
+        return release_from_spec(spec, source, engine=engine)
+
+
+def _aggregate(release: Release) -> tuple[Plan, list[list[tuple[Any, ...]]]]:
+    """Run only the engine part (bounding and aggregation); for tests and audits."""
+    plan = release.plan()
+    engine = open_engine(release.engine, release.source)
+    try:
+        view = engine.register(plan.internal)
+        rows = [
+            engine.query(
+                grouping_sql(
+                    source=view,
+                    keys=g.by,
+                    histogram=g.histogram,
+                    values=tuple(g.values),
+                    outputs=tuple(g.outputs),
+                    l0=g.l0,
+                    linf=release.max_rows_per_group,
+                )
+            )
+            for g in plan.groupings
+        ]
+    finally:
+        engine.close()
+    return plan, rows
+
+
+def _report(plan: Plan, queries: Sequence[Query]) -> PrivacyReport:
+    costs: list[QueryCost] = []
+    for g in plan.groupings:
+        for m in g.measures:
+            if m.rho == 0.0:  # further coordinates of a vector: charged on the first
+                continue
+            q = queries[m.query]
+            part = (
+                "count"
+                if m.role == "count"
+                else ("vector" if m.role.startswith("coord") else "sum")
+            )
+            costs.append(
+                QueryCost(
+                    q.name,
+                    q.by,
+                    part,
+                    m.sensitivity * m.gamma,
+                    m.gamma,
+                    m.sigma,
+                    m.rho,
+                    math.sqrt(2 * m.rho),
+                )
+            )
+        if g.selection is not None:
+            s = g.selection
+            by = tuple(plan.internal[k] for k in g.by)
+            costs.append(
+                QueryCost(
+                    "partition selection",
+                    by,
+                    "distinct units",
+                    math.sqrt(g.l0),
+                    1.0,
+                    math.sqrt(s.sigma2),
+                    s.rho,
+                    math.sqrt(2 * s.rho),
+                    s.delta,
+                    s.threshold,
+                )
+            )
+    rho = plan.rho
+    return PrivacyReport(
+        tuple(costs),
+        rho,
+        math.sqrt(2 * rho),
+        plan.selection_delta,
+        plan.budget.delta,
+        plan.budget.epsilon_at(rho, plan.selection_delta),
+        plan.budget,
+    )
+
+
+class _Noise:
+    """Per-measure noise facts: std and the half-widths of intervals at two levels."""
+
+    def __init__(self, sigma2: Fraction, confidence: float) -> None:
+        dg = DiscreteGaussian(sigma2)
+        self.std = math.sqrt(dg.variance)
+        self.half = dg.confidence_interval(confidence).high
+        self.half_bonferroni = dg.confidence_interval((1 + confidence) / 2).high
+
+
+def _cells(
+    g: Grouping, rows: list[tuple[Any, ...]], plan: Plan
+) -> tuple[list[KeyTuple], list[tuple[int, ...]], list[int]]:
+    """Key tuples (user values), aggregates per cell, and distinct-unit counts."""
+    width = len(g.by) + (1 if g.histogram is not None else 0)
+    n_out = len(g.outputs)
+    found: dict[tuple[str, ...], tuple[KeyTuple, tuple[int, ...], int]] = {}
+    for row in rows:
+        key = tuple(row[:width])
+        units = int(row[width] or 0)
+        aggs = tuple(int(v or 0) for v in row[width + 1 : width + 1 + n_out])
+        found[tuple(_norm_key(k) for k in key)] = (key, aggs, units)
+    if not g.by and g.histogram is None:
+        key, aggs, units = found.get((), ((), (0,) * n_out, 0))
+        return [()], [aggs], [units]
+    if g.keys is None and g.by:  # private partition selection happens later
+        items = [found[k] for k in sorted(found)]  # a stable order, whatever the engine's
+        return [k for k, _, _ in items], [a for _, a, _ in items], [u for _, _, u in items]
+    # Public keys (given, or only bins): every cell appears, missing ones with zeros.
+    bins: list[int | None] = (
+        list(range(len(g.histogram[1]) - 1)) if g.histogram is not None else [None]
+    )
+    public = g.keys if g.keys is not None else ((),)
+    keys_out: list[KeyTuple] = []
+    aggs_out: list[tuple[int, ...]] = []
+    units_out: list[int] = []
+    for base in public:
+        for b in bins:
+            key = base + ((b,) if b is not None else ())
+            hit = found.get(tuple(_norm_key(k) for k in key))
+            keys_out.append(key)
+            aggs_out.append(hit[1] if hit else (0,) * n_out)
+            units_out.append(hit[2] if hit else 0)
+    return keys_out, aggs_out, units_out
+
+
+def _results(
+    release: Release, plan: Plan, aggregates: list[list[tuple[Any, ...]]], rng: RandomSource
+) -> pd.DataFrame:
+    import pandas as pd
+
+    level = release.confidence
+    queries = release.queries
+    group_columns: list[str] = []
+    for q in queries:
+        for c in q.by:
+            if c not in group_columns:
+                group_columns.append(c)
+    has_bins = any(q.statistic == "histogram" for q in queries)
+    records: list[dict[str, Any]] = []
+    per_query: dict[int, list[dict[str, Any]]] = {}
+    for g, rows in zip(plan.groupings, aggregates, strict=True):
+        keys, aggs, units = _cells(g, rows, plan)
+        if g.selection is not None:
+            s = g.selection
+            z = _noise.draw(s.sigma2, len(keys), rng)
+            keep = [i for i in range(len(keys)) if units[i] + int(z[i]) >= s.threshold]
+            keys = [keys[i] for i in keep]
+            aggs = [aggs[i] for i in keep]
+        n = len(keys)
+        noisy: dict[tuple[int, str], tuple[np.ndarray[Any, Any], Measure, _Noise]] = {}
+        for m in g.measures:
+            exact = np.array([a[m.output] for a in aggs], dtype=object)
+            z = _noise.draw(m.sigma2, n, rng)
+            noisy[(m.query, m.role)] = (
+                exact + np.asarray(z, dtype=object),
+                m,
+                _Noise(m.sigma2, level),
+            )
+        by_names = [plan.internal[k] for k in g.by]
+        for qi in g.queries:
+            q = queries[qi]
+            out = per_query.setdefault(qi, [])
+            for i, key in enumerate(keys):
+                base: dict[str, Any] = dict(zip(by_names, key[: len(by_names)], strict=True))
+                if g.histogram is not None:
+                    base["bin"] = _bin_label(g.histogram[1], int(str(key[-1])))
+                out.extend(_rows_for(q, qi, i, base, noisy, level))
+    for qi in range(len(queries)):
+        records.extend(per_query.get(qi, []))
+    columns = [
+        *group_columns,
+        *(["bin"] if has_bins else []),
+        "statistic",
+        "value",
+        "std",
+        "ci_low",
+        "ci_high",
+    ]
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    for c in ("value", "std", "ci_low", "ci_high"):
+        frame[c] = frame[c].astype(float)
+    return frame
+
+
+def _rows_for(
+    q: Query,
+    qi: int,
+    i: int,
+    base: dict[str, Any],
+    noisy: dict[tuple[int, str], tuple[np.ndarray[Any, Any], Measure, _Noise]],
+    level: float,
+) -> list[dict[str, Any]]:
+    def row(statistic: str, value: float, std: float, lo: float, hi: float) -> dict[str, Any]:
+        return {
+            **base,
+            "statistic": statistic,
+            "value": value,
+            "std": std,
+            "ci_low": lo,
+            "ci_high": hi,
+        }
+
+    stat = q.statistic
+    if stat in ("count", "histogram"):
+        v, _, nz = noisy[(qi, "count")]
+        raw = int(v[i])
+        # Post-processing: a count is ≥ 0; so is its interval.
+        return [row(q.name, max(raw, 0), nz.std, max(raw - nz.half, 0), max(raw + nz.half, 0))]
+    if stat == "sum":
+        v, m, nz = noisy[(qi, "sum")]
+        total = int(v[i]) * m.gamma
+        h = nz.half * m.gamma
+        return [row(q.name, total, nz.std * m.gamma, total - h, total + h)]
+    if stat == "mean":
+        lo, hi = q.bounds or (0.0, 0.0)
+        vs, ms, nzs = noisy[(qi, "sum")]
+        vc, _, nzc = noisy[(qi, "count")]
+        return [row(q.name, *_ratio(int(vs[i]) * ms.gamma, int(vc[i]), nzs, nzc, ms.gamma, lo, hi))]
+    out = []
+    norm = q.norm or 0.0
+    for a, column in enumerate(q.columns):
+        v, m, nz = noisy[(qi, f"coord{a}")]
+        label = f"{q.name}[{column}]"
+        if stat == "vector_sum":
+            total = int(v[i]) * m.gamma
+            h = nz.half * m.gamma
+            out.append(row(label, total, nz.std * m.gamma, total - h, total + h))
+        else:
+            vc, _, nzc = noisy[(qi, "count")]
+            out.append(
+                row(label, *_ratio(int(v[i]) * m.gamma, int(vc[i]), nz, nzc, m.gamma, -norm, norm))
+            )
+    return out
+
+
+def _ratio(
+    s: float, c: int, nzs: _Noise, nzc: _Noise, gamma: float, lo: float, hi: float
+) -> tuple[float, float, float, float]:
+    """Mean from a noisy sum and count: value, delta-method std, Bonferroni interval in [lo, hi]."""
+    denom = max(c, 1)
+    value = min(max(s / denom, lo), hi)
+    std = math.sqrt((nzs.std * gamma) ** 2 + (value * nzc.std) ** 2) / denom
+    hs, hc = nzs.half_bonferroni * gamma, nzc.half_bonferroni
+    c_lo, c_hi = c - hc, c + hc
+    if c_lo < 1:
+        return value, std, lo, hi
+    ratios = [(s - hs) / c_lo, (s - hs) / c_hi, (s + hs) / c_lo, (s + hs) / c_hi]
+    return value, std, min(max(min(ratios), lo), hi), min(max(max(ratios), lo), hi)

@@ -1,0 +1,243 @@
+"""Thin engine adapters: register the input under internal names, run SQL, fetch rows.
+
+An adapter does three things only: open the input (a CSV/Parquet path, a
+pandas/polars/Arrow frame, or for Spark a DataFrame or table name) and report
+its schema; register a view whose columns carry gaussdp's fixed internal names
+(the user's names are passed as column *objects*, never spliced into SQL); run
+the SQL of :mod:`gaussdp.release.sql` and return the small per-group result as
+Python tuples. The privacy-relevant logic is all in that one SQL text.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from gaussdp.errors import MissingExtraError, invalid
+
+__all__ = ["DuckDBEngine", "Engine", "SparkEngine", "open_engine"]
+
+_CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+
+_DUCKDB_NUMERIC = {
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+    "FLOAT",
+    "DOUBLE",
+}
+_SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+
+
+def _file_kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(_PARQUET_SUFFIXES):
+        return "parquet"
+    if name.endswith(_CSV_SUFFIXES):
+        return "csv"
+    raise ValueError(invalid("data", "a .csv or .parquet file", str(path)))
+
+
+def _module(obj: object) -> str:
+    return type(obj).__module__.split(".")[0]
+
+
+class Engine(ABC):
+    """An opened input on one engine."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def schema(self) -> dict[str, str]:
+        """Column name → the engine's type name."""
+
+    @abstractmethod
+    def is_numeric(self, column: str) -> bool:
+        """Whether ``column`` has a numeric type (integers, floats, decimals)."""
+
+    @abstractmethod
+    def register(self, columns: dict[str, str]) -> str:
+        """Register a view with internal names (``{internal: user column}``); return its name."""
+
+    @abstractmethod
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run ``sql`` and return all rows."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what :meth:`register` created."""
+
+    def check_columns(self, columns: dict[str, bool]) -> None:
+        """Check that each column exists and, where ``True`` is given, is numeric.
+
+        Raises
+        ------
+        ValueError
+            Naming the first missing or non-numeric column.
+        """
+        schema = self.schema
+        for column, numeric in columns.items():
+            if column not in schema:
+                raise ValueError(invalid("column", f"one of {sorted(schema)}", column))
+            if numeric and not self.is_numeric(column):
+                raise ValueError(
+                    invalid(f"column {column!r}", "numeric to be summed", schema[column])
+                )
+
+
+class DuckDBEngine(Engine):
+    """DuckDB (embedded): CSV or Parquet paths, pandas, polars and Arrow frames."""
+
+    name = "duckdb"
+
+    def __init__(self, source: object) -> None:
+        import duckdb  # core dependency; imported here so `import gaussdp` stays light
+
+        self._duckdb = duckdb
+        self._con = duckdb.connect()
+        con = self._con
+        if isinstance(source, str | os.PathLike):
+            path = Path(source)
+            kind = _file_kind(path)
+            if not path.is_file():
+                raise FileNotFoundError(invalid("data", "an existing file", str(path)))
+            if kind == "parquet":
+                self._rel = con.read_parquet(str(path))
+            else:
+                self._rel = con.read_csv(str(path), header=True)
+        elif _module(source) == "pandas":
+            self._rel = con.from_df(source)  # type: ignore[arg-type]
+        elif _module(source) == "polars":
+            self._rel = con.from_arrow(source.to_arrow())  # type: ignore[attr-defined]
+        elif _module(source) == "pyarrow":
+            self._rel = con.from_arrow(source)
+        else:
+            raise TypeError(
+                invalid(
+                    "source",
+                    "a CSV/Parquet path or a pandas, polars or Arrow table for engine 'duckdb'",
+                    type(source).__name__,
+                )
+            )
+        self._views: list[str] = []
+
+    @property
+    def schema(self) -> dict[str, str]:
+        return {c: str(t) for c, t in zip(self._rel.columns, self._rel.types, strict=True)}
+
+    def is_numeric(self, column: str) -> bool:
+        kind = self.schema[column]
+        return kind in _DUCKDB_NUMERIC or kind.startswith("DECIMAL")
+
+    def register(self, columns: dict[str, str]) -> str:
+        view = f"gdp_src_{uuid.uuid4().hex}"
+        col = self._duckdb.ColumnExpression
+        rel = self._rel.select(*[col(user).alias(internal) for internal, user in columns.items()])
+        rel.create_view(view)
+        self._views.append(view)
+        return view
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self._con.execute(sql).fetchall()]
+
+    def close(self) -> None:
+        self._con.close()
+
+
+class SparkEngine(Engine):
+    """PySpark: a Spark DataFrame, a table name, a CSV/Parquet path, or a local frame."""
+
+    name = "spark"
+
+    def __init__(self, source: object) -> None:
+        try:
+            from pyspark.sql import DataFrame, SparkSession
+        except ImportError as error:
+            raise MissingExtraError("the Spark engine", "spark") from error
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        self._spark = spark
+        if isinstance(source, DataFrame):
+            self._df = source
+        elif isinstance(source, str | os.PathLike):
+            path = Path(source)
+            if path.is_file() or path.is_dir():
+                kind = _file_kind(path)
+                reader = spark.read
+                if kind == "parquet":
+                    self._df = reader.parquet(str(path))
+                else:
+                    self._df = reader.csv(str(path), header=True, inferSchema=True)
+            elif isinstance(source, str) and _spark_table_exists(spark, source):
+                self._df = spark.table(source)
+            else:
+                raise FileNotFoundError(
+                    invalid("data", "an existing file or Spark table", str(source))
+                )
+        elif _module(source) in ("pandas", "polars", "pyarrow"):
+            frame = source if _module(source) == "pandas" else source.to_pandas()  # type: ignore[attr-defined]
+            self._df = spark.createDataFrame(frame)
+        else:
+            raise TypeError(
+                invalid(
+                    "source",
+                    "a Spark DataFrame, a table name, a CSV/Parquet path or a local frame",
+                    type(source).__name__,
+                )
+            )
+        self._views: list[str] = []
+
+    @property
+    def schema(self) -> dict[str, str]:
+        return dict(self._df.dtypes)
+
+    def is_numeric(self, column: str) -> bool:
+        kind = self.schema[column]
+        return kind in _SPARK_NUMERIC or kind.startswith("decimal")
+
+    def register(self, columns: dict[str, str]) -> str:
+        from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
+
+        view = f"gdp_src_{uuid.uuid4().hex}"
+        selected = [
+            F.col("`" + user.replace("`", "``") + "`").alias(internal)
+            for internal, user in columns.items()
+        ]
+        self._df.select(*selected).createOrReplaceTempView(view)
+        self._views.append(view)
+        return view
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self._spark.sql(sql).collect()]
+
+    def close(self) -> None:
+        for view in self._views:
+            self._spark.catalog.dropTempView(view)
+        self._views.clear()
+
+
+def _spark_table_exists(spark: Any, name: str) -> bool:
+    try:
+        return bool(spark.catalog.tableExists(name))
+    except Exception:  # e.g. a path that is not a valid identifier
+        return False
+
+
+def open_engine(engine: str, source: object) -> Engine:
+    """Open ``source`` on ``engine`` (``'duckdb'`` or ``'spark'``)."""
+    if engine == "duckdb":
+        return DuckDBEngine(source)
+    if engine == "spark":
+        return SparkEngine(source)
+    raise ValueError(invalid("engine", "'duckdb' or 'spark'", engine))

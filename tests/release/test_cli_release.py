@@ -1,0 +1,78 @@
+"""``gaussdp release`` and ``gaussdp ledger`` on the bundled example."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gaussdp.cli.release import register
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """gaussdp (test app)."""
+
+    register(app)
+    return app
+
+
+def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> None:
+    runner = CliRunner()
+    ledger = tmp_path / "budget.db"
+    out = tmp_path / "results.csv"
+    r = runner.invoke(app, ["ledger", "init", str(ledger), "--epsilon", "1.2", "--delta", "2e-6"])
+    assert r.exit_code == 0, r.output
+    args = [
+        "release",
+        str(EXAMPLES / "visits.toml"),
+        "--data",
+        str(EXAMPLES / "visits.csv"),
+        "--ledger",
+        str(ledger),
+    ]
+    r = runner.invoke(app, [*args, "--json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    payload = json.loads(r.output)
+    assert payload["report"]["epsilon"] <= 1.0
+    assert {"statistic", "value", "std", "ci_low", "ci_high"} <= set(payload["results"][0])
+    assert len(pd.read_csv(out)) == len(payload["results"])
+    # A second run would exceed the ledger's total: refused with exit code 3.
+    r = runner.invoke(app, args)
+    assert r.exit_code == 3
+    r = runner.invoke(app, ["ledger", "show", str(ledger), "--json"])
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.output)
+    assert [e["status"] for e in shown["entries"]] == ["committed"]
+    r = runner.invoke(app, ["ledger", "show", str(ledger)])
+    assert r.exit_code == 0
+    assert "remaining ρ" in r.output
+
+
+def test_release_table_output_and_errors(app: typer.Typer, tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(
+        app, ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    )
+    assert r.exit_code == 0, r.output
+    assert "privacy report" in r.output
+    r = runner.invoke(
+        app, ["release", str(EXAMPLES / "visits.toml"), "--data", str(tmp_path / "no.csv")]
+    )
+    assert r.exit_code == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text((EXAMPLES / "visits.toml").read_text().replace("bounds = [0, 60]", ""))
+    r = runner.invoke(app, ["release", str(bad), "--data", str(EXAMPLES / "visits.csv")])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["ledger", "show", str(tmp_path / "none.db")])
+    assert r.exit_code == 2
