@@ -27,6 +27,7 @@ def no_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 def spark() -> Iterator[Any]:
     """One local Spark session for all Spark tests (ENGINES.md: start it once)."""
     from pyspark import sql as pyspark_sql  # the spark extra; `make test` installs it
+
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
