@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gaussdp.cli import calibrate, release
+from gaussdp.cli import account, calibrate, release
 
 __all__ = ["app"]
 
@@ -15,14 +15,16 @@ app = typer.Typer(
     name="gaussdp",
     help=(
         "The Gaussian mechanism of differential privacy, exact from calibration to release.\n\n"
-        "Release private statistics from a table, calibrate noise for an (ε, δ) target, "
-        "convert between the (ε, δ), μ-GDP, ρ-zCDP and σ views of one mechanism, and keep "
-        "a budget ledger that cannot be overspent."
+        "Release private statistics from a table with a budget ledger that cannot be "
+        "overspent; calibrate noise for an (ε, δ) target; convert between the (ε, δ), μ-GDP, "
+        "ρ-zCDP and σ views of one mechanism; account for compositions and DP-SGD with "
+        "certified bounds."
     ),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
 )
 
-calibrate.register(app)
 release.register(app)
+calibrate.register(app)
+account.register(app)

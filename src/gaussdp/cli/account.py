@@ -1,0 +1,255 @@
+"""``gaussdp account`` and ``gaussdp dpsgd``: privacy of a composition, and of DP-SGD training.
+
+``gaussdp account events.toml`` reads a list of mechanisms with counts::
+
+    delta = 1e-5                 # optional; --delta overrides it
+
+    [[event]]
+    mechanism = "gaussian"       # gaussian | discrete_gaussian | discrete_laplace | laplace
+    sigma = 1.1
+    sensitivity = 1.0            # optional
+    sample_rate = 0.0042667      # optional: Poisson subsampling
+    count = 14063
+
+    [[event]]
+    mechanism = "discrete_gaussian"
+    sigma2 = "25/4"
+    count = 10
+
+and prints ε at δ with the PLD accountant's certified upper bound and its lower
+bound (``--compare`` adds the RDP and GDP accountants).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gaussdp.accounting import (
+    Accountant,
+    GDPAccountant,
+    PLDAccountant,
+    RDPAccountant,
+    Subsampled,
+    calibrate_noise_multiplier,
+)
+from gaussdp.accounting.events import Event
+from gaussdp.cli._output import console, emit, fail, guarded
+from gaussdp.errors import invalid
+from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+
+__all__ = ["load_events", "register"]
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+]
+
+_BUILDERS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "gaussian": (Gaussian, ("sigma", "sensitivity")),
+    "discrete_gaussian": (DiscreteGaussian, ("sigma2", "sensitivity")),
+    "discrete_laplace": (DiscreteLaplace, ("scale", "sensitivity")),
+    "laplace": (Laplace, ("scale", "sensitivity")),
+}
+
+
+def load_events(path: Path) -> tuple[list[tuple[Event, int]], float | None]:
+    """Parse an events file: the (event, count) pairs and the optional ``delta``.
+
+    Raises
+    ------
+    ValueError
+        With the shared message template, for any malformed entry.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(invalid("events file", "a readable TOML file", str(path))) from error
+    entries = data.get("event")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(invalid("events file", "a non-empty list of [[event]] tables", entries))
+    events: list[tuple[Event, int]] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(invalid(f"event[{i}]", "a table", entry))
+        events.append(_parse_event(i, dict(entry)))
+    delta = data.get("delta")
+    if delta is not None and not isinstance(delta, (int, float)):
+        raise ValueError(invalid("delta", "a number", delta))
+    return events, None if delta is None else float(delta)
+
+
+def _parse_event(i: int, entry: dict[str, Any]) -> tuple[Event, int]:
+    name = entry.pop("mechanism", None)
+    if name not in _BUILDERS:
+        raise ValueError(invalid(f"event[{i}].mechanism", f"one of {sorted(_BUILDERS)}", name))
+    cls, fields = _BUILDERS[name]
+    count = entry.pop("count", 1)
+    rate = entry.pop("sample_rate", None)
+    unknown = sorted(set(entry) - set(fields))
+    if unknown:
+        raise ValueError(invalid(f"event[{i}]", f"keys among {list(fields)}", unknown))
+    mech = cls(**entry)
+    event: Event = mech if rate is None else Subsampled(mech, rate)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(invalid(f"event[{i}].count", "an integer >= 1", count))
+    return event, count
+
+
+def _compose(factory: Callable[[], Accountant], events: list[tuple[Event, int]]) -> Accountant:
+    acc = factory()
+    for event, count in events:
+        acc.compose(event, count)
+    return acc
+
+
+def account_rows(
+    events: list[tuple[Event, int]], delta: float, compare: bool
+) -> list[tuple[str, str, object]]:
+    """The rows of ``gaussdp account``."""
+    pld = _compose(PLDAccountant, events)
+    bounds = pld.epsilon(delta)
+    rows: list[tuple[str, str, object]] = [
+        ("events", "events", len(events)),
+        ("mechanism runs", "runs", sum(c for _, c in events)),
+        ("δ", "delta", delta),
+        ("ε upper bound (PLD, certified)", "epsilon_upper", bounds.upper),
+        ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
+        ("exact (plain Gaussians only)", "exact", isinstance(pld, PLDAccountant) and pld.is_exact),
+    ]
+    if compare:
+        rdp = RDPAccountant()
+        rdp_eps: object = (
+            _compose(RDPAccountant, events).epsilon(delta).upper
+            if all(rdp.supports(e) for e, _ in events)
+            else "not supported"
+        )
+        gdp = GDPAccountant()
+        gdp_eps: object = (
+            _compose(GDPAccountant, events).epsilon(delta).upper
+            if all(gdp.supports(e) for e, _ in events)
+            else "Gaussians only"
+        )
+        rows += [
+            ("ε RDP (upper bound, looser)", "epsilon_rdp", rdp_eps),
+            ("ε GDP (exact)", "epsilon_gdp", gdp_eps),
+        ]
+    return rows
+
+
+def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[float, int]:
+    """Sampling rate q = B/N and steps ⌈epochs·N/B⌉ of Poisson-sampled DP-SGD."""
+    if batch_size < 1 or dataset_size < 1 or batch_size > dataset_size:
+        raise ValueError(
+            invalid("batch_size", f"an integer in [1, dataset_size={dataset_size}]", batch_size)
+        )
+    if not (epochs > 0 and math.isfinite(epochs)):
+        raise ValueError(invalid("epochs", "a finite number > 0", epochs))
+    return batch_size / dataset_size, max(1, math.ceil(epochs * dataset_size / batch_size))
+
+
+def dpsgd_rows(
+    noise_multiplier: float | None,
+    batch_size: int,
+    dataset_size: int,
+    epochs: float,
+    delta: float,
+    target_epsilon: float | None,
+) -> list[tuple[str, str, object]]:
+    """The rows of ``gaussdp dpsgd``."""
+    q, steps = dpsgd_steps(batch_size, dataset_size, epochs)
+    rows: list[tuple[str, str, object]] = [
+        ("sampling rate q", "sample_rate", q),
+        ("steps", "steps", steps),
+        ("δ", "delta", delta),
+    ]
+    if target_epsilon is not None:
+        sigma = calibrate_noise_multiplier(target_epsilon, delta, q, steps)
+        rows.append(("target ε", "target_epsilon", target_epsilon))
+        rows.append(("noise multiplier σ (calibrated, rtol 1e-3)", "noise_multiplier", sigma))
+    elif noise_multiplier is None:
+        raise ValueError(
+            invalid("noise_multiplier", "given unless --target-epsilon is", noise_multiplier)
+        )
+    else:
+        sigma = noise_multiplier
+        rows.append(("noise multiplier σ", "noise_multiplier", sigma))
+    event = Subsampled(Gaussian(sigma), q)
+    bounds = PLDAccountant().compose(event, steps).epsilon(delta)
+    rdp = RDPAccountant().compose(event, steps).epsilon(delta).upper
+    rows += [
+        ("ε upper bound (PLD, certified)", "epsilon_upper", bounds.upper),
+        ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
+        ("ε RDP (upper bound, looser)", "epsilon_rdp", rdp),
+    ]
+    return rows
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``account`` and ``dpsgd`` to ``app``."""
+
+    @app.command("account")
+    def account(
+        events_file: Annotated[
+            Path, typer.Argument(help=r"TOML file of \[\[event]] tables (mechanism, count, …).")
+        ],
+        delta: Annotated[
+            float | None,
+            typer.Option("--delta", "-d", help="δ in (0, 1); default: the file's, else 1e-5."),
+        ] = None,
+        compare: Annotated[
+            bool, typer.Option("--compare", help="Also report the RDP and GDP accountants.")
+        ] = False,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Privacy of a composition of mechanisms: ε at δ with certified bounds."""
+        events, file_delta = guarded(lambda: load_events(events_file))
+        chosen = delta if delta is not None else (file_delta if file_delta is not None else 1e-5)
+        if as_json:
+            rows = guarded(lambda: account_rows(events, chosen, compare))
+        else:
+            with console.status("accounting…"):
+                rows = guarded(lambda: account_rows(events, chosen, compare))
+        emit(f"Privacy of {events_file.name}", rows, as_json=as_json)
+
+    @app.command("dpsgd")
+    def dpsgd(
+        noise_multiplier: Annotated[
+            float | None,
+            typer.Option(
+                "--noise-multiplier", help="σ / clipping norm (omit with --target-epsilon)."
+            ),
+        ] = None,
+        batch_size: Annotated[
+            int, typer.Option("--batch-size", help="Expected batch size B.")
+        ] = 256,
+        dataset_size: Annotated[
+            int, typer.Option("--dataset-size", help="Dataset size N.")
+        ] = 60000,
+        epochs: Annotated[float, typer.Option("--epochs", help="Number of epochs.")] = 1.0,
+        delta: Annotated[float, typer.Option("--delta", "-d", help="δ in (0, 1).")] = 1e-5,
+        target_epsilon: Annotated[
+            float | None,
+            typer.Option("--target-epsilon", help="Calibrate the noise multiplier for this ε."),
+        ] = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """ε of Poisson-sampled DP-SGD, or the noise multiplier for a target ε."""
+        if noise_multiplier is not None and target_epsilon is not None:
+            fail("give either --noise-multiplier or --target-epsilon, not both")
+
+        def compute() -> list[tuple[str, str, object]]:
+            return dpsgd_rows(
+                noise_multiplier, batch_size, dataset_size, epochs, delta, target_epsilon
+            )
+
+        if as_json:
+            rows = guarded(compute)
+        else:
+            with console.status("accounting…"):
+                rows = guarded(compute)
+        emit("DP-SGD privacy", rows, as_json=as_json)

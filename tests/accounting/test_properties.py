@@ -1,0 +1,172 @@
+"""Hypothesis properties: monotonicity of ε, ordering of the bounds, filters never overspend."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gaussdp.accounting import PLDAccountant, PrivacyFilter, RDPAccountant, Subsampled
+from gaussdp.errors import BudgetExceededError
+from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+
+# A coarse grid keeps each PLD evaluation in the millisecond range; the properties
+# below hold on any grid (connect-the-dots respects dominance, docs/accounting.md).
+H = 1e-3
+SLACK = 1e-9  # FFT round-off allowance in the comparisons
+
+sigmas = st.floats(min_value=0.6, max_value=4.0)
+rates = st.floats(min_value=1e-3, max_value=0.5)
+steps = st.integers(min_value=1, max_value=200)
+
+
+def _eps(sigma: float, rate: float, count: int) -> tuple[float, float]:
+    acc = PLDAccountant(value_discretization=H).compose(Subsampled(Gaussian(sigma), rate), count)
+    b = acc.epsilon(1e-5)
+    return b.lower, b.upper
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sigma=sigmas, rate=rates, count=steps, extra=st.integers(1, 100))
+def test_epsilon_is_monotone_in_steps(sigma: float, rate: float, count: int, extra: int) -> None:
+    lo1, up1 = _eps(sigma, rate, count)
+    lo2, up2 = _eps(sigma, rate, count + extra)
+    assert lo1 <= up1
+    assert lo2 <= up2
+    assert up2 >= up1 * (1 - SLACK)
+
+
+@settings(max_examples=12, deadline=None)
+@given(sigma=sigmas, rate=rates, factor=st.floats(1.05, 3.0), count=steps)
+def test_epsilon_is_monotone_in_rate(sigma: float, rate: float, factor: float, count: int) -> None:
+    up1 = _eps(sigma, rate, count)[1]
+    up2 = _eps(sigma, min(1.0, rate * factor), count)[1]
+    assert up2 >= up1 * (1 - SLACK)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sigma=sigmas, factor=st.floats(1.05, 3.0), rate=rates, count=steps)
+def test_epsilon_is_decreasing_in_sigma(
+    sigma: float, factor: float, rate: float, count: int
+) -> None:
+    up1 = _eps(sigma, rate, count)[1]
+    up2 = _eps(sigma * factor, rate, count)[1]
+    assert up2 <= up1 * (1 + SLACK)
+
+
+@settings(max_examples=15, deadline=None)
+@given(sigma=sigmas, rate=rates, count=steps)
+def test_pld_upper_is_below_rdp(sigma: float, rate: float, count: int) -> None:
+    event = Subsampled(Gaussian(sigma), rate)
+    rdp = RDPAccountant().compose(event, count).epsilon(1e-5).upper
+    assert _eps(sigma, rate, count)[1] <= rdp * (1 + 1e-9)
+
+
+events = st.one_of(
+    st.builds(Gaussian, sigma=st.floats(1.0, 20.0)),
+    st.builds(DiscreteGaussian, sigma2=st.integers(1, 400)),
+    st.builds(DiscreteLaplace, scale=st.integers(1, 50)),
+    st.builds(Laplace, scale=st.floats(1.0, 50.0)),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seq=st.lists(st.tuples(events, st.integers(1, 5)), min_size=1, max_size=6))
+def test_rho_filter_never_exceeds_budget(seq: list[tuple[object, int]]) -> None:
+    f = PrivacyFilter(rho=0.5)
+    for event, count in seq:
+        before = (f.spent, f.history)
+        try:
+            f.accept(event, count)  # type: ignore[arg-type]
+        except BudgetExceededError:
+            assert (f.spent, f.history) == before
+        assert f.spent <= 0.5
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seq=st.lists(
+        st.tuples(
+            st.one_of(
+                events,
+                st.builds(
+                    Subsampled,
+                    st.builds(Gaussian, sigma=st.floats(0.8, 3.0)),
+                    rate=st.floats(0.01, 0.2),
+                ),
+            ),
+            st.integers(1, 20),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_approx_filter_never_exceeds_budget(seq: list[tuple[object, int]]) -> None:
+    f = PrivacyFilter(epsilon=2.0, delta=1e-6)
+    for event, count in seq:
+        before = f.history
+        try:
+            f.accept(event, count)  # type: ignore[arg-type]
+        except BudgetExceededError:
+            assert f.history == before
+    if f.history:
+        acc = PLDAccountant()
+        for event, count in f.history:
+            acc.compose(event, count)
+        assert acc.delta(2.0).upper <= 1e-6
+        assert f.spent <= 2.0
+
+
+def test_mu_filter() -> None:
+    f = PrivacyFilter(mu=1.0)
+    f.accept(Gaussian(sigma=2.0), 3)  # μ² = 0.75
+    assert f.spent == pytest.approx(math.sqrt(0.75))
+    with pytest.raises(BudgetExceededError, match=r"^mu spent must be at most 1.0, got "):
+        f.accept(Gaussian(sigma=2.0), 2)
+    assert f.spent == pytest.approx(math.sqrt(0.75))
+    f.accept(Gaussian(sigma=2.0))
+    assert f.spent == pytest.approx(1.0)
+    with pytest.raises(TypeError, match=r"^event must be a Gaussian mechanism"):
+        f.accept(Laplace(scale=1.0))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"epsilon": 1.0},
+        {"delta": 1e-5},
+        {"rho": 1.0, "mu": 1.0},
+        {"epsilon": 1.0, "delta": 1e-5, "rho": 1.0},
+    ],
+)
+def test_filter_needs_exactly_one_budget(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"^budget must be epsilon and delta together"):
+        PrivacyFilter(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"epsilon": -1.0, "delta": 1e-5}, "epsilon"),
+        ({"epsilon": 1.0, "delta": 1.0}, "delta"),
+        ({"rho": 0.0}, "rho"),
+        ({"mu": math.inf}, "mu"),
+    ],
+)
+def test_filter_budget_values_are_validated(kwargs: dict[str, float], name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        PrivacyFilter(**kwargs)
+
+
+def test_approx_filter_refuses_and_keeps_state() -> None:
+    f = PrivacyFilter(epsilon=1.0, delta=1e-5)
+    f.accept(Gaussian(sigma=10.0), 2)
+    spent = f.spent
+    assert f.can_accept(Gaussian(sigma=1.0)) is False
+    with pytest.raises(BudgetExceededError, match=r"^delta at epsilon=1.0 must be at most 1e-05"):
+        f.accept(Gaussian(sigma=1.0))
+    assert f.spent == spent
+    assert f.history == ((Gaussian(sigma=10.0), 2),)
