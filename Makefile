@@ -18,9 +18,9 @@ demo: $(BIN)/python
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
 test: $(BIN)/python java
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark]"
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples]"
+	$(BIN)/ruff check src tests benchmarks examples conftest.py
+	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy
 	$(BIN)/pytest
 

@@ -1,0 +1,832 @@
+r"""DP-SGD for PyTorch: wrap a model, an optimizer and a data loader (Abadi et al. 2016).
+
+One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
+
+1. a batch is a Poisson sample of the dataset: every example is kept
+   independently with probability q (:class:`PoissonBatchSampler`), so batch sizes
+   vary and a batch may be empty — an empty batch still takes a noise-only step;
+2. per-example gradients are computed with ``torch.func`` (``functional_call`` +
+   ``vmap`` + ``grad``, :func:`per_example_gradients`) and each is clipped to L2
+   norm C (:func:`clip_factors`); or, when ``nn.Linear`` layers hold every trainable
+   parameter, ghost clipping gets the same clipped sum without materialising
+   per-example gradients (:mod:`gaussdp.ml._ghost`, ``grad_sample_mode``);
+3. no example's contribution exceeds norm C, float rounding included (rigorous
+   error bounds, see :func:`clip_factors` and :mod:`gaussdp.ml.noise`);
+4. the clipped gradients are summed and N(0, σ²C²) noise is added to the sum —
+   exact discrete Gaussian noise on a lattice by default (:mod:`gaussdp.ml.noise`);
+5. the noisy sum is divided by the *expected* batch size qN (dividing by the actual
+   size would leak it) and the wrapped optimizer steps;
+6. the step is composed into a :class:`~gaussdp.accounting.PLDAccountant` as
+   ``Subsampled(Gaussian(sigma=σ), rate=q)`` (add/remove-one neighbours, both
+   directions accounted).
+
+Usage::
+
+    model, optimizer, loader = make_private(
+        model, optimizer, loader, loss_fn=torch.nn.functional.cross_entropy,
+        target_epsilon=3.0, delta=1e-5, epochs=10, max_grad_norm=1.0)
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = model.backward(inputs, targets)  # replaces loss.backward()
+        optimizer.step()
+    optimizer.privacy_spent(1e-5)  # EpsilonBounds(lower=..., upper=...)
+
+``model.backward`` replaces ``loss_fn(model(x), y).backward()``: ``torch.func``
+differentiates a function, so the loss is passed to :func:`make_private` once
+instead of per-example hooks on the model (Opacus's design). Models whose output
+on one example depends on the others (batch normalisation) are refused.
+
+Accounting note. The accountant treats each step as the subsampled *continuous*
+Gaussian with noise multiplier σ. What is released is the lattice mechanism of
+:meth:`gaussdp.Gaussian.lattice`, whose ρ-zCDP is at most the Gaussian's (CKS
+Thm 14) and whose privacy loss, for a lattice shift, is the Gaussian's loss
+evaluated on the lattice; with σ_Z in the thousands of lattice units the two
+privacy loss distributions agree far below the accountant's discretisation error
+(the smoothing-parameter argument of Micciancio & Regev 2007), but gaussdp does not
+certify that last step numerically.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.dataloader import default_collate
+
+from gaussdp._validation import check_delta, check_int, check_positive
+from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled, calibrate_noise_multiplier
+from gaussdp.accounting.events import check_rate
+from gaussdp.errors import invalid
+from gaussdp.mechanisms import Gaussian
+from gaussdp.ml._ghost import ghost_clipped_sums, linear_only
+from gaussdp.ml.noise import (
+    CLIP_MARGIN,
+    NoiseMode,
+    SumNoiser,
+    check_noise_mode,
+    check_noise_multiplier,
+)
+from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+
+__all__ = [
+    "DPDataLoader",
+    "DPOptimizer",
+    "GradSampleMode",
+    "PoissonBatchSampler",
+    "PrivateModule",
+    "PrivateTraining",
+    "clip_factors",
+    "clip_gradients",
+    "make_private",
+    "per_example_gradients",
+]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: How per-example gradients are clipped: ``"auto"`` uses ghost clipping when
+#: ``nn.Linear`` layers hold every trainable parameter, else ``torch.func``.
+GradSampleMode = Literal["auto", "functorch", "ghost"]
+
+
+# -- per-example gradients and clipping -----------------------------------------------
+def per_example_gradients(
+    model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Gradients of ``loss_fn(model(x_i), y_i)`` for each example i, with ``torch.func``.
+
+    Each example is run as a batch of one (``functional_call`` on the model's
+    parameters and buffers), differentiated with ``grad`` and vectorised over the
+    batch with ``vmap``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; only parameters with ``requires_grad`` are differentiated.
+    loss_fn : callable
+        ``loss_fn(output, target) -> scalar`` on a batch (e.g.
+        ``torch.nn.functional.cross_entropy``); it is called on batches of one.
+    inputs, targets : torch.Tensor
+        A batch, examples along the first dimension (which may be 0).
+
+    Returns
+    -------
+    grads : dict of str to torch.Tensor
+        For each trainable parameter name, a tensor ``[B, *param.shape]``.
+    losses : torch.Tensor
+        The B per-example losses (detached).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> model = nn.Linear(3, 2)
+    >>> grads, losses = per_example_gradients(
+    ...     model, nn.functional.cross_entropy, torch.randn(4, 3), torch.tensor([0, 1, 1, 0]))
+    >>> grads["weight"].shape, losses.shape
+    (torch.Size([4, 2, 3]), torch.Size([4]))
+    """
+    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+    batch = inputs.shape[0]
+    if batch == 0:
+        empty = {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
+        return empty, inputs.new_zeros((0,), dtype=torch.float32)
+
+    def one(
+        p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = functional_call(model, (p, b), (x.unsqueeze(0),))
+        loss = loss_fn(out, y.unsqueeze(0))
+        return loss, loss.detach()
+
+    # randomness="different": dropout draws independently for each example, as in a batch.
+    per_example = vmap(grad(one, has_aux=True), in_dims=(None, None, 0, 0), randomness="different")
+    grads, losses = per_example(params, buffers, inputs, targets)
+    return dict(grads), losses
+
+
+def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
+    r"""An upper bound on each example's squared L2 norm, from float32 dot products (float64 out).
+
+    A block ``[B, k]`` is cut into chunks of m coordinates (m = gcd(k, 4096) when that
+    is at least 256, else m = k) and each chunk's dot product x·x is computed in the
+    block's dtype. Whatever the summation order, the computed ŝ of m terms satisfies
+    |ŝ − s| ≤ γ_m s with γ_m = m·u/(1 − m·u), u the unit roundoff (Higham 2002,
+    Accuracy and Stability of Numerical Algorithms, eq. 3.5), so s ≤ ŝ/(1 − γ_m).
+    Chunk bounds are added in float64 (relative error ≤ k·2⁻⁵³, covered by
+    the 2⁻⁴⁰ slack below). Blocks with m·u ≥ 1/4 are computed in float64.
+    """
+    batch = block.shape[0]
+    flat = block.reshape(batch, -1)
+    k = flat.shape[1]
+    if k == 0:
+        return torch.zeros(batch, dtype=torch.float64)
+    u = torch.finfo(flat.dtype).eps / 2
+    m = math.gcd(k, 4096)
+    if m < 256:
+        m = k
+    if m * u >= 0.25:
+        flat, u, m = flat.to(torch.float64), 2.0**-53, k
+    chunks = flat.reshape(batch, k // m, m)
+    partial = torch.einsum("bcm,bcm->bc", chunks, chunks).to(torch.float64).sum(1)
+    gamma = m * u / (1 - m * u)
+    # Underflowing products lose at most the smallest normal number each (even if flushed).
+    underflow = k * float(torch.finfo(flat.dtype).tiny)
+    bound: torch.Tensor = (partial / (1 - gamma) + underflow) * (1 + 2.0**-40)
+    return bound
+
+
+def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> torch.Tensor:
+    r"""Per-example scale factors min(1, C/‖gᵢ‖)·(1 − 2⁻²⁰), in float64 (Abadi et al. 2016).
+
+    ‖gᵢ‖ is the L2 norm of example i's gradient over all parameters, replaced by a
+    rigorous upper bound computed from float32 dot products (relative excess at most
+    ~2⁻¹³, see ``_squared_norm_upper``), so a factor is never too large. The margin
+    1 − 2⁻²⁰ keeps the scaled float32 gradient's norm ≤ C (see :mod:`gaussdp.ml.noise`).
+    ``max_grad_norm=inf`` gives factors of 1. An example whose norm is NaN or overflows
+    gets factor 0 and is left out of the sum (its rows are zeroed, see
+    :meth:`gaussdp.ml.SumNoiser.accumulate`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]])}
+    >>> [round(f, 5) for f in clip_factors(g, 1.0).tolist()]
+    [0.2, 1.0]
+    """
+    clip = check_positive("max_grad_norm", max_grad_norm, allow_inf=True)
+    blocks = list(grads.values())
+    if not blocks:
+        raise ValueError(invalid("grads", "a non-empty mapping of per-example gradients", grads))
+    batch = blocks[0].shape[0]
+    if math.isinf(clip):
+        return torch.ones(batch, dtype=torch.float64)
+    squared = torch.zeros(batch, dtype=torch.float64)
+    for g in blocks:
+        squared += _squared_norm_upper(g)
+    return _factors_from_squared(squared, clip)
+
+
+def _factors_from_squared(squared: torch.Tensor, clip: float) -> torch.Tensor:
+    """min(1, C/‖gᵢ‖)·(1 − 2⁻²⁰) from upper bounds on ‖gᵢ‖² (float64)."""
+    if math.isinf(clip):
+        return torch.ones_like(squared)
+    norms = torch.sqrt(squared)
+    # Abadi et al. 2016, Alg 1: ḡᵢ = gᵢ / max(1, ‖gᵢ‖/C); the margin absorbs float rounding.
+    ratio = torch.where(norms > clip, clip / norms.clamp_min(1e-300), torch.ones_like(norms))
+    # A gradient with a NaN or an overflowing norm is dropped (factor 0): it must not turn
+    # the noisy sum into NaN, which would reveal that the example is present.
+    ratio = torch.where(torch.isfinite(norms), ratio, torch.zeros_like(norms))
+    factors: torch.Tensor = ratio * CLIP_MARGIN
+    return factors
+
+
+def clip_gradients(
+    grads: Mapping[str, torch.Tensor], max_grad_norm: float
+) -> dict[str, torch.Tensor]:
+    """Per-example gradients scaled by :func:`clip_factors`: each has L2 norm ≤ ``max_grad_norm``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> clipped = clip_gradients({"w": torch.tensor([[3.0, 4.0]])}, 1.0)
+    >>> bool(torch.linalg.vector_norm(clipped["w"]) <= 1.0)
+    True
+    """
+    factors = clip_factors(grads, max_grad_norm)
+    out = {}
+    for name, g in grads.items():
+        shape = (-1,) + (1,) * (g.dim() - 1)
+        out[name] = g * factors.to(g.dtype).reshape(shape)
+    return out
+
+
+# -- Poisson sampling -------------------------------------------------------------------
+class PoissonBatchSampler(Sampler[list[int]]):
+    """Batches of a Poisson sample: each of the ``num_examples`` kept independently with ``rate``.
+
+    One pass yields ``steps`` batches (by default round(1/q), one epoch in
+    expectation). Each decision is ``u < ⌊q·2⁶⁴⌋`` for a uniform 64-bit word u, so an
+    example is kept with probability ⌊q·2⁶⁴⌋/2⁶⁴ ≤ q — never more than the accounted
+    rate (a smaller rate is at least as private).
+
+    Parameters
+    ----------
+    num_examples : int
+        Dataset size N, ≥ 1.
+    rate : float
+        Sampling probability q in (0, 1].
+    steps : int, optional
+        Batches per pass, ≥ 1; default ``max(1, round(1/q))``.
+    rng : RandomSource, optional
+        ``None`` is the operating system's CSPRNG.
+
+    Examples
+    --------
+    >>> from gaussdp.random import ChaCha20Random
+    >>> sampler = PoissonBatchSampler(100, 0.1, rng=ChaCha20Random(0))
+    >>> len(sampler), len(list(sampler))
+    (10, 10)
+    """
+
+    def __init__(
+        self,
+        num_examples: int,
+        rate: float,
+        *,
+        steps: int | None = None,
+        rng: RandomSource | None = None,
+    ) -> None:
+        self._n = check_int("num_examples", num_examples, minimum=1)
+        self._rate = check_rate("rate", rate)
+        self._steps = (
+            max(1, round(1 / self._rate)) if steps is None else check_int("steps", steps, minimum=1)
+        )
+        self._rng = check_rng(rng)
+        # ⌊q·2⁶⁴⌋ computed exactly: a float q is a dyadic rational.
+        self._threshold = math.floor(self._rate * 2.0**64) if self._rate < 1.0 else 2**64
+
+    @property
+    def rate(self) -> float:
+        """The sampling probability q."""
+        return self._rate
+
+    @property
+    def num_examples(self) -> int:
+        """The dataset size N."""
+        return self._n
+
+    def __len__(self) -> int:
+        return self._steps
+
+    def sample(self) -> list[int]:
+        """One Poisson-sampled batch of example indices (possibly empty)."""
+        if self._threshold >= 2**64:
+            return list(range(self._n))
+        keep = self._rng.words(self._n) < np.uint64(self._threshold)
+        return np.flatnonzero(keep).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self._steps):
+            yield self.sample()
+
+
+def _empty_like(batch: Any) -> Any:
+    """The same structure with every tensor cut to 0 examples along the first dimension."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:0]
+    if isinstance(batch, tuple | list):
+        return type(batch)(_empty_like(b) for b in batch)
+    if isinstance(batch, Mapping):
+        return {k: _empty_like(v) for k, v in batch.items()}
+    return batch
+
+
+class _EmptySafeCollate:
+    """Collate that turns an empty batch into tensors with 0 examples (shapes from example 0)."""
+
+    def __init__(self, dataset: Dataset[Any], collate_fn: Callable[[list[Any]], Any]) -> None:
+        self._dataset = dataset
+        self._collate = collate_fn
+
+    def __call__(self, batch: list[Any]) -> Any:
+        if batch:
+            return self._collate(batch)
+        return _empty_like(self._collate([self._dataset[0]]))
+
+
+class DPDataLoader(DataLoader[Any]):
+    """A :class:`torch.utils.data.DataLoader` whose batches are Poisson samples.
+
+    Batch sizes vary (Binomial(N, q)); an empty batch is yielded as tensors with 0
+    examples, so the training loop still takes its noise-only step.
+
+    Parameters
+    ----------
+    dataset : torch.utils.data.Dataset
+        A map-style dataset with a length.
+    sample_rate : float
+        q in (0, 1].
+    steps : int, optional
+        Batches per pass (default round(1/q)).
+    rng : RandomSource, optional
+        ``None`` is the operating system's CSPRNG.
+    collate_fn : callable, optional
+        As for DataLoader (default: ``default_collate``).
+    num_workers : int, default 0
+        As for DataLoader; sampling always runs in the main process.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.utils.data import TensorDataset
+    >>> from gaussdp.random import ChaCha20Random
+    >>> data = TensorDataset(torch.randn(50, 3), torch.zeros(50, dtype=torch.long))
+    >>> loader = DPDataLoader(data, sample_rate=0.1, rng=ChaCha20Random(0))
+    >>> len(loader), next(iter(loader))[0].shape[1]
+    (10, 3)
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        *,
+        sample_rate: float,
+        steps: int | None = None,
+        rng: RandomSource | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        size = _dataset_length(dataset, "dataset")
+        sampler = PoissonBatchSampler(size, sample_rate, steps=steps, rng=rng)
+        collate = _EmptySafeCollate(dataset, collate_fn or default_collate)
+        super().__init__(
+            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
+        )
+        self.sample_rate: float = sampler.rate
+
+
+def _dataset_length(dataset: object, name: str) -> int:
+    try:
+        size = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            invalid(name, "a map-style dataset with a length (len(dataset) works)", dataset)
+        ) from None
+    if size < 1:
+        raise ValueError(invalid(f"len({name})", "at least 1", size))
+    return size
+
+
+# -- the wrapped model and optimizer ------------------------------------------------------
+class _Engine:
+    """State shared by the wrapped model and optimizer of one :func:`make_private` call."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        loss_fn: LossFn,
+        *,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sample_rate: float,
+        num_examples: int,
+        noise: NoiseMode,
+        rng: RandomSource,
+        grad_sample_mode: GradSampleMode = "auto",
+    ) -> None:
+        self.module = module
+        self.mode = grad_sample_mode
+        self.ghost_layers = None if grad_sample_mode == "functorch" else linear_only(module)
+        if grad_sample_mode == "ghost" and self.ghost_layers is None:
+            raise ValueError(
+                invalid(
+                    "grad_sample_mode",
+                    "'auto' or 'functorch' unless nn.Linear layers hold every trainable parameter",
+                    grad_sample_mode,
+                )
+            )
+        self.loss_fn = loss_fn
+        self.names = [k for k, v in module.named_parameters() if v.requires_grad]
+        self.params = [v for v in module.parameters() if v.requires_grad]
+        dim = sum(p.numel() for p in self.params)
+        self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
+        self.max_grad_norm = max_grad_norm
+        self.sample_rate = sample_rate
+        self.expected_batch_size = sample_rate * num_examples
+        self.pending: list[torch.Tensor] | None = None
+
+    def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        sums: list[torch.Tensor] | None = None
+        if self.ghost_layers is not None and inputs.shape[0] > 0:
+            clip = self.max_grad_norm
+            ghost = ghost_clipped_sums(
+                self.module,
+                self.ghost_layers,
+                self.loss_fn,
+                inputs,
+                targets,
+                _squared_norm_upper,
+                lambda squared: _factors_from_squared(squared, clip),
+            )
+            if ghost is not None:
+                by_id, losses = ghost
+                sums = self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+            elif self.mode == "ghost":
+                raise ValueError(
+                    invalid(
+                        "grad_sample_mode",
+                        "'auto' or 'functorch' for a model whose linear layers see inputs "
+                        "other than [batch, features] or run more than once",
+                        self.mode,
+                    )
+                )
+        if sums is None:
+            grads, losses = per_example_gradients(self.module, self.loss_fn, inputs, targets)
+            if inputs.shape[0] == 0:
+                factors = torch.zeros(0, dtype=torch.float64)
+            else:
+                factors = clip_factors(grads, self.max_grad_norm)
+            sums = self.noiser.accumulate([grads[k] for k in self.names], factors)
+        if self.pending is not None:  # several backward calls form one step's batch
+            sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
+        self.pending = sums
+        if losses.numel() == 0:
+            return torch.tensor(float("nan"))
+        return losses.mean()
+
+
+class PrivateModule(nn.Module):
+    """The model wrapped for DP-SGD: ``forward`` is the model's, :meth:`backward` is private.
+
+    Examples
+    --------
+    See :func:`make_private`.
+    """
+
+    def __init__(self, engine: _Engine) -> None:
+        super().__init__()
+        self._module = engine.module
+        self._engine = engine
+
+    @property
+    def module(self) -> nn.Module:
+        """The wrapped model."""
+        return self._module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's forward pass (for evaluation and inference)."""
+        return self._module(*args, **kwargs)
+
+    def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-example gradients, clipped and summed for the next ``optimizer.step()``.
+
+        The private replacement of ``loss_fn(model(inputs), targets).backward()``;
+        it does not fill ``param.grad`` (the optimizer's step does, with the noisy
+        average). Returns the mean per-example loss (not private: for monitoring
+        only), NaN for an empty batch.
+        """
+        return self._engine.backward(inputs, targets)
+
+
+class DPOptimizer:
+    """The optimizer wrapped for DP-SGD: :meth:`step` adds the noise, steps and accounts.
+
+    Each :meth:`step` takes the clipped sum left by ``model.backward``, adds the noise,
+    divides by the expected batch size qN, writes it to ``param.grad``, calls the
+    wrapped optimizer's ``step`` and composes ``Subsampled(Gaussian(σ), q)`` into
+    its :class:`~gaussdp.accounting.PLDAccountant`.
+
+    Examples
+    --------
+    See :func:`make_private`.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, engine: _Engine) -> None:
+        self._optimizer = optimizer
+        self._engine = engine
+        self._accountant = PLDAccountant()
+        self._steps = 0
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The wrapped optimizer."""
+        return self._optimizer
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's parameter groups (e.g. to change the learning rate)."""
+        return self._optimizer.param_groups
+
+    @property
+    def noise_multiplier(self) -> float:
+        """σ: the noise standard deviation is σ·``max_grad_norm``."""
+        return self._engine.noiser.noise_multiplier
+
+    @property
+    def max_grad_norm(self) -> float:
+        """C, the per-example clipping norm."""
+        return self._engine.max_grad_norm
+
+    @property
+    def sample_rate(self) -> float:
+        """q, the Poisson sampling rate."""
+        return self._engine.sample_rate
+
+    @property
+    def expected_batch_size(self) -> float:
+        """qN, the divisor of the noisy gradient sum."""
+        return self._engine.expected_batch_size
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise added to the gradient sum (see SumNoiser)."""
+        return self._engine.noiser.noise_std
+
+    @property
+    def steps(self) -> int:
+        """The number of private steps taken."""
+        return self._steps
+
+    @property
+    def accountant(self) -> PLDAccountant:
+        """A copy of the accountant holding this optimizer's steps."""
+        return self._accountant.copy()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear ``param.grad`` and any clipped sum not yet used by a step."""
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+        self._engine.pending = None
+
+    def step(self) -> None:
+        """Add noise to the clipped gradient sum, step the wrapped optimizer, account the step.
+
+        Raises
+        ------
+        RuntimeError
+            If ``model.backward`` was not called since the last step (an empty
+            batch must still go through ``model.backward``, which costs nothing).
+        """
+        engine = self._engine
+        if engine.pending is None:
+            raise RuntimeError(
+                "optimizer.step() must follow model.backward(inputs, targets) "
+                "(also for an empty batch)"
+            )
+        noisy = engine.noiser.release(engine.pending)
+        engine.pending = None
+        for param, total in zip(engine.params, noisy, strict=True):
+            param.grad = (total / engine.expected_batch_size).to(param.dtype).reshape(param.shape)
+        self._optimizer.step()
+        self._steps += 1
+        if engine.noiser.noise_multiplier > 0:
+            self._accountant.compose(self._event())
+
+    def _event(self) -> Subsampled:
+        sigma = self._engine.noiser.noise_multiplier
+        # Abadi et al. 2016 §3.1: each step is the Poisson-subsampled Gaussian mechanism.
+        return Subsampled(Gaussian(sigma=sigma), rate=self._engine.sample_rate)
+
+    def privacy_spent(self, delta: float) -> EpsilonBounds:
+        """Bounds on ε at ``delta`` after the steps taken so far (PLD accountant).
+
+        ``upper`` is certified for the subsampled Gaussian (see the module's
+        accounting note); ``lower`` says how tight it is. With σ = 0 both are ∞;
+        before any step both are 0.
+        """
+        delta = check_delta("delta", delta)
+        if self._engine.noiser.noise_multiplier == 0 and self._steps > 0:
+            return EpsilonBounds(lower=math.inf, upper=math.inf)
+        return self._accountant.epsilon(delta)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped optimizer's state (the accountant is not included)."""
+        return self._optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the wrapped optimizer's state."""
+        self._optimizer.load_state_dict(state_dict)
+
+
+class PrivateTraining(NamedTuple):
+    """What :func:`make_private` returns; unpacks as ``model, optimizer, loader``."""
+
+    model: PrivateModule
+    optimizer: DPOptimizer
+    data_loader: DPDataLoader
+
+
+def _check_no_batch_norm(model: nn.Module) -> None:
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            raise ValueError(
+                invalid(
+                    f"model.{name or 'self'}",
+                    "free of batch normalisation, which mixes examples "
+                    "(use GroupNorm or LayerNorm)",
+                    type(module).__name__,
+                )
+            )
+
+
+def make_private(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_loader: DataLoader[Any],
+    *,
+    loss_fn: LossFn,
+    max_grad_norm: float,
+    delta: float,
+    noise_multiplier: float | None = None,
+    target_epsilon: float | None = None,
+    epochs: int | None = None,
+    noise: NoiseMode = "secure",
+    grad_sample_mode: GradSampleMode = "auto",
+    rng: RandomSource | None = None,
+) -> PrivateTraining:
+    r"""Wrap a model, its optimizer and its data loader for DP-SGD (Abadi et al. 2016).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (no batch normalisation). Its trainable parameters must be those
+        of ``optimizer``.
+    optimizer : torch.optim.Optimizer
+        Any optimizer over the model's parameters; it sees the noisy average gradient.
+    data_loader : torch.utils.data.DataLoader
+        A loader over a map-style dataset with a length; its ``batch_size`` B sets
+        the sampling rate q = B/N and its ``collate_fn`` is kept.
+    loss_fn : callable
+        ``loss_fn(output, target) -> scalar``, e.g. ``torch.nn.functional.cross_entropy``.
+    max_grad_norm : float
+        The clipping norm C > 0 (``inf`` only with ``noise_multiplier=0``).
+    delta : float
+        The δ at which ε is targeted and reported, in (0, 1). A δ ≥ 1/N warns: such
+        a δ allows publishing an example in full.
+    noise_multiplier : float, optional
+        σ ≥ 0, the noise standard deviation over C. Exactly one of
+        ``noise_multiplier`` and ``target_epsilon`` must be given; σ = 0 warns (not
+        private).
+    target_epsilon : float, optional
+        Calibrate σ so that ``epochs`` epochs of round(1/q) steps meet
+        (``target_epsilon``, ``delta``)-DP, certified by the PLD accountant
+        (:func:`~gaussdp.accounting.calibrate_noise_multiplier`).
+    epochs : int, optional
+        Needed with ``target_epsilon``.
+    noise : {"secure", "insecure-float"}, default "secure"
+        ``"insecure-float"`` uses ``torch.normal`` noise — not private, warns.
+    grad_sample_mode : {"auto", "functorch", "ghost"}, default "auto"
+        ``"functorch"``: per-example gradients with ``torch.func`` (any model).
+        ``"ghost"``: ghost clipping (:mod:`gaussdp.ml._ghost`) — per-example norms
+        from activations and output gradients, and the clipped sum as one float64
+        matrix product, without materialising per-example gradients; only when
+        ``nn.Linear`` layers on ``[batch, features]`` inputs hold every trainable
+        parameter. ``"auto"`` uses ghost clipping where it applies.
+    rng : RandomSource, optional
+        Source of the sampling and noise randomness; ``None`` is the operating
+        system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
+        ChaCha20 streams keyed from it drive the loader and the noise.
+
+    Returns
+    -------
+    PrivateTraining
+        ``(model, optimizer, data_loader)``: a :class:`PrivateModule`, a
+        :class:`DPOptimizer` and a :class:`DPDataLoader`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For invalid arguments (message template of :func:`gaussdp.errors.invalid`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> from gaussdp.random import ChaCha20Random
+    >>> _ = torch.manual_seed(0)
+    >>> data = TensorDataset(torch.randn(200, 4), torch.randint(0, 2, (200,)))
+    >>> net = nn.Linear(4, 2)
+    >>> model, optimizer, loader = make_private(
+    ...     net, torch.optim.SGD(net.parameters(), lr=0.1), DataLoader(data, batch_size=20),
+    ...     loss_fn=nn.functional.cross_entropy, noise_multiplier=1.0, delta=1e-3,
+    ...     max_grad_norm=1.0, rng=ChaCha20Random(0))
+    >>> for x, y in loader:
+    ...     optimizer.zero_grad()
+    ...     loss = model.backward(x, y)
+    ...     optimizer.step()
+    >>> optimizer.steps
+    10
+    >>> bounds = optimizer.privacy_spent(1e-3)
+    >>> bool(0 < bounds.lower <= bounds.upper < 2)
+    True
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(invalid("model", "a torch.nn.Module", model))
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(invalid("optimizer", "a torch.optim.Optimizer", optimizer))
+    if not isinstance(data_loader, DataLoader):
+        raise TypeError(invalid("data_loader", "a torch.utils.data.DataLoader", data_loader))
+    if not callable(loss_fn):
+        raise TypeError(invalid("loss_fn", "a callable loss_fn(output, target)", loss_fn))
+    if (noise_multiplier is None) == (target_epsilon is None):
+        given = {"noise_multiplier": noise_multiplier, "target_epsilon": target_epsilon}
+        raise ValueError(invalid("noise_multiplier, target_epsilon", "exactly one given", given))
+    clip = check_positive("max_grad_norm", max_grad_norm, allow_inf=True)
+    delta = check_delta("delta", delta)
+    mode = check_noise_mode(noise)
+    if grad_sample_mode not in ("auto", "functorch", "ghost"):
+        raise ValueError(
+            invalid("grad_sample_mode", "'auto', 'functorch' or 'ghost'", grad_sample_mode)
+        )
+    _check_no_batch_norm(model)
+    size = _dataset_length(data_loader.dataset, "data_loader.dataset")
+    batch_size = data_loader.batch_size
+    if batch_size is None:
+        raise ValueError(
+            invalid("data_loader.batch_size", "an integer (no custom batch_sampler)", batch_size)
+        )
+    if batch_size > size:
+        raise ValueError(
+            invalid("data_loader.batch_size", f"at most len(dataset) = {size}", batch_size)
+        )
+    rate = batch_size / size
+    steps_per_epoch = max(1, round(1 / rate))
+    if delta >= 1 / size:
+        warnings.warn(
+            f"delta={delta!r} is not below 1/len(dataset) = {1 / size!r}: a mechanism that "
+            "publishes a random example in full meets this delta. Choose delta well below "
+            "1/len(dataset).",
+            UserWarning,
+            stacklevel=2,
+        )
+    if target_epsilon is not None:
+        if epochs is None:
+            raise ValueError(invalid("epochs", "an integer >= 1 with target_epsilon", epochs))
+        epochs = check_int("epochs", epochs, minimum=1)
+        sigma = calibrate_noise_multiplier(target_epsilon, delta, rate, epochs * steps_per_epoch)
+    else:
+        sigma = check_noise_multiplier(noise_multiplier)
+    if math.isinf(clip) and sigma > 0:
+        raise ValueError(
+            invalid("max_grad_norm", "finite when noise_multiplier > 0", max_grad_norm)
+        )
+    _check_optimizer_params(model, optimizer)
+    source = check_rng(rng)
+    loader_rng = ChaCha20Random(source.random_bytes(32))
+    noise_rng = ChaCha20Random(source.random_bytes(32))
+    engine = _Engine(
+        model,
+        loss_fn,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        sample_rate=rate,
+        num_examples=size,
+        noise=mode,
+        rng=noise_rng,
+        grad_sample_mode=grad_sample_mode,
+    )
+    loader = DPDataLoader(
+        data_loader.dataset,
+        sample_rate=rate,
+        steps=steps_per_epoch,
+        rng=loader_rng,
+        collate_fn=data_loader.collate_fn,
+        num_workers=data_loader.num_workers,
+    )
+    return PrivateTraining(PrivateModule(engine), DPOptimizer(optimizer, engine), loader)
+
+
+def _check_optimizer_params(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    optimized: Sequence[int] = [id(p) for g in optimizer.param_groups for p in g["params"]]
+    if not set(optimized) <= trainable:
+        raise ValueError(
+            invalid("optimizer", "an optimizer over the model's trainable parameters", optimizer)
+        )

@@ -1,0 +1,437 @@
+r"""Private federated aggregation: central Gaussian noise, or the distributed discrete Gaussian.
+
+Neighbouring datasets differ in one client's whole update (add/remove, or — for
+the fixed cohort of :class:`DistributedDiscreteGaussian` — one client's update
+replaced by zero), so every update is clipped to L2 norm c and the sum has L2
+sensitivity c.
+
+- :class:`DPAggregator` (central DP): the server clips each update, sums, and adds
+  N(0, z²c²) per coordinate on the secure lattice path of :mod:`gaussdp.ml.noise`.
+  Rounds with Poisson client sampling at rate q are accounted as
+  ``Subsampled(Gaussian(sigma=z), rate=q)`` by the PLD accountant (DP-FedAvg,
+  McMahan et al. 2018).
+- :class:`DistributedDiscreteGaussian` (KLS21 = Kairouz, Liu, Steinke 2021, "The
+  Distributed Discrete Gaussian Mechanism for Federated Learning with Secure
+  Aggregation", ICML): each client clips, rotates (randomised Hadamard), scales by
+  1/γ, rounds randomly to integers, adds its own N_Z(0, σ_Z²) noise and reduces
+  modulo 2^b; the server sees only the modular sum (simulated exactly here with
+  integer arithmetic). The sum of n independent discrete Gaussians is *not* a
+  discrete Gaussian, so the privacy is the conservative bound of KLS21 Thm 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from gaussdp._validation import check_delta, check_int, check_positive, check_probability
+from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled
+from gaussdp.accounting.events import check_rate
+from gaussdp.errors import invalid
+from gaussdp.mechanisms import Gaussian
+from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
+from gaussdp.privacy.zcdp import zcdp_epsilon
+from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.sampling import discrete_gaussian
+
+__all__ = ["DPAggregator", "DistributedDiscreteGaussian", "ddg_rho"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
+    if not isinstance(update, torch.Tensor):
+        raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", update))
+    if update.numel() != dim:
+        raise ValueError(invalid(f"updates[{index}].numel()", f"{dim}", update.numel()))
+    flat = update.detach().reshape(-1)
+    if not bool(torch.isfinite(flat).all()):
+        raise ValueError(invalid(f"updates[{index}]", "finite", "a tensor with NaN or inf"))
+    return flat
+
+
+def _clip_factor_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
+    """min(1, c/‖row‖)·(1 − 2⁻²⁰) per row, norms in float64 (see gaussdp.ml.noise)."""
+    from gaussdp.ml.dpsgd import clip_factors
+
+    return clip_factors({"update": rows}, clip)
+
+
+# -- central noise ------------------------------------------------------------------------
+class DPAggregator:
+    r"""Clip client updates to norm c, sum them and add N(0, z²c²) per coordinate (central DP).
+
+    Parameters
+    ----------
+    clip_norm : float
+        c > 0, the L2 bound of one client's update.
+    noise_multiplier : float
+        z > 0: the noise standard deviation is z·c.
+    dim : int
+        Number of coordinates of an update (e.g. the model's parameter count).
+    client_rate : float, default 1.0
+        q in (0, 1]: the probability with which :meth:`sample_clients` picks each
+        client in a round; rounds are accounted with amplification by subsampling.
+        Use :meth:`sample_clients` to choose the clients, or the accounting is void.
+    noise : {"secure", "insecure-float"}, default "secure"
+        As in :class:`~gaussdp.ml.SumNoiser`.
+    rng : RandomSource, optional
+        ``None`` is the operating system's CSPRNG.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from gaussdp.random import ChaCha20Random
+    >>> agg = DPAggregator(1.0, 1.0, dim=3, client_rate=0.5, rng=ChaCha20Random(0))
+    >>> chosen = agg.sample_clients(10)
+    >>> total = agg.aggregate([torch.ones(3) for _ in chosen])
+    >>> total.shape, agg.rounds
+    (torch.Size([3]), 1)
+    >>> bool(agg.privacy_spent(1e-5).upper > 0)
+    True
+    """
+
+    def __init__(
+        self,
+        clip_norm: float,
+        noise_multiplier: float,
+        *,
+        dim: int,
+        client_rate: float = 1.0,
+        noise: NoiseMode = "secure",
+        rng: RandomSource | None = None,
+    ) -> None:
+        self._clip = check_positive("clip_norm", clip_norm)
+        self._sigma = check_positive("noise_multiplier", noise_multiplier)
+        self._dim = check_int("dim", dim, minimum=1)
+        self._rate = check_rate("client_rate", client_rate)
+        source = check_rng(rng)
+        self._sample_rng = ChaCha20Random(source.random_bytes(32))
+        self._noiser = SumNoiser(
+            self._sigma,
+            self._clip,
+            self._dim,
+            noise=check_noise_mode(noise),
+            rng=ChaCha20Random(source.random_bytes(32)),
+        )
+        self._accountant = PLDAccountant()
+        self._rounds = 0
+
+    @property
+    def rounds(self) -> int:
+        """The number of aggregated rounds."""
+        return self._rounds
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise per coordinate (≈ z·c, see SumNoiser)."""
+        return self._noiser.noise_std
+
+    def sample_clients(self, num_clients: int) -> list[int]:
+        """Indices of the clients of one round: each kept independently with ``client_rate``."""
+        from gaussdp.ml.dpsgd import PoissonBatchSampler
+
+        sampler = PoissonBatchSampler(num_clients, self._rate, steps=1, rng=self._sample_rng)
+        return sampler.sample()
+
+    def aggregate(self, updates: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The noisy sum of the clipped updates, a float32 vector of ``dim`` coordinates.
+
+        An empty round (no client sampled) still returns noise, as the accounting
+        assumes. Divide by the expected number of clients (q times the population)
+        for a private average.
+        """
+        rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
+        if rows:
+            stacked = torch.stack(rows)
+            factors = _clip_factor_rows(stacked, self._clip)
+        else:
+            stacked = torch.zeros((0, self._dim))
+            factors = torch.zeros(0, dtype=torch.float64)
+        sums = self._noiser.accumulate([stacked], factors)
+        noisy = self._noiser.release(sums)[0]
+        self._rounds += 1
+        mechanism = Gaussian(sigma=self._sigma)
+        # DP-FedAvg (McMahan et al. 2018): each round is the subsampled Gaussian mechanism.
+        self._accountant.compose(
+            mechanism if self._rate == 1.0 else Subsampled(mechanism, rate=self._rate)
+        )
+        return noisy
+
+    def privacy_spent(self, delta: float) -> EpsilonBounds:
+        """Bounds on ε at ``delta`` after the rounds so far (PLD accountant)."""
+        return self._accountant.epsilon(check_delta("delta", delta))
+
+
+# -- distributed discrete Gaussian (KLS21) ------------------------------------------------
+def ddg_rho(l2_sensitivity: float, sigma2: float, num_clients: int, dim: int) -> float:
+    r"""ρ-zCDP of the sum of ``num_clients`` independent N_Z(0, σ²)^d noise vectors (KLS21 Thm 1).
+
+    For integer vectors whose difference has L2 norm at most Δ (``l2_sensitivity``)
+    and n clients each adding N_Z(0, σ²) per coordinate (σ ≥ 1/2), the sum is
+    ½ε²-zCDP with
+
+    ε = min{ √(Δ²/(nσ²) + 2τd),  Δ/(√n σ) + τ√d },
+    τ = 10 Σ_{k=1}^{n−1} exp(−2π²σ² k/(k+1))         (KLS21 Thm 1, eqs. 3–4; Prop 14).
+
+    τ measures how far the sum is from the discrete Gaussian N_Z(0, nσ²); it is
+    negligible once σ is a few units. All quantities are in integer (lattice) units.
+
+    Examples
+    --------
+    >>> rho = ddg_rho(1000.0, 1000.0**2 / 10, num_clients=10, dim=1000)
+    >>> round(rho, 6)
+    0.5
+    """
+    delta2 = check_positive("l2_sensitivity", l2_sensitivity)
+    s2 = check_positive("sigma2", sigma2)
+    if s2 < 0.25:
+        raise ValueError(invalid("sigma2", ">= 1/4 (KLS21 Prop 14 needs sigma >= 1/2)", sigma2))
+    n = check_int("num_clients", num_clients, minimum=1)
+    d = check_int("dim", dim, minimum=1)
+    # KLS21 Thm 1, eq. 3.
+    tau = 10 * math.fsum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, n))
+    # KLS21 Thm 1, eq. 4.
+    eps = min(
+        math.sqrt(delta2**2 / (n * s2) + 2 * tau * d),
+        delta2 / math.sqrt(n * s2) + tau * math.sqrt(d),
+    )
+    return eps * eps / 2
+
+
+def _fwht(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Orthonormal fast Walsh–Hadamard transform of a vector of length 2^k (self-inverse)."""
+    n = a.shape[0]
+    out = a.copy()
+    h = 1
+    while h < n:
+        view = out.reshape(-1, 2, h)
+        top = view[:, 0, :].copy()
+        view[:, 0, :] += view[:, 1, :]
+        view[:, 1, :] = top - view[:, 1, :]
+        h *= 2
+    result: npt.NDArray[np.float64] = out / math.sqrt(n)
+    return result
+
+
+class DistributedDiscreteGaussian:
+    r"""The distributed discrete Gaussian mechanism under secure aggregation (KLS21).
+
+    Client side (:meth:`encode`): clip the update to norm c, rotate it with the
+    randomised Hadamard transform HD/√d (D random signs shared by all parties),
+    scale by 1/γ, round each coordinate randomly (floor + Bernoulli(fraction),
+    unbiased up to 2⁻⁵³), redrawn until ‖x̃‖₂ ≤ Δ₂ — the *conditional* randomised
+    rounding of KLS21 with bias parameter β — then add N_Z(0, σ_Z²)^d and reduce
+    modulo 2^b. The server (:meth:`secure_sum`, :meth:`decode`) only sees the sum
+    modulo 2^b, maps it to [−2^{b−1}, 2^{b−1}), multiplies by γ and rotates back.
+
+    Norm bound used (KLS21 Thm 1, eq. 2, in lattice units, c' = c/γ):
+    Δ₂² = min{ c'² + d/4 + √(2 ln(1/β))·(c' + √d/2),  (c' + √d)² }; with β = 0 the
+    rounding is unconditional and only the second term is used. Privacy per round:
+    ρ = :func:`ddg_rho` (Δ₂, σ_Z², n, d); rounds compose by adding ρ, and ε is
+    reported through CKS Cor 13. No amplification by client sampling is claimed.
+
+    Parameters
+    ----------
+    clip_norm : float
+        c > 0.
+    noise_multiplier : float
+        z > 0: the *total* noise of n clients has standard deviation z·c per
+        coordinate (each client adds z·c/√n), as the central mechanism would.
+    num_clients : int
+        n ≥ 1, the number of clients whose noise every round is guaranteed to
+        contain; :meth:`aggregate` refuses fewer updates.
+    dim : int
+        Coordinates of an update.
+    bits : int, default 20
+        b: the secure sum is computed modulo 2^b (2 ≤ b ≤ 62, 2^{b−1} > 2n).
+    beta : float, default exp(−0.5)
+        Conditional rounding parameter in [0, 1) (KLS21 use e^{−0.5}).
+    k_stddevs : float, default 4.0
+        γ is the smallest power of two with k·(n·c/√d + z·c)/γ + n < 2^{b−1}, so the
+        modular sum wraps only if some coordinate exceeds k standard deviations.
+    rng : RandomSource, optional
+        ``None`` is the operating system's CSPRNG. Each client's rounding and noise
+        draw on a ChaCha20 stream keyed from it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from gaussdp.random import ChaCha20Random
+    >>> ddg = DistributedDiscreteGaussian(
+    ...     1.0, 1.0, num_clients=10, dim=100, bits=20, rng=ChaCha20Random(0))
+    >>> updates = [torch.full((100,), 0.05) for _ in range(10)]
+    >>> total = ddg.aggregate(updates)
+    >>> bool(abs(float(total.mean()) - 0.5) < 0.5)
+    True
+    >>> bool(ddg.rho > Gaussian(sigma=1.0).rho)
+    True
+    """
+
+    def __init__(
+        self,
+        clip_norm: float,
+        noise_multiplier: float,
+        *,
+        num_clients: int,
+        dim: int,
+        bits: int = 20,
+        beta: float = math.exp(-0.5),
+        k_stddevs: float = 4.0,
+        rng: RandomSource | None = None,
+    ) -> None:
+        self._clip = check_positive("clip_norm", clip_norm)
+        self._z = check_positive("noise_multiplier", noise_multiplier)
+        self._n = check_int("num_clients", num_clients, minimum=1)
+        self._dim = check_int("dim", dim, minimum=1)
+        self._bits = check_int("bits", bits, minimum=2)
+        if self._bits > 62 or 2 ** (self._bits - 1) <= 2 * self._n:
+            raise ValueError(invalid("bits", f"at most 62 with 2**(bits-1) > 2*{self._n}", bits))
+        self._beta = check_probability("beta", beta)
+        if self._beta >= 1:
+            raise ValueError(invalid("beta", "in [0, 1)", beta))
+        k = check_positive("k_stddevs", k_stddevs)
+        self._rng = check_rng(rng)
+        self._pad = 1 << (self._dim - 1).bit_length()
+        d = self._pad
+        signs = self._rng.bits(d)
+        self._signs = np.where(signs, -1.0, 1.0)
+        # Largest coordinate of the rotated sum, with k standard deviations of signal and noise.
+        bound = k * (self._n * self._clip / math.sqrt(d) + self._z * self._clip)
+        self._modulus = 1 << self._bits
+        half = 1 << (self._bits - 1)
+        _, exponent = math.frexp(bound / (half - self._n))
+        self._gamma = math.ldexp(1.0, exponent)  # smallest power of two >= bound/(half - n)
+        scaled = self._clip / self._gamma
+        if (scaled + math.sqrt(d)) ** 2 >= 2.0**62:
+            raise ValueError(invalid("bits", "small enough for exact int64 norms", bits))
+        conditional = (
+            scaled**2
+            + d / 4
+            + math.sqrt(2 * math.log(1 / self._beta)) * (scaled + math.sqrt(d) / 2)
+            if self._beta > 0
+            else math.inf
+        )
+        # KLS21 Thm 1, eq. 2 (in lattice units).
+        self._delta2_sq = min(conditional, (scaled + math.sqrt(d)) ** 2)
+        self._conditional = conditional < (scaled + math.sqrt(d)) ** 2
+        # Each client's noise in lattice units: σ_Z = z·c/(γ√n).
+        self._sigma2 = Fraction((self._z * scaled) ** 2) / self._n
+        if self._sigma2 < Fraction(1, 4):
+            raise ValueError(
+                invalid("bits", "large enough that each client's noise is >= 1/2 grid step", bits)
+            )
+        self._rho = ddg_rho(math.sqrt(self._delta2_sq), float(self._sigma2), self._n, d)
+        self._rounds = 0
+
+    @property
+    def gamma(self) -> float:
+        """γ, the grid step (a power of two)."""
+        return self._gamma
+
+    @property
+    def modulus(self) -> int:
+        """2^b, the modulus of the secure sum."""
+        return self._modulus
+
+    @property
+    def client_sigma2(self) -> Fraction:
+        """σ_Z², each client's discrete Gaussian noise scale in lattice units."""
+        return self._sigma2
+
+    @property
+    def l2_sensitivity(self) -> float:
+        """Δ₂ in lattice units (KLS21 Thm 1, eq. 2)."""
+        return math.sqrt(self._delta2_sq)
+
+    @property
+    def rho(self) -> float:
+        """ρ-zCDP of one round (KLS21 Thm 1)."""
+        return self._rho
+
+    @property
+    def rounds(self) -> int:
+        """The number of aggregated rounds."""
+        return self._rounds
+
+    def _rotate(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        padded = np.zeros(self._pad)
+        padded[: self._dim] = x
+        return _fwht(self._signs * padded)
+
+    def _unrotate(self, y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        result: npt.NDArray[np.float64] = (self._signs * _fwht(y))[: self._dim]
+        return result
+
+    def encode(self, update: torch.Tensor, *, rng: RandomSource | None = None) -> IntArray:
+        """One client's message: its clipped, rotated, rounded and noised update mod 2^b.
+
+        ``rng`` is the client's own randomness (default: a stream keyed from the
+        mechanism's ``rng``).
+        """
+        flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy()
+        source = self._rng if rng is None else check_rng(rng)
+        stream = ChaCha20Random(source.random_bytes(32))
+        rotated = self._rotate(flat)
+        norm = float(np.linalg.norm(rotated))
+        factor = min(1.0, self._clip / norm) * (1 - 2.0**-20) if norm > 0 else 1.0
+        scaled = rotated * (factor / self._gamma)
+        floor = np.floor(scaled)
+        frac = scaled - floor
+        threshold = np.floor(frac * 2.0**53).astype(np.uint64)
+        base = floor.astype(np.int64)
+        while True:
+            up = (stream.words(self._pad) >> np.uint64(11)) < threshold
+            rounded = base + up.astype(np.int64)
+            if not self._conditional or int(np.dot(rounded, rounded)) <= self._delta2_sq:
+                break
+        noise = discrete_gaussian(self._sigma2, self._pad, rng=stream)
+        message: IntArray = np.mod(rounded + noise, self._modulus)
+        return message
+
+    def secure_sum(self, messages: Sequence[IntArray]) -> IntArray:
+        """The sum of the messages modulo 2^b: all the server learns under secure aggregation."""
+        total = np.zeros(self._pad, dtype=np.int64)
+        for message in messages:
+            total = np.mod(total + message, self._modulus)
+        return total
+
+    def decode(self, modular_sum: IntArray) -> torch.Tensor:
+        """Map a modular sum to [−2^{b−1}, 2^{b−1}), scale by γ and rotate back (float32)."""
+        half = self._modulus // 2
+        signed = np.where(modular_sum >= half, modular_sum - self._modulus, modular_sum)
+        return torch.from_numpy(self._unrotate(signed.astype(np.float64) * self._gamma)).to(
+            torch.float32
+        )
+
+    def aggregate(self, updates: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Encode every update, sum them modulo 2^b and decode: the noisy sum of one round.
+
+        Raises
+        ------
+        ValueError
+            If fewer than ``num_clients`` updates are given (their noise would be missing).
+        """
+        if len(updates) < self._n:
+            raise ValueError(
+                invalid("len(updates)", f"at least num_clients = {self._n}", len(updates))
+            )
+        messages = [self.encode(u) for u in updates]
+        self._rounds += 1
+        return self.decode(self.secure_sum(messages))
+
+    def privacy_spent(self, delta: float) -> EpsilonBounds:
+        """ε at ``delta`` after the rounds so far: ρ·rounds through CKS Cor 13.
+
+        ``upper`` is certified by KLS21 Thm 1 and CKS Cor 13; ``lower`` is the trivial 0
+        (no lower bound is computed for the sum of discrete Gaussians).
+        """
+        delta = check_delta("delta", delta)
+        if self._rounds == 0:
+            return EpsilonBounds(lower=0.0, upper=0.0)
+        return EpsilonBounds(lower=0.0, upper=zcdp_epsilon(self._rounds * self._rho, delta))

@@ -1,0 +1,319 @@
+r"""The noise of DP-SGD and central federated aggregation: a sum of clipped vectors plus N(0, σ²C²).
+
+Each contribution (an example's gradient, a client's update) is clipped to L2
+norm C, so under add/remove-one neighbours the sum has L2 sensitivity C and the
+Gaussian mechanism with standard deviation σC per coordinate is exactly
+(1/σ)-GDP (DRS Thm 2.7); this is the step of Abadi et al. (2016, Alg 1).
+
+Secure mode (the default) never releases floating-point noise (Mironov 2012). It
+is the float-safe path of :meth:`gaussdp.Gaussian.release`, applied to a sum:
+
+1. ``Gaussian(sigma=σC, sensitivity=C).lattice(d)`` chooses the power-of-two grid
+   step γ and the lattice noise σ_Z² (CKS Thm 14; its ρ is at most the Gaussian's).
+2. Each clipped contribution is rounded to γℤ^d *before* summing, and the integer
+   vectors are summed exactly (float64 holds every partial sum exactly, all being
+   integers below 2⁵³). Removing one contribution r changes the sum by
+   ‖r‖₂ ≤ C/γ + √d/2, within :meth:`~gaussdp.LatticeGaussian.sensitivity_bound`,
+   whatever the float rounding in the other contributions — rounding the float
+   sum instead would make the sensitivity depend on float summation order.
+3. Exact N_Z(0, σ_Z²) noise (CKS Alg 3, :func:`gaussdp.sampling.discrete_gaussian`)
+   is added in integers and the result is multiplied by γ (exact). Casting to
+   float32 afterwards is post-processing.
+
+Clipping keeps a relative margin of 2⁻²⁰: the norm is computed in float64 from the
+float32 values and the scale factor is shrunk by (1 − 2⁻²⁰), which absorbs the
+float32 rounding of the scaled vector (at most 2⁻²³ relative per coordinate), so
+every contribution fed to step 2 has norm ≤ C.
+
+The random words for each release come from a fresh ChaCha20 keystream keyed with
+256 bits read from ``rng`` (the operating system's CSPRNG by default): the
+userspace-stream construction of DESIGN.md decision 2, rekeyed on every release,
+which halves the cost of the words against ``os.urandom`` and keeps a seeded
+``ChaCha20Random`` reproducible.
+
+``noise="insecure-float"`` adds ``torch.normal`` noise to the float sum instead. It
+is for speed experiments only, warns when selected, and is not differentially
+private against an adversary who sees the low-order bits (Mironov 2012).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from gaussdp._validation import check_int, check_positive
+from gaussdp.errors import invalid
+from gaussdp.mechanisms import Gaussian, LatticeGaussian
+from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.sampling import discrete_gaussian
+
+__all__ = ["NoiseMode", "SumNoiser", "check_noise_mode", "check_noise_multiplier"]
+
+#: ``"secure"``: exact discrete Gaussian on a lattice (default);
+#: ``"insecure-float"``: ``torch.normal`` noise, for speed experiments only.
+NoiseMode = Literal["secure", "insecure-float"]
+
+#: Clipping scales by min(1, C/‖g‖)·(1 − 2⁻²⁰), absorbing float32 rounding (module notes).
+CLIP_MARGIN = 1.0 - 2.0**-20
+
+# Lattice indices of one clipped contribution are below C/γ; float32 holds them
+# exactly below 2**24. Past 2**23 the rounding is done in float64.
+_FLOAT32_EXACT = 2.0**23
+
+
+def check_noise_mode(noise: object) -> NoiseMode:
+    """Return ``noise`` if it is a valid noise mode; warn loudly for the insecure one."""
+    if noise == "secure":
+        return "secure"
+    if noise == "insecure-float":
+        warnings.warn(
+            "noise='insecure-float' adds floating-point Gaussian noise with torch.normal: "
+            "its low-order bits can reveal the data (Mironov 2012), so the result is NOT "
+            "differentially private. Use it only for speed experiments; the default "
+            "noise='secure' is exact.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return "insecure-float"
+    raise ValueError(invalid("noise", "'secure' or 'insecure-float'", noise))
+
+
+def check_noise_multiplier(value: object) -> float:
+    """Return the noise multiplier σ as a float if it is finite and ≥ 0; warn loudly at 0."""
+    if value == 0 and not isinstance(value, bool):
+        warnings.warn(
+            "noise_multiplier=0 adds no noise: training is NOT differentially private "
+            "and privacy_spent() reports an infinite epsilon",
+            UserWarning,
+            stacklevel=3,
+        )
+        return 0.0
+    return check_positive("noise_multiplier", value)
+
+
+class SumNoiser:
+    r"""Release Σᵢ clipᵢ(xᵢ) + N(0, σ²C²)^d, with the secure lattice path by default.
+
+    Contributions are accumulated with :meth:`accumulate` (already scaled by their
+    clip factors, see :func:`gaussdp.ml.clip_factors`) and the noisy sum is drawn
+    with :meth:`release`.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ, the noise standard deviation over the clip norm; finite and ≥ 0 (0 adds
+        no noise and is not private).
+    clip_norm : float
+        C, the L2 bound of one contribution; > 0 (``inf`` only with σ = 0).
+    dim : int
+        d, the number of coordinates released together, ≥ 1.
+    noise : {"secure", "insecure-float"}
+        The noise path (module notes).
+    rng : RandomSource, optional
+        Source of the keys of the per-release ChaCha20 streams; ``None`` is the
+        operating system's CSPRNG.
+    prefetch : bool, default True
+        Draw the next release's lattice noise in a background thread while the
+        caller computes gradients. The noise does not depend on the data, and each
+        draw uses its own key taken from ``rng`` in order, so results are the same
+        with and without prefetching.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from gaussdp.random import ChaCha20Random
+    >>> noiser = SumNoiser(1.0, 1.0, dim=3, rng=ChaCha20Random(0))
+    >>> x = torch.tensor([[0.6, 0.8, 0.0], [0.0, 0.0, 0.5]])
+    >>> sums = noiser.accumulate([x], torch.ones(2, dtype=torch.float64))
+    >>> out = noiser.release(sums)[0]
+    >>> out.shape, out.dtype
+    (torch.Size([3]), torch.float32)
+    >>> 1.0 <= noiser.noise_std / 1.0 < 1.005
+    True
+    """
+
+    def __init__(
+        self,
+        noise_multiplier: float,
+        clip_norm: float,
+        dim: int,
+        *,
+        noise: NoiseMode = "secure",
+        rng: RandomSource | None = None,
+        prefetch: bool = True,
+    ) -> None:
+        sigma = (
+            0.0 if noise_multiplier == 0 else check_positive("noise_multiplier", noise_multiplier)
+        )
+        clip = check_positive("clip_norm", clip_norm, allow_inf=True)
+        if math.isinf(clip) and sigma > 0:
+            raise ValueError(invalid("clip_norm", "finite when noise_multiplier > 0", clip_norm))
+        if noise not in ("secure", "insecure-float"):
+            raise ValueError(invalid("noise", "'secure' or 'insecure-float'", noise))
+        self._sigma = sigma
+        self._clip = clip
+        self._dim = check_int("dim", dim, minimum=1)
+        self._noise: NoiseMode = noise
+        self._rng = check_rng(rng)
+        self._lattice: LatticeGaussian | None = None
+        self._next: Future[npt.NDArray[np.int64]] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        if sigma > 0 and noise == "secure":
+            self._lattice = Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(self._dim)
+            if prefetch:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="gaussdp-noise")
+                weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+                key = self._rng.random_bytes(32)
+                self._next = self._executor.submit(self._draw, self._lattice.sigma2, key)
+
+    def _draw(self, sigma2: Fraction, key: bytes) -> npt.NDArray[np.int64]:
+        """N_Z(0, σ_Z²)^d from a ChaCha20 stream with this key (CKS Alg 3)."""
+        noise = discrete_gaussian(sigma2, self._dim, rng=ChaCha20Random(key))
+        # σ_Z² ≤ 2**80 here (σ_Z ≈ 500·σ·√d), so the sampler returns int64.
+        return noise.astype(np.int64)
+
+    def _lattice_noise(self, sigma2: Fraction) -> npt.NDArray[np.int64]:
+        """The next noise vector: keys are taken from ``rng`` in release order."""
+        if self._executor is None or self._next is None:
+            return self._draw(sigma2, self._rng.random_bytes(32))
+        noise = self._next.result()
+        self._next = self._executor.submit(self._draw, sigma2, self._rng.random_bytes(32))
+        return noise
+
+    @property
+    def noise_multiplier(self) -> float:
+        """σ: the nominal noise standard deviation is σ·C."""
+        return self._sigma
+
+    @property
+    def clip_norm(self) -> float:
+        """C, the L2 bound of one contribution."""
+        return self._clip
+
+    @property
+    def dim(self) -> int:
+        """d, the number of coordinates."""
+        return self._dim
+
+    @property
+    def noise(self) -> NoiseMode:
+        """The noise path, ``"secure"`` or ``"insecure-float"``."""
+        return self._noise
+
+    @property
+    def lattice(self) -> LatticeGaussian | None:
+        """The lattice mechanism of the secure path (None for σ = 0 or float noise)."""
+        return self._lattice
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise actually added per coordinate.
+
+        Secure path: γ·σ_Z, slightly above σC (by at most 0.4%, the rounding's share of
+        the sensitivity, see :meth:`gaussdp.Gaussian.lattice`).
+        """
+        if self._lattice is None:
+            return self._sigma * self._clip if self._sigma > 0 else 0.0
+        return self._lattice.gamma * math.sqrt(float(self._lattice.sigma2))
+
+    def accumulate(
+        self, contributions: Sequence[torch.Tensor], factors: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """Sum scaled contributions: one tensor ``[B, *shape]`` per block of coordinates.
+
+        ``factors`` (float64, shape ``[B]``) are the clip factors of the B
+        contributions; rows with factor 0 are left out (zeroed, even if NaN). Secure
+        path: each scaled contribution is rounded to the lattice and the integers are
+        summed exactly (float64 tensors in lattice units). Otherwise the float32 sum.
+        Returns one tensor of ``shape`` per block.
+        """
+        if self._lattice is None:
+            return [_float_sum(block, factors) for block in contributions]
+        gamma = self._lattice.gamma
+        exact_in_float32 = self._clip / gamma < _FLOAT32_EXACT
+        # Clipped contributions have ‖mᵢ·xᵢ‖∞ ≤ ‖mᵢ·xᵢ‖₂ ≤ C/γ.
+        bound = self._clip / gamma
+        return [
+            _lattice_sum(block, factors / gamma, exact_in_float32, bound) for block in contributions
+        ]
+
+    def accumulate_sums(self, sums: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Prepare float64 sums of clipped contributions (ghost clipping) for :meth:`release`.
+
+        Secure path: each sum is divided by γ (exact) and rounded to the lattice; the
+        caller guarantees that neighbouring sums differ by at most C in L2 norm, float
+        error included (see :mod:`gaussdp.ml._ghost`), so the rounded sums differ by at
+        most C/γ + √d. Otherwise the float32 sums.
+        """
+        if self._lattice is None:
+            return [s.to(torch.float32) for s in sums]
+        gamma = self._lattice.gamma
+        return [torch.round(s.to(torch.float64) / gamma) for s in sums]
+
+    def release(self, sums: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Add the noise to sums from :meth:`accumulate`; return float32 tensors in real units."""
+        sizes = [s.numel() for s in sums]
+        if sum(sizes) != self._dim:
+            raise ValueError(invalid("sums", f"blocks with {self._dim} coordinates in all", sizes))
+        if self._sigma == 0:
+            return [s.to(torch.float32) for s in sums]
+        if self._lattice is None:  # insecure-float
+            generator = torch.Generator().manual_seed(int(self._rng.words(1)[0] >> np.uint64(1)))
+            std = self._sigma * self._clip
+            return [
+                (s + torch.normal(0.0, std, s.shape, generator=generator)).to(torch.float32)
+                for s in sums
+            ]
+        flat = torch.cat([s.reshape(-1) for s in sums]).numpy()
+        noise = self._lattice_noise(self._lattice.sigma2)  # a fresh ChaCha20 key per release
+        # Integers below 2**53 add exactly in float64; multiplying by γ = 2**k is exact.
+        noisy = torch.from_numpy((flat + noise.astype(np.float64)) * self._lattice.gamma)
+        return [
+            block.reshape(s.shape).to(torch.float32)
+            for block, s in zip(torch.split(noisy, sizes), sums, strict=True)
+        ]
+
+
+def _drop_zero_rows(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """Zero the rows with factor 0 (dropped examples), so that a NaN in them cannot spread."""
+    dropped = factors == 0
+    if not bool(dropped.any()):
+        return block
+    cleaned = block.clone()
+    cleaned[dropped] = 0
+    return cleaned
+
+
+def _float_sum(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    block = _drop_zero_rows(block, factors)
+    shape = (-1,) + (1,) * (block.dim() - 1)
+    scaled = block * factors.to(block.dtype).reshape(shape)
+    return scaled.sum(0)
+
+
+def _lattice_sum(
+    block: torch.Tensor, multipliers: torch.Tensor, in_float32: bool, bound: float
+) -> torch.Tensor:
+    """Σᵢ round(mᵢ·xᵢ) exactly, as float64, given |mᵢ·xᵢⱼ| ≤ ``bound`` for every entry."""
+    block = _drop_zero_rows(block, multipliers)
+    shape = (-1,) + (1,) * (block.dim() - 1)
+    if not in_float32:
+        scaled64 = block.to(torch.float64) * multipliers.reshape(shape)
+        return scaled64.round_().sum(0)
+    rounded = (block.to(torch.float32) * multipliers.to(torch.float32).reshape(shape)).round_()
+    # |round(mᵢ·xᵢⱼ)| ≤ bound + 1/2, and a float32 sum of integers whose partial sums all stay
+    # below 2**24 in magnitude is exact: sum chunks of that many rows in float32.
+    rows = max(1, int(2.0**24 // (bound + 1.0)))
+    if rows >= rounded.shape[0]:
+        return rounded.sum(0).to(torch.float64)
+    parts = [chunk.sum(0) for chunk in torch.split(rounded, rows)]
+    return torch.stack(parts).sum(0, dtype=torch.float64)

@@ -1,0 +1,503 @@
+"""DP-SGD: per-example gradients, clipping, Poisson batches, noise, accounting, end to end.
+
+Statistical tests use a stated false-alarm rate α = 1e-6 per test (STYLE 11), with
+the critical value computed next to the test.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset  # noqa: E402
+
+from gaussdp.accounting import PLDAccountant, Subsampled, calibrate_noise_multiplier  # noqa: E402
+from gaussdp.mechanisms import Gaussian  # noqa: E402
+from gaussdp.ml import (  # noqa: E402
+    DPDataLoader,
+    PoissonBatchSampler,
+    clip_factors,
+    clip_gradients,
+    make_private,
+    per_example_gradients,
+)
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+ALPHA = 1e-6
+
+
+def _mlp(seed: int = 0, d_in: int = 5, hidden: int = 8, classes: int = 3) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.Tanh(), nn.Linear(hidden, classes))
+
+
+def _blobs(n: int = 300, d: int = 10, classes: int = 3, seed: int = 0) -> TensorDataset:
+    gen = torch.Generator().manual_seed(seed)
+    centers = 2.0 * torch.randn(classes, d, generator=gen)
+    labels = torch.arange(n) % classes
+    x = centers[labels] + torch.randn(n, d, generator=gen)
+    return TensorDataset(x, labels)
+
+
+def _private(model: nn.Module, data: TensorDataset, batch_size: int, **kwargs: object):  # type: ignore[no-untyped-def]
+    optimizer = torch.optim.SGD(model.parameters(), lr=kwargs.pop("lr", 0.1))  # type: ignore[arg-type]
+    options = {"loss_fn": nnf.cross_entropy, "delta": 1e-5, "max_grad_norm": 1.0}
+    options.update(kwargs)
+    return make_private(
+        model,
+        optimizer,
+        DataLoader(data, batch_size=batch_size),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+# -- per-example gradients and clipping --------------------------------------------------
+def test_per_example_gradients_equal_single_example_backward() -> None:
+    model = _mlp()
+    x = torch.randn(6, 5)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    grads, losses = per_example_gradients(model, nnf.cross_entropy, x, y)
+    for i in range(6):
+        model.zero_grad()
+        loss = nnf.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        loss.backward()
+        assert float(losses[i]) == pytest.approx(float(loss.detach()), rel=1e-6)
+        for name, p in model.named_parameters():
+            assert p.grad is not None
+            torch.testing.assert_close(grads[name][i], p.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_per_example_gradients_of_empty_batch_are_empty() -> None:
+    grads, losses = per_example_gradients(
+        _mlp(), nnf.cross_entropy, torch.zeros(0, 5), torch.zeros(0, dtype=torch.long)
+    )
+    assert grads["0.weight"].shape == (0, 8, 5)
+    assert losses.shape == (0,)
+
+
+def test_clipping_bound_holds_for_every_example() -> None:
+    gen = torch.Generator().manual_seed(3)
+    scales = torch.logspace(-3, 3, 200)
+    grads = {
+        "a": torch.randn(200, 7, 3, generator=gen) * scales[:, None, None],
+        "b": torch.randn(200, 11, generator=gen) * scales[:, None],
+    }
+    for clip in (1e-3, 0.5, 1.0, 37.0):
+        clipped = clip_gradients(grads, clip)
+        norms = torch.sqrt(
+            sum(
+                torch.linalg.vector_norm(g.reshape(200, -1), dim=1, dtype=torch.float64) ** 2
+                for g in clipped.values()
+            )
+        )
+        assert bool((norms <= clip).all())
+        original = torch.sqrt(
+            sum(
+                torch.linalg.vector_norm(g.reshape(200, -1), dim=1, dtype=torch.float64) ** 2
+                for g in grads.values()
+            )
+        )
+        # Examples already inside the ball are kept (up to the 2**-20 margin).
+        inside = original < clip
+        torch.testing.assert_close(norms[inside], original[inside], rtol=2e-6, atol=0)
+        # Examples outside end on the sphere (up to the margin).
+        assert bool((norms[~inside] > clip * (1 - 2e-6)).all())
+
+
+def test_clip_factors_reject_bad_norm() -> None:
+    with pytest.raises(ValueError, match=r"max_grad_norm must be a positive real number, got 0"):
+        clip_factors({"w": torch.ones(2, 2)}, 0)
+
+
+@pytest.mark.parametrize("mode", ["functorch", "ghost"])
+def test_no_noise_no_clipping_step_equals_plain_sgd(mode: str) -> None:
+    data = _blobs(n=100, d=5)
+    model = _mlp()
+    reference = copy.deepcopy(model)
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        priv_model, optimizer, _ = _private(
+            model,
+            data,
+            batch_size=20,
+            noise_multiplier=0.0,
+            max_grad_norm=math.inf,
+            lr=0.3,
+            grad_sample_mode=mode,
+        )
+    x, y = data.tensors[0][:17], data.tensors[1][:17]
+    optimizer.zero_grad()
+    priv_model.backward(x, y)
+    optimizer.step()
+    plain = torch.optim.SGD(reference.parameters(), lr=0.3)
+    plain.zero_grad()
+    # The private step divides the summed gradient by the expected batch size qN = 20.
+    (nnf.cross_entropy(reference(x), y, reduction="sum") / 20).backward()
+    plain.step()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert optimizer.privacy_spent(1e-5).upper == math.inf
+
+
+# -- Poisson sampling ------------------------------------------------------------------------
+def test_poisson_batch_sizes_follow_the_binomial() -> None:
+    n, q, batches = 200, 0.1, 3000
+    sampler = PoissonBatchSampler(n, q, steps=batches, rng=ChaCha20Random(11))
+    sizes = []
+    for batch in sampler:
+        assert len(set(batch)) == len(batch)
+        assert all(0 <= i < n for i in batch)
+        sizes.append(len(batch))
+    # Bins fixed in advance; expected counts from the exact Binomial(200, 0.1) pmf, all >= 10.
+    edges = [-1, 13, 15, 17, 19, 20, 21, 23, 25, 27, n]
+    observed = np.histogram(sizes, bins=np.array(edges) + 0.5)[0]
+    cdf = stats.binom.cdf(np.array(edges[1:]), n, q) - stats.binom.cdf(np.array(edges[:-1]), n, q)
+    expected = batches * cdf
+    assert expected.min() >= 10
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    critical = stats.chi2.isf(ALPHA, df=len(expected) - 1)  # α = 1e-6
+    assert chi2 < critical
+
+
+def test_loader_yields_empty_batches_with_the_right_shape() -> None:
+    data = TensorDataset(torch.randn(10, 4), torch.zeros(10, dtype=torch.long))
+    loader = DPDataLoader(data, sample_rate=0.01, steps=50, rng=ChaCha20Random(0))
+    shapes = [tuple(x.shape) for x, _ in loader]
+    assert (0, 4) in shapes  # P(no empty batch in 50) = (1 - 0.99**10)**50 < 1e-50
+    assert all(s[1:] == (4,) for s in shapes)
+
+
+# -- noise and accounting -------------------------------------------------------------------
+def test_noise_standard_deviation_matches_sigma_c() -> None:
+    sigma, clip, steps = 1.3, 0.7, 12
+    torch.manual_seed(0)
+    model = nn.Linear(50, 20)  # 1020 parameters
+    data = _blobs(n=100, d=50)
+    priv_model, optimizer, _ = _private(
+        model,
+        data,
+        batch_size=10,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        lr=1.0,
+        rng=ChaCha20Random(5),
+    )
+    # The lattice noise is σC times the sensitivity's rounding share, at most 0.4% more.
+    assert 1.0 <= optimizer.noise_std / (sigma * clip) < 1.004
+    samples = []
+    for _ in range(steps):  # empty batches: noise-only steps
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+        optimizer.zero_grad()
+        priv_model.backward(torch.zeros(0, 50), torch.zeros(0, dtype=torch.long))
+        optimizer.step()
+        samples.append(torch.cat([-p.detach().reshape(-1) for p in model.parameters()]))
+    noise = torch.cat(samples).double().numpy() * optimizer.expected_batch_size
+    n = noise.size
+    std = optimizer.noise_std
+    # Mean: z-test, α = 1e-6 two-sided.
+    z_crit = stats.norm.isf(ALPHA / 2)
+    assert abs(noise.mean()) / (std / math.sqrt(n)) < z_crit
+    # Variance: Σx²/std² ~ χ²(n) (the discrete Gaussian's variance is std² to within e^-1000).
+    s = float((noise**2).sum() / std**2)
+    assert stats.chi2.ppf(ALPHA / 2, n) < s < stats.chi2.isf(ALPHA / 2, n)
+    # It also matches σC itself within the same test (the 0.4% excess is not detectable here).
+    s_nominal = float((noise**2).sum() / (sigma * clip) ** 2)
+    assert stats.chi2.ppf(ALPHA / 2, n) < s_nominal < stats.chi2.isf(ALPHA / 2, n)
+
+
+def test_privacy_spent_equals_the_accountant() -> None:
+    data = _blobs(n=100, d=5)
+    model = _mlp()
+    priv_model, optimizer, loader = _private(
+        model, data, batch_size=10, noise_multiplier=1.0, rng=ChaCha20Random(1)
+    )
+    assert optimizer.privacy_spent(1e-5).upper == 0.0
+    for x, y in loader:
+        optimizer.zero_grad()
+        priv_model.backward(x, y)
+        optimizer.step()
+    assert optimizer.steps == 10
+    expected = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 10)
+    assert optimizer.privacy_spent(1e-5) == expected.epsilon(1e-5)
+    assert optimizer.accountant.count == 10
+
+
+@pytest.mark.slow
+def test_target_epsilon_calibrates_before_training() -> None:
+    data = _blobs(n=100, d=5)
+    _, optimizer, _ = _private(
+        _mlp(), data, batch_size=10, target_epsilon=3.0, epochs=2, rng=ChaCha20Random(0)
+    )
+    assert optimizer.noise_multiplier == calibrate_noise_multiplier(3.0, 1e-5, 0.1, 20)
+    after = PLDAccountant().compose(Subsampled(Gaussian(optimizer.noise_multiplier), 0.1), 20)
+    assert after.epsilon(1e-5).upper <= 3.0
+
+
+# -- end to end -------------------------------------------------------------------------------
+def _train(seed: int, mode: str) -> tuple[dict[str, torch.Tensor], float, float]:
+    data = _blobs(n=300, d=10)
+    model = _mlp(seed=1, d_in=10, hidden=16)
+    x, y = data.tensors
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            return float((model(x).argmax(1) == y).float().mean())
+
+    before = accuracy()
+    priv_model, optimizer, loader = _private(
+        model,
+        data,
+        batch_size=60,
+        noise_multiplier=1.0,
+        lr=0.5,
+        rng=ChaCha20Random(seed),
+        grad_sample_mode=mode,
+    )
+    for _ in range(3):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            priv_model.backward(xb, yb)
+            optimizer.step()
+    return copy.deepcopy(model.state_dict()), before, accuracy()
+
+
+@pytest.mark.parametrize("mode", ["functorch", "ghost"])
+def test_end_to_end_reproducible_and_improves_accuracy(mode: str) -> None:
+    state_a, before, after = _train(seed=42, mode=mode)
+    state_b, _, after_b = _train(seed=42, mode=mode)
+    for key in state_a:
+        assert torch.equal(state_a[key], state_b[key])
+    assert after == after_b
+    assert after >= before + 0.3
+    state_c, _, _ = _train(seed=43, mode=mode)
+    assert any(not torch.equal(state_a[k], state_c[k]) for k in state_a)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan])
+def test_bad_max_grad_norm(bad: float) -> None:
+    with pytest.raises(ValueError, match="max_grad_norm must be a positive real number, got"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, max_grad_norm=bad)
+
+
+def test_infinite_clip_needs_zero_noise() -> None:
+    with pytest.raises(ValueError, match="max_grad_norm must be finite when noise_multiplier > 0"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, max_grad_norm=math.inf)
+
+
+class _Stream(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield torch.zeros(5), torch.tensor(0)
+
+
+def test_loader_without_length_is_refused() -> None:
+    model = _mlp()
+    loader = DataLoader(_Stream(), batch_size=2)
+    with pytest.raises(TypeError, match="data_loader.dataset must be a map-style dataset"):
+        make_private(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            loader,
+            loss_fn=nnf.cross_entropy,
+            noise_multiplier=1.0,
+            delta=1e-5,
+            max_grad_norm=1.0,
+        )
+
+
+def test_delta_not_below_one_over_n_warns_loudly() -> None:
+    with pytest.warns(UserWarning, match=r"delta=0\.01 is not below 1/len\(dataset\)"):
+        _private(_mlp(), _blobs(n=100, d=5), batch_size=10, noise_multiplier=1.0, delta=0.01)
+
+
+def test_noise_multiplier_and_target_epsilon_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="noise_multiplier, target_epsilon must be exactly one"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, target_epsilon=3.0)
+    with pytest.raises(ValueError, match="exactly one given"):
+        _private(_mlp(), _blobs(), batch_size=10)
+
+
+def test_target_epsilon_needs_epochs() -> None:
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1 with target_epsilon"):
+        _private(_mlp(), _blobs(), batch_size=10, target_epsilon=3.0)
+
+
+def test_other_bad_inputs() -> None:
+    with pytest.raises(TypeError, match="rng must be None or a gaussdp.random.RandomSource"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, rng=7)
+    with pytest.raises(ValueError, match="noise must be 'secure' or 'insecure-float'"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, noise="fast")
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0, noise="insecure-float")
+    bn = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    with pytest.raises(ValueError, match="free of batch normalisation"):
+        _private(bn, _blobs(d=5), batch_size=10, noise_multiplier=1.0)
+    with pytest.raises(ValueError, match=r"data_loader.batch_size must be at most"):
+        _private(_mlp(), _blobs(n=100, d=5), batch_size=101, noise_multiplier=1.0)
+    _, optimizer, _ = _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0)
+    with pytest.raises(RuntimeError, match=r"must follow model.backward"):
+        optimizer.step()
+
+
+def test_insecure_float_noise_still_trains_and_accounts() -> None:
+    data = _blobs(n=100, d=5)
+    with pytest.warns(UserWarning, match="insecure-float"):
+        priv_model, optimizer, loader = _private(
+            _mlp(),
+            data,
+            batch_size=10,
+            noise_multiplier=1.0,
+            noise="insecure-float",
+            rng=ChaCha20Random(2),
+        )
+    for x, y in loader:
+        optimizer.zero_grad()
+        priv_model.backward(x, y)
+        optimizer.step()
+    assert optimizer.noise_std == 1.0
+    assert optimizer.privacy_spent(1e-5).upper > 0
+
+
+# -- imports ---------------------------------------------------------------------------------
+def test_import_gaussdp_does_not_import_torch() -> None:
+    code = (
+        "import sys, gaussdp, gaussdp.accounting, gaussdp.mechanisms; "
+        "assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_torch_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "try:\n    import gaussdp.ml\n"
+        "except ImportError as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.startswith("MissingExtraError")
+    assert "pip install 'gaussdp[torch]'" in out.stdout
+
+
+# -- ghost clipping ---------------------------------------------------------------------------
+def test_ghost_clipping_equals_per_example_clipping() -> None:
+    data = _blobs(n=100, d=5)
+    x, y = data.tensors[0][:23], data.tensors[1][:23]
+    grads = {}
+    for mode in ("functorch", "ghost"):
+        model = _mlp(seed=4)
+        with pytest.warns(UserWarning, match="NOT differentially private"):
+            priv_model, optimizer, _ = _private(
+                model,
+                data,
+                batch_size=20,
+                noise_multiplier=0.0,
+                max_grad_norm=0.05,
+                grad_sample_mode=mode,
+            )
+        optimizer.zero_grad()
+        priv_model.backward(x, y)
+        optimizer.step()
+        grads[mode] = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+    for a, b in zip(grads["functorch"], grads["ghost"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_ghost_and_functorch_secure_steps_agree_up_to_the_noise() -> None:
+    data = _blobs(n=100, d=5)
+    x, y = data.tensors[0][:30], data.tensors[1][:30]
+    updates = {}
+    for mode in ("functorch", "ghost"):
+        model = _mlp(seed=4)
+        priv_model, optimizer, _ = _private(
+            model,
+            data,
+            batch_size=20,
+            noise_multiplier=1.0,
+            max_grad_norm=0.5,
+            grad_sample_mode=mode,
+            rng=ChaCha20Random(9),
+        )
+        optimizer.zero_grad()
+        priv_model.backward(x, y)
+        optimizer.step()
+        updates[mode] = torch.cat([p.grad.reshape(-1) for p in model.parameters()])  # type: ignore[union-attr]
+    # Same seed, same lattice noise: the sums differ only by the lattice rounding
+    # (at most B·γ per coordinate, γ ≤ C/250 here), divided by qN = 20.
+    diff = (updates["functorch"] - updates["ghost"]).abs().max()
+    assert float(diff) < 30 * 0.5 / 250 / 20
+
+
+def test_ghost_mode_refuses_other_layers() -> None:
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3))
+    data = TensorDataset(torch.randn(20, 1, 4, 4), torch.zeros(20, dtype=torch.long))
+    with pytest.raises(ValueError, match="grad_sample_mode must be 'auto' or 'functorch' unless"):
+        _private(cnn, data, batch_size=5, noise_multiplier=1.0, grad_sample_mode="ghost")
+    with pytest.raises(ValueError, match="grad_sample_mode must be 'auto', 'functorch' or 'ghost'"):
+        _private(_mlp(), _blobs(d=5), batch_size=5, noise_multiplier=1.0, grad_sample_mode="x")
+
+
+def test_dropout_works_with_per_example_gradients() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.Dropout(0.5), nn.Linear(8, 3))
+    grads, _ = per_example_gradients(
+        model, nnf.cross_entropy, torch.randn(4, 5), torch.zeros(4, dtype=torch.long)
+    )
+    assert grads["0.weight"].shape == (4, 8, 5)
+
+
+def test_prefetched_noise_equals_noise_drawn_in_place() -> None:
+    from gaussdp.ml import SumNoiser
+
+    outputs = []
+    for prefetch in (True, False):
+        noiser = SumNoiser(1.0, 1.0, dim=6, rng=ChaCha20Random(8), prefetch=prefetch)
+        ones = torch.ones(1, dtype=torch.float64)
+        outputs.append(
+            [
+                noiser.release(noiser.accumulate([torch.full((1, 6), 0.1)], ones))[0]
+                for _ in range(3)
+            ]
+        )
+    for a, b in zip(*outputs, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(outputs[0][0], outputs[0][1])
+
+
+def test_rate_one_takes_every_example() -> None:
+    sampler = PoissonBatchSampler(7, 1.0, rng=ChaCha20Random(0))
+    assert list(sampler) == [list(range(7))]
+
+
+@pytest.mark.parametrize("mode", ["functorch", "ghost"])
+def test_an_example_with_nan_gradient_is_left_out(mode: str) -> None:
+    data = _blobs(n=100, d=5)
+    x, y = data.tensors[0][:8].clone(), data.tensors[1][:8]
+    x[3, 0] = math.nan
+    grads = []
+    for inputs, targets in ((x, y), (torch.cat([x[:3], x[4:]]), torch.cat([y[:3], y[4:]]))):
+        model = _mlp(seed=2)
+        priv_model, optimizer, _ = _private(
+            model,
+            data,
+            batch_size=10,
+            noise_multiplier=1.0,
+            grad_sample_mode=mode,
+            rng=ChaCha20Random(3),
+        )
+        optimizer.zero_grad()
+        priv_model.backward(inputs, targets)
+        optimizer.step()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))  # type: ignore[union-attr]
+    assert bool(torch.isfinite(grads[0]).all())
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-6)

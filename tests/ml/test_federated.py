@@ -1,0 +1,148 @@
+"""Federated aggregation: central DPAggregator and the distributed discrete Gaussian (KLS21).
+
+Statistical tests use a stated false-alarm rate α = 1e-6 per test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+
+from gaussdp.accounting import PLDAccountant, Subsampled  # noqa: E402
+from gaussdp.mechanisms import Gaussian  # noqa: E402
+from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, ddg_rho  # noqa: E402
+from gaussdp.privacy import zcdp_epsilon  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+ALPHA = 1e-6
+
+
+# -- central ------------------------------------------------------------------------------
+def test_aggregator_clips_each_update() -> None:
+    agg = DPAggregator(1.0, 1e-6, dim=3, rng=ChaCha20Random(0))
+    out = agg.aggregate([torch.tensor([10.0, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.0])])
+    torch.testing.assert_close(out, torch.tensor([1.0, 0.5, 0.0]), rtol=0, atol=1e-4)
+
+
+def test_aggregator_noise_std_and_empty_round() -> None:
+    agg = DPAggregator(0.5, 2.0, dim=5000, client_rate=0.1, rng=ChaCha20Random(1))
+    noise = agg.aggregate([]).double().numpy()  # an empty round is pure noise
+    assert 1.0 <= agg.noise_std / 1.0 < 1.004
+    s = float((noise**2).sum() / agg.noise_std**2)
+    assert stats.chi2.ppf(ALPHA / 2, noise.size) < s < stats.chi2.isf(ALPHA / 2, noise.size)
+
+
+def test_aggregator_accounting_matches_the_accountant() -> None:
+    full = DPAggregator(1.0, 1.5, dim=4, rng=ChaCha20Random(2))
+    sub = DPAggregator(1.0, 1.5, dim=4, client_rate=0.2, rng=ChaCha20Random(2))
+    for _ in range(5):
+        full.aggregate([torch.ones(4)])
+        sub.aggregate([torch.ones(4)])
+    assert full.privacy_spent(1e-6) == PLDAccountant().compose(Gaussian(1.5), 5).epsilon(1e-6)
+    # Five rounds of σ = 1.5 are exactly one Gaussian with σ = 1.5/√5 (DRS Cor 3.3).
+    assert full.privacy_spent(1e-6).upper == pytest.approx(
+        Gaussian(1.5 / math.sqrt(5)).epsilon(1e-6), rel=1e-9
+    )
+    expected = PLDAccountant().compose(Subsampled(Gaussian(1.5), rate=0.2), 5)
+    assert sub.privacy_spent(1e-6) == expected.epsilon(1e-6)
+
+
+def test_client_sampling_rate() -> None:
+    agg = DPAggregator(1.0, 1.0, dim=1, client_rate=0.25, rng=ChaCha20Random(3))
+    counts = [len(agg.sample_clients(100)) for _ in range(400)]
+    total, n = sum(counts), 400 * 100
+    z = (total - 0.25 * n) / math.sqrt(n * 0.25 * 0.75)
+    assert abs(z) < stats.norm.isf(ALPHA / 2)
+
+
+def test_aggregator_bad_input() -> None:
+    with pytest.raises(ValueError, match="clip_norm must be a finite positive real number, got 0"):
+        DPAggregator(0, 1.0, dim=2)
+    agg = DPAggregator(1.0, 1.0, dim=2, rng=ChaCha20Random(0))
+    with pytest.raises(ValueError, match=r"updates\[0\].numel\(\) must be 2, got 3"):
+        agg.aggregate([torch.ones(3)])
+    with pytest.raises(ValueError, match=r"updates\[0\] must be finite"):
+        agg.aggregate([torch.tensor([1.0, math.nan])])
+
+
+# -- distributed discrete Gaussian ----------------------------------------------------------
+def test_ddg_rho_reduces_to_the_discrete_gaussian_when_tau_vanishes() -> None:
+    # σ² = 10⁴ makes τ = 10 Σ e^{−2π²σ²k/(k+1)} underflow to 0: ρ = Δ²/(2nσ²) (KLS21 Thm 1).
+    assert ddg_rho(300.0, 1e4, num_clients=9, dim=1000) == pytest.approx(300**2 / (2 * 9 * 1e4))
+    # With σ = 1/2 the τ term is visible and only makes ρ larger.
+    assert ddg_rho(3.0, 0.25, num_clients=4, dim=100) > 9 / (2 * 4 * 0.25)
+    with pytest.raises(ValueError, match="sigma2 must be >= 1/4"):
+        ddg_rho(1.0, 0.2, num_clients=2, dim=1)
+
+
+def test_ddg_secure_sum_is_the_modular_sum() -> None:
+    ddg = DistributedDiscreteGaussian(
+        1.0, 1.0, num_clients=4, dim=30, bits=12, rng=ChaCha20Random(4)
+    )
+    gen = torch.Generator().manual_seed(0)
+    messages = [ddg.encode(torch.randn(30, generator=gen)) for _ in range(4)]
+    for m in messages:
+        assert m.dtype == np.int64
+        assert int(m.min()) >= 0
+        assert int(m.max()) < ddg.modulus
+    exact = [sum(int(m[j]) for m in messages) % ddg.modulus for j in range(messages[0].size)]
+    assert ddg.secure_sum(messages).tolist() == exact
+
+
+def test_ddg_decodes_the_sum_with_the_stated_noise() -> None:
+    n, d, z, c = 8, 256, 1.0, 1.0
+    ddg = DistributedDiscreteGaussian(c, z, num_clients=n, dim=d, bits=32, rng=ChaCha20Random(5))
+    gen = torch.Generator().manual_seed(1)
+    updates = [torch.randn(d, generator=gen) / math.sqrt(d) * 0.9 for _ in range(n)]  # norms < c
+    true = torch.stack(updates).sum(0).double()
+    decoded = ddg.aggregate(updates).double()
+    err = (decoded - true).numpy()
+    # Total noise: n clients of N_Z(0, σ_Z²) in lattice units plus rounding (≤ n/4 per
+    # coordinate, < 1e-9 of the noise here); its variance is z²c² to within that.
+    var = float(ddg.client_sigma2) * n * ddg.gamma**2
+    assert var == pytest.approx((z * c) ** 2, rel=1e-9)
+    # Σ err²/var is approximately χ²(d) (orthogonal rotation of independent noise).
+    s = float((err**2).sum() / var)
+    assert stats.chi2.ppf(ALPHA / 2, d) < s < stats.chi2.isf(ALPHA / 2, d)
+
+
+def test_ddg_privacy_is_worse_than_central_and_improves_with_bits() -> None:
+    central = Gaussian(sigma=1.0).rho
+    rhos = [
+        DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=50, dim=4096, bits=b, rng=ChaCha20Random(0)
+        ).rho
+        for b in (12, 16, 20, 24)
+    ]
+    assert all(r > central for r in rhos)
+    assert rhos == sorted(rhos, reverse=True)
+    assert rhos[-1] == pytest.approx(central, rel=1e-3)
+
+
+def test_ddg_accounting_over_rounds() -> None:
+    ddg = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=3, dim=8, bits=16, rng=ChaCha20Random(6)
+    )
+    assert ddg.privacy_spent(1e-5).upper == 0.0
+    for _ in range(4):
+        ddg.aggregate([torch.ones(8) for _ in range(3)])
+    spent = ddg.privacy_spent(1e-5)
+    assert spent.upper == zcdp_epsilon(4 * ddg.rho, 1e-5)
+    assert spent.lower == 0.0
+
+
+def test_ddg_bad_input() -> None:
+    ddg = DistributedDiscreteGaussian(1.0, 1.0, num_clients=3, dim=8, rng=ChaCha20Random(0))
+    with pytest.raises(
+        ValueError, match="len\\(updates\\) must be at least num_clients = 3, got 2"
+    ):
+        ddg.aggregate([torch.ones(8), torch.ones(8)])
+    with pytest.raises(ValueError, match="bits must be at most 62"):
+        DistributedDiscreteGaussian(1.0, 1.0, num_clients=100, dim=8, bits=8)
+    with pytest.raises(ValueError, match="beta must be in \\[0, 1\\)"):
+        DistributedDiscreteGaussian(1.0, 1.0, num_clients=3, dim=8, beta=1.0)
