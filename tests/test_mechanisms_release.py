@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
 
 from gaussdp import DiscreteGaussian, DiscreteLaplace, Gaussian, LatticeGaussian
-from gaussdp.privacy import discrete_gaussian_variance, zcdp_epsilon
+from gaussdp.mechanisms import smoothing_log_ratio
+from gaussdp.privacy import discrete_gaussian_variance, gdp_epsilon
 from gaussdp.random import ChaCha20Random, RandomSource
 
 # Two-sided z-test at false-alarm rate α = 1e-6 per test: critical value Φ⁻¹(1 − 5e-7).
@@ -113,9 +115,47 @@ class TestGaussianRelease:
         assert lattice.epsilon(1e-6) == pytest.approx(1.0, rel=1e-3)
         assert lattice.delta(1.0) == exact.delta(1.0)
 
-    def test_vector_release_privacy_is_certified_through_zcdp(self) -> None:
-        lattice = Gaussian(sigma=3.0).lattice(16)
-        assert lattice.epsilon(1e-6) == zcdp_epsilon(lattice.rho, 1e-6)
+    @pytest.mark.parametrize("dim", [1, 16, 10_000])
+    def test_release_is_as_private_as_the_gaussian(self, dim: int) -> None:
+        g = Gaussian(sigma=3.0, sensitivity=2.0)
+        lattice = g.lattice(dim)
+        assert lattice.mu <= g.mu * (1 + 2e-15)
+        assert 0 < lattice.smoothing_slack < 1e-70
+        for delta in (1e-3, 1e-6, 1e-12):
+            # The certified ε is the GDP one at the lattice's μ plus the (tiny) slack...
+            assert lattice.epsilon(delta) >= min(
+                gdp_epsilon(lattice.mu, delta),
+                DiscreteGaussian(lattice.sigma2, int(lattice.lattice_sensitivity)).epsilon(delta)
+                if dim == 1
+                else 1,
+            )
+            # ...and never above what the Gaussian itself reports (up to float rounding).
+            assert lattice.epsilon(delta) <= g.epsilon(delta) * (1 + 1e-12)
+        for epsilon in (0.0, 0.5, 3.0):
+            assert lattice.delta(epsilon) <= g.delta(epsilon) * (1 + 1e-12)
+
+    def test_smoothing_argument_on_a_visible_case(self) -> None:
+        # τ² = 1 makes the slack visible (a ≈ 1e-8): the pmf of "continuous N(x, s²), then
+        # round y to z with probability ∝ e^{−(z−y)²/(2τ²)}" is within e^{±a} of N_Z(x, s² + τ²).
+        tau2, s2 = Fraction(1), Fraction(4)
+        a = smoothing_log_ratio(tau2)
+        assert 1e-9 < a < 1e-7
+        with mpmath.workdps(25):
+            tau, s = mpmath.sqrt(tau2), mpmath.sqrt(s2)
+
+            def normaliser(y: mpmath.mpf) -> mpmath.mpf:
+                return mpmath.fsum(mpmath.npdf(w, y, tau) for w in range(-30, 31))
+
+            for x, z in [(0, 0), (1, -2)]:
+                smoothed = mpmath.quad(
+                    lambda y, x=x, z=z: (
+                        mpmath.npdf(y, x, s) * mpmath.npdf(z, y, tau) / normaliser(y)
+                    ),
+                    [-25, x, z, 25],
+                )
+                weights = [mpmath.exp(-((w - x) ** 2) / (2 * (s2 + tau2))) for w in range(-80, 81)]
+                discrete = mpmath.exp(-((z - x) ** 2) / (2 * (s2 + tau2))) / mpmath.fsum(weights)
+                assert abs(mpmath.log(discrete / smoothed)) <= a
 
     def test_released_values_lie_on_the_grid(self) -> None:
         g = Gaussian(sigma=0.7, sensitivity=2.0)

@@ -16,7 +16,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from functools import partial
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +49,7 @@ from gaussdp.privacy.gdp import (
     gdp_epsilon,
     gdp_tradeoff,
 )
-from gaussdp.privacy.zcdp import zcdp_delta, zcdp_epsilon
+from gaussdp.privacy.zcdp import zcdp_epsilon
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.sampling import FixedWork, discrete_gaussian, discrete_laplace
 
@@ -59,6 +60,9 @@ __all__ = [
     "Interval",
     "Laplace",
     "LatticeGaussian",
+    "epsilon_with_slack",
+    "gdp_delta_with_slack",
+    "smoothing_log_ratio",
 ]
 
 FloatOrArray = float | npt.NDArray[np.float64]
@@ -155,6 +159,49 @@ def _round_up_dyadic(x: Fraction, bits: int = 40) -> Fraction:
     exponent = x.numerator.bit_length() - x.denominator.bit_length() - bits
     scale = Fraction(2) ** exponent
     return math.ceil(x / scale) * scale
+
+
+def smoothing_log_ratio(tau2: Fraction) -> float:
+    r"""Upper bound on a = ln((1+η)/(1−η)), η = 2Σ_{k≥1} e^{−2π²τ²k²} (Poisson summation).
+
+    For t² ≥ τ², Σ_{w∈ℤ} e^{−(w−y)²/(2t²)}/(√(2π)t) = 1 + 2Σ_{k≥1} e^{−2π²t²k²}cos(2πky)
+    lies in [1 − η, 1 + η]; a bounds the log-ratio of a discrete Gaussian's pmf to the
+    smoothed continuous Gaussian's (see :class:`LatticeGaussian`). Requires τ² ≥ 1.
+
+    Examples
+    --------
+    >>> smoothing_log_ratio(Fraction(9)) < 1e-76
+    True
+    """
+    if tau2 < 1:
+        raise ValueError(invalid("tau2", "at least 1", tau2))
+    # Σ_{k≥1} r^{k²} ≤ r/(1 − r) with r = e^{−2π²τ²} ≤ e^{−19.7}; the factors (1 + 1e-9)
+    # absorb floating-point error in exp, and ln((1+η)/(1−η)) ≤ 2η/(1−η) ≤ 2η(1 + 1e-9).
+    r = math.exp(-2 * math.pi**2 * float(tau2)) * (1 + 1e-9)
+    eta = 2 * r / (1 - r) * (1 + 1e-9)
+    return 2 * eta * (1 + 1e-9)
+
+
+def epsilon_with_slack(epsilon_at: Callable[[float], float], delta: float, slack: float) -> float:
+    """ε at δ of a mechanism whose output law is within e^{±slack} of one with ``epsilon_at``.
+
+    If P ≤ e^A P' and P' ≤ e^A P pointwise, and P' is (ε, δ')-DP, then P is
+    (ε + 2A, e^A·δ')-DP; so ε(δ) ≤ ε'(δe^{−A}) + 2A. Both roundings go the safe way.
+    """
+    if slack == 0:
+        return epsilon_at(delta)
+    shrunk = math.nextafter(delta * math.exp(-slack), 0.0)
+    return math.nextafter(epsilon_at(shrunk) + 2 * slack, math.inf)
+
+
+def gdp_delta_with_slack(mu: float, epsilon: float, slack: float) -> float:
+    """δ at ε of a mechanism within e^{±slack} of a μ-GDP one: e^A·δ_μ(ε − 2A), rounded up."""
+    if math.isinf(mu):
+        return 1.0
+    if slack == 0:
+        return gdp_delta(mu, epsilon)
+    shifted = max(0.0, math.nextafter(epsilon - 2 * slack, -math.inf))
+    return min(1.0, math.nextafter(gdp_delta(mu, shifted) * math.exp(slack), math.inf))
 
 
 def _check_level(level: object) -> float:
@@ -300,8 +347,10 @@ class Gaussian:
         γ ≤ σ/20, so the rounding costs under 1% of the variance (the sensitivity
         grows by at most 0.4%, and the rounding error is at most (γ/2)² ≤ σ²/1600
         per coordinate). The lattice noise σ_Z² is σ² scaled by the grown
-        sensitivity and rounded up, so the released mechanism's ρ is at most
-        :attr:`rho`.
+        sensitivity, plus the smoothing margin τ² = 9, rounded up: the released
+        mechanism's μ is at most :attr:`mu` and its ρ at most :attr:`rho`, and it
+        satisfies this mechanism's (ε, δ) profile up to a certified slack of about
+        d·10⁻⁷⁶ (see :class:`LatticeGaussian`).
 
         Examples
         --------
@@ -320,8 +369,11 @@ class Gaussian:
                 invalid("sensitivity", "large enough for a normal-float release grid", self)
             )
         bound = LatticeGaussian.sensitivity_bound(self.sensitivity, gamma, dim)
-        # σ_Z ≥ σ·L/Δ makes L/σ_Z ≤ Δ/σ: the lattice mechanism's ρ is at most self.rho.
-        sigma2 = _round_up_dyadic((Fraction(self.sigma) * bound / Fraction(self.sensitivity)) ** 2)
+        # σ_Z² ≥ (σ·L/Δ)² + τ²: the continuous part s = √(σ_Z² − τ²) has L/s ≤ Δ/σ, so the
+        # lattice mechanism is at least as private as this one (see LatticeGaussian), and
+        # its ρ = L²/(2σ_Z²) is at most self.rho.
+        scaled = (Fraction(self.sigma) * bound / Fraction(self.sensitivity)) ** 2
+        sigma2 = _round_up_dyadic(scaled + LatticeGaussian.SMOOTHING_TAU2)
         return LatticeGaussian(gamma=gamma, sigma2=sigma2, dim=dim, sensitivity=self.sensitivity)
 
     def release(
@@ -332,8 +384,9 @@ class Gaussian:
         Rounds ``value`` to the grid γℤ, adds γ·N_Z(0, σ_Z²) per coordinate and
         returns values on the grid (exact floats while |value/γ| + noise < 2**53).
         The guarantee of what is released is that of :meth:`lattice` for the
-        value's size — its ρ is at most this mechanism's; use its
-        :meth:`~LatticeGaussian.epsilon` to report (ε, δ) for the release.
+        value's size: its μ and ρ are at most this mechanism's, and its certified
+        :meth:`~LatticeGaussian.epsilon` is this mechanism's ε up to a slack below
+        10⁻⁷⁰ (an ulp after rounding up) — report that one for the release.
         ``value`` must be the answer of a query with L2 sensitivity
         :attr:`sensitivity`.
 
@@ -595,9 +648,18 @@ class LatticeGaussian:
     neighbouring answers differ by at most Δ/γ + √d in L2 norm (each rounding
     moves a point by at most √d/2); for d = 1 the difference is an integer, at
     most ⌊Δ/γ⌋ + 1. Independent discrete Gaussian noise per coordinate then gives
-    ρ = L²/(2σ_Z²) with L that bound (CKS Thm 14). For d = 1 the (ε, δ) profile is
-    exact (CKS Thm 7); for d > 1 it is the certified, slightly conservative
-    conversion from ρ-zCDP (CKS Cor 13).
+    ρ = L²/(2σ_Z²) with L that bound (CKS Thm 14).
+
+    The (ε, δ) profile is certified by a smoothing argument (Micciancio & Regev
+    2007; Poisson summation): write σ_Z² = s² + τ² with τ² = 9. Adding continuous
+    N(0, s²) noise and then rounding y to z ∈ ℤ with probability ∝ e^{−(z−y)²/(2τ²)}
+    is post-processing of the continuous Gaussian mechanism, hence exactly
+    (L/s)-GDP (DRS Thm 2.7), and its pmf is within a factor e^{±a} of
+    N_Z(x, σ_Z²)'s, a = ln((1+η)/(1−η)), η = 2Σ_{k≥1} e^{−2π²τ²k²} < 2·10⁻⁷⁷,
+    because both normalisers Σ_w e^{−(w−y)²/(2t²)}/(√(2π)t) lie in [1 − η, 1 + η]
+    for t ≥ τ. Over d coordinates the slack is A = d·a, and the release is
+    (ε + 2A, e^A·δ_μ(ε))-DP with μ = L/s (:attr:`mu`, :attr:`smoothing_slack`).
+    For d = 1 the exact profile (CKS Thm 7) is used where it is smaller.
 
     Parameters
     ----------
@@ -621,6 +683,9 @@ class LatticeGaussian:
     sigma2: Fraction
     dim: int
     sensitivity: float
+
+    #: τ² of the smoothing argument, in lattice units².
+    SMOOTHING_TAU2: ClassVar[Fraction] = Fraction(9)
 
     def __post_init__(self) -> None:
         gamma = check_positive("gamma", self.gamma)
@@ -656,17 +721,36 @@ class LatticeGaussian:
         """ρ-zCDP of the release, L²/(2σ_Z²) (CKS Thm 14)."""
         return float(self.lattice_sensitivity**2 / (2 * self.sigma2))
 
+    @property
+    def mu(self) -> float:
+        """μ = L/√(σ_Z² − τ²) of the smoothing argument (rounded up); ∞ when σ_Z² ≤ τ²."""
+        continuous = self.sigma2 - self.SMOOTHING_TAU2
+        if continuous <= 0:
+            return math.inf
+        # Three roundings (to float, sqrt, division) of at most half an ulp each: 1e-15 covers them.
+        return float(self.lattice_sensitivity) / math.sqrt(continuous) * (1 + 1e-15)
+
+    @property
+    def smoothing_slack(self) -> float:
+        """A = d·a: the release's pmf is within e^{±A} of a μ-GDP mechanism's (upper bound)."""
+        return self.dim * smoothing_log_ratio(self.SMOOTHING_TAU2)
+
     def delta(self, epsilon: float) -> float:
-        """δ at ε: exact for d = 1 (CKS Thm 7), via ρ-zCDP for d > 1 (CKS Cor 13)."""
+        """Certified δ at ε: e^A·δ_μ(ε − 2A), or the exact CKS Thm 7 value for d = 1 if smaller."""
+        epsilon = check_epsilon("epsilon", epsilon)
+        bounds = [gdp_delta_with_slack(self.mu, epsilon, self.smoothing_slack)]
         if self.dim == 1:
-            return self._scalar().delta(epsilon)
-        return zcdp_delta(self.rho, epsilon)
+            bounds.append(self._scalar().delta(epsilon))
+        return min(bounds)
 
     def epsilon(self, delta: float) -> float:
-        """ε at δ: exact for d = 1 (CKS Thm 7), via ρ-zCDP for d > 1 (CKS Cor 13)."""
+        """Certified ε at δ: ε_μ(δe^{−A}) + 2A, or the exact CKS Thm 7 value (d = 1) if smaller."""
+        delta = check_delta("delta", delta)
+        gdp = partial(gdp_epsilon, self.mu)
+        bounds = [epsilon_with_slack(gdp, delta, self.smoothing_slack)]
         if self.dim == 1:
-            return self._scalar().epsilon(delta)
-        return zcdp_epsilon(self.rho, delta)
+            bounds.append(self._scalar().epsilon(delta))
+        return min(bounds)
 
     def _scalar(self) -> DiscreteGaussian:
         return DiscreteGaussian(self.sigma2, int(self.lattice_sensitivity))

@@ -229,7 +229,10 @@ def test_privacy_spent_equals_the_accountant() -> None:
         optimizer.step()
     assert optimizer.steps == 10
     expected = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 10)
-    assert optimizer.privacy_spent(1e-5) == expected.epsilon(1e-5)
+    spent, accounted = optimizer.privacy_spent(1e-5), expected.epsilon(1e-5)
+    assert spent.lower == accounted.lower
+    # The lattice's smoothing slack (≈ 10⁻⁷⁰ here) moves the certified bound up by an ulp or so.
+    assert accounted.upper < spent.upper <= accounted.upper * (1 + 1e-15)
     assert optimizer.accountant.count == 10
 
 

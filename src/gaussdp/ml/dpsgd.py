@@ -616,14 +616,15 @@ class DPOptimizer:
     def privacy_spent(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta`` after the steps taken so far (PLD accountant).
 
-        ``upper`` is certified for the subsampled Gaussian (see the module's
-        accounting note); ``lower`` says how tight it is. With σ = 0 both are ∞;
-        before any step both are 0.
+        ``upper`` is certified for the lattice noise actually added (the subsampled
+        Gaussian's PLD bound plus the lattice's smoothing slack, see
+        :meth:`SumNoiser.privacy_bounds`); ``lower`` says how tight it is. With σ = 0
+        both are ∞; before any step both are 0.
         """
         delta = check_delta("delta", delta)
         if self._engine.noiser.noise_multiplier == 0 and self._steps > 0:
             return EpsilonBounds(lower=math.inf, upper=math.inf)
-        return self._accountant.epsilon(delta)
+        return self._engine.noiser.privacy_bounds(self._accountant.epsilon, delta, self._steps)
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped optimizer's state (the accountant is not included)."""

@@ -164,8 +164,9 @@ class DPAggregator:
         return noisy
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
-        """Bounds on ε at ``delta`` after the rounds so far (PLD accountant)."""
-        return self._accountant.epsilon(check_delta("delta", delta))
+        """Bounds on ε at ``delta`` after the rounds so far (PLD accountant, lattice slack)."""
+        delta = check_delta("delta", delta)
+        return self._noiser.privacy_bounds(self._accountant.epsilon, delta, self._rounds)
 
 
 # -- distributed discrete Gaussian (KLS21) ------------------------------------------------
