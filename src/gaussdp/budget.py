@@ -7,41 +7,59 @@ A :class:`Budget` is stated in exactly one currency:
   which to report ε);
 - ``Budget(mu=)`` — μ-Gaussian DP (optionally with a reporting ``delta``).
 
-Table releases (:mod:`gaussdp.release`) add exact discrete Gaussian noise. The
-discrete Gaussian with L2 sensitivity Δ and scale σ² is Δ²/(2σ²)-zCDP (CKS
-Thm 4, Thm 14 for vectors) but is *not* exactly μ-GDP (its privacy profile can
-be slightly worse than the continuous Gaussian's), so releases are accounted in
-ρ: ρ's of a composition add (Bun & Steinke 2016 Lemma 2.3) — the same
-bookkeeping as μ_total = √Σμᵢ² with μ = √(2ρ) — and ε at δ is certified with
-CKS Cor 13. Private partition selection adds a δ that is carried separately
-(approximate zCDP, Bun & Steinke 2016 Def 8.1 and Lemma 8.3).
-:meth:`Budget.rho_capacity` is the one place where a budget is turned into the
-largest total ρ a release may spend.
+The currency also fixes how a table release (:mod:`gaussdp.release`) is
+accounted (:attr:`Budget.accounting`):
+
+- (ε, δ) and μ budgets are accounted in **μ-GDP**. Each released part is exact
+  lattice noise N_Z(0, σ²) with σ² = s² + τ² (τ² = 9); by the smoothing argument
+  of :class:`gaussdp.LatticeGaussian` its pmf is within e^{±a} per coordinate
+  (a = :func:`gaussdp.mechanisms.smoothing_log_ratio`, < 10⁻⁷⁶) of a
+  post-processed continuous Gaussian, so a part with L2 sensitivity Δ over c
+  cells is within e^{±c·a} of a (Δ/s)-GDP mechanism. μ's compose exactly,
+  μ = √Σμᵢ² (DRS Cor 3.3), the slacks add, A = Σcᵢ·a, and ε at δ is
+  ε_μ(δe^{−A}) + 2A (:func:`gaussdp.mechanisms.epsilon_with_slack`, DRS Cor
+  2.13). A μ budget is met up to that certified slack A (reported).
+- ρ budgets are accounted in **ρ-zCDP**: N_Z(0, σ²) with σ² ≥ Δ²/(2ρ) is ρ-zCDP
+  exactly (CKS Thm 4, Thm 14 for vectors), ρ's add (Bun & Steinke 2016 Lemma
+  2.3) and ε at δ is certified with CKS Cor 13. No slack.
+
+Private partition selection adds a δ that is carried separately (its noisy
+counts are part of the composition; Bun & Steinke 2016 Def 8.1 and Lemma 8.3
+for zCDP): ε is reported at δ minus that δ. :meth:`Budget.mu_capacity` and
+:meth:`Budget.rho_capacity` turn a budget into the largest total μ or ρ a
+release may spend; :meth:`Budget.admits` is the one check of a total spend.
 
 Examples
 --------
 >>> b = Budget(epsilon=1.0, delta=1e-6)
->>> round(b.rho_capacity(), 5)
+>>> b.accounting
+'gdp'
+>>> round(b.mu_capacity(), 5)
+0.2367
+>>> round(b.rho_capacity(), 5)  # what ρ-zCDP accounting would allow: μ = √(2ρ) ≈ 0.2207
 0.02436
->>> Budget(rho=0.5).rho_capacity()
-0.5
->>> Budget(mu=1.0).rho_capacity()
-0.5
+>>> Budget(mu=1.0).mu_capacity()
+1.0
+>>> Budget(rho=0.5).accounting, Budget(rho=0.5).rho_capacity()
+('zcdp', 0.5)
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from gaussdp._validation import check_delta, check_epsilon, check_positive
 from gaussdp.errors import invalid
-from gaussdp.privacy import zcdp_epsilon, zcdp_rho
+from gaussdp.mechanisms import epsilon_with_slack
+from gaussdp.privacy import gdp_epsilon, gdp_mu, zcdp_epsilon, zcdp_rho
 
-__all__ = ["Budget", "BudgetKind"]
+__all__ = ["Accounting", "Budget", "BudgetKind"]
 
 BudgetKind = Literal["approx_dp", "zcdp", "gdp"]
+Accounting = Literal["gdp", "zcdp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +74,11 @@ class Budget:
         δ in (0, 1). Required with ``epsilon``; optional with ``rho`` or
         ``mu``, where it is only the δ at which ε is reported.
     rho : float, optional
-        ρ > 0 of a ρ-zCDP budget.
+        ρ > 0 of a ρ-zCDP budget; a release is accounted in ρ (CKS Thm 4/14).
     mu : float, optional
-        μ > 0 of a μ-GDP budget. A release with discrete Gaussian noise is
-        held to ρ = μ²/2 (the zCDP parameter of μ-GDP Gaussian noise); the
-        discrete mechanism is then ρ-zCDP (CKS Thm 4), not exactly μ-GDP.
+        μ > 0 of a μ-GDP budget; a release is accounted in μ (DRS Cor 3.3) and
+        meets it up to the certified smoothing slack of its lattice noise
+        (:class:`gaussdp.LatticeGaussian`), which the release reports.
 
     Raises
     ------
@@ -114,6 +132,76 @@ class Budget:
             return "zcdp"
         return "gdp"
 
+    @property
+    def accounting(self) -> Accounting:
+        """How a release is accounted: ``'gdp'`` for (ε, δ) and μ budgets, ``'zcdp'`` for ρ."""
+        return "zcdp" if self.rho is not None else "gdp"
+
+    def _no_delta_to_spend(self, extra: float) -> None:
+        if extra > 0.0:
+            raise ValueError(
+                invalid(
+                    "budget",
+                    "an (epsilon, delta) budget when a release spends delta "
+                    "(private partition selection)",
+                    self,
+                )
+            )
+
+    def mu_capacity(self, extra_delta: float = 0.0, slack: float = 0.0) -> float:
+        """The largest total μ that fits the budget, given ``extra_delta`` and a ``slack``.
+
+        Parameters
+        ----------
+        extra_delta : float, default 0.0
+            δ spent outside the Gaussian composition (private partition
+            selection), in [0, 1).
+        slack : float, default 0.0
+            A ≥ 0: the release's pmf is within e^{±A} of a μ-GDP mechanism's.
+
+        Returns
+        -------
+        float
+            μ ≥ 0. For (ε, δ): the largest μ (found by DRS Cor 2.13 inverted,
+            then checked with :meth:`epsilon_at_mu`, the computation the report
+            uses) with ε_μ((δ − ``extra_delta``)e^{−A}) + 2A ≤ ε; 0 if
+            ``extra_delta`` ≥ δ or ε ≤ 2A. For μ: μ.
+
+        Raises
+        ------
+        ValueError
+            For a ρ budget (it is accounted in ρ: :meth:`rho_capacity`), or if
+            ``extra_delta`` > 0 and the budget has no δ to spend.
+
+        Examples
+        --------
+        >>> b = Budget(epsilon=1.0, delta=1e-6)
+        >>> b.epsilon_at_mu(b.mu_capacity(5e-7), 5e-7) <= 1.0
+        True
+        """
+        extra = check_epsilon("extra_delta", extra_delta)
+        slack = check_epsilon("slack", slack)
+        epsilon, delta = self.epsilon, self.delta
+        if epsilon is not None and delta is not None:
+            remaining = delta - extra
+            target = math.nextafter(epsilon - 2 * slack, -math.inf)
+            if remaining <= 0.0 or target <= 0.0:
+                return 0.0
+            shrunk = math.nextafter(remaining * math.exp(-slack), 0.0)
+            mu = gdp_mu(target, shrunk)  # DRS Cor 2.13, inverted (rounded down)
+            # Check the forward computation; shrink by growing steps if rounding disagrees.
+            step = 1e-12
+            while mu > 0.0 and self._epsilon_mu(mu, remaining, slack) > epsilon:
+                mu *= 1 - step
+                step *= 2
+            return mu
+        if self.rho is not None:
+            raise ValueError(
+                invalid("budget", "an (epsilon, delta) or mu budget for mu accounting", self)
+            )
+        self._no_delta_to_spend(extra)
+        return float(self.mu or 0.0)
+
     def rho_capacity(self, extra_delta: float = 0.0) -> float:
         """The largest total ρ that, with ``extra_delta`` of approximate zCDP, fits the budget.
 
@@ -126,14 +214,14 @@ class Budget:
         -------
         float
             ρ ≥ 0. For (ε, δ): the largest ρ whose CKS Cor 13 ε at
-            δ − ``extra_delta`` is at most ε (0 if ``extra_delta`` ≥ δ). For ρ:
-            ρ. For μ: μ²/2.
+            δ − ``extra_delta`` is at most ε (0 if ``extra_delta`` ≥ δ). For ρ: ρ.
 
         Raises
         ------
         ValueError
-            If ``extra_delta`` > 0 and the budget is ρ or μ (such budgets have
-            no δ to spend).
+            For a μ budget (ρ-zCDP does not imply μ-GDP: it is accounted in μ,
+            :meth:`mu_capacity`), or if ``extra_delta`` > 0 and the budget is ρ
+            (it has no δ to spend).
         """
         extra = check_epsilon("extra_delta", extra_delta)
         epsilon, delta = self.epsilon, self.delta
@@ -143,19 +231,12 @@ class Budget:
                 return 0.0
             # CKS Cor 13 inverted (largest ρ meeting ε at the remaining δ).
             return zcdp_rho(epsilon, remaining)
-        if extra > 0.0:
+        if self.mu is not None:
             raise ValueError(
-                invalid(
-                    "budget",
-                    "an (epsilon, delta) budget when a release spends delta "
-                    "(private partition selection)",
-                    self,
-                )
+                invalid("budget", "an (epsilon, delta) or rho budget for rho accounting", self)
             )
-        if self.rho is not None:
-            return self.rho
-        mu = float(self.mu or 0.0)
-        return mu * mu / 2.0  # ρ = μ²/2 (DRS / Bun & Steinke 2016 Prop 1.6)
+        self._no_delta_to_spend(extra)
+        return float(self.rho or 0.0)
 
     def epsilon_at(self, rho: float, extra_delta: float = 0.0) -> float | None:
         """ε at this budget's δ for a total ``rho`` plus ``extra_delta`` (CKS Cor 13).
@@ -171,6 +252,107 @@ class Budget:
         if remaining <= 0.0:
             return math.inf
         return zcdp_epsilon(rho, remaining)
+
+    def epsilon_at_mu(
+        self, mu: float, extra_delta: float = 0.0, slack: float = 0.0
+    ) -> float | None:
+        """ε at this budget's δ for μ-GDP up to ``slack``, plus ``extra_delta``.
+
+        ε = ε_μ((δ − ``extra_delta``)·e^{−A}) + 2A with A = ``slack``
+        (:func:`gaussdp.mechanisms.epsilon_with_slack`; ε_μ by DRS Cor 2.13),
+        rounded up. Returns ``None`` when the budget has no δ, and ``inf`` when
+        ``extra_delta`` ≥ δ.
+
+        Examples
+        --------
+        >>> Budget(mu=0.5, delta=1e-5).epsilon_at_mu(0.5)  # doctest: +ELLIPSIS
+        1.99...
+        """
+        mu = check_epsilon("mu", mu)
+        extra = check_epsilon("extra_delta", extra_delta)
+        slack = check_epsilon("slack", slack)
+        if self.delta is None:
+            return None
+        remaining = self.delta - extra
+        if remaining <= 0.0:
+            return math.inf
+        return self._epsilon_mu(mu, remaining, slack)
+
+    @staticmethod
+    def _epsilon_mu(mu: float, delta: float, slack: float) -> float:
+        # DRS Cor 2.13 for μ-GDP, then the smoothing slack (LatticeGaussian).
+        return epsilon_with_slack(partial(gdp_epsilon, mu), delta, slack)
+
+    def admits(
+        self,
+        *,
+        rho: float,
+        mu: float | None,
+        slack: float = 0.0,
+        extra_delta: float = 0.0,
+    ) -> bool:
+        """Whether a total spend fits this budget: the one check of a composed spend.
+
+        Parameters
+        ----------
+        rho : float
+            Total ρ-zCDP of the Gaussian parts (always certified, CKS Thm 4/14).
+        mu : float or None
+            Total μ-GDP of the same parts up to ``slack``, or ``None`` if some
+            part is not certified in μ.
+        slack : float, default 0.0
+            Total smoothing slack A of the μ certificate.
+        extra_delta : float, default 0.0
+            δ spent outside the composition (partition selection).
+
+        Returns
+        -------
+        bool
+            ρ budget: ``rho`` ≤ ρ and no δ spent. μ budget: ``mu`` given, ≤ μ,
+            and no δ spent. (ε, δ) budget: the smaller of the two certified
+            ε's (μ-GDP with slack, :meth:`epsilon_at_mu`; ρ-zCDP, CKS Cor 13)
+            at δ − ``extra_delta`` is at most ε — both bound the same
+            mechanism, so either suffices.
+
+        Examples
+        --------
+        >>> Budget(mu=1.0).admits(rho=0.5, mu=None)  # ρ-zCDP is not μ-GDP
+        False
+        >>> Budget(epsilon=1.0, delta=1e-6).admits(rho=0.03, mu=0.2, slack=1e-70)
+        True
+        """
+        rho = check_epsilon("rho", rho)
+        extra = check_epsilon("extra_delta", extra_delta)
+        slack = check_epsilon("slack", slack)
+        if mu is not None:
+            mu = check_epsilon("mu", mu)
+        if self.epsilon is not None:
+            spent = self.spent_epsilon(rho=rho, mu=mu, slack=slack, extra_delta=extra)
+            return spent is not None and spent <= self.epsilon
+        if extra > 0.0:
+            return False
+        if self.rho is not None:
+            return rho <= self.rho
+        return mu is not None and mu <= float(self.mu or 0.0)
+
+    def spent_epsilon(
+        self,
+        *,
+        rho: float,
+        mu: float | None,
+        slack: float = 0.0,
+        extra_delta: float = 0.0,
+    ) -> float | None:
+        """ε at this budget's δ of a total spend: the smaller of its μ and ρ certificates.
+
+        ``None`` when the budget has no δ; ``inf`` when ``extra_delta`` ≥ δ.
+        See :meth:`admits` for the arguments.
+        """
+        via_rho = self.epsilon_at(rho, extra_delta)
+        if via_rho is None or mu is None:
+            return via_rho
+        via_mu = self.epsilon_at_mu(mu, extra_delta, slack)
+        return via_rho if via_mu is None else min(via_mu, via_rho)
 
     def as_dict(self) -> dict[str, float]:
         """The fields that are set, e.g. ``{'epsilon': 1.0, 'delta': 1e-06}``."""

@@ -45,6 +45,7 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     payload = json.loads(r.output)
     assert payload["report"]["epsilon"] <= 1.0
+    assert payload["report"]["mode"] == "gdp"
     assert {"statistic", "value", "std", "ci_low", "ci_high"} <= set(payload["results"][0])
     assert len(pd.read_csv(out)) == len(payload["results"])
     # A second run would exceed the ledger's total: refused with exit code 3.
@@ -54,8 +55,11 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     shown = json.loads(r.output)
     assert [e["status"] for e in shown["entries"]] == ["committed"]
+    assert shown["entries"][0]["mu"] == payload["report"]["mu"]
+    assert shown["spent"]["epsilon"] <= 1.0
     r = runner.invoke(app, ["ledger", "show", str(ledger)])
     assert r.exit_code == 0
+    assert "remaining μ" in r.output
     assert "remaining ρ" in r.output
 
 

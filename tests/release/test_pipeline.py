@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 from release_reference import arrow_table, bounded_aggregates, make_rows
 
 from gaussdp.budget import Budget
-from gaussdp.privacy import zcdp_epsilon
+from gaussdp.mechanisms import epsilon_with_slack
+from gaussdp.privacy import gdp_epsilon
 from gaussdp.random import ChaCha20Random
 from gaussdp.release import Ledger, Release, load_spec, release_from_spec
 from gaussdp.release.core import _aggregate
@@ -181,7 +183,9 @@ def test_report_epsilon_within_budget_and_equals_accountant() -> None:
     report = release.report
     assert 0 < report.selection_delta <= BUDGET.delta / 2
     assert report.epsilon <= 1.0
-    assert report.epsilon == zcdp_epsilon(report.rho, 1e-6 - report.selection_delta)
+    # μ-GDP accounting (tests/release/test_accounting.py has the hand computations).
+    at = partial(gdp_epsilon, report.mu)
+    assert report.epsilon == epsilon_with_slack(at, 1e-6 - report.selection_delta, report.slack)
     assert report.rho == pytest.approx(sum(c.rho for c in report.costs), rel=1e-12)
     assert report.mu == pytest.approx(math.sqrt(sum(c.mu**2 for c in report.costs)), rel=1e-12)
 
@@ -278,14 +282,18 @@ def test_ledger_is_charged_the_report(tmp_path: Path) -> None:
         max_groups_per_unit=1,
         max_rows_per_group=1,
     ).count(by="page")
-    rho1, d1 = release.report.rho, release.report.selection_delta
-    # A total that fits two such releases (2.5 ρ at δ − 2δ_s) but not three.
-    total = Budget(epsilon=zcdp_epsilon(2.5 * rho1, 1e-5 - 2 * d1), delta=1e-5)
+    mu1, a1, d1 = release.report.mu, release.report.slack, release.report.selection_delta
+    # A total that fits two such releases (μ√2.5 at δ − 2δ_s, slack 2A) but not three:
+    # the ledger composes μ's exactly (DRS Cor 3.3).
+    at = partial(gdp_epsilon, mu1 * math.sqrt(2.5))
+    total = Budget(epsilon=epsilon_with_slack(at, 1e-5 - 2 * d1, 2 * a1), delta=1e-5)
     ledger = Ledger(tmp_path / "b.db", total=total)
     release.run(ledger=ledger)
     (entry,) = ledger.entries()
     assert entry.status == "committed"
     assert entry.rho == release.report.rho
+    assert entry.mu == release.report.mu
+    assert entry.slack == release.report.slack
     assert entry.delta == release.report.selection_delta
     release.run(ledger=ledger)
     with pytest.raises(ValueError, match="within the ledger"):  # BudgetExceededError
@@ -343,12 +351,14 @@ def test_vector_and_histogram_zero_noise(no_noise: None) -> None:
 
 def test_rho_and_mu_budgets() -> None:
     frame = pd.DataFrame({"u": [1, 2], "p": ["x", "y"]})
-    for budget, rho in ((Budget(rho=0.3), 0.3), (Budget(mu=1.0), 0.5)):
+    for budget in (Budget(rho=0.3), Budget(mu=1.0)):
         release = Release(
             frame, privacy_unit="u", budget=budget, max_groups_per_unit=1, max_rows_per_group=1
         ).count(by="p", keys=["x", "y"])
-        assert release.report.rho == pytest.approx(rho, rel=1e-9)
-        assert release.report.rho <= rho
+        # A ρ budget is spent in ρ (CKS Thm 4), a μ budget in μ (smoothing argument).
+        spent = release.report.rho if budget.rho is not None else release.report.mu
+        assert spent == pytest.approx(budget.rho or budget.mu, rel=1e-9)
+        assert spent <= (budget.rho or budget.mu)
         assert release.report.epsilon is None  # no δ given: ε is not reported
         with pytest.raises(ValueError, match="epsilon, delta"):
             release.count(by="p").plan()  # private partition selection needs a δ

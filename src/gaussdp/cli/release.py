@@ -23,7 +23,7 @@ JsonOption = Annotated[
 
 def _report_table(report: dict[str, Any]) -> Table:
     table = Table(title="privacy report", show_header=True, header_style="bold")
-    for name in ("query", "by", "part", "sensitivity", "γ", "σ", "ρ", "μ", "δ", "τ"):
+    for name in ("query", "by", "part", "sensitivity", "γ", "σ", "μ", "ρ", "δ", "τ"):
         table.add_column(name, justify="left" if name in ("query", "by", "part") else "right")
     for c in report["costs"]:
         table.add_row(
@@ -33,15 +33,25 @@ def _report_table(report: dict[str, Any]) -> Table:
             format_value(c["sensitivity"]),
             format_value(c["gamma"]),
             format_value(c["sigma"]),
-            format_value(c["rho"]),
             format_value(c["mu"]),
+            format_value(c["rho"]),
             format_value(c["delta"]) if c["delta"] else "—",
             format_value(c["threshold"]),
         )
     eps = report["epsilon"]
+    if report["mode"] == "gdp":
+        totals = (
+            f"accounted in μ: total μ = {report['mu']:.6g} (slack A = {report['slack']:.3g}; "
+            f"ρ = {report['rho']:.6g} for information); "
+        )
+    else:
+        mu = report["mu"]
+        totals = f"accounted in ρ: total ρ = {report['rho']:.6g}" + (
+            "; " if mu is None else f" (μ = {mu:.6g} for information); "
+        )
     table.caption = (
-        f"total ρ = {report['rho']:.6g} (μ = √(2ρ) = {report['mu']:.6g}); "
-        f"selection δ = {report['selection_delta']:.3g}; "
+        totals
+        + f"selection δ = {report['selection_delta']:.3g}; "
         + (f"ε = {eps:.6g} at δ = {report['delta']:.3g}" if eps is not None else "no δ given")
         + f"; budget {Budget(**report['budget'])}\n{report['accounting']}"
     )
@@ -158,8 +168,9 @@ def ledger_show(
         book = Ledger(path)
         entries = book.entries()
         spent_rho, spent_delta = book.spent_rho, book.spent_delta
+        spent_mu, spent_slack = book.spent_mu, book.spent_slack
         eps = book.epsilon_spent
-        remaining = book.remaining_rho
+        remaining_rho, remaining_mu = book.remaining_rho, book.remaining_mu
     except (ValueError, TypeError, OSError) as error:
         fail(str(error))
     if as_json:
@@ -167,14 +178,22 @@ def ledger_show(
             json.dumps(
                 {
                     "total": book.total.as_dict(),
-                    "spent": {"rho": spent_rho, "delta": spent_delta, "epsilon": eps},
-                    "remaining_rho": remaining,
+                    "spent": {
+                        "rho": spent_rho,
+                        "mu": spent_mu,
+                        "slack": spent_slack,
+                        "delta": spent_delta,
+                        "epsilon": eps,
+                    },
+                    "remaining_rho": remaining_rho,
+                    "remaining_mu": remaining_mu,
                     "entries": [
                         {
                             "id": e.id,
                             "status": e.status,
                             "rho": e.rho,
                             "mu": e.mu,
+                            "slack": e.slack,
                             "delta": e.delta,
                             "label": e.label,
                             "who": e.who,
@@ -189,24 +208,30 @@ def ledger_show(
         )
         return
     table = Table(title=f"ledger {path}", show_header=True, header_style="bold")
-    for name in ("id", "status", "ρ", "μ", "δ", "what", "who", "reserved", "committed"):
+    for name in ("id", "status", "μ", "ρ", "δ", "what", "who", "reserved", "committed"):
         table.add_column(name)
     for e in entries:
         table.add_row(
             str(e.id),
             e.status,
-            format_value(e.rho),
             format_value(e.mu),
+            format_value(e.rho),
             format_value(e.delta),
             e.label,
             e.who,
             e.reserved_at,
             e.committed_at or "—",
         )
+    spent = f"μ = {spent_mu:.6g} (slack {spent_slack:.3g}), " if spent_mu is not None else ""
+    left = [
+        f"remaining {name} = {value:.6g}"
+        for name, value in (("μ", remaining_mu), ("ρ", remaining_rho))
+        if value is not None
+    ]
     table.caption = (
-        f"total {book.total}; spent ρ = {spent_rho:.6g}, δ = {spent_delta:.3g}"
+        f"total {book.total}; spent {spent}ρ = {spent_rho:.6g}, δ = {spent_delta:.3g}"
         + (f", ε = {eps:.6g} at δ = {book.total.delta:.3g}" if eps is not None else "")
-        + f"; remaining ρ = {remaining:.6g}"
+        + "".join(f"; {item}" for item in left)
     )
     console.print(table)
 

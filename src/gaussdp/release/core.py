@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
-from gaussdp.budget import Budget
+from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
@@ -32,12 +32,17 @@ __all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult"]
 
 @dataclass(frozen=True, slots=True)
 class QueryCost:
-    """The noise and privacy cost of one query (or of one partition selection).
+    """The noise and privacy cost of one part of a query (or of one partition selection).
 
-    ``sigma`` is the noise scale in the statistic's units (γ·√σ²); ``sensitivity``
-    the L2 sensitivity in the same units (grid rounding included); ``rho`` the
-    zCDP cost; ``mu`` = √(2ρ), the μ of a continuous Gaussian with that ρ;
-    ``delta`` is nonzero only for partition selection.
+    ``sigma`` is the noise scale in the statistic's units (γ·√σ², σ² in grid
+    units); ``sensitivity`` the L2 sensitivity in the same units (grid rounding
+    included); ``mu`` = Δ/√(σ² − τ²) the part's μ-GDP by the smoothing argument
+    (:class:`gaussdp.LatticeGaussian`, up to ``slack``; ``None`` if σ² ≤ τ² = 9,
+    possible only with ρ accounting); ``rho`` = Δ²/(2σ²) its exact ρ-zCDP (CKS
+    Thm 4/14); ``cells`` the a-priori number of noisy coordinates (2⁶⁴ × bins
+    for privately selected groups) and ``slack`` = cells·a; ``delta`` is
+    nonzero only for partition selection. Which of μ and ρ is accounted is
+    :attr:`PrivacyReport.mode`.
     """
 
     query: str
@@ -47,9 +52,28 @@ class QueryCost:
     gamma: float
     sigma: float
     rho: float
-    mu: float
+    mu: float | None
+    cells: int
+    slack: float
     delta: float = 0.0
     threshold: int | None = None
+
+
+_ACCOUNTING: dict[Accounting, str] = {
+    "gdp": (
+        "mu-GDP: each part is exact lattice noise N_Z(0, s^2 + 9), within e^(+-c*a) of a "
+        "(Delta/s)-GDP Gaussian mechanism over its c cells by the smoothing argument "
+        "(gaussdp.LatticeGaussian, a < 1e-76); mu = sqrt(sum mu_i^2) (DRS Cor 3.3), "
+        "slack A = sum c_i*a; partition selection's delta added; epsilon at delta = "
+        "eps_mu((delta - selection delta)*e^-A) + 2A (DRS Cor 2.13, epsilon_with_slack), "
+        "from the realised noise"
+    ),
+    "zcdp": (
+        "rho-zCDP per part (CKS Thm 4/14), added over parts (Bun & Steinke 2016 Lemma 2.3); "
+        "partition selection as approximate zCDP (Bun & Steinke 2016 Lemma 8.3); epsilon at "
+        "delta by CKS Cor 13"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,42 +84,60 @@ class PrivacyReport:
     ----------
     costs : tuple of QueryCost
         One entry per noisy part (a mean has a sum and a count part).
+    mode : {'gdp', 'zcdp'}
+        The accounting, which follows the budget: μ-GDP for (ε, δ) and μ
+        budgets, ρ-zCDP for ρ budgets (:attr:`gaussdp.Budget.accounting`).
     rho : float
-        Total ρ: ρ's add under composition (Bun & Steinke 2016 Lemma 2.3).
-    mu : float
-        √(2ρ) = √Σμᵢ²: the composed μ in Gaussian bookkeeping.
+        Σρᵢ (Bun & Steinke 2016 Lemma 2.3): the release is ρ-zCDP with
+        partition selection's δ on top — in either mode (for information in
+        μ mode).
+    mu : float or None
+        √Σμᵢ² (DRS Cor 3.3): the release is μ-GDP up to ``slack``, with
+        partition selection's δ on top; ``None`` if some part has σ² ≤ τ².
+    slack : float
+        A = Σcᵢ·a: the release's pmf is within e^{±A} of the μ-GDP
+        composition's (a ≈ 2.8·10⁻⁷⁷ per coordinate, ≈ 5·10⁻⁵⁸ per privately
+        grouped part; it enters ε as below).
     selection_delta : float
         δ spent by private partition selection (0 with public keys).
     delta : float or None
         The run's δ (the budget's).
     epsilon : float or None
-        ε at ``delta``: ρ-zCDP converted at δ − ``selection_delta`` (CKS Cor 13),
-        an upper bound that holds for the exact discrete noise actually drawn.
+        ε at ``delta`` from the realised σ²'s: in μ mode
+        ε_μ((δ − ``selection_delta``)·e^{−A}) + 2A
+        (:func:`gaussdp.mechanisms.epsilon_with_slack`, DRS Cor 2.13); in ρ
+        mode CKS Cor 13 at δ − ``selection_delta``. An upper bound that holds
+        for the exact discrete noise actually drawn.
     budget : Budget
         The budget the release was planned against.
     """
 
     costs: tuple[QueryCost, ...]
+    mode: Accounting
     rho: float
-    mu: float
+    mu: float | None
+    slack: float
     selection_delta: float
     delta: float | None
     epsilon: float | None
     budget: Budget
     mechanism: str = "discrete Gaussian (exact sampling, CKS Alg 3)"
-    accounting: str = (
-        "rho-zCDP per part (CKS Thm 4/14), added over parts; partition selection as "
-        "approximate zCDP (Bun & Steinke 2016 Lemma 8.3); epsilon at delta by CKS Cor 13"
-    )
+
+    @property
+    def accounting(self) -> str:
+        """How the release is accounted, with the results cited."""
+        return _ACCOUNTING[self.mode]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
         return {
             "mechanism": self.mechanism,
+            "mode": self.mode,
             "accounting": self.accounting,
             "budget": self.budget.as_dict(),
             "rho": self.rho,
             "mu": self.mu,
+            "slack": self.slack,
             "selection_delta": self.selection_delta,
             "delta": self.delta,
             "epsilon": self.epsilon,
@@ -109,6 +151,8 @@ class PrivacyReport:
                     "sigma": c.sigma,
                     "rho": c.rho,
                     "mu": c.mu,
+                    "cells": c.cells,
+                    "slack": c.slack,
                     "delta": c.delta,
                     "threshold": c.threshold,
                 }
@@ -423,6 +467,8 @@ class Release:
             if ledger is not None:
                 reservation = ledger.reserve(
                     rho=plan.rho,
+                    mu=plan.mu,
+                    slack=plan.slack,
                     delta=plan.selection_delta,
                     label=label or ", ".join(q.name for q in self._queries),
                     detail=report.to_dict(),
@@ -477,53 +523,39 @@ def _aggregate(release: Release) -> tuple[Plan, list[list[tuple[Any, ...]]]]:
 
 def _report(plan: Plan, queries: Sequence[Query]) -> PrivacyReport:
     costs: list[QueryCost] = []
-    for g in plan.groupings:
-        for m in g.measures:
-            if m.rho == 0.0:  # further coordinates of a vector: charged on the first
-                continue
-            q = queries[m.query]
-            part = (
-                "count"
-                if m.role == "count"
-                else ("vector" if m.role.startswith("coord") else "sum")
+    for p in plan.parts:
+        g = plan.groupings[p.grouping]
+        selection = g.selection if p.query is None else None
+        if selection is not None:
+            name, by = "partition selection", tuple(plan.internal[k] for k in g.by)
+        else:
+            q = queries[p.query or 0]
+            name, by = q.name, q.by
+        costs.append(
+            QueryCost(
+                name,
+                by,
+                p.kind,
+                p.sensitivity * p.gamma,
+                p.gamma,
+                p.sigma,
+                p.rho,
+                p.mu,
+                p.cells,
+                p.slack,
+                selection.delta if selection is not None else 0.0,
+                selection.threshold if selection is not None else None,
             )
-            costs.append(
-                QueryCost(
-                    q.name,
-                    q.by,
-                    part,
-                    m.sensitivity * m.gamma,
-                    m.gamma,
-                    m.sigma,
-                    m.rho,
-                    math.sqrt(2 * m.rho),
-                )
-            )
-        if g.selection is not None:
-            s = g.selection
-            by = tuple(plan.internal[k] for k in g.by)
-            costs.append(
-                QueryCost(
-                    "partition selection",
-                    by,
-                    "distinct units",
-                    math.sqrt(g.l0),
-                    1.0,
-                    math.sqrt(s.sigma2),
-                    s.rho,
-                    math.sqrt(2 * s.rho),
-                    s.delta,
-                    s.threshold,
-                )
-            )
-    rho = plan.rho
+        )
     return PrivacyReport(
         tuple(costs),
-        rho,
-        math.sqrt(2 * rho),
+        plan.accounting,
+        plan.rho,
+        plan.mu,
+        plan.slack,
         plan.selection_delta,
         plan.budget.delta,
-        plan.budget.epsilon_at(rho, plan.selection_delta),
+        plan.epsilon,
         plan.budget,
     )
 

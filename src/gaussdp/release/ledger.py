@@ -7,12 +7,17 @@ drawn, and *commits* it afterwards. A reservation that is never committed — th
 process crashed, or the release failed after reading the data — stays counted
 (DESIGN decision 6): spending is only ever over-estimated.
 
-Composition of entries: each entry holds the ρ of its discrete Gaussian noise
-and the δ of its partition selection. All entries compose as approximate zCDP:
-ρ's add and δ's add (Bun & Steinke 2016 Lemma 2.3, Lemma 8.3; this is
-√Σμᵢ² in μ with μ = √(2ρ)); a new entry is accepted iff
-``Σρ ≤ total.rho_capacity(Σδ)`` (:meth:`gaussdp.Budget.rho_capacity`), i.e. the
-whole history stays within the ledger's total budget at its δ (CKS Cor 13).
+Composition of entries: each entry holds the costs of one release — ρ (its
+exact ρ-zCDP, CKS Thm 4/14; always present), μ and the smoothing slack A (its
+μ-GDP up to e^{±A}, :class:`gaussdp.LatticeGaussian`; μ is NULL for an entry
+not certified in μ) and δ (partition selection). The history composes both
+ways at once: ρ's add (Bun & Steinke 2016 Lemma 2.3, 8.3 with the δ's), and
+μ_total = √Σμᵢ² (DRS Cor 3.3) with A = ΣAᵢ and the δ's added. A new entry is
+accepted iff the whole history fits the ledger's total
+(:meth:`gaussdp.Budget.admits`): ρ totals check Σρ; μ totals check μ_total
+(entries without μ are refused); (ε, δ) totals take the smaller of the two
+certified ε's at δ − Σδ — ε_μ((δ − Σδ)e^{−A}) + 2A and CKS Cor 13 — since both
+bound the same composed mechanism. Sums are rounded up.
 
 Examples
 --------
@@ -23,6 +28,8 @@ Examples
 >>> ledger.commit(r)
 >>> round(ledger.spent_rho, 6), round(ledger.remaining_rho, 6)
 (0.4, 0.6)
+>>> ledger.spent_mu is None  # an entry reserved with ρ only
+True
 >>> try:
 ...     ledger.reserve(rho=0.7, label="too much")
 ... except BudgetExceededError as error:
@@ -51,13 +58,16 @@ from gaussdp.errors import BudgetExceededError, invalid
 
 __all__ = ["Ledger", "LedgerEntry", "Reservation"]
 
-_FORMAT = "gaussdp-ledger-1"
+# Format 2 (μ accounting) added the columns mu and slack; format-1 files are refused.
+_FORMAT = "gaussdp-ledger-2"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     status TEXT NOT NULL CHECK (status IN ('reserved', 'committed')),
     rho REAL NOT NULL CHECK (rho >= 0),
+    mu REAL CHECK (mu IS NULL OR mu >= 0),
+    slack REAL NOT NULL CHECK (slack >= 0),
     delta REAL NOT NULL CHECK (delta >= 0),
     label TEXT NOT NULL,
     who TEXT NOT NULL,
@@ -66,6 +76,18 @@ CREATE TABLE IF NOT EXISTS entries (
     detail TEXT
 );
 """
+
+
+def _up(x: float) -> float:
+    """A float ≥ the exact value of a sum or product of a few correctly rounded terms."""
+    return math.nextafter(x * (1 + 1e-15), math.inf) if x > 0 else x
+
+
+def _compose_mu(mus: list[float | None]) -> float | None:
+    """√Σμᵢ² (DRS Cor 3.3), rounded up; None if some entry has no μ."""
+    if any(m is None for m in mus):
+        return None
+    return _up(math.sqrt(_up(math.fsum(m * m for m in mus if m is not None))))
 
 
 def _now() -> str:
@@ -86,27 +108,26 @@ class Reservation:
 
     id: int
     rho: float
+    mu: float | None
+    slack: float
     delta: float
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One row of the ledger: what was spent (ρ, δ), by whom, when, on what."""
+    """One row of the ledger: what was spent (ρ; μ with its slack; δ), by whom, when, on what."""
 
     id: int
     status: str
     rho: float
+    mu: float | None
+    slack: float
     delta: float
     label: str
     who: str
     reserved_at: str
     committed_at: str | None
     detail: dict[str, Any] | None
-
-    @property
-    def mu(self) -> float:
-        """√(2ρ): the entry's ρ in μ units."""
-        return math.sqrt(2 * self.rho)
 
 
 class Ledger:
@@ -193,14 +214,25 @@ class Ledger:
         with self._connect() as con:
             try:
                 meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-                con.execute("SELECT id, status, rho, delta FROM entries LIMIT 1").fetchall()
+                found = meta.get("format")
+                if isinstance(found, str) and found.startswith("gaussdp-") and found != _FORMAT:
+                    # Another version's schema: say so before its columns are looked at.
+                    raise ValueError(
+                        invalid(
+                            "ledger",
+                            f"a {_FORMAT} file (this gaussdp cannot read format {found}; "
+                            "start a new ledger)",
+                            str(self.path),
+                        )
+                    )
+                con.execute("SELECT id, status, rho, mu, slack, delta FROM entries LIMIT 1")
             except sqlite3.OperationalError as error:
                 raise ValueError(
                     invalid(
                         "ledger", "a gaussdp ledger (tables meta, entries)", f"{self.path}: {error}"
                     )
                 ) from error
-        if meta.get("format") != _FORMAT or "total" not in meta:
+        if found != _FORMAT or "total" not in meta:
             raise ValueError(invalid("ledger", f"a {_FORMAT} file", str(self.path)))
         try:
             return Budget(**json.loads(meta["total"]))
@@ -208,52 +240,71 @@ class Ledger:
             raise ValueError(invalid("ledger total", "a valid budget", meta["total"])) from error
 
     # -- spending ---------------------------------------------------------------------
-    def _check(self, rho_total: float, delta_total: float) -> bool:
-        if delta_total > 0 and self.total.kind != "approx_dp":
-            return False
-        capacity = self.total.rho_capacity(delta_total)
-        return rho_total <= capacity
-
     def reserve(
         self,
         *,
         rho: float,
+        mu: float | None = None,
+        slack: float = 0.0,
         delta: float = 0.0,
         label: str,
         detail: dict[str, Any] | None = None,
     ) -> Reservation:
-        """Reserve a cost of ``rho`` (zCDP) plus ``delta`` (partition selection), atomically.
+        """Reserve a release's cost atomically: ρ, μ with its slack, and δ.
+
+        Parameters
+        ----------
+        rho : float
+            ρ-zCDP of the release's Gaussian parts, ≥ 0.
+        mu : float, optional
+            μ-GDP of the same parts up to ``slack`` (``None``: not certified in
+            μ; a μ total then refuses the entry, an (ε, δ) total composes it
+            in ρ).
+        slack : float, default 0.0
+            The smoothing slack A ≥ 0 of ``mu``.
+        delta : float, default 0.0
+            δ spent outside the composition (private partition selection).
+        label : str
+            What was released.
+        detail : dict, optional
+            A JSON-ready description (e.g. the privacy report).
 
         Raises
         ------
         BudgetExceededError
-            If the ledger's history plus this cost would exceed the total.
-            Nothing is written.
+            If the ledger's history plus this cost would exceed the total
+            (:meth:`gaussdp.Budget.admits`). Nothing is written.
         """
         rho = check_epsilon("rho", rho)
+        if mu is not None:
+            mu = check_epsilon("mu", mu)
+        slack = check_epsilon("slack", slack)
         delta = check_epsilon("delta", delta)
         if not isinstance(label, str):
             raise TypeError(invalid("label", "a str", label))
         with self._connect() as con:
             con.execute("BEGIN IMMEDIATE")  # the writer lock: checks cannot interleave
             try:
-                rows = con.execute("SELECT rho, delta FROM entries").fetchall()
-                new_rho = math.fsum([r for r, _ in rows] + [rho])
-                new_delta = math.fsum([d for _, d in rows] + [delta])
-                if not self._check(new_rho, new_delta):
+                rows = con.execute("SELECT rho, mu, slack, delta FROM entries").fetchall()
+                spent = _Spent.of([(float(r), m, float(a), float(d)) for r, m, a, d in rows])
+                new = _Spent.of([*spent.rows, (rho, mu, slack, delta)])
+                if not self.total.admits(
+                    rho=new.rho, mu=new.mu, slack=new.slack, extra_delta=new.delta
+                ):
                     raise BudgetExceededError(
                         invalid(
                             "spending",
-                            f"within the ledger's total {self.total} (spent rho="
-                            f"{new_rho - rho:.6g}, delta={new_delta - delta:.3g})",
-                            f"rho={rho:.6g}, delta={delta:.3g} more",
+                            f"within the ledger's total {self.total} (spent {spent})",
+                            f"{_Spent.of([(rho, mu, slack, delta)])} more",
                         )
                     )
                 cur = con.execute(
-                    "INSERT INTO entries (status, rho, delta, label, who, reserved_at, detail)"
-                    " VALUES ('reserved', ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO entries (status, rho, mu, slack, delta, label, who, reserved_at,"
+                    " detail) VALUES ('reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         rho,
+                        mu,
+                        slack,
                         delta,
                         label,
                         _who(),
@@ -266,7 +317,7 @@ class Ledger:
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return Reservation(entry_id, rho, delta)
+        return Reservation(entry_id, rho, mu, slack, delta)
 
     def commit(self, reservation: Reservation) -> None:
         """Mark a reservation as spent (its cost was counted from the moment it was reserved)."""
@@ -286,44 +337,105 @@ class Ledger:
         """All entries, oldest first (reserved ones included: they count)."""
         with self._connect() as con:
             rows = con.execute(
-                "SELECT id, status, rho, delta, label, who, reserved_at, committed_at, detail"
-                " FROM entries ORDER BY id"
+                "SELECT id, status, rho, mu, slack, delta, label, who, reserved_at, committed_at,"
+                " detail FROM entries ORDER BY id"
             ).fetchall()
         return [
             LedgerEntry(
                 id=int(row[0]),
                 status=str(row[1]),
                 rho=float(row[2]),
-                delta=float(row[3]),
-                label=str(row[4]),
-                who=str(row[5]),
-                reserved_at=str(row[6]),
-                committed_at=None if row[7] is None else str(row[7]),
-                detail=json.loads(row[8]) if row[8] else None,
+                mu=None if row[3] is None else float(row[3]),
+                slack=float(row[4]),
+                delta=float(row[5]),
+                label=str(row[6]),
+                who=str(row[7]),
+                reserved_at=str(row[8]),
+                committed_at=None if row[9] is None else str(row[9]),
+                detail=json.loads(row[10]) if row[10] else None,
             )
             for row in rows
         ]
 
+    def _spent(self) -> _Spent:
+        return _Spent.of([(e.rho, e.mu, e.slack, e.delta) for e in self.entries()])
+
     @property
     def spent_rho(self) -> float:
-        """Total ρ of all entries."""
-        return math.fsum(e.rho for e in self.entries())
+        """Total ρ of all entries (rounded up)."""
+        return self._spent().rho
+
+    @property
+    def spent_mu(self) -> float | None:
+        """√Σμ² of all entries (rounded up), or ``None`` if some entry has no μ."""
+        return self._spent().mu
+
+    @property
+    def spent_slack(self) -> float:
+        """Total smoothing slack A of all entries."""
+        return self._spent().slack
 
     @property
     def spent_delta(self) -> float:
         """Total δ of all entries (partition selection)."""
-        return math.fsum(e.delta for e in self.entries())
+        return self._spent().delta
 
     @property
-    def remaining_rho(self) -> float:
-        """ρ still available if no further δ is spent."""
-        return (
-            max(0.0, self.total.rho_capacity(self.spent_delta) - self.spent_rho)
-            if (self.spent_delta == 0 or self.total.kind == "approx_dp")
-            else 0.0
-        )
+    def remaining_rho(self) -> float | None:
+        """ρ a further entry spending no δ could still spend in ρ; ``None`` for a μ total."""
+        if self.total.mu is not None:
+            return None
+        spent = self._spent()
+        if spent.delta > 0 and self.total.kind != "approx_dp":
+            return 0.0
+        return max(0.0, self.total.rho_capacity(spent.delta) - spent.rho)
+
+    @property
+    def remaining_mu(self) -> float | None:
+        """μ a further entry with no δ (and negligible slack) could still spend.
+
+        ``None`` for a ρ total, or when some entry has no μ (the history then
+        composes in ρ only).
+        """
+        spent = self._spent()
+        if self.total.rho is not None or spent.mu is None:
+            return None
+        capacity = self.total.mu_capacity(spent.delta, spent.slack)
+        return math.sqrt(max(0.0, capacity * capacity - spent.mu * spent.mu))
 
     @property
     def epsilon_spent(self) -> float | None:
-        """ε at the total's δ for everything spent so far (CKS Cor 13), if the total has a δ."""
-        return self.total.epsilon_at(self.spent_rho, self.spent_delta)
+        """ε at the total's δ for everything spent so far, if the total has a δ.
+
+        The smaller of the μ-GDP (with slack) and ρ-zCDP (CKS Cor 13)
+        certificates of the history (:meth:`gaussdp.Budget.spent_epsilon`).
+        """
+        spent = self._spent()
+        return self.total.spent_epsilon(
+            rho=spent.rho, mu=spent.mu, slack=spent.slack, extra_delta=spent.delta
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Spent:
+    """Totals of a list of (ρ, μ, A, δ) costs, each rounded up."""
+
+    rows: tuple[tuple[float, float | None, float, float], ...]
+    rho: float
+    mu: float | None
+    slack: float
+    delta: float
+
+    @classmethod
+    def of(cls, rows: list[tuple[float, float | None, float, float]]) -> _Spent:
+        return cls(
+            tuple(rows),
+            _up(math.fsum(r for r, _, _, _ in rows)),  # Bun & Steinke 2016 Lemma 2.3
+            _compose_mu([m for _, m, _, _ in rows]) if rows else 0.0,  # DRS Cor 3.3
+            _up(math.fsum(a for _, _, a, _ in rows)),
+            _up(math.fsum(d for _, _, _, d in rows)),
+        )
+
+    def __str__(self) -> str:
+        mu = "none" if self.mu is None else f"{self.mu:.6g}"
+        return f"rho={self.rho:.6g}, mu={mu}, slack={self.slack:.3g}, delta={self.delta:.3g}"

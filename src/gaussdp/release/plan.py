@@ -23,29 +23,56 @@ Sensitivities (add/remove one privacy unit, REFERENCE §1), with L0 =
 γ is the largest power of two ≤ (per-cell bound)/256, so K·γ exceeds the
 continuous sensitivity by at most 1/512 of it (≤ 0.4 % more variance).
 
-Noise: N_Z(0, σ²) on the grid with σ² = Δ²/(2ρ) (Δ in grid units), rounded up
-to a multiple of 2⁻³²; the released mechanism is Δ²/(2σ²) ≤ ρ -zCDP (CKS Thm 4;
-Thm 14 for the vector of all cells of a measure). A mean spends half its share
-on a sum and half on a count.
+A *part* is one noisy vector accounted as a whole: a count or a sum over all
+cells of a grouping, a vector sum's d coordinates over all cells, or a private
+partition selection's noisy distinct-unit counts. A mean is a sum part and a
+count part sharing the query's weight equally. The accounting follows the
+budget (:attr:`gaussdp.Budget.accounting`):
+
+- **μ-GDP** ((ε, δ) and μ budgets). The total μ_cap (:meth:`Budget.mu_capacity`)
+  is split as μᵢ² = wᵢ·μ_cap² (weights normalised), and a part with L2
+  sensitivity Δ (grid units) gets N_Z(0, σ²) per coordinate with
+  σ² = Δ²/μᵢ² + τ², τ² = 9, rounded up to a multiple of 2⁻³². By the smoothing
+  argument of :class:`gaussdp.LatticeGaussian` each coordinate's pmf is within
+  e^{±a} (a = ``smoothing_log_ratio(9)`` < 10⁻⁷⁶, :mod:`gaussdp.mechanisms`) of a
+  continuous N(0, σ² − τ²) followed by a data-independent randomised rounding,
+  so the part over c coordinates is within e^{±c·a} of a
+  Δ/√(σ² − τ²) ≤ μᵢ -GDP mechanism (DRS Thm 2.7). The μ's compose exactly,
+  μ = √Σμᵢ² (DRS Cor 3.3), the slack is A = Σcᵢ·a, and the release is
+  (ε_μ((δ − Σδ_s)e^{−A}) + 2A, δ)-DP (:func:`gaussdp.mechanisms.epsilon_with_slack`,
+  DRS Cor 2.13). The number of cells c is a-priori: public keys × bins, or, for
+  private partition selection, 2⁶⁴ × bins (engines count rows in 64-bit
+  integers, so there are fewer candidate groups than that; 2⁶⁴·a ≈ 5·10⁻⁵⁸).
+- **ρ-zCDP** (ρ budgets). ρᵢ = wᵢ·ρ, σ² = Δ²/(2ρᵢ) rounded up to a multiple of
+  2⁻³²; the part is Δ²/(2σ²) ≤ ρᵢ -zCDP exactly (CKS Thm 4; Thm 14 for the vector
+  of all cells), ρ's add (Bun & Steinke 2016 Lemma 2.3), and ε at δ is CKS Cor 13.
+
+Both views are computed for every part (a μ-accounted part is exactly
+Δ²/(2σ²)-zCDP, and a ρ-accounted one with σ² > τ² is certified in μ as well,
+which a ledger can use); the plan's ε is the one of its accounting, computed
+from the realised σ²'s, and is checked against the budget.
 
 Private partition selection (Gaussian thresholding): the number of distinct
 units per group after L0 bounding gets N_Z(0, σ_s²) (L2 sensitivity √L0); a
 group is released iff that noisy count is ≥ τ. A group present only because of
 one unit has count 1, so it passes with probability P[Z ≥ τ − 1]; with at most
-L0 such groups the selection is δ_s-close to a ρ_s-zCDP mechanism, δ_s = L0·P[Z ≥
-τ − 1] (union bound), τ the smallest integer meeting the δ it is given.
-Approximate zCDP composes by adding ρ's and δ's (Bun & Steinke 2016 Def 8.1,
-Lemma 8.3), and the release is (ε, δ)-DP with ε from CKS Cor 13 at δ − Σδ_s.
+L0 such groups the selection is δ_s-close to the Gaussian part that releases
+every group's noisy count, δ_s = L0·P[Z ≥ τ − 1] (union bound), τ the smallest
+integer meeting the δ it is given. These δ_s add to the composition's δ (Bun &
+Steinke 2016 Def 8.1, Lemma 8.3 for zCDP), so ε is reported at δ − Σδ_s.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal
 
-from gaussdp.budget import Budget
+from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
+from gaussdp.mechanisms import LatticeGaussian, smoothing_log_ratio
 from gaussdp.privacy import discrete_gaussian_sf
 from gaussdp.release.queries import KeyTuple, Query
 from gaussdp.release.sql import Output, ScalarValue, VectorValue
@@ -53,6 +80,7 @@ from gaussdp.release.sql import Output, ScalarValue, VectorValue
 __all__ = [
     "Grouping",
     "Measure",
+    "Part",
     "Plan",
     "Selection",
     "grid_step",
@@ -61,6 +89,12 @@ __all__ = [
 
 _SIGMA2_DENOMINATOR = 2**32
 _FLOAT_SLACK = 1e-6
+#: τ² of the smoothing argument (lattice units²), as in LatticeGaussian.
+_TAU2 = LatticeGaussian.SMOOTHING_TAU2
+#: A-priori bound on the candidate groups of a privately selected grouping.
+_MAX_GROUPS = 2**64
+
+PartKind = Literal["count", "sum", "vector", "distinct units"]
 
 
 def grid_step(bound: float) -> float:
@@ -81,28 +115,42 @@ def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _sigma2(delta2: Fraction, rho: float) -> Fraction:
-    """σ² = Δ²/(2ρ), rounded up to a multiple of 2⁻³² (so the mechanism's ρ ≤ planned ρ)."""
-    exact = delta2 / (2 * Fraction(rho))
+def _up(x: Fraction) -> float:
+    """A float ≥ ``x`` (float() rounds to nearest; one step up makes it safe)."""
+    return math.nextafter(float(x), math.inf)
+
+
+def _sqrt_up(x: Fraction) -> float:
+    """A float ≥ √``x``."""
+    return math.nextafter(math.sqrt(_up(x)), math.inf)
+
+
+def _sigma2(sensitivity2: Fraction, share: Fraction, accounting: Accounting) -> Fraction:
+    """The part's σ² from its share, rounded up to a multiple of 2⁻³².
+
+    μ-GDP: σ² = Δ²/μᵢ² + τ² (``share`` = μᵢ²), so Δ/√(σ² − τ²) ≤ μᵢ (the
+    smoothing argument, :class:`gaussdp.LatticeGaussian`). ρ-zCDP: σ² = Δ²/(2ρᵢ)
+    (``share`` = ρᵢ), so Δ²/(2σ²) ≤ ρᵢ (CKS Thm 4).
+    """
+    gdp = accounting == "gdp"
+    exact = sensitivity2 / share + _TAU2 if gdp else sensitivity2 / (2 * share)
     return Fraction(math.ceil(exact * _SIGMA2_DENOMINATOR), _SIGMA2_DENOMINATOR)
 
 
 @dataclass(frozen=True, slots=True)
 class Measure:
-    """One noisy vector: a count or a sum (or a vector coordinate) over all cells of a grouping.
+    """One noisy column: a count, a sum or a vector coordinate over all cells of a grouping.
 
     ``output`` indexes the grouping's aggregate columns (``a{output}``);
-    ``sensitivity`` is the L2 sensitivity in grid units; ``gamma`` the grid step
-    (1 for counts); ``rho`` the zCDP cost Δ²/(2σ²) of this measure alone.
+    ``gamma`` is the grid step (1 for counts) and ``sigma2`` the lattice noise
+    scale σ². The privacy cost is carried by the :class:`Part` it belongs to.
     """
 
     query: int
     role: str
     output: int
     gamma: float
-    sensitivity: float
     sigma2: Fraction
-    rho: float
 
     @property
     def sigma(self) -> float:
@@ -111,13 +159,78 @@ class Measure:
 
 
 @dataclass(frozen=True, slots=True)
+class Part:
+    r"""One accounted noisy vector: N_Z(0, σ²) on each of ``cells`` coordinates.
+
+    ``query`` is ``None`` for a partition selection; ``grouping`` indexes
+    :attr:`Plan.groupings`. ``sensitivity2`` is the squared L2 sensitivity Δ²
+    in grid units (exact), ``cells`` an a-priori bound on the coordinates
+    released (cells of the grouping times the vector's dimension).
+    """
+
+    query: int | None
+    grouping: int
+    kind: PartKind
+    gamma: float
+    sensitivity2: Fraction
+    sigma2: Fraction
+    cells: int
+
+    @property
+    def sensitivity(self) -> float:
+        """Δ in grid units."""
+        return math.sqrt(self.sensitivity2)
+
+    @property
+    def sigma(self) -> float:
+        """The noise scale in the statistic's own units, γ·√σ²."""
+        return self.gamma * math.sqrt(self.sigma2)
+
+    @property
+    def rho_exact(self) -> Fraction:
+        """Δ²/(2σ²): the part is exactly this ρ-zCDP (CKS Thm 4/14)."""
+        return self.sensitivity2 / (2 * self.sigma2)
+
+    @property
+    def mu2_exact(self) -> Fraction | None:
+        """Δ²/(σ² − τ²): the part is μ-GDP with this μ² up to :attr:`slack`; None if σ² ≤ τ²."""
+        continuous = self.sigma2 - _TAU2
+        return None if continuous <= 0 else self.sensitivity2 / continuous
+
+    @property
+    def rho(self) -> float:
+        """:attr:`rho_exact`, rounded up."""
+        return _up(self.rho_exact)
+
+    @property
+    def mu(self) -> float | None:
+        """√:attr:`mu2_exact`, rounded up (smoothing argument, :class:`gaussdp.LatticeGaussian`)."""
+        mu2 = self.mu2_exact
+        return None if mu2 is None else _sqrt_up(mu2)
+
+    @property
+    def slack(self) -> float:
+        """cells·a: the part's pmf is within e^{±slack} of a μ-GDP mechanism's."""
+        return _slack(self.cells)
+
+
+def _slack(cells: int) -> float:
+    """c·a, rounded up (a = smoothing_log_ratio(τ²) is itself an upper bound)."""
+    if cells == 0:
+        return 0.0
+    return math.nextafter(smoothing_log_ratio(_TAU2) * math.nextafter(cells, math.inf), math.inf)
+
+
+@dataclass(frozen=True, slots=True)
 class Selection:
-    """Private partition selection for one grouping: noisy distinct units ≥ ``threshold``."""
+    """Private partition selection for one grouping: noisy distinct units ≥ ``threshold``.
+
+    ``delta`` is the δ it spends (its accounting part is in :attr:`Plan.parts`).
+    """
 
     sigma2: Fraction
     threshold: int
     delta: float
-    rho: float
 
 
 @dataclass(slots=True)
@@ -139,6 +252,18 @@ class Grouping:
         """Whether groups are chosen by private partition selection."""
         return self.keys is None and (bool(self.by))
 
+    @property
+    def cells(self) -> int:
+        """An a-priori bound on the cells released: keys × bins (2⁶⁴ × bins for private keys)."""
+        bins = len(self.histogram[1]) - 1 if self.histogram is not None else 1
+        if self.keys is not None:
+            groups = len(self.keys)
+        elif self.by:
+            groups = _MAX_GROUPS
+        else:
+            groups = 1
+        return groups * bins
+
     def value_index(self, value: ScalarValue | VectorValue) -> int:
         """Index of ``value`` among this grouping's values (added if new)."""
         if value not in self.values:
@@ -154,12 +279,36 @@ class Grouping:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The data-independent part of a release: groupings with their noise, and the costs."""
+    """The data-independent part of a release: groupings with their noise, parts and totals.
+
+    Attributes
+    ----------
+    accounting : {'gdp', 'zcdp'}
+        How the release is accounted (follows the budget).
+    rho : float
+        Σρᵢ over the parts (rounded up): a ρ-zCDP guarantee in either accounting.
+    mu : float or None
+        √Σμᵢ² (rounded up; DRS Cor 3.3), μ-GDP up to ``slack``; ``None`` if some
+        part has σ² ≤ τ² (possible only with ρ accounting).
+    slack : float
+        A = Σcᵢ·a, the certified smoothing slack of ``mu``.
+    selection_delta : float
+        Σδ_s spent by private partition selection.
+    epsilon : float or None
+        ε at the budget's δ of this accounting, from the realised σ²'s:
+        ε_μ((δ − Σδ_s)e^{−A}) + 2A (μ-GDP) or CKS Cor 13 at δ − Σδ_s (ρ-zCDP);
+        ``None`` without a δ.
+    """
 
     groupings: tuple[Grouping, ...]
     internal: dict[str, str]
+    parts: tuple[Part, ...]
+    accounting: Accounting
     rho: float
+    mu: float | None
+    slack: float
     selection_delta: float
+    epsilon: float | None
     budget: Budget
 
 
@@ -181,6 +330,13 @@ def _threshold(sigma2: Fraction, l0: int, delta: float) -> tuple[int, float]:
         else:
             lo = mid
     return hi, spent(hi)
+
+
+def _coordinates(q: Query) -> int:
+    """Noisy coordinates per cell of a query: 1, 2 for a mean, d (+1) for vectors."""
+    if q.statistic in ("vector_sum", "vector_mean"):
+        return len(q.columns) + (1 if q.statistic == "vector_mean" else 0)
+    return 2 if q.statistic == "mean" else 1
 
 
 def make_plan(
@@ -208,7 +364,6 @@ def make_plan(
             internal[key] = column
         return user_to_internal[column]
 
-    linf = max_rows_per_group
     groupings: list[Grouping] = []
     for qi, q in enumerate(queries):
         keys_internal = tuple(name("k", c) for c in q.by)
@@ -226,7 +381,6 @@ def make_plan(
         found.queries.append(qi)
 
     selection_count = sum(1 for g in groupings if g.private_keys)
-    weights = sum(q.weight for q in queries) + selection_weight * selection_count
     if selection_count:
         if budget.delta is None or budget.kind != "approx_dp":
             raise ValueError(
@@ -241,22 +395,89 @@ def make_plan(
             raise ValueError(invalid("selection_delta", f"in (0, {budget.delta})", sel_delta))
     else:
         sel_delta = 0.0
-    capacity = budget.rho_capacity(sel_delta) * (1 - 1e-12)
-    if capacity <= 0:
-        raise ValueError(invalid("budget", "large enough to leave a positive rho", budget))
 
-    measures_rho = Fraction(0)
+    accounting = budget.accounting
+    if accounting == "gdp":
+        # A-priori slack: every coordinate of every part (the realised one is equal).
+        cells = sum(
+            g.cells * (sum(_coordinates(queries[qi]) for qi in g.queries) + g.private_keys)
+            for g in groupings
+        )
+        capacity = budget.mu_capacity(sel_delta, _slack(cells))
+    else:
+        capacity = budget.rho_capacity(sel_delta)
+    if capacity <= 0:
+        raise ValueError(
+            invalid("budget", f"large enough to leave a positive {_UNIT[accounting]}", budget)
+        )
+    # A margin for the float roundings of the totals; then check, shrinking if ever needed.
+    for attempt in range(4):
+        factor = 1 - 1e-12 * 10**attempt
+        plan = _split(
+            groupings,
+            queries,
+            internal,
+            name,
+            budget=budget,
+            capacity=capacity * factor,
+            linf=max_rows_per_group,
+            sel_delta=sel_delta,
+            selection_count=selection_count,
+            selection_weight=selection_weight,
+        )
+        if _within(plan):
+            return plan
+    raise ValueError(  # pragma: no cover - the capacity is checked by Budget
+        invalid("budget", "met by the planned noise", budget)
+    )
+
+
+_UNIT: dict[Accounting, str] = {"gdp": "mu", "zcdp": "rho"}
+
+
+def _within(plan: Plan) -> bool:
+    """The realised totals meet the budget in the plan's own accounting."""
+    budget = plan.budget
+    if budget.epsilon is not None:
+        return plan.epsilon is not None and plan.epsilon <= budget.epsilon
+    if budget.rho is not None:
+        return plan.rho <= budget.rho
+    return plan.mu is not None and plan.mu <= float(budget.mu or 0.0)
+
+
+def _split(
+    groupings: list[Grouping],
+    queries: list[Query],
+    internal: dict[str, str],
+    name: Callable[[str, str], str],
+    *,
+    budget: Budget,
+    capacity: float,
+    linf: int,
+    sel_delta: float,
+    selection_count: int,
+    selection_weight: float,
+) -> Plan:
+    """Give every part its share of ``capacity`` (μ or ρ), its σ², and total the costs."""
+    accounting = budget.accounting
+    # μ-GDP splits μ² (μᵢ² = wᵢμ², so DRS Cor 3.3 gives back μ); zCDP splits ρ (Lemma 2.3).
+    total = Fraction(capacity) ** 2 if accounting == "gdp" else Fraction(capacity)
+    weights = sum((Fraction(q.weight) for q in queries), Fraction(0))
+    weights += Fraction(selection_weight) * selection_count
+    parts: list[Part] = []
     spent_delta = 0.0
-    for g in groupings:
+    for gi, g in enumerate(groupings):
+        g.measures = []
+        g.selection = None
+        noise = _Noise(g, gi, accounting, parts)
         l0 = g.l0
         for qi in g.queries:
             q = queries[qi]
-            share = capacity * q.weight / weights
-            halves = q.statistic in ("mean", "vector_mean")
-            rho = share / 2 if halves else share
+            share = total * Fraction(q.weight) / weights
+            if q.statistic in ("mean", "vector_mean"):
+                share /= 2  # a sum part and a count part share the query's weight
             if q.statistic in ("count", "histogram"):
-                out = g.output_index(Output("rows"))
-                g.measures.append(_count_measure(qi, "count", out, l0, linf, rho))
+                noise.count(qi, g.output_index(Output("rows")), linf, share)
             elif q.statistic in ("sum", "mean"):
                 lo, hi = q.bounds or (0.0, 0.0)
                 i = g.value_index(ScalarValue(name("x", q.columns[0]), lo, hi))
@@ -266,55 +487,83 @@ def make_plan(
                     abs(_round_half_up(total_lo / gamma)), abs(_round_half_up(total_hi / gamma))
                 )
                 out = g.output_index(Output("sum", i, -1, gamma, total_lo, total_hi))
-                delta2 = Fraction(l0 * k * k)
-                s2 = _sigma2(delta2, rho)
-                g.measures.append(
-                    Measure(qi, "sum", out, gamma, math.sqrt(delta2), s2, float(delta2 / (2 * s2)))
-                )
-                if halves:
-                    out = g.output_index(Output("valid", i))
-                    g.measures.append(_count_measure(qi, "count", out, l0, linf, rho))
+                noise.add(qi, "sum", gamma, Fraction(l0 * k * k), share, [("sum", out)])
+                if q.statistic == "mean":
+                    noise.count(qi, g.output_index(Output("valid", i)), linf, share)
             else:
                 norm = q.norm or 0.0
                 cols = tuple(name("x", c) for c in q.columns)
                 i = g.value_index(VectorValue(cols, norm))
                 gamma = grid_step(linf * norm)
                 k_vec = linf * norm * (1 + _FLOAT_SLACK) / gamma + math.sqrt(len(cols)) / 2
-                delta2 = Fraction(l0) * Fraction(k_vec) ** 2
-                s2 = _sigma2(delta2, rho)
-                vec_rho = float(delta2 / (2 * s2))
-                for a in range(len(cols)):
-                    out = g.output_index(Output("coord", i, a, gamma))
-                    # The d coordinates form one vector with L2 sensitivity √Δ² (CKS Thm 14):
-                    # the cost is charged once, on the first coordinate.
-                    g.measures.append(
-                        Measure(
-                            qi,
-                            f"coord{a}",
-                            out,
-                            gamma,
-                            math.sqrt(delta2),
-                            s2,
-                            vec_rho if a == 0 else 0.0,
-                        )
-                    )
-                if halves:
-                    out = g.output_index(Output("valid", i))
-                    g.measures.append(_count_measure(qi, "count", out, l0, linf, rho))
-        for m in g.measures:
-            measures_rho += Fraction(m.rho)
+                # The d coordinates are one part with L2 sensitivity √L0·K (CKS Thm 14; one
+                # continuous Gaussian vector in the smoothing argument).
+                roles = [
+                    (f"coord{a}", g.output_index(Output("coord", i, a, gamma)))
+                    for a in range(len(cols))
+                ]
+                noise.add(qi, "vector", gamma, Fraction(l0) * Fraction(k_vec) ** 2, share, roles)
+                if q.statistic == "vector_mean":
+                    noise.count(qi, g.output_index(Output("valid", i)), linf, share)
         if g.private_keys:
-            rho_s = capacity * selection_weight / weights
-            s2 = _sigma2(Fraction(l0), rho_s)
+            share = total * Fraction(selection_weight) / weights
+            s2 = _sigma2(Fraction(l0), share, accounting)
             tau, spent = _threshold(s2, l0, sel_delta / selection_count)
-            g.selection = Selection(s2, tau, spent, float(Fraction(l0) / (2 * s2)))
-            measures_rho += Fraction(g.selection.rho)
+            g.selection = Selection(s2, tau, spent)
+            parts.append(Part(None, gi, "distinct units", 1.0, Fraction(l0), s2, g.cells))
             spent_delta += spent
-    total_rho = math.nextafter(float(measures_rho), math.inf)
-    return Plan(tuple(groupings), internal, total_rho, spent_delta, budget)
+
+    rho = _up(sum((p.rho_exact for p in parts), Fraction(0)))
+    mu2s = [p.mu2_exact for p in parts]
+    mu2_total = Fraction(0)
+    for mu2 in mu2s:
+        if mu2 is not None:
+            mu2_total += mu2
+    mu = None if None in mu2s else _sqrt_up(mu2_total)
+    slack = _slack(sum(p.cells for p in parts))
+    if accounting == "gdp":
+        # ε_μ((δ − Σδ_s)e^{−A}) + 2A (DRS Cor 2.13 with the smoothing slack); None fails closed.
+        epsilon = None if mu is None else budget.epsilon_at_mu(mu, spent_delta, slack)
+    else:
+        epsilon = budget.epsilon_at(rho, spent_delta)  # CKS Cor 13
+    return Plan(
+        tuple(groupings),
+        internal,
+        tuple(parts),
+        accounting,
+        rho,
+        mu,
+        slack,
+        spent_delta,
+        epsilon,
+        budget,
+    )
 
 
-def _count_measure(qi: int, role: str, out: int, l0: int, linf: int, rho: float) -> Measure:
-    delta2 = Fraction(l0 * linf * linf)
-    s2 = _sigma2(delta2, rho)
-    return Measure(qi, role, out, 1.0, math.sqrt(delta2), s2, float(delta2 / (2 * s2)))
+@dataclass(slots=True)
+class _Noise:
+    """Adds a part and its measures to one grouping."""
+
+    grouping: Grouping
+    index: int
+    accounting: Accounting
+    parts: list[Part]
+
+    def add(
+        self,
+        qi: int,
+        kind: PartKind,
+        gamma: float,
+        sensitivity2: Fraction,
+        share: Fraction,
+        roles: list[tuple[str, int]],
+    ) -> None:
+        sigma2 = _sigma2(sensitivity2, share, self.accounting)
+        for role, out in roles:
+            self.grouping.measures.append(Measure(qi, role, out, gamma, sigma2))
+        cells = self.grouping.cells * len(roles)
+        self.parts.append(Part(qi, self.index, kind, gamma, sensitivity2, sigma2, cells))
+
+    def count(self, qi: int, out: int, linf: int, share: Fraction) -> None:
+        l0 = self.grouping.l0
+        self.add(qi, "count", 1.0, Fraction(l0 * linf * linf), share, [("count", out)])
