@@ -19,7 +19,12 @@ from gaussdp.accounting.accountants import (
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.calibration import calibrate_noise, calibrate_noise_multiplier
 from gaussdp.accounting.compare import MechanismComparison, compare_discrete_mechanisms
-from gaussdp.accounting.events import DiscreteGaussianVector, Event, Subsampled
+from gaussdp.accounting.events import (
+    DiscreteGaussianL2,
+    DiscreteGaussianVector,
+    Event,
+    Subsampled,
+)
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.accounting.pld import PrivacyLossDistribution
 
@@ -27,6 +32,7 @@ __all__ = [
     "DEFAULT_RDP_ORDERS",
     "Accountant",
     "DeltaBounds",
+    "DiscreteGaussianL2",
     "DiscreteGaussianVector",
     "EpsilonBounds",
     "Event",

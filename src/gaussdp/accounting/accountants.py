@@ -31,10 +31,13 @@ from scipy.special import gammaln, logsumexp
 from gaussdp._validation import check_delta, check_epsilon, check_int
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
+    DiscreteGaussianL2,
     DiscreteGaussianVector,
     Event,
     Subsampled,
     check_event,
+    max_delta_bounds,
+    max_epsilon_bounds,
 )
 from gaussdp.accounting.pld import (
     DEFAULT_TAIL_MASS,
@@ -222,7 +225,15 @@ class RDPAccountant(Accountant):
         if isinstance(event, Subsampled):
             return isinstance(event.mechanism, Gaussian)
         return isinstance(
-            event, (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace, DiscreteGaussianVector)
+            event,
+            (
+                Gaussian,
+                DiscreteGaussian,
+                DiscreteLaplace,
+                Laplace,
+                DiscreteGaussianVector,
+                DiscreteGaussianL2,
+            ),
         )
 
     def _empty_like(self) -> Self:
@@ -272,7 +283,7 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
             np.log(a / (2 * a - 1)) + (a - 1) * e0, np.log((a - 1) / (2 * a - 1)) - a * e0
         ) / (a - 1)
         return np.minimum(val, e0)
-    if isinstance(event, (Gaussian, DiscreteGaussian, DiscreteGaussianVector)):
+    if isinstance(event, (Gaussian, DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
         return orders * event.rho  # Mironov 2017 Prop 7; CKS Thm 4, Thm 14
     return np.asarray([event.rdp(float(a)) for a in orders], dtype=np.float64)
 
@@ -353,6 +364,7 @@ class PLDAccountant(Accountant):
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
         self._cache: PrivacyLossDistribution | None = None
+        self._single_cache: list[PrivacyLossDistribution] | None = None
 
     def __repr__(self) -> str:
         return f"PLDAccountant(events={len(self._events)}, count={self.count})"
@@ -366,11 +378,12 @@ class PLDAccountant(Accountant):
 
     def _invalidate(self) -> None:
         self._cache = None
+        self._single_cache = None
 
     def supports(self, event: object) -> bool:
         if isinstance(event, Subsampled):
             return self.supports(event.mechanism)
-        if isinstance(event, (DiscreteGaussian, DiscreteGaussianVector)):
+        if isinstance(event, (DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
             return float(event.sigma2) <= _MAX_DG_SIGMA2
         if isinstance(event, DiscreteLaplace):
             return float(event.scale) <= _MAX_DL_SCALE
@@ -430,6 +443,10 @@ class PLDAccountant(Accountant):
         if self.is_exact:
             eps = gdp_epsilon(self._mu(), delta)  # DRS Cor 2.13 / Cor 3.3, rounded up
             return EpsilonBounds(lower=eps, upper=eps)
+        single = self._single_l2_run()
+        if single is not None:
+            # One run: the max over the worst-case vectors (no composition involved).
+            return max_epsilon_bounds(single, delta)
         return self.pld().epsilon(delta)
 
     def delta(self, epsilon: float) -> DeltaBounds:
@@ -439,7 +456,26 @@ class PLDAccountant(Accountant):
         if self.is_exact:
             d = gdp_delta(self._mu(), epsilon)  # DRS Cor 2.13 / Cor 3.3
             return DeltaBounds(lower=d, upper=d)
+        single = self._single_l2_run()
+        if single is not None:
+            return max_delta_bounds(single, epsilon)
         return self.pld().delta(epsilon)
+
+    def _single_l2_run(self) -> list[PrivacyLossDistribution] | None:
+        """The candidates' PLDs if the composition is one run of a DiscreteGaussianL2.
+
+        One run needs no dominating pair: its bounds are the max over the candidates.
+        """
+        if len(self._events) != 1:
+            return None
+        ((event, count),) = self._events.items()
+        if count != 1 or not isinstance(event, DiscreteGaussianL2):
+            return None
+        if self._single_cache is None:
+            self._single_cache = event.candidate_plds(
+                value_discretization=self.value_discretization, tail_mass=self._tail_mass
+            )
+        return self._single_cache
 
 
 def _loss_lattice(event: Event) -> float | None:
@@ -450,6 +486,9 @@ def _loss_lattice(event: Event) -> float | None:
     if isinstance(event, DiscreteGaussian):
         # Losses (Δ² − 2yΔ)/(2σ²) are multiples of Δ/(2σ²) (CKS Thm 7 proof).
         return float(Fraction(event.sensitivity) / (2 * event.sigma2))
+    if isinstance(event, DiscreteGaussianL2):
+        # Losses Σ_j (v_j² − 2y_j v_j)/(2σ²) are multiples of 1/(2σ²) (CKS Thm 14).
+        return float(1 / (2 * event.sigma2))
     return None
 
 
@@ -461,7 +500,7 @@ def _loss_spread(event: Event) -> float:
         rate, mech = event.rate, event.mechanism
     if isinstance(mech, (DiscreteLaplace, Laplace)):
         base = mech.pure_epsilon
-    elif isinstance(mech, (Gaussian, DiscreteGaussian, DiscreteGaussianVector)):
+    elif isinstance(mech, (Gaussian, DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
         base = math.sqrt(2 * mech.rho)  # Δ/σ
     else:  # pragma: no cover - every supported event is listed above
         base = 1.0
@@ -491,6 +530,11 @@ def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribut
     if isinstance(mech, DiscreteGaussianVector):
         return PrivacyLossDistribution.from_discrete_gaussian(
             mech.sigma2, list(mech.sensitivities), **kw
+        )
+    if isinstance(mech, DiscreteGaussianL2):
+        # A dominating pair of all worst-case vectors: it composes (Zhu, Dong & Wang 2022).
+        return PrivacyLossDistribution.from_discrete_gaussian_worst_case(
+            mech.sigma2, mech.candidates, **kw
         )
     if isinstance(mech, DiscreteLaplace):
         return PrivacyLossDistribution.from_discrete_laplace(

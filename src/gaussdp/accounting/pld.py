@@ -997,6 +997,117 @@ class PrivacyLossDistribution:
         return result
 
     @classmethod
+    def from_discrete_gaussian_worst_case(
+        cls,
+        sigma2: Fraction | float | int | str,
+        sensitivities: Sequence[Sequence[int]],
+        *,
+        value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
+        tail_mass: float = DEFAULT_TAIL_MASS,
+    ) -> PrivacyLossDistribution:
+        r"""A PLD dominating N_Z(0, σ²) noise on every one of several sensitivity vectors.
+
+        For a vector query whose neighbouring answers may differ by any of the integer
+        vectors in ``sensitivities`` (independent N_Z(0, σ²) noise per coordinate,
+        CKS Thm 14), one run is (ε, δ)-DP iff δ ≥ max_v δ_v(ε). Composing that
+        maximum needs a *dominating pair* (Zhu, Dong & Wang 2022): a pair whose
+        hockey-stick curve H(x) = E_P[(1 − x e^{−L})₊] lies above every candidate's, for
+        every x = e^ε ≥ 0 (also ε < 0, which matters under composition). Dominance is
+        preserved by (adaptive) composition, so any number of runs, each with its own
+        vector, is bounded by the composition of the dominating pair.
+
+        The upper side is such a pair: the chord interpolation, at the grid points
+        x_i = e^{ih}, of the upper envelope max_v H_v of the candidates' certified upper
+        curves (each piecewise linear between grid points, so the interpolation is
+        above all of them), turned back into masses (see ``_envelope``). At the grid
+        points its δ equals the largest candidate upper bound. The lower side is one
+        realisable candidate's lower PMF (the one with the largest mean privacy loss,
+        i.e. KL divergence, which decides long compositions), so ``lower`` stays a
+        valid lower bound under composition but need not be the best one.
+
+        Parameters
+        ----------
+        sigma2 : Fraction, int, float or str
+            σ² > 0 of every coordinate.
+        sensitivities : sequence of sequence of int
+            The candidate sensitivity vectors (non-negative integers, each with a
+            positive entry), e.g. :attr:`~gaussdp.accounting.events.DiscreteGaussianL2.candidates`.
+
+        Examples
+        --------
+        >>> pld = PrivacyLossDistribution.from_discrete_gaussian_worst_case(4, [(2,), (1, 1, 1)])
+        >>> one = [PrivacyLossDistribution.from_discrete_gaussian(4, v) for v in ([2], [1, 1, 1])]
+        >>> pld.delta(1.0).upper >= max(p.delta(1.0).upper for p in one)
+        True
+        """
+        candidates = cls._worst_case_candidates(
+            sigma2, sensitivities, value_discretization, tail_mass
+        )
+        if len(candidates) == 1:
+            return candidates[0]
+        # Both directions of every candidate (the same object when symmetric).
+        uppers = {id(u): u for c in candidates for u in (c.upper_remove, c.upper_add)}
+        upper = _envelope(list(uppers.values()))
+        # Lower: one realisable candidate, the one with the largest KL divergence.
+        best = max(candidates, key=lambda c: _mean_loss(c.lower_remove))
+        return cls(
+            best.value_discretization,
+            upper,
+            upper,
+            best.lower_remove,
+            best.lower_add,
+            best.tail_mass,
+        )
+
+    @classmethod
+    def _worst_case_candidates(
+        cls,
+        sigma2: Fraction | float | int | str,
+        sensitivities: Sequence[Sequence[int]],
+        value_discretization: float,
+        tail_mass: float,
+    ) -> list[PrivacyLossDistribution]:
+        """One PLD per distinct vector (|v_j| sorted, zeros dropped), sharing the parts."""
+        s2 = check_fraction("sigma2", sigma2)
+        h = check_value_discretization(value_discretization)
+        tail_mass = _check_tail(tail_mass)
+        if isinstance(sensitivities, (str, bytes)) or not isinstance(sensitivities, Sequence):
+            raise TypeError(
+                invalid("sensitivities", "a sequence of integer vectors", sensitivities)
+            )
+        vectors: list[tuple[int, ...]] = []
+        for v in sensitivities:
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
+                raise TypeError(invalid("sensitivities", "a sequence of integer vectors", v))
+            parts = tuple(sorted((abs(check_int("sensitivities", a)) for a in v), reverse=True))
+            parts = tuple(a for a in parts if a)
+            if not parts:
+                raise ValueError(invalid("sensitivities", "vectors with a positive entry", v))
+            vectors.append(parts)
+        if not vectors:
+            raise ValueError(invalid("sensitivities", "a non-empty sequence", sensitivities))
+        vectors = sorted(set(vectors))
+        # One PLD per coordinate shift a, and per (a, multiplicity): shared by candidates.
+        single: dict[int, PrivacyLossDistribution] = {}
+        powers: dict[tuple[int, int], PrivacyLossDistribution] = {}
+        candidates: list[PrivacyLossDistribution] = []
+        for v in vectors:
+            total: PrivacyLossDistribution | None = None
+            for a in sorted(set(v)):
+                m = v.count(a)
+                if (a, m) not in powers:
+                    if a not in single:
+                        _, p, q, missing = _discrete_gaussian_points(s2, a)
+                        single[a] = cls._from_shift_pair(h, p, q, missing, 1.0, tail_mass)
+                    powers[a, m] = single[a].self_compose(m)
+                part = powers[a, m]
+                total = part if total is None else total.compose(part)
+            if total is None:  # pragma: no cover - every vector has a positive part
+                raise ValueError(invalid("sensitivities", "vectors with a positive entry", v))
+            candidates.append(total)
+        return candidates
+
+    @classmethod
     def from_discrete_laplace(
         cls,
         scale: Fraction | float | int | str,
@@ -1216,6 +1327,102 @@ def _discrete_laplace_points(
     q = c * np.exp(-np.abs(ys - d) * inv_t)
     missing = 2 * c * math.exp(-(bound + 1) * inv_t) / -math.expm1(-inv_t)
     return ys, p, q, missing
+
+
+def _mean_loss(pmf: _LossPMF) -> float:
+    """E_P[L] of a finite PMF (the KL divergence of its pair), +∞ with mass at +∞."""
+    if pmf.inf_mass > 0:
+        return math.inf
+    return float(np.sum(pmf.probs * pmf.losses))
+
+
+def _envelope(pmfs: Sequence[_LossPMF]) -> _LossPMF:
+    r"""An upper PMF whose hockey-stick curve lies above every one of ``pmfs`` (upper side).
+
+    Write H_v(x) = Σ_j p_j (1 − x e^{−t_j})₊ + p_∞ for x = e^ε ≥ 0 (CKS Lemma 9 on a
+    discrete PLD): convex, decreasing, linear between the grid points x_i = e^{t_i}
+    and on [0, x_lo] below every candidate's support. Let E_i = max_v H_v(x_i) and
+    E(0) = max_v H_v(0) (the total masses). The chord interpolation C of E at 0 and the
+    x_i (constant = max_v p_∞,v beyond the top) is convex, and C ≥ H_v everywhere:
+    on each interval H_v is linear, so below the chord of its own endpoint values,
+    which are ≤ E. C is the curve of the PMF with mass x_i·(b_{i−1} − b_i) at t_i,
+    b_i the slope magnitude of C on [x_i, x_{i+1}] (b_{−1} on [0, x_lo], b_top = 0),
+    and p_∞ = E_top: a measure, so (with its implied Q-masses p_i e^{−t_i}) a pair that
+    dominates every candidate, and dominance survives composition (Zhu, Dong & Wang
+    2022).
+
+    The second differences are taken in extended precision (``np.longdouble``). The
+    result is then *verified*: its curve is recomputed at 0 and every x_i, and all
+    masses are scaled by r·(1 + 1e-12), r = max_i E_i/C_i, if some C_i falls short —
+    raising a mass raises the whole curve, so the scaled PMF still dominates. A
+    candidate's δ allowance c (``slack`` + ``fft_l1``) is an additive term: H_v + c is
+    the curve of the pair with an extra P-mass c at +∞, so the envelope is taken of
+    these curves (tighter than adding the largest allowance everywhere).
+    """
+    h = pmfs[0].h
+    i_lo = min(p.start for p in pmfs)
+    i_hi = max(p.start + p.probs.size - 1 for p in pmfs)
+    n = i_hi - i_lo + 1
+    ld = np.longdouble
+    t = np.arange(i_lo, i_hi + 1, dtype=ld) * ld(h)
+    env = np.zeros(n, dtype=ld)
+    at_zero = ld(0)
+    inf_top = 0.0
+    for pmf in pmfs:
+        p = pmf.probs.astype(ld)
+        lo = pmf.start - i_lo
+        hi = lo + p.size
+        tz = t[lo:hi]
+        # Suffix sums over j > i of p_j and p_j e^{−t_j}: H(x_i) = S1_i − x_i S2_i.
+        s1 = np.concatenate((np.cumsum(p[::-1])[::-1][1:], [ld(0)]))
+        s2 = np.concatenate((np.cumsum((p * np.exp(-tz))[::-1])[::-1][1:], [ld(0)]))
+        # The allowance c is an additive δ term: H + c is the curve of the pair with an
+        # extra P-mass c at +∞, so it is folded into the envelope as such. The finite
+        # part gets the candidate's round-off margin, so that the envelope's δ is at least
+        # each candidate's reported δ.
+        extra = ld(pmf.inf_mass) + ld(pmf.allowance)
+        margin = ld(1.0 + _REL_MARGIN)
+        curve = np.maximum(s1 - np.exp(tz) * s2, ld(0)) * margin + extra
+        total = np.sum(p) * margin + extra
+        env[lo:hi] = np.maximum(env[lo:hi], curve)
+        # Below the support the curve is linear: total − x·(Q-mass).
+        if lo > 0:
+            q_mass = np.sum(p * np.exp(-tz))
+            env[:lo] = np.maximum(env[:lo], total - np.exp(t[:lo]) * q_mass * margin)
+        # Above the support it is the mass at +∞.
+        env[hi:] = np.maximum(env[hi:], extra)
+        at_zero = max(at_zero, total)
+        inf_top = max(inf_top, float(extra))
+    x = np.exp(t)
+    # Slope magnitudes: b_{−1} on [0, x_0], b_i on [x_i, x_{i+1}], b_top = 0.
+    slopes = np.empty(n + 1, dtype=ld)
+    slopes[0] = (at_zero - env[0]) / x[0]
+    slopes[1:-1] = (env[:-1] - env[1:]) / (x[1:] - x[:-1])
+    slopes[-1] = ld(0)
+    masses = np.maximum(x * (slopes[:-1] - slopes[1:]), ld(0))
+    inf_mass = float(env[-1])
+    out = np.nextafter(masses.astype(np.float64), np.inf)  # rounded up
+    inf_mass = math.nextafter(max(inf_mass, inf_top), math.inf)
+    # Verify: the curve of ``out`` at 0 and at every x_i, against the envelope.
+    o = out.astype(ld)
+    c1 = np.concatenate((np.cumsum(o[::-1])[::-1][1:], [ld(0)]))
+    c2 = np.concatenate((np.cumsum((o * np.exp(-t))[::-1])[::-1][1:], [ld(0)]))
+    built = np.maximum(c1 - x * c2, ld(0)) + ld(inf_mass)
+    ratio = 1.0
+    short = (env > built) & (built > 0)
+    if np.any(short):
+        ratio = float(np.max(env[short] / built[short]))
+    # Where the built curve is 0 but the envelope is not (not seen in practice), the
+    # envelope's value is added to the δ allowance instead.
+    allowance = float(np.max(np.where(built > 0, ld(0), env)))
+    built_zero = np.sum(o) + ld(inf_mass)
+    if at_zero > built_zero:
+        ratio = max(ratio, float(at_zero / built_zero))
+    if ratio > 1.0:
+        scale = ratio * (1.0 + 1e-12)
+        out = out * scale
+        inf_mass = inf_mass * scale
+    return _LossPMF(h, i_lo, out, inf_mass, allowance, True)
 
 
 def _pair_points(
