@@ -1,22 +1,44 @@
-"""Rows per second and peak memory of a private group-by release, gaussdp against plain DuckDB.
+"""Rows per second and peak memory of a private group-by release: gaussdp against its peers.
 
-Run with ``python benchmarks/release.py [--rows 10000000] [--data visits.parquet]``.
-The table (synthetic site visits, 1000 pages, written by
-``examples/make_visits.py`` if ``--data`` does not exist) gets, per page, a
-count, a sum and a mean of ``minutes`` with L0 = 3 groups per user and L∞ = 2
-rows per user and group:
+Run with::
+
+    python benchmarks/release.py --data /tmp/visits_10m.parquet \
+        [--pipelinedp-python /tmp/pdp/bin/python] [--opendp-python /tmp/odp/bin/python]
+
+The table (synthetic site visits, 1000 pages, 10 visits per user on average,
+written by ``examples/make_visits.py`` if ``--data`` does not exist) gets, per
+page, a count, a sum and a mean of ``minutes`` in [0, 60], with L0 = 3 pages per
+user and L∞ = 2 visits per user and page, private partition selection (no public
+keys) and ε = 1, δ = 10⁻⁶:
 
 - ``gaussdp (duckdb)``: :class:`gaussdp.release.Release` end to end — planning,
   contribution bounding and aggregation in DuckDB, private partition selection
   and exact discrete Gaussian noise;
 - ``plain duckdb``: the same group-by without privacy (the speed ceiling);
-- ``opendp polars`` if OpenDP's Polars context runs in this environment (it pins
-  its own polars version; see the note printed otherwise).
+- ``pipelinedp local``: PipelineDP's ``LocalBackend`` (pure Python), Gaussian
+  noise, ``max_partitions_contributed=3``, ``max_contributions_per_partition=2``;
+  it runs on a smaller table of the same shape (``--pipelinedp-rows``, 10⁶ by
+  default: at 10⁷ it would take ≈ 2.5 min and ≈ 9 GB), and gaussdp is also timed
+  on that table so that the ratio can be read at equal size too;
+- ``opendp polars``: OpenDP's Polars context, ``truncate_per_group(2)`` and
+  ``truncate_num_groups(3, keep="first")`` by page; under an (ε, δ) budget it uses Laplace
+  noise (its own choice). OpenDP pins one Polars version (``opendp==0.16``:
+  ``polars==1.36.1``), so it usually needs its own environment.
 
-Each method runs once, in its own process, so that peak memory (``ru_maxrss`` of
-that process, which includes the interpreter and imports) is its own. For
-orientation, the issue measured on this kind of machine: OpenDP's Polars context
-≈ 2.3·10⁵ rows/s, PipelineDP local ≈ 3.6·10⁴ rows/s.
+PipelineDP and OpenDP fill a missing ``minutes`` with 0; gaussdp ignores it in
+sums and means (its documented handling). This does not change the work done.
+
+Peers that do not fit the project's environment run under another interpreter
+(``--pipelinedp-python``, ``--opendp-python``; default: this one), e.g.::
+
+    python -m venv /tmp/pdp && /tmp/pdp/bin/pip install pipeline-dp pyarrow
+    python -m venv /tmp/odp && /tmp/odp/bin/pip install 'opendp[polars]==0.16.0'
+
+A peer that is not installed there is reported as such, and the issue's figure
+is shown for orientation. Each method runs in its own fresh process, so peak
+memory (``ru_maxrss`` of that process: interpreter, imports and data) is its
+own; times are end to end after imports (reading the file, planning, bounding,
+noise).
 """
 
 from __future__ import annotations
@@ -26,144 +48,307 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
-PEERS_AS_MEASURED = {
-    "opendp polars (issue 5, measured)": 2.3e5,
-    "pipelinedp local (issue 5, measured)": 3.6e4,
-}
+EPSILON, DELTA = 1.0, 1e-6
+L0, LINF = 3, 2
+BOUNDS = (0.0, 60.0)
+PAGES = 1000
+
+#: As measured for issue 5 on this kind of machine; shown when a peer cannot run.
+PEERS_AS_MEASURED = {"pipelinedp": 3.6e4, "opendp": 2.3e5}
+
+#: Exit status of a worker whose peer is not installed.
+MISSING_EXIT = 3
 
 
-def _worker(method: str, data: str) -> float:
-    """Run one method on ``data`` and return the seconds it took."""
-    if method == "plain":
-        import duckdb
+def _gaussdp(data: str) -> tuple[float, str]:
+    import duckdb  # noqa: F401  (imported lazily by gaussdp.release: not timed, like peers')
+    import pandas  # noqa: F401  (the result frame)
 
-        start = time.perf_counter()
-        con = duckdb.connect()
-        con.execute(
-            "SELECT page, COUNT(*), SUM(minutes), AVG(minutes) FROM read_parquet(?) GROUP BY page",
-            [data],
-        ).fetchall()
-        return time.perf_counter() - start
-    if method == "gaussdp":
-        from gaussdp.budget import Budget
-        from gaussdp.release import Release
+    from gaussdp.budget import Budget
+    from gaussdp.release import Release
 
-        start = time.perf_counter()
-        (
-            Release(
-                data,
-                privacy_unit="user_id",
-                budget=Budget(epsilon=1.0, delta=1e-6),
-                max_groups_per_unit=3,
-                max_rows_per_group=2,
-            )
-            .count(by="page")
-            .sum("minutes", bounds=(0, 60), by="page")
-            .mean("minutes", bounds=(0, 60), by="page")
-            .run()
+    start = time.perf_counter()
+    (
+        Release(
+            data,
+            privacy_unit="user_id",
+            budget=Budget(epsilon=EPSILON, delta=DELTA),
+            max_groups_per_unit=L0,
+            max_rows_per_group=LINF,
         )
-        return time.perf_counter() - start
-    if method == "opendp":
-        import opendp.prelude as dp  # type: ignore[import-not-found]
-        import polars as pl
-
-        dp.enable_features("contrib")
-        start = time.perf_counter()
-        lf = pl.scan_parquet(data)
-        context = dp.Context.compositor(
-            data=lf,
-            privacy_unit=dp.unit_of(contributions=3, identifier=pl.col("user_id")),
-            privacy_loss=dp.loss_of(epsilon=1.0, delta=1e-6),
-            split_evenly_over=3,
-            margins=[dp.polars.Margin(by=["page"], max_length=10**7)],
-        )
-        query = (
-            context.query()
-            .group_by("page")
-            .agg(
-                dp.len(),
-                pl.col("minutes").fill_null(0).dp.sum((0, 60)),
-                pl.col("minutes").fill_null(0).dp.mean((0, 60)),
-            )
-        )
-        query.release().collect()
-        return time.perf_counter() - start
-    raise SystemExit(f"unknown method {method!r}")
-
-
-def _run(method: str, data: str) -> tuple[float | None, float, str]:
-    """(seconds or None, peak RSS in MB, error text) of one method in a fresh process."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--worker", method, "--data", data],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        .count(by="page")
+        .sum("minutes", bounds=BOUNDS, by="page")
+        .mean("minutes", bounds=BOUNDS, by="page")
+        .run()
     )
-    _, status, usage = os.wait4(proc.pid, 0)
-    out = proc.stdout.read() if proc.stdout else ""
-    err = proc.stderr.read() if proc.stderr else ""
-    peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
-    if os.waitstatus_to_exitcode(status) != 0:
-        return None, peak_mb, err.strip().splitlines()[-1] if err.strip() else "failed"
-    return float(json.loads(out)["seconds"]), peak_mb, ""
+    return time.perf_counter() - start, ""
+
+
+def _plain(data: str) -> tuple[float, str]:
+    import duckdb
+
+    start = time.perf_counter()
+    con = duckdb.connect()
+    con.execute(
+        "SELECT page, COUNT(*), SUM(minutes), AVG(minutes) FROM read_parquet(?) GROUP BY page",
+        [data],
+    ).fetchall()
+    return time.perf_counter() - start, ""
+
+
+def _pipelinedp(data: str) -> tuple[float, str]:
+    import pipeline_dp  # type: ignore[import-not-found]
+    import pyarrow.parquet as pq
+
+    start = time.perf_counter()
+    table = pq.read_table(data, columns=["user_id", "page", "minutes"])
+    columns = [table.column(c).to_pylist() for c in ("user_id", "page", "minutes")]
+    rows = list(zip(*columns, strict=True))
+    accountant = pipeline_dp.NaiveBudgetAccountant(total_epsilon=EPSILON, total_delta=DELTA)
+    engine = pipeline_dp.DPEngine(accountant, pipeline_dp.LocalBackend())
+    params = pipeline_dp.AggregateParams(
+        noise_kind=pipeline_dp.NoiseKind.GAUSSIAN,
+        metrics=[pipeline_dp.Metrics.COUNT, pipeline_dp.Metrics.SUM, pipeline_dp.Metrics.MEAN],
+        max_partitions_contributed=L0,
+        max_contributions_per_partition=LINF,
+        min_value=BOUNDS[0],
+        max_value=BOUNDS[1],
+    )
+    extractors = pipeline_dp.DataExtractors(
+        privacy_id_extractor=lambda r: r[0],
+        partition_extractor=lambda r: r[1],
+        value_extractor=lambda r: 0.0 if r[2] is None else r[2],
+    )
+    result = engine.aggregate(rows, params, extractors)  # private partition selection
+    accountant.compute_budgets()
+    groups = len(list(result))  # the local backend is lazy: this runs it
+    seconds = time.perf_counter() - start
+    return seconds, f"pipeline-dp {_version('pipeline-dp')}, {groups} pages released"
+
+
+def _opendp(data: str) -> tuple[float, str]:
+    import opendp.prelude as dp  # type: ignore[import-not-found]
+    import polars as pl
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # dp.len()'s `signed` default
+    dp.enable_features("contrib")
+    start = time.perf_counter()
+    lf = pl.scan_parquet(data)
+    rows = lf.select(pl.len()).collect().item()  # Parquet metadata: public here
+    context = dp.Context.compositor(
+        data=lf,
+        privacy_unit=dp.unit_of(
+            contributions=[
+                dp.polars.Bound(by=["page"], per_group=LINF),
+                dp.polars.Bound(by=["page"], num_groups=L0),
+            ],
+            identifier="user_id",
+        ),
+        privacy_loss=dp.loss_of(epsilon=EPSILON, delta=DELTA),
+        split_evenly_over=1,
+        margins=[dp.polars.Margin(by=["page"], max_length=rows, max_groups=PAGES)],
+    )
+    minutes = pl.col("minutes").fill_null(0.0)
+    query = (
+        context.query()
+        .truncate_per_group(LINF, by=["page"])
+        # keep="sample" (the default) fails in opendp 0.16 with polars 1.36 for a single
+        # grouping column ("multiple fields with name 'page'"); "first" ranks the same
+        # struct without the hash, so it does no more work than "sample" would.
+        .truncate_num_groups(L0, by=["page"], keep="first")
+        .group_by("page")
+        .agg(dp.len(), minutes.dp.sum(BOUNDS), minutes.dp.mean(BOUNDS).alias("mean"))
+    )
+    planned = time.perf_counter()
+    query.resolve()  # only to report planning's share: left out of the time
+    planning = time.perf_counter() - planned
+    groups = query.release().collect().height  # plans again, then runs
+    seconds = time.perf_counter() - start - planning
+    note = (
+        f"opendp {_version('opendp')}, polars {pl.__version__}, {groups} pages released; "
+        f"planning (noise scale search) ≈ {planning:.1f} s of it"
+    )
+    return seconds, note
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
+WORKERS = {"gaussdp": _gaussdp, "plain": _plain, "pipelinedp": _pipelinedp, "opendp": _opendp}
+
+
+def _worker(method: str, data: str) -> None:
+    """Run one method on ``data``; print its seconds (after imports) and a note as JSON."""
+    try:
+        seconds, note = WORKERS[method](data)
+    except ModuleNotFoundError as exc:
+        print(json.dumps({"missing": exc.name}))
+        raise SystemExit(MISSING_EXIT) from None
+    print(json.dumps({"seconds": seconds, "note": note}))
+
+
+class Outcome:
+    """Best seconds and highest peak memory of one method's runs, or why it did not run."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.seconds: list[float] = []
+        self.peak_mb = 0.0
+        self.note = ""
+        self.error = ""
+
+    @property
+    def rate(self) -> float | None:
+        return self.rows / min(self.seconds) if self.seconds else None
+
+
+def _run(python: str, method: str, data: Path, outcome: Outcome) -> None:
+    """Run one method once in a fresh process of ``python`` and add to ``outcome``."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [python, __file__, "--worker", method, "--data", str(data)], stdout=out, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    outcome.peak_mb = max(outcome.peak_mb, usage.ru_maxrss / 1024)  # KiB on Linux
+    if proc.returncode == MISSING_EXIT:
+        missing = json.loads(stdout.strip().splitlines()[-1])["missing"]
+        outcome.error = f"not installed ({missing} under {python})"
+    elif proc.returncode != 0:
+        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+        outcome.error = f"failed under {python}: {lines[-1] if lines else proc.returncode}"
+        if method == "opendp" and "incompatible schema" in stderr:
+            outcome.error += " — OpenDP needs its pinned polars: pass --opendp-python"
+    else:
+        result = json.loads(stdout.strip().splitlines()[-1])
+        outcome.seconds.append(float(result["seconds"]))
+        outcome.note = result["note"]
+
+
+def _ensure_table(path: Path, rows: int) -> None:
+    if path.exists():
+        return
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    from make_visits import write_visits
+
+    print(f"writing {rows:,} synthetic rows to {path} …", flush=True)
+    write_visits(path, rows=rows, users=max(rows // 10, 1), pages=PAGES, days=28, seed=0.42)
+
+
+def _count_rows(path: Path) -> int:
+    import duckdb
+
+    row = duckdb.connect().execute("SELECT COUNT(*) FROM read_parquet(?)", [str(path)]).fetchone()
+    return int(row[0]) if row else 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows if --data is written")
     parser.add_argument("--data", type=Path, default=Path("visits_10m.parquet"))
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--pipelinedp-rows",
+        type=int,
+        default=1_000_000,
+        help="PipelineDP's table (same shape, written next to --data); 0: use --data",
+    )
+    parser.add_argument("--pipelinedp-python", default=sys.executable, metavar="PYTHON")
+    parser.add_argument("--opendp-python", default=sys.executable, metavar="PYTHON")
+    parser.add_argument("--skip-pipelinedp", action="store_true")
     parser.add_argument("--skip-opendp", action="store_true")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per method (best time: the machine is shared)"
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps({"seconds": _worker(args.worker, str(args.data))}))
+        _worker(args.worker, str(args.data))
         return
-    if not args.data.exists():
-        sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
-        from make_visits import write_visits
 
-        print(f"writing {args.rows} synthetic rows to {args.data} …", flush=True)
-        write_visits(
-            args.data, rows=args.rows, users=args.rows // 10, pages=1000, days=28, seed=0.42
-        )
-    import duckdb
+    _ensure_table(args.data, args.rows)
+    n = _count_rows(args.data)
+    small, n_small = args.data, n
+    if not args.skip_pipelinedp and 0 < args.pipelinedp_rows < n:
+        small = args.data.with_name(f"{args.data.stem}-{args.pipelinedp_rows}rows.parquet")
+        _ensure_table(small, args.pipelinedp_rows)
+        n_small = _count_rows(small)
 
-    rows = (
-        duckdb.connect()
-        .execute("SELECT COUNT(*) FROM read_parquet(?)", [str(args.data)])
-        .fetchone()
-    )
-    n = int(rows[0]) if rows else 0
-    methods = [("gaussdp (duckdb)", "gaussdp"), ("plain duckdb (no privacy)", "plain")]
+    # (label, method, interpreter, table, rows)
+    plan = [
+        ("gaussdp (duckdb)", "gaussdp", sys.executable, args.data, n),
+        ("plain duckdb group-by (no privacy)", "plain", sys.executable, args.data, n),
+    ]
     if not args.skip_opendp:
-        methods.append(("opendp polars", "opendp"))
-    results: dict[str, tuple[float | None, float, str]] = {}
-    for label, method in methods:
-        results[label] = _run(method, str(args.data))
-    base = results["gaussdp (duckdb)"][0]
-    base_rate = n / base if base else float("nan")
-    print(f"\n{n:,} rows, 1000 pages, count + sum + mean per page, L0 = 3, L∞ = 2\n")
+        plan.append(("opendp polars", "opendp", args.opendp_python, args.data, n))
+    if not args.skip_pipelinedp:
+        if small != args.data:
+            label = "gaussdp (duckdb), smaller table"
+            plan.append((label, "gaussdp", sys.executable, small, n_small))
+        plan.append(("pipelinedp local", "pipelinedp", args.pipelinedp_python, small, n_small))
+    outcomes = {label: Outcome(rows) for label, _, _, _, rows in plan}
+    for _ in range(max(args.repeat, 1)):
+        for label, method, python, table, _rows in plan:
+            print(f"  running {label} on {table.name} …", file=sys.stderr, flush=True)
+            _run(python, method, table, outcomes[label])
+
+    base = outcomes["gaussdp (duckdb)"].rate
     print(
-        f"| {'method':<40} | {'seconds':>8} | {'rows/s':>10} | {'peak MB':>8} "
-        f"| {'gaussdp speed ×':>15} |"
+        f"\n{n:,} rows, {PAGES} pages, count + sum + mean per page, L0 = {L0}, L∞ = {LINF}, "
+        f"ε = {EPSILON:g}, δ = {DELTA:g}; best of {max(args.repeat, 1)} run(s); "
+        f"'gaussdp ×' = gaussdp's rows/s on {n:,} rows ÷ the method's rows/s\n"
     )
-    print(f"|{'-' * 42}|{'-' * 10}|{'-' * 12}|{'-' * 10}|{'-' * 17}|")
-    for label, (seconds, peak, error) in results.items():
-        if seconds is None:
+    header = f"| {'method':<36} | {'rows':>10} | {'seconds':>7} | {'rows/s':>8} | {'peak MB':>7} "
+    print(header + f"| {'gaussdp ×':>9} |")
+    print(f"|{'-' * 38}|{'-' * 12}|{'-' * 9}|{'-' * 10}|{'-' * 9}|{'-' * 11}|")
+    notes = []
+    for label, outcome in outcomes.items():
+        rate = outcome.rate
+        if rate is None:
             print(
-                f"| {label:<40} | {'—':>8} | {'—':>10} | {peak:>8.0f} | {'—':>15} |  ({error[:80]})"
+                f"| {label:<36} | {outcome.rows:>10,} | {'—':>7} | {'—':>8} | {'—':>7} | {'—':>9} |"
             )
+            notes.append(f"{label}: {outcome.error[:300]}")
             continue
-        rate = n / seconds
+        seconds = min(outcome.seconds)
+        ratio = f"{base / rate:>9.3g}" if base else f"{'—':>9}"
         print(
-            f"| {label:<40} | {seconds:>8.2f} | {rate:>10.3g} | {peak:>8.0f} "
-            f"| {base_rate / rate:>15.3g} |"
+            f"| {label:<36} | {outcome.rows:>10,} | {seconds:>7.2f} | {rate:>8.3g} "
+            f"| {outcome.peak_mb:>7.0f} | {ratio} |"
         )
-    for label, rate in PEERS_AS_MEASURED.items():
-        print(f"| {label:<40} | {'—':>8} | {rate:>10.3g} | {'—':>8} | {base_rate / rate:>15.3g} |")
+        runs = ", ".join(f"{t:.2f}" for t in outcome.seconds)
+        if outcome.note or len(outcome.seconds) > 1:
+            notes.append(f"{label}: " + "; ".join(filter(None, [f"runs {runs} s", outcome.note])))
+    for method, rate in PEERS_AS_MEASURED.items():
+        label = {"pipelinedp": "pipelinedp local", "opendp": "opendp polars"}[method]
+        if label in outcomes and outcomes[label].rate is None:
+            ratio = f"{base / rate:>9.3g}" if base else f"{'—':>9}"
+            print(
+                f"| {label + ' (issue 5, measured)':<36} | {'':>10} | {'—':>7} | {rate:>8.3g} "
+                f"| {'—':>7} | {ratio} |"
+            )
+    print()
+    for note in notes:
+        print(f"- {note}")
+    for label, target in [("opendp polars", 10), ("pipelinedp local", 100)]:
+        rate = outcomes[label].rate if label in outcomes else None
+        if base and rate:
+            verdict = "met" if base / rate >= target else "NOT met"
+            line = f"- target gaussdp ≥ {target}× {label}: {base / rate:.3g}× ({verdict})"
+            same = outcomes.get("gaussdp (duckdb), smaller table")
+            if label == "pipelinedp local" and same and same.rate:
+                line += f"; on the same {same.rows:,}-row table {same.rate / rate:.3g}×"
+            print(line)
 
 
 if __name__ == "__main__":
