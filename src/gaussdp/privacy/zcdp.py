@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from gaussdp._validation import check_delta, check_epsilon, check_finite
 from gaussdp.errors import invalid
-from gaussdp.privacy.gdp import _root
+from gaussdp.privacy.gdp import _nudge, _root
 
 __all__ = [
     "RdpEpsilon",
@@ -333,21 +333,7 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
         if hi == _MAX:  # pragma: no cover - ε near 1e308
             return hi
         lo, hi = hi, min(2.0 * hi, _MAX)
-    return _nudge_down(_root(excess, lo, hi), lambda r: excess(r) <= 0.0, limit=lo)
-
-
-def _nudge_down(x: float, ok: Callable[[float], bool], limit: float) -> float:
-    """Decrease ``x`` by growing steps until ``ok`` holds; ``ok(limit)`` must hold."""
-    if ok(x):
-        return x
-    step = math.ulp(x)
-    while True:
-        y = x - step
-        if y <= limit:
-            return limit
-        if ok(y):
-            return y
-        step *= 2.0
+    return _nudge(_root(excess, lo, hi), lambda r: excess(r) <= 0.0, up=False, limit=lo)
 
 
 @dataclass(frozen=True, slots=True)
