@@ -15,11 +15,20 @@ The query, for one grouping (:data:`TEMPLATE`):
    compute each vector row's L2 clip factor (a row with any NULL, NaN or
    infinite coordinate is ignored by that vector query); compute the
    histogram bin (values outside the edges go to the end bins).
-2. ``cell``: one row per (unit, group) with its row counts and sums.
-3. ``kept``: **L0** — each unit keeps at most ``max_groups_per_unit`` of its
-   groups, chosen in a uniformly random order (``RANDOM()`` computed in a
-   sub-select, as DuckDB ≥ 2.0 requires; ``row_number() - 1 < L0`` avoids
-   DuckDB's slow top-N rewrite). The choice depends only on the unit's own rows.
+2. ``ranked``: **L0** — each unit keeps the rows of at most
+   ``max_groups_per_unit`` of its groups, chosen in a uniformly random order:
+   every row gets ``h = hash(hash(pu, keys…, salt))`` (equal for all rows of a
+   (unit, group) cell; ``salt`` a fresh random literal per query, so the order
+   is new each run; the outer ``hash`` mixes the salt in, which DuckDB's
+   multi-argument ``hash`` alone does poorly), and a row is kept if ``h`` is
+   among its unit's ``L0`` smallest distinct values (``DENSE_RANK() - 1 < L0``)
+   and its keys equal those of the first row with the same ``h``
+   (``FIRST_VALUE`` over the peer rows). A hash collision between two cells of
+   a unit thus keeps only one of them, so no unit keeps more than ``L0``
+   groups, whatever the engine's hash. The choice depends only on the unit's
+   own rows. Ranking rows rather than cells avoids aggregating every
+   (unit, group) cell before the choice, and ordering by one integer is cheap.
+3. ``kept``: one row per kept (unit, group) with its row counts and sums.
 4. final ``GROUP BY``: **L∞** — a unit's rows in one group count at most
    ``max_rows_per_group`` (``LEAST(n, L)``), and its sum in a group is rescaled
    to that many rows (``s·L/n`` when ``n > L``, the expected sum of ``L`` rows
@@ -31,6 +40,7 @@ The query, for one grouping (:data:`TEMPLATE`):
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 __all__ = [
@@ -48,25 +58,25 @@ WITH base AS (
   FROM {source}
   WHERE pu IS NOT NULL{key_filter}
 ),
-cell AS (
-  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
-  FROM base{bin_filter}
-  GROUP BY pu{keys}
+ranked AS (
+  {ranked}
 ),
 kept AS (
-  {kept}
+  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
+  FROM ranked
+  GROUP BY pu{keys}
 )
 SELECT {final_keys}COUNT(*) AS units{final_aggs}
 FROM kept{group_by}"""
 
-KEPT_RANDOM = """\
+RANKED_RANDOM = """\
 SELECT * FROM (
-    SELECT *, ROW_NUMBER() OVER (PARTITION BY pu ORDER BY r) - 1 AS rn
-    FROM (SELECT *, RANDOM() AS r FROM cell) AS shuffled
-  ) AS ranked
-  WHERE rn < {l0}"""
+    SELECT *, DENSE_RANK() OVER (PARTITION BY pu ORDER BY h) - 1 AS rn{firsts}
+    FROM (SELECT *, hash(hash(pu{keys}, {salt})) AS h FROM base{bin_filter}) AS hashed
+  ) AS peers
+  WHERE rn < {l0}{first_match}"""
 
-KEPT_ALL = "SELECT * FROM cell"
+RANKED_ALL = "SELECT * FROM base{bin_filter}"
 
 _MAX_DOUBLE = "CAST(1.7976931348623157e+308 AS DOUBLE)"  # repr(sys.float_info.max)
 _HALF = "CAST(5.00000000000000000e-01 AS DOUBLE)"
@@ -136,6 +146,7 @@ def grouping_sql(
     outputs: tuple[Output, ...],
     l0: int,
     linf: int,
+    salt: int | None = None,
 ) -> str:
     """Fill :data:`TEMPLATE` for one grouping.
 
@@ -162,7 +173,7 @@ def grouping_sql(
     --------
     >>> sql = grouping_sql(source="v", keys=("k0",), histogram=None, values=(),
     ...                    outputs=(Output("rows"),), l0=2, linf=3)
-    >>> "ORDER BY r" in sql and "LEAST(n, 3)" in sql
+    >>> "ORDER BY h" in sql and "rn < 2" in sql and "LEAST(n, 3)" in sql
     True
     """
     all_keys = keys + (("kb",) if histogram is not None else ())
@@ -232,7 +243,18 @@ def grouping_sql(
             raise ValueError(f"unknown output kind {out.kind!r}")
         final_aggs += f",\n       CAST({expr} AS BIGINT) AS a{j}"
     keys_csv = "".join(f", {k}" for k in all_keys)
-    kept = KEPT_RANDOM.format(l0=l0) if keys or histogram is not None else KEPT_ALL
+    if all_keys:
+        window = "OVER (PARTITION BY pu ORDER BY h RANGE BETWEEN CURRENT ROW AND CURRENT ROW)"
+        ranked = RANKED_RANDOM.format(
+            firsts="".join(f",\n      FIRST_VALUE({k}) {window} AS q{k}" for k in all_keys),
+            keys=keys_csv,
+            salt=secrets.randbits(62) if salt is None else int(salt),
+            bin_filter=bin_filter,
+            l0=l0,
+            first_match="".join(f" AND {k} = q{k}" for k in all_keys),
+        )
+    else:
+        ranked = RANKED_ALL.format(bin_filter=bin_filter)
     return TEMPLATE.format(
         source=source,
         key_select=key_select,
@@ -240,8 +262,7 @@ def grouping_sql(
         value_select=value_select,
         keys=keys_csv,
         cell_aggs=cell_aggs,
-        bin_filter=bin_filter,
-        kept=kept,
+        ranked=ranked,
         final_keys="".join(f"{k}, " for k in all_keys),
         final_aggs=final_aggs,
         group_by=f"\nGROUP BY {', '.join(all_keys)}" if all_keys else "",
