@@ -544,6 +544,49 @@ def _tiny(
     return np.array([draw() for _ in range(n)], dtype=np.int64)
 
 
+Batches = Callable[[int], IntArray | list[int]]
+
+
+def _gaussian_batches(sigma2: Fraction, source: RandomSource) -> tuple[Batches, float, bool]:
+    """The batch drawer of CKS Alg 3 for ``sigma2``, its acceptance bound and output dtype."""
+    plan = _GaussianPlan(sigma2)
+    big = plan.big
+    if big is None:
+        return (lambda m: _gaussian_small(plan, m, source)), plan.acceptance, plan.int64
+    return (lambda m: _gaussian_big(plan, big, m, source)), plan.acceptance, plan.int64
+
+
+def _laplace_batches(scale: Fraction, source: RandomSource) -> tuple[Batches, float, bool]:
+    """The batch drawer of CKS Alg 2 for ``scale``, its acceptance bound and output dtype."""
+    plan = _LaplacePlan(scale)
+    big = plan.big
+    if big is None:
+        return (lambda m: _laplace_small(plan, m, source)), plan.acceptance, plan.int64
+    return (lambda m: _laplace_big(big, m, source)), plan.acceptance, plan.int64
+
+
+def _sample(
+    name: str,
+    parameter: object,
+    size: object,
+    rng: RandomSource | None,
+    work: FixedWork | None,
+    scalar: Callable[[Fraction, RandomSource], int],
+    batches: Callable[[Fraction, RandomSource], tuple[Batches, float, bool]],
+) -> IntArray | npt.NDArray[np.object_]:
+    """Validate everything, then draw ``size`` samples; nothing is drawn on a refusal."""
+    exact = check_fraction(name, parameter)
+    shape = _check_size(size)
+    if work is not None and not isinstance(work, FixedWork):
+        raise TypeError(invalid("work", "None or a FixedWork", work))
+    source = check_rng(rng)
+    n = math.prod(shape)
+    if exact < _TINY_PARAM:
+        return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
+    batch, acceptance, int64 = batches(exact, source)
+    return _draw(batch, n, acceptance, int64, work).reshape(shape)
+
+
 def discrete_gaussian(
     sigma2: object,
     size: int | tuple[int, ...] = (),
@@ -607,24 +650,7 @@ def discrete_gaussian(
     >>> discrete_gaussian(10**100, 2, rng=ChaCha20Random(2)).dtype
     dtype('O')
     """
-    exact = check_fraction("sigma2", sigma2)
-    shape = _check_size(size)
-    if work is not None and not isinstance(work, FixedWork):
-        raise TypeError(invalid("work", "None or a FixedWork", work))
-    source = check_rng(rng)
-    n = math.prod(shape)
-    if exact < _TINY_PARAM:
-        draw = lambda: discrete_gaussian_scalar(exact, source)  # noqa: E731
-        return _tiny(draw, n, work, "sigma2", exact).reshape(shape)
-    plan = _GaussianPlan(exact)
-    batch: Callable[[int], IntArray | list[int]]
-    big = plan.big
-    if big is None:
-        batch = lambda m: _gaussian_small(plan, m, source)  # noqa: E731
-    else:
-        batch = lambda m: _gaussian_big(plan, big, m, source)  # noqa: E731
-    out = _draw(batch, n, plan.acceptance, plan.int64, work)
-    return out.reshape(shape)
+    return _sample("sigma2", sigma2, size, rng, work, discrete_gaussian_scalar, _gaussian_batches)
 
 
 def discrete_laplace(
@@ -675,21 +701,4 @@ def discrete_laplace(
     >>> discrete_laplace(Fraction(5, 2), 6, rng=ChaCha20Random(0))
     array([ 0,  0,  0, -3, -2,  2])
     """
-    exact = check_fraction("scale", scale)
-    shape = _check_size(size)
-    if work is not None and not isinstance(work, FixedWork):
-        raise TypeError(invalid("work", "None or a FixedWork", work))
-    source = check_rng(rng)
-    n = math.prod(shape)
-    if exact < _TINY_PARAM:
-        draw = lambda: discrete_laplace_scalar(exact, source)  # noqa: E731
-        return _tiny(draw, n, work, "scale", exact).reshape(shape)
-    plan = _LaplacePlan(exact)
-    batch: Callable[[int], IntArray | list[int]]
-    big = plan.big
-    if big is None:
-        batch = lambda m: _laplace_small(plan, m, source)  # noqa: E731
-    else:
-        batch = lambda m: _laplace_big(big, m, source)  # noqa: E731
-    out = _draw(batch, n, plan.acceptance, plan.int64, work)
-    return out.reshape(shape)
+    return _sample("scale", scale, size, rng, work, discrete_laplace_scalar, _laplace_batches)
