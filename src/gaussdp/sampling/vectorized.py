@@ -83,7 +83,7 @@ _SMALL_SCALE_MAX = Fraction(2**26)
 # Outputs are int64 when the scale is at most 2**40 (so |value| >= 2**63 has probability
 # below 10**-(10**6)); otherwise an object array of Python ints.
 _INT64_SCALE_MAX = Fraction(2**40)
-_CHUNK = 1 << 15
+_CHUNK = 1 << 13
 # Below this the float brackets could underflow; such (near point-mass) distributions are
 # drawn with the scalar reference instead (docs §5).
 _TINY_PARAM = Fraction(1, 2**60)
@@ -154,25 +154,31 @@ class FixedWork:
 # ---------------------------------------------------------------------------
 
 
-def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[IntArray, BoolArray]:
-    """Return ``floor(-tau ln U)`` where decided, and the undecided lanes (§2.1).
+def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, BoolArray]:
+    """``floor(-tau ln U)`` as integer-valued floats where decided, and the undecided lanes.
 
-    ``U`` is in ``[m, m + 1) / 2**bits`` (``bits <= 52``). The estimate
+    ``U`` is in ``[m, m + 1) / 2**bits`` (``bits <= 52``, §2.1). The estimate
     ``v = fl(-tau_f * log(u_mid))`` at the exact midpoint
     ``u_mid = (2m + 1) / 2**(bits + 1)`` is within ``eta = 2**-42 v + tau / m`` of
     ``-tau ln U``; the lane is decided when ``floor(v - eta) == floor(v + eta)``.
+    Operations run in place on a few buffers: this is the sampler's hot loop.
     """
     m = m_int.astype(np.float64)  # exact: m < 2**52
-    u_mid = 2.0 * m + 1.0  # exact: 2m + 1 < 2**53
-    u_mid *= 2.0 ** -(bits + 1)  # exact scaling by a power of two
-    v = np.log(u_mid)
+    v = m * 2.0**-bits  # exact scaling by a power of two
+    v += 2.0 ** -(bits + 1)  # u_mid = (2m + 1) / 2**(bits + 1), exact: 2m + 1 < 2**53
+    np.log(v, out=v)
     v *= -tau_f
-    eta = tau_f / np.maximum(m, 1.0)
+    eta = np.maximum(m, 1.0, out=m)
+    np.divide(tau_f, eta, out=eta)
     eta += v * _ETA_REL
-    low = np.floor(v - eta)
-    high = np.floor(v + eta)
-    undecided = (low != high) | (m == 0.0)
-    return low.astype(np.int64), undecided
+    high = v + eta
+    np.floor(high, out=high)
+    v -= eta
+    low = np.floor(v, out=v)
+    undecided = np.not_equal(low, high)
+    if not m_int.all():  # m = 0: u_mid's interval reaches 0, where the estimate is unbounded
+        undecided |= m_int == 0
+    return low, undecided
 
 
 def _bernoulli_exp_fast(x_f: F64Array, m_int: U64Array, bits: int) -> tuple[BoolArray, BoolArray]:
@@ -183,24 +189,27 @@ def _bernoulli_exp_fast(x_f: F64Array, m_int: U64Array, bits: int) -> tuple[Bool
     ``A = floor(2**bits p (1 - r))`` and ``B = ceil(2**bits min(1, p (1 + r) + 2**-60))``
     satisfy ``A <= 2**bits exp(-gamma) <= B`` (§2.2): ``m + 1 <= A`` proves
     acceptance, ``m >= B`` proves rejection, anything else is undecided.
-    Returns ``(accepted, undecided)``.
+    For an integer m, ``m + 1 <= A`` is ``m + 1 <= 2**bits p (1 - r)`` and ``m < B`` is
+    ``m < 2**bits min(...)``; both are compared in floats, where ``m + 1 <= 2**53`` is
+    exact. ``x_f`` is overwritten. Returns ``(accepted, undecided)``.
     """
     scale = 2.0**bits
-    p = np.exp(-x_f)
     r = x_f * _BRACKET_SLOPE
     r += _BRACKET_CONST
+    np.negative(x_f, out=x_f)
+    p = np.exp(x_f, out=x_f)
     r *= p
     low = p - r
     low *= scale
-    high = p + r
+    high = np.add(p, r, out=r)
     high += _TINY
     np.minimum(high, 1.0, out=high)
     high *= scale
-    a_int = low.astype(np.int64)  # floor for >= 0; negatives truncate to 0 (never accept)
-    b_int = np.ceil(high).astype(np.int64)
-    m = m_int.astype(np.int64)
-    accepted = m < a_int
-    undecided = ~accepted & (m < b_int)
+    m = m_int.astype(np.float64)  # exact: m < 2**53
+    undecided = np.less(m, high)
+    m += 1.0  # exact: m + 1 <= 2**53
+    accepted = np.less_equal(m, low)
+    undecided &= ~accepted
     return accepted, undecided
 
 
@@ -231,6 +240,8 @@ class _GaussianPlan:
         # CKS Alg 3: t = floor(sigma) + 1, exactly (floor(sqrt(a/b)) = isqrt(ab) // b).
         self.t = isqrt(sigma2.numerator * sigma2.denominator) // sigma2.denominator + 1
         self.c = sigma2 / self.t  # gamma = (|Y| - c)^2 / (2 sigma2), CKS Alg 3
+        self.c_f = float(self.c)
+        self.inv_two_sigma2_f = float(1 / (2 * sigma2))
         self.small = self.t <= _SMALL_SCALE_MAX
         self.int64 = sigma2 <= _INT64_SCALE_MAX**2
         t = self.t
@@ -306,7 +317,8 @@ def _laplace_magnitudes(
     ``(negative, 0)`` (CKS Alg 2: if B = 1 and Y = 0, restart).
     """
     # CKS Alg 2: Y geometric with ratio exp(-1/tau), as floor(-tau ln U) (§2.1).
-    g, undecided = _geometric(m_int, bits, float(tau))
+    low, undecided = _geometric(m_int, bits, float(tau))
+    g = low.astype(np.int64)
     if undecided.any():
         for i in np.flatnonzero(undecided).tolist():
             prefix = int(m_int[i])
@@ -342,18 +354,21 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         m_acc = np.concatenate([halves >> np.uint64(32), halves & np.uint64(0xFFFFFFFF)])[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
     g, keep = _laplace_magnitudes(m_geo, geo_bits, negative, tau, rng)
-    g, negative, m_acc = g[keep], negative[keep], m_acc[keep]
     # CKS Alg 3: accept Y with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
-    d = g.astype(np.float64)
-    d -= float(plan.c)
-    x = d * d
-    x *= float(1 / (2 * plan.sigma2))
+    # Lanes restarted by CKS Alg 2 (keep False) are computed but never accepted or resolved.
+    x = g.astype(np.float64)
+    x -= plan.c_f
+    np.multiply(x, x, out=x)
+    x *= plan.inv_two_sigma2_f
     accepted, undecided = _bernoulli_exp_fast(x, m_acc, 32)
-    undecided |= g >= 2**52  # float estimate of G not exact: decide exactly
+    if g.max(initial=0) >= 2**52:  # float estimate of G not exact: decide exactly
+        undecided |= g >= 2**52
+    undecided &= keep
+    accepted &= keep
     if undecided.any():
         _resolve_bernoulli(accepted, undecided, m_acc, 32, lambda i: plan.gamma(int(g[i])), rng)
     values = np.where(negative, -g, g)
-    return values[accepted]
+    return np.compress(accepted, values)
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
