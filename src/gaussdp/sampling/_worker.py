@@ -1,0 +1,42 @@
+"""The worker process of :class:`gaussdp.sampling.background.NoiseStream`.
+
+Run as ``python -m gaussdp.sampling._worker FD DIM SIGMA2``: ``FD`` is an inherited
+file of ``2 * DIM`` int64 slots, mapped shared with the caller. Each request on
+standard input is one slot byte followed by a 32-byte ChaCha20 key; the worker
+writes ``discrete_gaussian(SIGMA2, DIM, rng=ChaCha20Random(key))`` into that slot
+and answers one byte, 0x01, on standard output. End of input ends the worker.
+"""
+
+from __future__ import annotations
+
+import mmap
+import signal
+import sys
+
+import numpy as np
+
+from gaussdp.random import ChaCha20Random
+from gaussdp.sampling.vectorized import discrete_gaussian
+
+_REQUEST_BYTES = 33
+
+
+def main(argv: list[str]) -> int:
+    fd, dim, sigma2 = int(argv[0]), int(argv[1]), argv[2]
+    # Ctrl-C in the caller's terminal reaches this process too; the caller decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shared = mmap.mmap(fd, 2 * dim * 8)
+    slots = np.frombuffer(shared, dtype=np.int64).reshape(2, dim)
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        request = requests.read(_REQUEST_BYTES)
+        if len(request) < _REQUEST_BYTES:
+            return 0
+        slot, key = request[0], request[1:]
+        slots[slot] = discrete_gaussian(sigma2, dim, rng=ChaCha20Random(key))
+        replies.write(b"\x01")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
