@@ -477,6 +477,98 @@ def test_prefetched_noise_equals_noise_drawn_in_place() -> None:
     assert not torch.equal(outputs[0][0], outputs[0][1])
 
 
+def test_default_prefetch_uses_a_worker_for_large_models_only() -> None:
+    from gaussdp.ml import SumNoiser
+    from gaussdp.ml.noise import PREFETCH_MIN_DIM
+
+    small = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM - 1, rng=ChaCha20Random(0))
+    large = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM, rng=ChaCha20Random(0))
+    assert small._stream is not None
+    assert not small._stream.background
+    assert large._stream is not None
+    assert large._stream.background
+    large.close()
+    assert not large._stream.background
+
+
+def test_release_scale_and_out_buffer() -> None:
+    from gaussdp.ml import SumNoiser
+
+    ones = torch.ones(1, dtype=torch.float64)
+    parts = [torch.full((1, 2, 3), 0.1), torch.full((1, 4), -0.2)]
+    plain = SumNoiser(1.0, 1.0, dim=10, rng=ChaCha20Random(3))
+    fresh = plain.release(plain.accumulate(parts, ones))
+    buffered = SumNoiser(1.0, 1.0, dim=10, rng=ChaCha20Random(3))
+    out = torch.empty(10, dtype=torch.float32)
+    views = buffered.release(buffered.accumulate(parts, ones), scale=0.25, out=out)
+    assert [v.shape for v in views] == [(2, 3), (4,)]
+    for a, b in zip(fresh, views, strict=True):
+        torch.testing.assert_close(a * 0.25, b)
+        assert b.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+    # A wrong buffer is refused before any noise is drawn.
+    rng = ChaCha20Random(5)
+    refused = SumNoiser(1.0, 1.0, dim=10, rng=rng)
+    sums = refused.accumulate(parts, ones)
+    for bad in (torch.empty(9), torch.empty(10, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="out must be a float32 tensor of 10 elements"):
+            refused.release(sums, out=bad)
+    twin = SumNoiser(1.0, 1.0, dim=10, rng=ChaCha20Random(5))
+    assert torch.equal(refused.release(sums)[0], twin.release(twin.accumulate(parts, ones))[0])
+
+
+def test_step_gradients_share_one_buffer_and_privacy_is_composed_in_bulk() -> None:
+    data = _blobs(n=100, d=5)
+    model = _mlp()
+    priv_model, optimizer, loader = _private(
+        model, data, batch_size=10, noise_multiplier=1.0, rng=ChaCha20Random(2)
+    )
+    spent = []
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        priv_model.backward(x, y)
+        optimizer.step()
+        if i in (2, 3, 7):
+            spent.append(optimizer.privacy_spent(1e-5).upper)
+    pointers = {p.grad.untyped_storage().data_ptr() for p in model.parameters()}  # type: ignore[union-attr]
+    assert len(pointers) == 1
+    # Steps are composed in bulk when asked for; the accountant merges repeats of one event.
+    event = Subsampled(Gaussian(sigma=1.0), rate=0.1)
+    for got, steps in zip(spent, (3, 4, 8), strict=True):
+        want = PLDAccountant().compose(event, steps).epsilon(1e-5).upper
+        # The smoothing slack (~1e-70) is evaluated at δ·e^{-A}, an ulp below δ.
+        assert got == pytest.approx(want, rel=1e-14)
+    assert optimizer.accountant.count == 10
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "make_targets"),
+    [
+        (nnf.cross_entropy, lambda n: torch.randint(0, 3, (n,))),
+        (nnf.nll_loss, lambda n: torch.randint(0, 3, (n,))),
+        (nnf.mse_loss, lambda n: torch.randn(n, 3)),
+        (nnf.l1_loss, lambda n: torch.randn(n, 3)),
+        (nnf.smooth_l1_loss, lambda n: torch.randn(n, 3)),
+        (nnf.huber_loss, lambda n: torch.randn(n, 3)),
+        (nnf.binary_cross_entropy_with_logits, lambda n: torch.rand(n, 3)),
+        (lambda o, t: nnf.binary_cross_entropy(torch.sigmoid(o), t), lambda n: torch.rand(n, 3)),
+    ],
+)
+def test_batched_per_example_losses_equal_one_example_at_a_time(loss_fn, make_targets) -> None:  # type: ignore[no-untyped-def]
+    from gaussdp.ml._ghost import per_example_losses
+
+    torch.manual_seed(0)
+    output, targets = torch.randn(7, 3), make_targets(7)
+    if loss_fn is nnf.nll_loss:
+        output = torch.log_softmax(output, dim=1)
+    expected = torch.stack([loss_fn(output[i : i + 1], targets[i : i + 1]) for i in range(7)])
+    torch.testing.assert_close(per_example_losses(loss_fn, output, targets), expected)
+    # Class losses on [B, C, extra] outputs take the general path (ignore_index).
+    if loss_fn is nnf.cross_entropy:
+        wide, wide_targets = torch.randn(4, 3, 2), torch.tensor([[0, -100], [1, 2], [2, 0], [1, 1]])
+        first = loss_fn(wide[:1], wide_targets[:1])
+        torch.testing.assert_close(per_example_losses(loss_fn, wide, wide_targets)[0], first)
+
+
 def test_rate_one_takes_every_example() -> None:
     sampler = PoissonBatchSampler(7, 1.0, rng=ChaCha20Random(0))
     assert list(sampler) == [list(range(7))]

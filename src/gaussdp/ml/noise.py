@@ -29,7 +29,10 @@ The random words for each release come from a fresh ChaCha20 keystream keyed wit
 256 bits read from ``rng`` (the operating system's CSPRNG by default): the
 userspace-stream construction of DESIGN.md decision 2, rekeyed on every release,
 which halves the cost of the words against ``os.urandom`` and keeps a seeded
-``ChaCha20Random`` reproducible.
+``ChaCha20Random`` reproducible. The noise does not depend on the data, so for
+large models the next release's vector is drawn in a worker process while the
+caller computes gradients (:class:`gaussdp.sampling.background.NoiseStream`; same
+values either way).
 
 ``noise="insecure-float"`` adds ``torch.normal`` noise to the float sum instead. It
 is for speed experiments only, warns when selected, and is not differentially
@@ -40,24 +43,26 @@ from __future__ import annotations
 
 import math
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from fractions import Fraction
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from gaussdp._validation import check_int, check_positive
 from gaussdp.accounting import EpsilonBounds
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian, epsilon_with_slack
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
-from gaussdp.sampling import discrete_gaussian
+from gaussdp.random import RandomSource, check_rng
+from gaussdp.sampling.background import NoiseStream
 
-__all__ = ["NoiseMode", "SumNoiser", "check_noise_mode", "check_noise_multiplier"]
+__all__ = [
+    "PREFETCH_MIN_DIM",
+    "NoiseMode",
+    "SumNoiser",
+    "check_noise_mode",
+    "check_noise_multiplier",
+]
 
 #: ``"secure"``: exact discrete Gaussian on a lattice (default);
 #: ``"insecure-float"``: ``torch.normal`` noise, for speed experiments only.
@@ -65,6 +70,10 @@ NoiseMode = Literal["secure", "insecure-float"]
 
 #: Clipping scales by min(1, C/‖g‖)·(1 − 2⁻²⁰), absorbing float32 rounding (module notes).
 CLIP_MARGIN = 1.0 - 2.0**-20
+
+#: Default :class:`SumNoiser` prefetching: a worker process for vectors of at least this
+#: many coordinates (below, drawing in place takes under a millisecond).
+PREFETCH_MIN_DIM = 2**15
 
 # Lattice indices of one clipped contribution are below C/γ; float32 holds them
 # exactly below 2**24. Past 2**23 the rounding is done in float64.
@@ -122,11 +131,13 @@ class SumNoiser:
     rng : RandomSource, optional
         Source of the keys of the per-release ChaCha20 streams; ``None`` is the
         operating system's CSPRNG.
-    prefetch : bool, default True
-        Draw the next release's lattice noise in a background thread while the
-        caller computes gradients. The noise does not depend on the data, and each
-        draw uses its own key taken from ``rng`` in order, so results are the same
-        with and without prefetching.
+    prefetch : bool, optional
+        Draw the next release's lattice noise in a worker process while the caller
+        computes gradients (:class:`~gaussdp.sampling.background.NoiseStream`). The
+        noise does not depend on the data, and each draw uses its own key taken
+        from ``rng`` in order, so results are the same with and without
+        prefetching. ``None`` (default) prefetches when ``dim`` is at least
+        :data:`PREFETCH_MIN_DIM`, where the worker saves more than it costs.
 
     Examples
     --------
@@ -150,7 +161,7 @@ class SumNoiser:
         *,
         noise: NoiseMode = "secure",
         rng: RandomSource | None = None,
-        prefetch: bool = True,
+        prefetch: bool | None = None,
     ) -> None:
         sigma = (
             0.0 if noise_multiplier == 0 else check_positive("noise_multiplier", noise_multiplier)
@@ -166,29 +177,14 @@ class SumNoiser:
         self._noise: NoiseMode = noise
         self._rng = check_rng(rng)
         self._lattice: LatticeGaussian | None = None
-        self._next: Future[npt.NDArray[np.int64]] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._stream: NoiseStream | None = None
         if sigma > 0 and noise == "secure":
             self._lattice = Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(self._dim)
-            if prefetch:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="gaussdp-noise")
-                weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
-                key = self._rng.random_bytes(32)
-                self._next = self._executor.submit(self._draw, self._lattice.sigma2, key)
-
-    def _draw(self, sigma2: Fraction, key: bytes) -> npt.NDArray[np.int64]:
-        """N_Z(0, σ_Z²)^d from a ChaCha20 stream with this key (CKS Alg 3)."""
-        noise = discrete_gaussian(sigma2, self._dim, rng=ChaCha20Random(key))
-        # σ_Z² ≤ 2**80 here (σ_Z ≈ 500·σ·√d), so the sampler returns int64.
-        return noise.astype(np.int64)
-
-    def _lattice_noise(self, sigma2: Fraction) -> npt.NDArray[np.int64]:
-        """The next noise vector: keys are taken from ``rng`` in release order."""
-        if self._executor is None or self._next is None:
-            return self._draw(sigma2, self._rng.random_bytes(32))
-        noise = self._next.result()
-        self._next = self._executor.submit(self._draw, sigma2, self._rng.random_bytes(32))
-        return noise
+            background = self._dim >= PREFETCH_MIN_DIM if prefetch is None else bool(prefetch)
+            # σ_Z² ≤ 2**80 here (σ_Z ≈ 500·σ·√d), so the noise is int64.
+            self._stream = NoiseStream(
+                self._lattice.sigma2, self._dim, rng=self._rng, background=background
+            )
 
     @property
     def noise_multiplier(self) -> float:
@@ -266,41 +262,66 @@ class SumNoiser:
             _lattice_sum(block, factors / gamma, exact_in_float32, bound) for block in contributions
         ]
 
+    @property
+    def unit(self) -> float:
+        """The unit of the sums :meth:`accumulate_sums` takes: γ on the secure path, else 1."""
+        return 1.0 if self._lattice is None else self._lattice.gamma
+
     def accumulate_sums(self, sums: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Prepare float64 sums of clipped contributions (ghost clipping) for :meth:`release`.
 
-        Secure path: each sum is divided by γ (exact) and rounded to the lattice; the
-        caller guarantees that neighbouring sums differ by at most C in L2 norm, float
-        error included (see :mod:`gaussdp.ml._ghost`), so the rounded sums differ by at
-        most C/γ + √d. Otherwise the float32 sums.
+        The sums are in units of :attr:`unit` (the caller scales its clip factors by
+        1/unit, an exact power of two). Secure path: each sum is rounded to the lattice
+        in place; the caller guarantees that neighbouring sums differ by at most C/γ in
+        L2 norm, float error included (see :mod:`gaussdp.ml._ghost`), so the rounded
+        sums differ by at most C/γ + √d. Otherwise the float32 sums.
         """
         if self._lattice is None:
             return [s.to(torch.float32) for s in sums]
-        gamma = self._lattice.gamma
-        return [torch.round(s.to(torch.float64) / gamma) for s in sums]
+        return [s.to(torch.float64).round_() for s in sums]
 
-    def release(self, sums: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Add the noise to sums from :meth:`accumulate`; return float32 tensors in real units."""
+    def release(
+        self,
+        sums: Sequence[torch.Tensor],
+        *,
+        scale: float = 1.0,
+        out: torch.Tensor | None = None,
+    ) -> list[torch.Tensor]:
+        """Add the noise to sums from :meth:`accumulate`; return float32 tensors in real units.
+
+        ``scale`` multiplies the noisy sums (post-processing, e.g. 1/(expected batch
+        size)). ``out``, a float32 tensor of :attr:`dim` elements, receives the result
+        and the returned tensors are views of it (DP-SGD reuses one buffer for the
+        gradients); by default they are fresh tensors.
+        """
         sizes = [s.numel() for s in sums]
         if sum(sizes) != self._dim:
             raise ValueError(invalid("sums", f"blocks with {self._dim} coordinates in all", sizes))
-        if self._sigma == 0:
-            return [s.to(torch.float32) for s in sums]
-        if self._lattice is None:  # insecure-float
+        if out is not None and (out.dtype != torch.float32 or out.numel() != self._dim):
+            raise ValueError(invalid("out", f"a float32 tensor of {self._dim} elements", out))
+        flat = torch.cat([s.reshape(-1).to(torch.float64) for s in sums])
+        if self._sigma > 0 and self._lattice is None:  # insecure-float
             generator = torch.Generator().manual_seed(int(self._rng.words(1)[0] >> np.uint64(1)))
-            std = self._sigma * self._clip
-            return [
-                (s + torch.normal(0.0, std, s.shape, generator=generator)).to(torch.float32)
-                for s in sums
-            ]
-        flat = torch.cat([s.reshape(-1) for s in sums]).numpy()
-        noise = self._lattice_noise(self._lattice.sigma2)  # a fresh ChaCha20 key per release
-        # Integers below 2**53 add exactly in float64; multiplying by γ = 2**k is exact.
-        noisy = torch.from_numpy((flat + noise.astype(np.float64)) * self._lattice.gamma)
+            flat += torch.normal(0.0, self._sigma * self._clip, flat.shape, generator=generator)
+        elif self._sigma > 0:
+            assert self._stream is not None
+            assert self._lattice is not None
+            # A fresh ChaCha20 key per release. Integers below 2**53 add exactly in
+            # float64; multiplying by γ = 2**k is exact, the rest is post-processing.
+            np.add(flat.numpy(), self._stream.next(), out=flat.numpy())
+            scale *= self._lattice.gamma
+        if scale != 1.0:
+            flat *= scale
+        result = flat.to(torch.float32) if out is None else out.reshape(-1).copy_(flat)
         return [
-            block.reshape(s.shape).to(torch.float32)
-            for block, s in zip(torch.split(noisy, sizes), sums, strict=True)
+            block.reshape(s.shape)
+            for block, s in zip(torch.split(result, sizes), sums, strict=True)
         ]
+
+    def close(self) -> None:
+        """Stop the noise worker process, if any (later releases draw in place)."""
+        if self._stream is not None:
+            self._stream.close()
 
 
 def _drop_zero_rows(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
