@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom, check_rng
+from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom, _BufferedSource, check_rng
 
 # --- an independent ChaCha20 (RFC 8439 §2.3) to derive the known answers -----------------
 
@@ -87,6 +87,35 @@ def test_chacha20_long_stream_matches_independent_implementation() -> None:
     rng = ChaCha20Random(2**64 + 5)
     got = np.concatenate([rng.words(k) for k in (3, 8000, 1, 9000)])
     assert [int(w) for w in got] == _expected_words(2**64 + 5, got.size)
+
+
+class _Counter(_BufferedSource):
+    """A buffered source with the default direct fill: bytes 0, 1, ..., 250, 0, 1, ..."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = 0
+
+    def _fill(self, n: int) -> bytes:
+        out = (np.arange(self._next, self._next + n) % 251).astype(np.uint8).tobytes()
+        self._next += n
+        return out
+
+
+def test_words_continue_the_byte_stream_across_buffer_and_direct_fills() -> None:
+    # words() writes large requests straight from the generator: the stream must be
+    # the one random_bytes() gives, whatever the mix of request sizes.
+    sizes = (3, 8190, 8193, 20000, 1, 0, 150000, 5)
+    for make in (lambda: ChaCha20Random(11), lambda: _Counter()):
+        a, b = make(), make()
+        for n in sizes:
+            got = a.words(n)
+            assert got.dtype == np.uint64
+            assert got.flags.writeable
+            np.testing.assert_array_equal(got, np.frombuffer(b.random_bytes(8 * n), "<u8"))
+            assert a.random_bytes(3) == b.random_bytes(3)
+    expected = _expected_words(2**64 + 5, 30000)
+    assert [int(w) for w in ChaCha20Random(2**64 + 5).words(30000)] == expected
 
 
 def test_chacha20_is_reproducible_and_seed_sensitive() -> None:

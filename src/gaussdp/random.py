@@ -141,6 +141,35 @@ class _BufferedSource(RandomSource):
     def _discard_if_stale(self) -> None:
         """Hook for subclasses that must drop buffered bytes (e.g. after a fork)."""
 
+    def _fill_into(self, out: memoryview) -> None:
+        """Write ``len(out)`` fresh bytes from the underlying generator into ``out``."""
+        out[:] = self._fill(len(out))
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        """The next ``8n`` bytes of the stream as little-endian words, written in place.
+
+        The same words as ``random_bytes(8 * n)`` read as ``<u8`` (buffered bytes
+        first, large requests straight from the generator), without the copies.
+        """
+        if n < 0:
+            raise ValueError(f"n must be an integer >= 0, got {n!r}")
+        self._discard_if_stale()
+        out = np.empty(n, dtype="<u8")
+        raw = memoryview(out.view(np.uint8).data)
+        need = _WORD_BYTES * n
+        head = min(need, len(self._buffer) - self._pos)
+        raw[:head] = self._buffer[self._pos : self._pos + head]
+        self._pos += head
+        rest = need - head
+        if rest >= _BLOCK_BYTES:
+            self._buffer, self._pos = b"", 0
+            self._fill_into(raw[head:])
+        elif rest:
+            self._buffer = self._fill(_BLOCK_BYTES)
+            self._pos = rest
+            raw[head:] = self._buffer[:rest]
+        return out.view(np.uint64)
+
     def random_bytes(self, n: int) -> bytes:
         if n < 0:
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
@@ -199,6 +228,12 @@ class SystemRandom(_BufferedSource):
 
 
 _CHACHA_DOMAIN = b"gaussdp.random.ChaCha20Random.v1\x00"
+_ZEROS = bytes(1 << 20)
+
+
+def _zeros(n: int) -> memoryview:
+    """A read-only view of ``n`` zero bytes (shared for up to 1 MiB)."""
+    return memoryview(_ZEROS)[:n] if n <= len(_ZEROS) else memoryview(bytes(n))
 
 
 def _chacha_key(seed: int | bytes) -> bytes:
@@ -266,6 +301,12 @@ class ChaCha20Random(_BufferedSource):
 
     def _fill(self, n: int) -> bytes:
         return self._encryptor.update(bytes(n))
+
+    def _fill_into(self, out: memoryview) -> None:
+        # The keystream is the encryption of zeros, written straight into ``out``.
+        zeros = _zeros(len(out))
+        written = self._encryptor.update_into(zeros, out)
+        assert written == len(out)
 
     def __repr__(self) -> str:
         return f"ChaCha20Random({self._seed!r})"

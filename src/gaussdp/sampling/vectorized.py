@@ -203,8 +203,7 @@ def _bernoulli_exp_fast(x_f: F64Array, m_int: U64Array, bits: int) -> tuple[Bool
     low *= scale
     high = np.add(p, r, out=r)
     high += _TINY
-    np.minimum(high, 1.0, out=high)
-    high *= scale
+    high *= scale  # B's min(1, ...) is moot: m < 2**bits always
     m = m_int.astype(np.float64)  # exact: m < 2**53
     undecided = np.less(m, high)
     m += 1.0  # exact: m + 1 <= 2**53
