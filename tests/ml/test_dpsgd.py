@@ -569,6 +569,35 @@ def test_batched_per_example_losses_equal_one_example_at_a_time(loss_fn, make_ta
         torch.testing.assert_close(per_example_losses(loss_fn, wide, wide_targets)[0], first)
 
 
+def test_dp_optimizer_is_an_optimizer_that_schedulers_drive() -> None:
+    import warnings
+
+    data = _blobs(n=100, d=5)
+    model = _mlp()
+    priv_model, optimizer, loader = _private(
+        model, data, batch_size=10, noise_multiplier=1.0, lr=0.4, rng=ChaCha20Random(3)
+    )
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    assert optimizer.param_groups is optimizer.optimizer.param_groups
+    assert optimizer.defaults["lr"] == 0.4
+    step_lr = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.5)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "lr_scheduler.step() before optimizer.step()"
+        for x, y in loader:
+            optimizer.zero_grad()
+            priv_model.backward(x, y)
+            optimizer.step()
+            step_lr.step()
+        plateau.step(1.0)
+        plateau.step(1.0)
+    # 10 steps halve the rate twice; the plateau scheduler then cuts it tenfold once.
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4 * 0.25 * 0.1)
+    with pytest.raises(ValueError, match="closure must be None"):
+        optimizer.step(closure=lambda: 0.0)  # type: ignore[arg-type]
+    assert optimizer.steps == 10
+
+
 def test_rate_one_takes_every_example() -> None:
     sampler = PoissonBatchSampler(7, 1.0, rng=ChaCha20Random(0))
     assert list(sampler) == [list(range(7))]

@@ -515,7 +515,7 @@ class PrivateModule(nn.Module):
         return self._engine.backward(inputs, targets)
 
 
-class DPOptimizer:
+class DPOptimizer(torch.optim.Optimizer):
     """The optimizer wrapped for DP-SGD: :meth:`step` adds the noise, steps and accounts.
 
     Each :meth:`step` takes the clipped sum left by ``model.backward``, adds the noise,
@@ -526,12 +526,17 @@ class DPOptimizer:
     tensors are views of one buffer that the next step overwrites, as
     ``loss.backward()`` would accumulate into them; copy a gradient to keep it.
 
+    It is a :class:`torch.optim.Optimizer` whose ``param_groups``, ``state`` and
+    ``defaults`` are the wrapped optimizer's, so learning-rate schedulers take it
+    directly (``StepLR(optimizer, ...)``, ``ReduceLROnPlateau(optimizer)``).
+
     Examples
     --------
     See :func:`make_private`.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, engine: _Engine) -> None:
+        # Optimizer.__init__ is not called: every optimizer attribute is the wrapped one's.
         self._optimizer = optimizer
         self._engine = engine
         self._accountant = PLDAccountant()
@@ -545,9 +550,22 @@ class DPOptimizer:
         return self._optimizer
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The wrapped optimizer's parameter groups (e.g. to change the learning rate)."""
         return self._optimizer.param_groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        """The wrapped optimizer's per-parameter state (e.g. momentum buffers)."""
+        return self._optimizer.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        """The wrapped optimizer's default hyper-parameters."""
+        return self._optimizer.defaults
+
+    def __repr__(self) -> str:
+        return f"DPOptimizer({self._optimizer!r}, noise_multiplier={self.noise_multiplier})"
 
     @property
     def noise_multiplier(self) -> float:
@@ -596,16 +614,24 @@ class DPOptimizer:
         self._optimizer.zero_grad(set_to_none=set_to_none)
         self._engine.pending = None
 
-    def step(self) -> None:
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
         """Add noise to the clipped gradient sum, step the wrapped optimizer, account the step.
+
+        ``closure`` must be None: DP-SGD takes exactly one noisy gradient per step.
 
         Raises
         ------
         RuntimeError
             If ``model.backward`` was not called since the last step (an empty
             batch must still go through ``model.backward``, which costs nothing).
+        ValueError
+            If ``closure`` is given; nothing is drawn or accounted.
         """
         engine = self._engine
+        if closure is not None:
+            raise ValueError(
+                invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
+            )
         if engine.pending is None:
             raise RuntimeError(
                 "optimizer.step() must follow model.backward(inputs, targets) "
