@@ -16,9 +16,10 @@ seeded :class:`~gaussdp.random.ChaCha20Random` gives the same vectors with or
 without the worker, and the default operating-system CSPRNG keys every vector
 freshly). The key reaches the worker through a pipe private to the two processes.
 
-Failure. If the worker cannot start (no POSIX file-descriptor passing, e.g. on
-Windows) or stops, the vector is drawn in the caller's process with the same key —
-the same values, only slower — and a :class:`RuntimeWarning` says so once.
+Failure. Off POSIX systems (no file-descriptor passing) the vectors are drawn in
+the caller's process. If the worker cannot start or stops, the vector is drawn in
+the caller's process with the same key — the same values, only slower — and a
+:class:`RuntimeWarning` says so once.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ class NoiseStream:
     rng : RandomSource, optional
         Source of the per-vector keys; ``None`` is the operating system's CSPRNG.
     background : bool, default True
-        Draw the next vector in a worker process while the caller works. ``False``
-        draws each vector when it is asked for (same values).
+        Draw the next vector in a worker process while the caller works (POSIX
+        only). ``False`` draws each vector when it is asked for (same values).
 
     Examples
     --------
@@ -92,7 +93,7 @@ class NoiseStream:
         self._rng = check_rng(rng)
         self._worker: _Worker | None = None
         self._pending: bytes | None = None  # key of the vector the worker is drawing
-        if background:
+        if background and os.name == "posix":  # elsewhere: drawn in place, same values
             self._worker = _Worker.start(exact, self._dim)
             if self._worker is None:
                 _warn_inline("could not be started")
@@ -184,31 +185,30 @@ class _Worker:
 
     @classmethod
     def start(cls, sigma2: Fraction, dim: int) -> _Worker | None:
-        if os.name != "posix":
-            return None
+        """Start a worker, or return None where it cannot run (no POSIX fd passing)."""
         size = 2 * dim * 8
         try:
-            with tempfile.TemporaryFile() as backing:
-                backing.truncate(size)
-                shared = mmap.mmap(backing.fileno(), size)
-                package_root = str(Path(__file__).resolve().parents[2])
-                env = dict(os.environ)
-                env["PYTHONPATH"] = os.pathsep.join(
-                    [package_root, *filter(None, [env.get("PYTHONPATH")])]
-                )
-                env.setdefault("OPENBLAS_NUM_THREADS", "1")
-                env.setdefault("OMP_NUM_THREADS", "1")
-                fraction = f"{sigma2.numerator}/{sigma2.denominator}"
-                args = [sys.executable, "-m", "gaussdp.sampling._worker"]
-                args += [str(backing.fileno()), str(dim), fraction]
+            fd = _shared_fd()
+            try:
+                os.ftruncate(fd, size)
+                shared = mmap.mmap(fd, size)
                 proc = subprocess.Popen(
-                    args,
+                    [
+                        sys.executable,
+                        "-m",
+                        "gaussdp.sampling._worker",
+                        str(fd),
+                        str(dim),
+                        f"{sigma2.numerator}/{sigma2.denominator}",
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
-                    pass_fds=(backing.fileno(),),
-                    env=env,
+                    pass_fds=(fd,),
+                    env=_worker_environment(),
                 )
+            finally:
+                os.close(fd)  # the mapping and the worker hold their own references
         except (OSError, ValueError):
             return None
         return cls(proc, shared, dim)
@@ -240,6 +240,24 @@ class _Worker:
     def close(self) -> None:
         del self._slots  # release the buffer so that the mapping can be closed
         self._finalizer()
+
+
+def _shared_fd() -> int:
+    """A file descriptor for the shared slots: anonymous memory where Linux offers it."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("gaussdp-noise")
+    with tempfile.TemporaryFile() as backing:  # unlinked at once on POSIX
+        return os.dup(backing.fileno())
+
+
+def _worker_environment() -> dict[str, str]:
+    """The caller's environment, with this gaussdp importable and one BLAS thread."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
 
 
 def _shutdown(proc: subprocess.Popen[bytes], shared: mmap.mmap, owner: int) -> None:
