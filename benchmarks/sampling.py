@@ -142,7 +142,7 @@ def main() -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(f"peak traced memory, 10**6 samples at sigma 1e3: {peak / 2**20:.1f} MiB")
-    print("(the 8 MiB output array included; the working set is O(32768-candidate chunk))")
+    print("(the 8 MiB output array included; the working set is one block of 8192 candidates)")
 
 
 def _dependence(times: list[float], stat: list[float]) -> tuple[float, float, float]:

@@ -156,6 +156,53 @@ def test_system_random_words_and_fresh_instances() -> None:
     assert not np.array_equal(SystemRandom().words(4), SystemRandom().words(4))
 
 
+def test_system_random_expands_fresh_os_keys_with_chacha20(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    keys = iter([b"\x01" * 32, b"\x02" * 32, b"\x03" * 32])
+    requests: list[int] = []
+
+    def fake_urandom(n: int) -> bytes:
+        requests.append(n)
+        return next(keys)
+
+    def keystream(key: bytes, n: int) -> bytes:
+        encryptor = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+        return encryptor.update(bytes(n))
+
+    monkeypatch.setattr("gaussdp.random.os.urandom", fake_urandom)
+    rng = SystemRandom()
+    # A small request refills the 64 KiB buffer from one fresh key...
+    assert rng.random_bytes(10) == keystream(b"\x01" * 32, 10)
+    # ...and the rest of that block is served before a new key is read.
+    assert rng.random_bytes(65526) == keystream(b"\x01" * 32, 65536)[10:]
+    # A large request is one keystream under its own key.
+    big = rng.words(20000)
+    assert big.tobytes() == keystream(b"\x02" * 32, 160000)
+    assert requests == [32, 32]
+
+
+def test_system_random_without_expansion_reads_the_os_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+
+    def fake_urandom(n: int) -> bytes:
+        calls.append(n)
+        return bytes(range(256)) * (n // 256) + bytes(range(n % 256))
+
+    monkeypatch.setattr("gaussdp.random.os.urandom", fake_urandom)
+    rng = SystemRandom(expand=False)
+    assert repr(rng) == "SystemRandom(expand=False)"
+    assert rng.random_bytes(4) == bytes([0, 1, 2, 3])
+    assert calls == [65536]
+    with pytest.raises(TypeError, match="expand must be True or False, got 1"):
+        SystemRandom(expand=1)  # type: ignore[arg-type]
+    assert repr(SystemRandom()) == "SystemRandom()"
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="os.fork is POSIX only")
 def test_system_random_buffer_is_not_shared_with_a_forked_child() -> None:
     rng = SystemRandom()
