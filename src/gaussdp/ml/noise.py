@@ -138,6 +138,9 @@ class SumNoiser:
         from ``rng`` in order, so results are the same with and without
         prefetching. ``None`` (default) prefetches when ``dim`` is at least
         :data:`PREFETCH_MIN_DIM`, where the worker saves more than it costs.
+        Prefetching reads each key one release early: if other code reads the
+        same ``rng``, give the noiser a stream of its own (as :func:`make_private`
+        and :class:`DPAggregator` do) so that a seeded run does not depend on it.
 
     Examples
     --------
