@@ -598,6 +598,23 @@ def test_dp_optimizer_is_an_optimizer_that_schedulers_drive() -> None:
     assert optimizer.steps == 10
 
 
+def test_models_off_the_cpu_are_refused() -> None:
+    model = nn.Linear(5, 3, device="meta")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(
+        ValueError, match="model parameter 'weight' must be on the CPU .* got 'meta'"
+    ):
+        make_private(
+            model,
+            optimizer,
+            DataLoader(_blobs(n=50, d=5), batch_size=5),
+            loss_fn=nnf.cross_entropy,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            delta=1e-5,
+        )
+
+
 def test_rate_one_takes_every_example() -> None:
     sampler = PoissonBatchSampler(7, 1.0, rng=ChaCha20Random(0))
     assert list(sampler) == [list(range(7))]

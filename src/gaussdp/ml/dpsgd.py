@@ -698,6 +698,18 @@ def _check_no_batch_norm(model: nn.Module) -> None:
             )
 
 
+def _check_on_cpu(model: nn.Module) -> None:
+    for name, param in model.named_parameters():
+        if param.device.type != "cpu":
+            raise ValueError(
+                invalid(
+                    f"model parameter {name!r}",
+                    "on the CPU (gaussdp.ml has not been tested on other devices)",
+                    str(param.device),
+                )
+            )
+
+
 def make_private(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -718,8 +730,8 @@ def make_private(
     Parameters
     ----------
     model : torch.nn.Module
-        The model (no batch normalisation). Its trainable parameters must be those
-        of ``optimizer``.
+        The model (no batch normalisation), on the CPU (other devices are refused:
+        untested). Its trainable parameters must be those of ``optimizer``.
     optimizer : torch.optim.Optimizer
         Any optimizer over the model's parameters; it sees the noisy average gradient.
     data_loader : torch.utils.data.DataLoader
@@ -809,6 +821,7 @@ def make_private(
             invalid("grad_sample_mode", "'auto', 'functorch' or 'ghost'", grad_sample_mode)
         )
     _check_no_batch_norm(model)
+    _check_on_cpu(model)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
     if batch_size is None:
