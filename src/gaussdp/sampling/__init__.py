@@ -6,6 +6,9 @@
 - :func:`bernoulli_exp`, :func:`discrete_laplace_scalar`,
   :func:`discrete_gaussian_scalar`: the scalar reference, CKS Algorithms 1, 2
   and 3 line by line on ints and Fractions (:mod:`gaussdp.sampling.reference`).
+- :class:`NoiseStream`: keyed N_Z(0, σ²)^d vectors drawn one ahead in a worker
+  process, for training loops that add a fresh noise vector every step
+  (:mod:`gaussdp.sampling.background`).
 
 Both take ``rng=`` (a :class:`gaussdp.random.RandomSource`; ``None`` is the
 operating system's CSPRNG). Why the vectorised path has exactly the reference's
@@ -14,6 +17,7 @@ distribution is argued in ``docs/sampler-exactness.md``.
 
 from __future__ import annotations
 
+from gaussdp.sampling.background import NoiseStream
 from gaussdp.sampling.reference import (
     bernoulli_exp,
     discrete_gaussian_scalar,
@@ -28,6 +32,7 @@ from gaussdp.sampling.vectorized import (
 
 __all__ = [
     "FixedWork",
+    "NoiseStream",
     "SamplingShortfallError",
     "bernoulli_exp",
     "discrete_gaussian",
