@@ -38,9 +38,11 @@ losses) and mass from below the window only wraps to higher losses (pessimistic)
 on the lower side η is *subtracted* from δ. Floating-point round-off of the FFTs
 is bounded with the standard FFT error bound (c·log₂N·u relative, in ℓ2), carried
 through powers and convolutions in ℓ1 and ℓ2, and added to (upper) or subtracted
-from (lower) δ (see ``_clean``); the one heuristic step (round-off spread evenly over
-the Fourier coefficients, used when it is smaller than the rigorous ℓ1 propagation)
-is checked against closed forms in the tests.
+from (lower) δ (see ``_clean``). Three steps of the k-fold power are heuristic (the
+per-coefficient DFT error taken as its rms value, earlier round-off spread evenly over
+the coefficients, the round-off of computing φ^k itself left out); they are checked
+against closed forms in the tests, and docs/accounting.md §3 measures what a fully
+rigorous bound would cost.
 
 References
 ----------
