@@ -595,6 +595,9 @@ def test_dp_optimizer_is_an_optimizer_that_schedulers_drive() -> None:
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4 * 0.25 * 0.1)
     with pytest.raises(ValueError, match="closure must be None"):
         optimizer.step(closure=lambda: 0.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="param_group must be added before make_private"):
+        optimizer.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
+    assert len(optimizer.param_groups) == 1
     assert optimizer.steps == 10
 
 

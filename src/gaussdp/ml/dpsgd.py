@@ -567,6 +567,16 @@ class DPOptimizer(torch.optim.Optimizer):
     def __repr__(self) -> str:
         return f"DPOptimizer({self._optimizer!r}, noise_multiplier={self.noise_multiplier})"
 
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused: the private parameters are fixed when :func:`make_private` is called."""
+        raise ValueError(
+            invalid(
+                "param_group",
+                "added before make_private (the clipped, noised parameters are fixed there)",
+                param_group,
+            )
+        )
+
     @property
     def noise_multiplier(self) -> float:
         """σ: the noise standard deviation is σ·``max_grad_norm``."""
