@@ -88,3 +88,18 @@ def test_bad_parameters_are_refused_before_any_key_is_read(
     with pytest.raises((ValueError, TypeError), match=message):
         NoiseStream(rng=rng, **kwargs)  # type: ignore[arg-type]
     assert rng.random_bytes(8) == ChaCha20Random(1).random_bytes(8)
+
+
+def test_a_worker_that_cannot_start_leaves_the_stream_drawing_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes here")
+
+    monkeypatch.setattr("gaussdp.sampling.background.subprocess.Popen", refuse)
+    with pytest.warns(RuntimeWarning, match="background noise process could not be started"):
+        stream = NoiseStream(1000, 30, rng=ChaCha20Random(6))
+    assert not stream.background
+    reference = NoiseStream(1000, 30, rng=ChaCha20Random(6), background=False)
+    for _ in range(2):
+        np.testing.assert_array_equal(stream.next(), reference.next())
