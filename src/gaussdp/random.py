@@ -244,8 +244,7 @@ class SystemRandom(_BufferedSource):
         if not self._expand:
             super()._fill_into(out)
             return
-        written = _chacha20(os.urandom(32)).update_into(_zeros(len(out)), out)
-        assert written == len(out)
+        _keystream_into(_chacha20(os.urandom(32)), out)
 
     def __repr__(self) -> str:
         return "SystemRandom()" if self._expand else "SystemRandom(expand=False)"
@@ -258,6 +257,12 @@ def _chacha20(key: bytes) -> CipherContext:
 
 _CHACHA_DOMAIN = b"gaussdp.random.ChaCha20Random.v1\x00"
 _ZEROS = bytes(1 << 20)
+
+
+def _keystream_into(encryptor: CipherContext, out: memoryview) -> None:
+    """Write the next ``len(out)`` keystream bytes (the encryption of zeros) into ``out``."""
+    written = encryptor.update_into(_zeros(len(out)), out)
+    assert written == len(out)
 
 
 def _zeros(n: int) -> memoryview:
@@ -328,13 +333,11 @@ class ChaCha20Random(_BufferedSource):
         self._encryptor = _chacha20(_chacha_key(seed))
 
     def _fill(self, n: int) -> bytes:
-        return self._encryptor.update(bytes(n))
+        keystream: bytes = self._encryptor.update(_zeros(n))
+        return keystream
 
     def _fill_into(self, out: memoryview) -> None:
-        # The keystream is the encryption of zeros, written straight into ``out``.
-        zeros = _zeros(len(out))
-        written = self._encryptor.update_into(zeros, out)
-        assert written == len(out)
+        _keystream_into(self._encryptor, out)
 
     def __repr__(self) -> str:
         return f"ChaCha20Random({self._seed!r})"

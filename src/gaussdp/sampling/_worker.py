@@ -16,9 +16,8 @@ import sys
 import numpy as np
 
 from gaussdp.random import ChaCha20Random
+from gaussdp.sampling.background import REQUEST_BYTES
 from gaussdp.sampling.vectorized import discrete_gaussian
-
-_REQUEST_BYTES = 33
 
 
 def main(argv: list[str]) -> int:
@@ -29,8 +28,8 @@ def main(argv: list[str]) -> int:
     slots = np.frombuffer(shared, dtype=np.int64).reshape(2, dim)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     while True:
-        request = requests.read(_REQUEST_BYTES)
-        if len(request) < _REQUEST_BYTES:
+        request = requests.read(REQUEST_BYTES)
+        if len(request) < REQUEST_BYTES:
             return 0
         slot, key = request[0], request[1:]
         slots[slot] = discrete_gaussian(sigma2, dim, rng=ChaCha20Random(key))

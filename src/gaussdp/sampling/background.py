@@ -42,16 +42,18 @@ import numpy.typing as npt
 from gaussdp._validation import check_fraction, check_int
 from gaussdp.errors import invalid
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
-from gaussdp.sampling.vectorized import discrete_gaussian
+from gaussdp.sampling.vectorized import _INT64_SCALE_MAX, discrete_gaussian
 
 __all__ = ["NoiseStream"]
 
 IntArray = npt.NDArray[np.int64]
 
 _KEY_BYTES = 32
+#: A request to the worker: the slot byte, then the key (see gaussdp.sampling._worker).
+REQUEST_BYTES = 1 + _KEY_BYTES
 _OK = b"\x01"
-# Vectors are int64; sigma2 above this could exceed it (see discrete_gaussian).
-_INT64_SIGMA2_MAX = Fraction(2**80)
+# Vectors are int64, which discrete_gaussian guarantees up to this sigma2.
+_INT64_SIGMA2_MAX = _INT64_SCALE_MAX**2
 
 
 class NoiseStream:
