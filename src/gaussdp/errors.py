@@ -10,6 +10,8 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExceededError",
+    "EngineError",
+    "LedgerError",
     "MissingExtraError",
     "SamplingShortfallError",
     "invalid",
@@ -20,6 +22,23 @@ class BudgetExceededError(ValueError):
     """A request would spend more privacy budget than remains.
 
     Raised before any noise is drawn; the budget's state is unchanged.
+    """
+
+
+class EngineError(RuntimeError):
+    """The query engine (DuckDB, Spark) failed while reading or aggregating data.
+
+    The message is one line that never repeats data values (no raw records, no
+    privacy-unit identifiers); the engine's own error is kept as ``__cause__``
+    for debugging. The command line exits with status 4 on it.
+    """
+
+
+class LedgerError(RuntimeError):
+    """A privacy ledger file cannot be used (not a ledger, another format,
+    read-only, or holding events this version does not know).
+
+    The message names the file and what to do; nothing was spent.
     """
 
 
