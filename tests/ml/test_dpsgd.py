@@ -623,11 +623,12 @@ def test_rate_one_takes_every_example() -> None:
     assert list(sampler) == [list(range(7))]
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
 @pytest.mark.parametrize("mode", ["functorch", "ghost"])
-def test_an_example_with_nan_gradient_is_left_out(mode: str) -> None:
+def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None:
     data = _blobs(n=100, d=5)
     x, y = data.tensors[0][:8].clone(), data.tensors[1][:8]
-    x[3, 0] = math.nan
+    x[3, 0] = bad
     grads = []
     for inputs, targets in ((x, y), (torch.cat([x[:3], x[4:]]), torch.cat([y[:3], y[4:]]))):
         model = _mlp(seed=2)

@@ -101,13 +101,15 @@ def ghost_clipped_sums(
     targets: torch.Tensor,
     squared_norm_upper: SquaredNorm,
     factors_of: Factors,
-) -> tuple[dict[int, torch.Tensor], torch.Tensor] | None:
-    """Clipped per-example gradient sums (float64), keyed by ``id(param)``, and the losses.
+) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor] | None:
+    """Clipped per-example gradient sums (float64) keyed by ``id(param)``, losses, squared norms.
 
     Returns None when the fast path does not apply to this batch (a layer's input is
     not ``[B, features]`` or a layer ran more than once); the caller then uses
     ``torch.func``. ``factors_of`` turns per-example squared-norm bounds into clip
-    factors.
+    factors. The forward pass runs on the whole batch: the caller must check that the
+    model processes examples independently (``gaussdp.ml.dpsgd`` compares the losses
+    and squared norms returned here with a per-example pass).
     """
     batch = inputs.shape[0]
     if batch > GHOST_MAX_BATCH:
@@ -148,7 +150,7 @@ def ghost_clipped_sums(
         parts.append((module, act, d))
     factors = factors_of(squared)
     sums: dict[int, torch.Tensor] = {}
-    dropped = factors == 0  # NaN or overflowing norms: leave these examples out entirely
+    dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
     for module, act, d in parts:
         if bool(dropped.any()):
             act, d = act.clone(), d.clone()
@@ -158,4 +160,4 @@ def ghost_clipped_sums(
             sums[id(module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢ δᵢ aᵢᵀ
         if module.bias is not None and module.bias.requires_grad:
             sums[id(module.bias)] = weighted.sum(0)
-    return sums, losses.detach()
+    return sums, losses.detach(), squared

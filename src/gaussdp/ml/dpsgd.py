@@ -160,6 +160,12 @@ def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
     Accuracy and Stability of Numerical Algorithms, eq. 3.5), so s ≤ ŝ/(1 − γ_m).
     Chunk bounds are added in float64 (relative error ≤ k·2⁻⁵³, covered by
     the 2⁻⁴⁰ slack below). Blocks with m·u ≥ 1/4 are computed in float64.
+
+    Overflow: a row whose float32 result is not finite (an entry above ≈ 1.8·10¹⁹, or
+    a sum above 3.4·10³⁸) is recomputed in float64 after scaling by 2⁻ᵉ, e the binary
+    exponent of its largest entry (exact: a power of two), and the bound is scaled back
+    by 2²ᵉ in float64; so only a row with an inf or NaN entry (or, for float64
+    gradients, a norm above ≈ 10¹⁵⁴) gets a non-finite bound.
     """
     batch = block.shape[0]
     flat = block.reshape(batch, -1)
@@ -172,12 +178,37 @@ def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
         m = k
     if m * u >= 0.25:
         flat, u, m = flat.to(torch.float64), 2.0**-53, k
+    bound = _chunked_bound(flat, m, u)
+    overflowed = ~torch.isfinite(bound)
+    if bool(overflowed.any()):
+        rows = flat[overflowed].to(torch.float64)
+        _, exponent = torch.frexp(rows.abs().amax(1))  # largest entry in [2^(e-1), 2^e)
+        scaled = torch.ldexp(rows, -exponent[:, None])  # exact: a power of two, float64
+        bound[overflowed] = torch.ldexp(_chunked_bound(scaled, k, 2.0**-53), 2 * exponent)
+    return bound
+
+
+def _chunked_bound(flat: torch.Tensor, m: int, u: float) -> torch.Tensor:
+    """Σ over chunks of m coordinates of the dot products, bounded above (float64).
+
+    Underflow: a product x² below the smallest normal number t (|x| < √t) may lose up
+    to t, flushed or rounded, and so may each addition whose result is below t — all of
+    whose terms are such products, so there are at most as many such additions. Later
+    roundings scale these absolute errors by at most 1 + γ_m < 2: each row's bound adds
+    4t per nonzero entry below 2√t. Rows whose sum is far above that (≥ 2⁴⁰kt) take the
+    cruder kt instead, which saves counting them.
+    """
+    batch, k = flat.shape
     chunks = flat.reshape(batch, k // m, m)
     partial = torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1)
     gamma = m * u / (1 - m * u)
-    # Underflowing products lose at most the smallest normal number each (even if flushed).
-    underflow = k * float(torch.finfo(flat.dtype).tiny)
-    bound: torch.Tensor = (partial / (1 - gamma) + underflow) * (1 + 2.0**-40)
+    tiny = float(torch.finfo(flat.dtype).tiny)
+    bound: torch.Tensor = (partial / (1 - gamma) + k * tiny) * (1 + 2.0**-40)
+    faint = partial < k * tiny * 2.0**40
+    if bool(faint.any()):
+        rows = flat[faint]
+        small = ((rows != 0) & (rows.abs() < 2 * math.sqrt(tiny))).sum(1, dtype=torch.float64)
+        bound[faint] = (partial[faint] / (1 - gamma) + 4 * tiny * small) * (1 + 2.0**-40)
     return bound
 
 
@@ -188,9 +219,16 @@ def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> tor
     rigorous upper bound computed from float32 dot products (relative excess at most
     ~2⁻¹³, see ``_squared_norm_upper``), so a factor is never too large. The margin
     1 − 2⁻²⁰ keeps the scaled float32 gradient's norm ≤ C (see :mod:`gaussdp.ml.noise`).
-    ``max_grad_norm=inf`` gives factors of 1. An example whose norm is NaN or overflows
-    gets factor 0 and is left out of the sum (its rows are zeroed, see
-    :meth:`gaussdp.ml.SumNoiser.accumulate`).
+    ``max_grad_norm=inf`` gives factors of 1. Norms are computed without overflow, so
+    any finite gradient, however large, is scaled onto the sphere of radius C.
+
+    Non-finite gradients, one rule everywhere in :mod:`gaussdp.ml`: an example whose
+    gradient has an inf or NaN entry counts as the zero vector — factor 0 here, a zero
+    row from :func:`clip_gradients`, left out of every sum (DP-SGD steps, ghost
+    clipping, :class:`~gaussdp.ml.DPAggregator`). Mapping it to 0 is a valid clipping
+    (norm 0 ≤ C, decided from that example alone), so the sensitivity stays C and
+    nothing about it is revealed; refusing with an error would instead stop training
+    because of one example, an unaccounted, data-dependent output.
 
     Examples
     --------
@@ -219,8 +257,8 @@ def _factors_from_squared(squared: torch.Tensor, clip: float) -> torch.Tensor:
     norms = torch.sqrt(squared)
     # Abadi et al. 2016, Alg 1: ḡᵢ = gᵢ / max(1, ‖gᵢ‖/C); the margin absorbs float rounding.
     ratio = torch.where(norms > clip, clip / norms.clamp_min(1e-300), torch.ones_like(norms))
-    # A gradient with a NaN or an overflowing norm is dropped (factor 0): it must not turn
-    # the noisy sum into NaN, which would reveal that the example is present.
+    # A gradient with an inf or NaN entry counts as zero (factor 0, see clip_factors): it
+    # must not turn the noisy sum into NaN, which would reveal that the example is present.
     ratio = torch.where(torch.isfinite(norms), ratio, torch.zeros_like(norms))
     factors: torch.Tensor = ratio * CLIP_MARGIN
     return factors
@@ -230,6 +268,10 @@ def clip_gradients(
     grads: Mapping[str, torch.Tensor], max_grad_norm: float
 ) -> dict[str, torch.Tensor]:
     """Per-example gradients scaled by :func:`clip_factors`: each has L2 norm ≤ ``max_grad_norm``.
+
+    A gradient with an inf or NaN entry becomes a zero row (the rule of
+    :func:`clip_factors`). The scaling is done in float64 and rounded once to the
+    gradient's dtype (the 2⁻²⁰ margin absorbs that rounding).
 
     Examples
     --------
@@ -242,7 +284,8 @@ def clip_gradients(
     out = {}
     for name, g in grads.items():
         shape = (-1,) + (1,) * (g.dim() - 1)
-        out[name] = g * factors.to(g.dtype).reshape(shape)
+        scaled = g.to(torch.float64) * factors.reshape(shape)
+        out[name] = torch.where(factors.reshape(shape) == 0, 0.0, scaled).to(g.dtype)
     return out
 
 
@@ -410,7 +453,7 @@ class _Engine:
     def __init__(
         self,
         module: nn.Module,
-        loss_fn: LossFn,
+        loss_fn: LossFn | None,
         *,
         noise_multiplier: float,
         max_grad_norm: float,
@@ -440,9 +483,15 @@ class _Engine:
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
         self.pending: list[torch.Tensor] | None = None
+        self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.loss_fn is None:
+            raise ValueError(
+                invalid("loss_fn", "given to make_private to use model.backward(x, y)", None)
+            )
         sums: list[torch.Tensor] | None = None
+        losses: torch.Tensor | None = None
         if self.ghost_layers is not None and inputs.shape[0] > 0:
             clip, unit = self.max_grad_norm, self.noiser.unit
             ghost = ghost_clipped_sums(
@@ -456,8 +505,19 @@ class _Engine:
                 lambda squared: _factors_from_squared(squared, clip) / unit,
             )
             if ghost is not None:
-                by_id, losses = ghost
-                sums = self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+                by_id, ghost_losses, squared = ghost
+                checked = None
+                if self._verify_now():
+                    checked = self._per_example(inputs, targets)
+                    grads, losses = checked
+                    norms = _total_squared_norms(grads, inputs.shape[0])
+                    if not (_agree(ghost_losses, losses) and _agree(squared, norms)):
+                        self._batched_path_mixes()
+                        factors = clip_factors(grads, self.max_grad_norm)
+                        sums = self.noiser.accumulate([grads[k] for k in self.names], factors)
+                if sums is None:
+                    losses = ghost_losses
+                    sums = self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
             elif self.mode == "ghost":
                 raise ValueError(
                     invalid(
@@ -468,7 +528,7 @@ class _Engine:
                     )
                 )
         if sums is None:
-            grads, losses = per_example_gradients(self.module, self.loss_fn, inputs, targets)
+            grads, losses = self._per_example(inputs, targets)
             if inputs.shape[0] == 0:
                 factors = torch.zeros(0, dtype=torch.float64)
             else:
@@ -477,9 +537,90 @@ class _Engine:
         if self.pending is not None:  # several backward calls form one step's batch
             sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
         self.pending = sums
+        assert losses is not None
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
         return losses.mean()
+
+    def _per_example(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """:func:`per_example_gradients`, with a failure on one example explained."""
+        assert self.loss_fn is not None
+        try:
+            return per_example_gradients(self.module, self.loss_fn, inputs, targets)
+        except (RuntimeError, ValueError) as error:
+            raise _one_example_error(error) from error
+
+    def _verify_now(self) -> bool:
+        """Whether this batched call is checked against the per-example path.
+
+        Calls 0, 1, 2, 4, 8, … are checked (a logarithmic share of the cost).
+        """
+        calls = self.batched_calls
+        self.batched_calls += 1
+        return calls & (calls - 1) == 0
+
+    def _batched_path_mixes(self) -> None:
+        """The batched path disagreed with the per-example one: fall back, or refuse."""
+        if self.mode == "ghost":
+            raise ValueError(
+                invalid(
+                    "grad_sample_mode",
+                    "'auto' or 'functorch' for this model: on the whole batch its "
+                    "outputs or gradient norms differ from those computed one example "
+                    "at a time, so the model mixes examples (e.g. x - x.mean(0) or "
+                    "functional batch norm) and ghost clipping would not bound each "
+                    "example's contribution",
+                    self.mode,
+                )
+            )
+        warnings.warn(
+            "the model mixes examples when run on a whole batch (its outputs or gradient "
+            "norms differ from those computed one example at a time): ghost clipping is "
+            "switched off and per-example gradients are computed with torch.func",
+            UserWarning,
+            stacklevel=4,
+        )
+        self.ghost_layers = None
+
+
+def _total_squared_norms(grads: Mapping[str, torch.Tensor], batch: int) -> torch.Tensor:
+    """Upper bounds on each example's squared gradient norm over all blocks (float64)."""
+    squared = torch.zeros(batch, dtype=torch.float64)
+    for g in grads.values():
+        squared += _squared_norm_upper(g)
+    return squared
+
+
+def _agree(batched: torch.Tensor, single: torch.Tensor) -> bool:
+    """Whether per-example values from the batched path match those of the per-example path.
+
+    Float rounding differs between the two (other kernels, other summation orders, norm
+    bounds with a relative excess up to 2.4·10⁻⁴), so each value must be within a
+    relative 10⁻³ of its counterpart, or within 10⁻⁶ of the largest value; non-finite
+    values must sit at the same places.
+    """
+    a, b = batched.detach().to(torch.float64), single.detach().to(torch.float64)
+    if a.shape != b.shape:
+        return False
+    finite = torch.isfinite(a)
+    if not torch.equal(finite, torch.isfinite(b)):
+        return False
+    a, b = a[finite], b[finite]
+    if a.numel() == 0:
+        return True
+    floor = 1e-6 * float(torch.maximum(a.abs().max(), b.abs().max()))
+    return bool(((a - b).abs() <= 1e-3 * torch.maximum(a.abs(), b.abs()) + floor).all())
+
+
+def _one_example_error(error: Exception) -> ValueError:
+    return ValueError(
+        "model must compute each example's output from that example alone: per-example "
+        "clipping runs it on batches of one example, where it raised "
+        f"{type(error).__name__}: {error} (batch normalisation and other layers that "
+        "mix examples cannot be trained with DP-SGD; use GroupNorm or LayerNorm)"
+    )
 
 
 class PrivateModule(nn.Module):
