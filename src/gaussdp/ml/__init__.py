@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("gaussdp.ml", "torch") from None
 
 from gaussdp.ml.dpsgd import (
+    AccountantKind,
     DPDataLoader,
     DPOptimizer,
     GradSampleMode,
@@ -40,6 +41,7 @@ from gaussdp.ml.federated import DistributedDiscreteGaussian, DPAggregator, ddg_
 from gaussdp.ml.noise import NoiseMode, SumNoiser
 
 __all__ = [
+    "AccountantKind",
     "DPAggregator",
     "DPDataLoader",
     "DPOptimizer",

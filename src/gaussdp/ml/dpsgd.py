@@ -59,11 +59,18 @@ from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
 
-from gaussdp._validation import check_delta, check_int, check_positive
-from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled, calibrate_noise_multiplier
+from gaussdp._validation import check_delta, check_finite, check_int, check_positive
+from gaussdp.accounting import (
+    Accountant,
+    EpsilonBounds,
+    PLDAccountant,
+    RDPAccountant,
+    Subsampled,
+    calibrate_noise_multiplier,
+)
 from gaussdp.accounting.events import check_rate
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import Gaussian
+from gaussdp.mechanisms import Gaussian, epsilon_with_slack
 from gaussdp.ml._ghost import ghost_clipped_sums, linear_only
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
@@ -75,6 +82,7 @@ from gaussdp.ml.noise import (
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
 
 __all__ = [
+    "AccountantKind",
     "DPDataLoader",
     "DPOptimizer",
     "GradSampleMode",
@@ -645,6 +653,14 @@ class PrivateModule(nn.Module):
         """The wrapped model's forward pass (for evaluation and inference)."""
         return self._module(*args, **kwargs)
 
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's ``state_dict``, with its own keys (no ``_module.`` prefix)."""
+        return self._module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """Load a ``state_dict`` of the wrapped model (the keys of :meth:`state_dict`)."""
+        return self._module.load_state_dict(state_dict, *args, **kwargs)
+
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-example gradients, clipped and summed for the next ``optimizer.step()``.
 
@@ -676,13 +692,23 @@ class DPOptimizer(torch.optim.Optimizer):
     See :func:`make_private`.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, engine: _Engine) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        engine: _Engine,
+        *,
+        accountant: AccountantKind = "pld",
+    ) -> None:
         # Optimizer.__init__ is not called: every optimizer attribute is the wrapped one's.
         self._optimizer = optimizer
         self._engine = engine
-        self._accountant = PLDAccountant()
+        self._kind = check_accountant(accountant)
+        self._accountant: Accountant = _new_accountant(self._kind)
         self._steps = 0
         self._unaccounted = 0  # steps taken but not yet composed into the accountant
+        # Steps of earlier runs (load_state_dict), one entry per configuration; the
+        # steps of this run are counted in _steps and appended by _history().
+        self._loaded: list[dict[str, Any]] = []
         self._grads: torch.Tensor | None = None  # one float32 buffer behind every param.grad
 
     @property
@@ -749,11 +775,16 @@ class DPOptimizer(torch.optim.Optimizer):
         return self._steps
 
     @property
-    def accountant(self) -> PLDAccountant:
-        """A copy of the accountant holding this optimizer's steps."""
+    def accountant(self) -> Accountant:
+        """A copy of the accountant holding this optimizer's steps (loaded ones included)."""
         return self._composed().copy()
 
-    def _composed(self) -> PLDAccountant:
+    @property
+    def accountant_kind(self) -> AccountantKind:
+        """``"pld"`` or ``"rdp"``, as chosen in :func:`make_private`."""
+        return self._kind
+
+    def _composed(self) -> Accountant:
         """The accountant with every step taken composed in (steps are composed in bulk)."""
         if self._unaccounted:
             self._accountant.compose(self._event(), count=self._unaccounted)
@@ -807,25 +838,190 @@ class DPOptimizer(torch.optim.Optimizer):
         return Subsampled(Gaussian(sigma=sigma), rate=self._engine.sample_rate)
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
-        """Bounds on ε at ``delta`` after the steps taken so far (PLD accountant).
+        """Bounds on ε at ``delta`` after the steps taken so far, loaded ones included.
 
         ``upper`` is certified for the lattice noise actually added (the subsampled
-        Gaussian's PLD bound plus the lattice's smoothing slack, see
-        :meth:`SumNoiser.privacy_bounds`); ``lower`` says how tight it is. With σ = 0
+        Gaussian's bound from the accountant plus the lattice's smoothing slack of
+        every step, ε(δe^{−A}) + 2A as in :meth:`SumNoiser.privacy_bounds`); ``lower``
+        says how tight it is (always 0 with ``accountant="rdp"``). With any σ = 0 step
         both are ∞; before any step both are 0.
         """
         delta = check_delta("delta", delta)
-        if self._engine.noiser.noise_multiplier == 0 and self._steps > 0:
+        history = self._history()
+        if any(h["noise_multiplier"] == 0 and h["count"] > 0 for h in history):
             return EpsilonBounds(lower=math.inf, upper=math.inf)
-        return self._engine.noiser.privacy_bounds(self._composed().epsilon, delta, self._steps)
+        accountant = self._composed()
+        bounds = accountant.epsilon(delta)
+        slack = math.fsum(h["count"] * h["smoothing_slack"] for h in history)
+        if slack == 0:
+            return bounds
+        upper = epsilon_with_slack(lambda d: accountant.epsilon(d).upper, delta, slack)
+        return EpsilonBounds(lower=min(bounds.lower, upper), upper=upper)
+
+    def _history(self) -> list[dict[str, Any]]:
+        """Every step taken, loaded ones included: one JSON-able entry per configuration.
+
+        An entry is ``{"mechanism": "subsampled_gaussian", "noise_multiplier": σ,
+        "sample_rate": q, "count": steps, "noise": "secure" | "insecure-float",
+        "smoothing_slack": A per step}``: ``count`` Poisson-subsampled Gaussian
+        steps (Abadi et al. 2016), each certified with the lattice slack A.
+        """
+        history = [dict(h) for h in self._loaded]
+        if self._steps == 0:
+            return history
+        noiser = self._engine.noiser
+        current = {
+            "mechanism": "subsampled_gaussian",
+            "noise_multiplier": noiser.noise_multiplier,
+            "sample_rate": self._engine.sample_rate,
+            "noise": noiser.noise,
+            "smoothing_slack": 0.0 if noiser.lattice is None else noiser.lattice.smoothing_slack,
+        }
+        for entry in history:
+            if all(entry[k] == v for k, v in current.items()):
+                entry["count"] += self._steps
+                return history
+        history.append({**current, "count": self._steps})
+        return history
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state (the accountant is not included)."""
-        return self._optimizer.state_dict()
+        """The wrapped optimizer's state and the privacy history, for a checkpoint.
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load the wrapped optimizer's state."""
-        self._optimizer.load_state_dict(state_dict)
+        ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 1,
+        "accountant": "pld" | "rdp", "steps": n, "history": [...]}}``; the privacy
+        part is plain JSON (see :meth:`_history` for its entries), so it can be stored
+        with the model or in a ledger. :meth:`load_state_dict` restores both.
+        """
+        return {
+            "optimizer": self._optimizer.state_dict(),
+            "privacy": {
+                "format": _CHECKPOINT_FORMAT,
+                "accountant": self._kind,
+                "steps": sum(h["count"] for h in self._history()),
+                "history": self._history(),
+            },
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: the wrapped optimizer's state and the privacy history.
+
+        The steps of the checkpoint replace this optimizer's, and later steps add to
+        them, so ``privacy_spent`` continues from where the checkpoint stopped. A
+        state without the privacy history (e.g. a plain optimizer's) is refused: it
+        would silently restart ε at 0. Nothing is changed when the state is refused.
+
+        Raises
+        ------
+        ValueError
+            If the state lacks a valid privacy history.
+        """
+        if not isinstance(state_dict, Mapping) or "privacy" not in state_dict:
+            keys = sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict
+            raise ValueError(
+                invalid(
+                    "state_dict",
+                    "a DPOptimizer.state_dict() with the accountant's history under "
+                    "'privacy' (loading without it would restart epsilon at 0)",
+                    keys,
+                )
+            )
+        history = _check_history(state_dict["privacy"])
+        accountant = _new_accountant(self._kind)
+        for entry in history:
+            if entry["noise_multiplier"] > 0 and entry["count"] > 0:
+                event = Subsampled(
+                    Gaussian(sigma=entry["noise_multiplier"]), rate=entry["sample_rate"]
+                )
+                accountant.compose(event, count=entry["count"])
+        self._optimizer.load_state_dict(state_dict["optimizer"])
+        self._accountant, self._loaded = accountant, history
+        self._steps = self._unaccounted = 0
+
+
+_CHECKPOINT_FORMAT = 1
+_ENTRY_KEYS = ("mechanism", "noise_multiplier", "sample_rate", "count", "noise", "smoothing_slack")
+
+
+def _check_history(privacy: object) -> list[dict[str, Any]]:
+    """The validated history entries of a checkpoint's privacy part (module docs)."""
+    constraint = (
+        f"a mapping with format {_CHECKPOINT_FORMAT} and a history of entries with keys "
+        f"{', '.join(_ENTRY_KEYS)} (from DPOptimizer.state_dict())"
+    )
+    if not (
+        isinstance(privacy, Mapping)
+        and privacy.get("format") == _CHECKPOINT_FORMAT
+        and isinstance(privacy.get("history"), list)
+    ):
+        raise ValueError(invalid("state_dict['privacy']", constraint, privacy))
+    history = []
+    for entry in privacy["history"]:
+        if not (
+            isinstance(entry, Mapping)
+            and set(entry) == set(_ENTRY_KEYS)
+            and entry["mechanism"] == "subsampled_gaussian"
+            and entry["noise"] in ("secure", "insecure-float")
+        ):
+            raise ValueError(invalid("state_dict['privacy'] entry", constraint, entry))
+        history.append(
+            {
+                "mechanism": "subsampled_gaussian",
+                "noise_multiplier": float(
+                    0.0
+                    if entry["noise_multiplier"] == 0
+                    else check_positive("noise_multiplier", entry["noise_multiplier"])
+                ),
+                "sample_rate": check_rate("sample_rate", entry["sample_rate"]),
+                "count": check_int("count", entry["count"], minimum=0),
+                "noise": entry["noise"],
+                "smoothing_slack": check_finite("smoothing_slack", entry["smoothing_slack"]),
+            }
+        )
+        if history[-1]["smoothing_slack"] < 0:
+            raise ValueError(invalid("smoothing_slack", ">= 0", entry["smoothing_slack"]))
+    return history
+
+
+#: The accountant of :func:`make_private`: ``"pld"`` (tight, with a lower bound) or
+#: ``"rdp"`` (Rényi DP: faster, an upper bound only, looser).
+AccountantKind = Literal["pld", "rdp"]
+
+
+def check_accountant(value: object) -> AccountantKind:
+    """Return ``value`` if it names an accountant of :func:`make_private`."""
+    if value == "pld":
+        return "pld"
+    if value == "rdp":
+        return "rdp"
+    raise ValueError(invalid("accountant", "'pld' or 'rdp'", value))
+
+
+def _new_accountant(kind: AccountantKind) -> Accountant:
+    return PLDAccountant() if kind == "pld" else RDPAccountant()
+
+
+def _calibrate_rdp(target: float, delta: float, rate: float, steps: int) -> float:
+    """The smallest σ (to 10⁻³ relative) whose RDP bound after ``steps`` steps meets ``target``.
+
+    Bisection on σ, which RDP's ε decreases in (Mironov et al. 2019, the accountant of
+    :class:`~gaussdp.accounting.RDPAccountant`); the returned σ is the upper end of the
+    final bracket, so its ε is at most ``target``.
+    """
+    target = check_positive("target_epsilon", target)
+
+    def eps(sigma: float) -> float:
+        acc = RDPAccountant().compose(Subsampled(Gaussian(sigma=sigma), rate=rate), count=steps)
+        return acc.epsilon(delta).upper
+
+    lo, hi = 0.05, 1.0
+    while eps(hi) > target:
+        lo, hi = hi, 2 * hi
+        if hi > 1e6:
+            raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
+    while hi / lo > 1 + 1e-3:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps(mid) > target else (lo, mid)
+    return hi
 
 
 class PrivateTraining(NamedTuple):
@@ -874,6 +1070,7 @@ def make_private(
     epochs: int | None = None,
     noise: NoiseMode = "secure",
     grad_sample_mode: GradSampleMode = "auto",
+    accountant: AccountantKind = "pld",
     rng: RandomSource | None = None,
 ) -> PrivateTraining:
     r"""Wrap a model, its optimizer and its data loader for DP-SGD (Abadi et al. 2016).
@@ -913,7 +1110,15 @@ def make_private(
         from activations and output gradients, and the clipped sum as one float64
         matrix product, without materialising per-example gradients; only when
         ``nn.Linear`` layers on ``[batch, features]`` inputs hold every trainable
-        parameter. ``"auto"`` uses ghost clipping where it applies.
+        parameter. ``"auto"`` uses ghost clipping where it applies. The batched path
+        is checked against the per-example one on calls 0, 1, 2, 4, …: on a
+        disagreement (a model that mixes examples) ``"auto"`` falls back to
+        ``torch.func`` with a warning and ``"ghost"`` raises ``ValueError``.
+    accountant : {"pld", "rdp"}, default "pld"
+        ``"pld"``: privacy loss distributions, a certified upper bound and a lower
+        bound (:class:`~gaussdp.accounting.PLDAccountant`). ``"rdp"``: Rényi DP,
+        faster, an upper bound only and looser (lower bound reported as 0). Also
+        used to calibrate σ from ``target_epsilon``.
     rng : RandomSource, optional
         Source of the sampling and noise randomness; ``None`` is the operating
         system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
@@ -967,6 +1172,7 @@ def make_private(
     clip = check_positive("max_grad_norm", max_grad_norm, allow_inf=True)
     delta = check_delta("delta", delta)
     mode = check_noise_mode(noise)
+    kind = check_accountant(accountant)
     if grad_sample_mode not in ("auto", "functorch", "ghost"):
         raise ValueError(
             invalid("grad_sample_mode", "'auto', 'functorch' or 'ghost'", grad_sample_mode)
@@ -997,7 +1203,11 @@ def make_private(
         if epochs is None:
             raise ValueError(invalid("epochs", "an integer >= 1 with target_epsilon", epochs))
         epochs = check_int("epochs", epochs, minimum=1)
-        sigma = calibrate_noise_multiplier(target_epsilon, delta, rate, epochs * steps_per_epoch)
+        total = epochs * steps_per_epoch
+        if kind == "pld":
+            sigma = calibrate_noise_multiplier(target_epsilon, delta, rate, total)
+        else:
+            sigma = _calibrate_rdp(target_epsilon, delta, rate, total)
     else:
         sigma = check_noise_multiplier(noise_multiplier)
     if math.isinf(clip) and sigma > 0:
@@ -1027,7 +1237,9 @@ def make_private(
         collate_fn=data_loader.collate_fn,
         num_workers=data_loader.num_workers,
     )
-    return PrivateTraining(PrivateModule(engine), DPOptimizer(optimizer, engine), loader)
+    return PrivateTraining(
+        PrivateModule(engine), DPOptimizer(optimizer, engine, accountant=kind), loader
+    )
 
 
 def _check_optimizer_params(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -1,0 +1,147 @@
+"""Checkpoints carry the model's own keys and the accountant's history; choice of accountant."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from gaussdp.accounting import (  # noqa: E402
+    PLDAccountant,
+    RDPAccountant,
+    Subsampled,
+    calibrate_noise_multiplier,
+)
+from gaussdp.mechanisms import Gaussian  # noqa: E402
+from gaussdp.ml import make_private  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+DELTA = 1e-5
+
+
+def _data() -> TensorDataset:
+    gen = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(100, 5, generator=gen), torch.randint(0, 3, (100,)))
+
+
+def _setup(seed: int, **kwargs: object):  # type: ignore[no-untyped-def]
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    options: dict[str, object] = {"noise_multiplier": 1.2, "rng": ChaCha20Random(seed)}
+    options.update(kwargs)
+    return make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9),
+        DataLoader(_data(), batch_size=10),  # q = 0.1, 10 steps per pass
+        loss_fn=nnf.cross_entropy,
+        max_grad_norm=1.0,
+        delta=DELTA,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _train(model, optimizer, loader, passes: int) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(passes):
+        for x, y in loader:
+            optimizer.zero_grad()
+            model.backward(x, y)
+            optimizer.step()
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_resumed_run_reports_the_epsilon_of_the_whole_run(accountant: str) -> None:
+    model, optimizer, loader = _setup(1, accountant=accountant)
+    _train(model, optimizer, loader, 5)  # 50 steps
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)
+    assert set(checkpoint["model"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    json.dumps(checkpoint["optimizer"]["privacy"])  # the history is plain JSON
+    fresh_model, fresh_optimizer, fresh_loader = _setup(2, accountant=accountant)
+    fresh_model.load_state_dict(checkpoint["model"])
+    fresh_optimizer.load_state_dict(checkpoint["optimizer"])
+    for a, b in zip(fresh_model.module.parameters(), model.module.parameters(), strict=True):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(
+        fresh_optimizer.state_dict()["optimizer"], optimizer.state_dict()["optimizer"]
+    )
+    assert fresh_optimizer.privacy_spent(DELTA) == optimizer.privacy_spent(DELTA)
+    _train(fresh_model, fresh_optimizer, fresh_loader, 5)  # 50 more
+
+    whole_model, whole_optimizer, whole_loader = _setup(3, accountant=accountant)
+    _train(whole_model, whole_optimizer, whole_loader, 10)  # 100 uninterrupted
+    assert fresh_optimizer.privacy_spent(DELTA) == whole_optimizer.privacy_spent(DELTA)
+    assert fresh_optimizer.state_dict()["privacy"] == whole_optimizer.state_dict()["privacy"]
+    assert fresh_optimizer.state_dict()["privacy"]["steps"] == 100
+
+
+def test_loading_without_the_history_is_refused() -> None:
+    model, optimizer, loader = _setup(1)
+    _train(model, optimizer, loader, 1)
+    before = optimizer.privacy_spent(DELTA)
+    plain = optimizer.optimizer.state_dict()
+    with pytest.raises(ValueError, match="state_dict must be a DPOptimizer.state_dict"):
+        optimizer.load_state_dict(plain)
+    broken = optimizer.state_dict()
+    broken["privacy"]["history"][0]["count"] = -1
+    with pytest.raises(ValueError, match="count must be"):
+        optimizer.load_state_dict(broken)
+    del broken["privacy"]["history"][0]["noise"]
+    with pytest.raises(ValueError, match=r"state_dict\['privacy'\] entry must be"):
+        optimizer.load_state_dict(broken)
+    assert optimizer.privacy_spent(DELTA) == before  # nothing changed
+
+
+def test_history_of_another_configuration_is_composed_as_its_own_events() -> None:
+    model, optimizer, loader = _setup(1, noise_multiplier=2.0)
+    _train(model, optimizer, loader, 1)  # 10 steps at sigma 2
+    _, other, other_loader = _setup(2, noise_multiplier=1.0)
+    other.load_state_dict(optimizer.state_dict())
+    _train(_, other, other_loader, 2)  # 20 steps at sigma 1
+    history = other.state_dict()["privacy"]["history"]
+    assert [(h["noise_multiplier"], h["count"]) for h in history] == [(2.0, 10), (1.0, 20)]
+    expected = (
+        PLDAccountant()
+        .compose(Subsampled(Gaussian(sigma=2.0), rate=0.1), 10)
+        .compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 20)
+    )
+    bounds, reference = other.privacy_spent(DELTA), expected.epsilon(DELTA)
+    assert reference.upper <= bounds.upper <= reference.upper * (1 + 1e-12)
+
+
+def test_rdp_accountant_reports_the_rdp_bound() -> None:
+    model, optimizer, loader = _setup(1, accountant="rdp")
+    _train(model, optimizer, loader, 2)
+    bounds = optimizer.privacy_spent(DELTA)
+    reference = (
+        RDPAccountant().compose(Subsampled(Gaussian(sigma=1.2), rate=0.1), 20).epsilon(DELTA)
+    )
+    assert bounds.lower == 0
+    assert reference.upper <= bounds.upper <= reference.upper * (1 + 1e-12)
+    assert isinstance(optimizer.accountant, RDPAccountant)
+    assert optimizer.accountant_kind == "rdp"
+
+
+def test_target_epsilon_with_rdp_calibrates_with_rdp() -> None:
+    _, rdp_opt, _ = _setup(1, noise_multiplier=None, target_epsilon=2.0, epochs=3, accountant="rdp")
+    sigma = rdp_opt.noise_multiplier
+    event = Subsampled(Gaussian(sigma=sigma), rate=0.1)
+    assert RDPAccountant().compose(event, 30).epsilon(DELTA).upper <= 2.0
+    looser = Subsampled(Gaussian(sigma=sigma / 1.002), rate=0.1)
+    assert RDPAccountant().compose(looser, 30).epsilon(DELTA).upper > 2.0
+    # RDP is looser than PLD, so it needs more noise for the same target.
+    assert sigma > calibrate_noise_multiplier(2.0, DELTA, 0.1, 30)
+
+
+def test_bad_accountant_is_refused() -> None:
+    with pytest.raises(ValueError, match="accountant must be 'pld' or 'rdp', got 'gdp'"):
+        _setup(1, accountant="gdp")
