@@ -1,8 +1,9 @@
 """A pure-Python implementation of the bounding and aggregation of gaussdp.release.sql.
 
 Used with tables where no unit has more groups than L0 (so the random L0 choice
-keeps everything and the result is deterministic); values are multiples of 1/4
-so that sums are exact in any order.
+keeps everything and the result is deterministic). Written independently of the
+SQL: each row's clamped value is put on the grid, a unit's cell sums those
+integers, and the rescaling to L∞ rows is exact rational arithmetic.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -28,8 +30,7 @@ def bounded_aggregates(
 ) -> dict[tuple[Any, ...], dict[str, int]]:
     """Per group: distinct units, capped rows, capped valid rows, sum on the grid (integers)."""
     lo, hi = bounds
-    total_lo, total_hi = linf * min(lo, 0.0), linf * max(hi, 0.0)
-    cells: dict[tuple[Any, tuple[Any, ...]], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    cells: dict[tuple[Any, tuple[Any, ...]], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
         if r[unit] is None or any(r[b] is None for b in by):
             continue  # NULL privacy unit or NULL group key: the row is dropped
@@ -38,7 +39,7 @@ def bounded_aggregates(
         v = r[value]
         if v is not None and not math.isnan(v):  # NULL/NaN: ignored by the value queries
             cell[1] += 1
-            cell[2] += min(max(v, lo), hi)
+            cell[2] += math.floor(Fraction(min(max(v, lo), hi)) / Fraction(gamma) + Fraction(1, 2))
     out: dict[tuple[Any, ...], dict[str, int]] = defaultdict(
         lambda: {"units": 0, "rows": 0, "valid": 0, "sum": 0}
     )
@@ -48,9 +49,8 @@ def bounded_aggregates(
         g["rows"] += min(int(n), linf)
         g["valid"] += min(int(nv), linf)
         if nv:
-            c = s * float(linf) / nv if nv > linf else s
-            c = min(max(c, total_lo), total_hi)
-            g["sum"] += math.floor(c / gamma + 0.5)
+            # The unit's exact integer sum, rescaled to L∞ rows and rounded half up.
+            g["sum"] += math.floor(Fraction(s * linf, nv) + Fraction(1, 2)) if nv > linf else s
     return dict(out)
 
 

@@ -72,9 +72,10 @@ def test_sigma_by_hand_for_a_mu_budget() -> None:
     assert count.mu == pytest.approx(math.sqrt(0.5), rel=1e-9)
     assert count.rho == pytest.approx(12 / (2 * 33), rel=1e-9)  # CKS Thm 4, for information
     s = costs[("mean(m)", "sum")]
-    # γ = 1/4, K = 480 grid steps (as in the zCDP hand computation): σ² = 3·480²/(1/4) + 9.
-    assert s.gamma == 0.25
-    assert s.sigma == pytest.approx(0.25 * math.sqrt(3 * 480**2 / 0.25 + 9), rel=1e-9)
+    # Rows on the grid γ = 2^⌊log2(60/256)⌋ = 1/8 (a row ≤ 480 steps), K = L∞·480 = 960
+    # (as in the zCDP hand computation): σ² = 3·960²/(1/4) + 9.
+    assert s.gamma == 0.125
+    assert s.sigma == pytest.approx(0.125 * math.sqrt(3 * 960**2 / 0.25 + 9), rel=1e-9)
     c = costs[("mean(m)", "count")]
     assert c.sigma == pytest.approx(math.sqrt(12 / 0.25 + 9), rel=1e-9)
     assert report.mode == "gdp"

@@ -67,7 +67,7 @@ def test_duckdb_matches_reference(kind: str, tmp_path: Path) -> None:
         .mean("minutes", bounds=(0, 100), by="page")
     )
     got = outputs_by_kind(release)
-    gamma = grid_step(2 * 100.0)
+    gamma = grid_step(100.0)
     want = bounded_aggregates(
         rows, unit="user", by=("page",), value="minutes", bounds=(0.0, 100.0), linf=2, gamma=gamma
     )
@@ -92,7 +92,7 @@ def test_zero_noise_results_equal_reference(no_noise: None) -> None:
         .mean("minutes", bounds=(0, 100), by="page", keys=["a", "b", "c", "zzz"])
         .run(rng=ChaCha20Random(0))
     )
-    gamma = grid_step(200.0)
+    gamma = grid_step(100.0)
     want = bounded_aggregates(
         rows, unit="user", by=("page",), value="minutes", bounds=(0.0, 100.0), linf=2, gamma=gamma
     )
@@ -155,11 +155,11 @@ def test_sigma_equals_hand_computation() -> None:
     assert count.sensitivity == pytest.approx(math.sqrt(12))
     assert count.sigma == pytest.approx(math.sqrt(24), rel=1e-9)
     s = costs[("mean(m)", "sum")]
-    # Per-cell total ≤ L∞·60 = 120, γ = 2^⌊log2(120/256)⌋ = 1/4, K = 480 grid steps;
-    # Δ = √3·480 steps; σ = γ·√(3·480²/(2·0.125)).
-    assert s.gamma == 0.25
+    # Each row on the grid γ = 2^⌊log2(60/256)⌋ = 1/8, so a row is ≤ 480 steps and a
+    # unit's cell ≤ K = L∞·480 = 960 steps; Δ = √3·960 steps; σ = γ·√(3·960²/(2·0.125)).
+    assert s.gamma == 0.125
     assert s.sensitivity == pytest.approx(math.sqrt(3) * 120)
-    assert s.sigma == pytest.approx(0.25 * math.sqrt(3 * 480**2 / 0.25), rel=1e-9)
+    assert s.sigma == pytest.approx(0.125 * math.sqrt(3 * 960**2 / 0.25), rel=1e-9)
     c = costs[("mean(m)", "count")]
     assert c.sigma == pytest.approx(math.sqrt(12 / 0.25), rel=1e-9)
     assert release.report.rho == pytest.approx(0.5, rel=1e-9)

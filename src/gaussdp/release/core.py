@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,10 +19,10 @@ from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import _noise
-from gaussdp.release.engines import open_engine
+from gaussdp.release.engines import Engine, open_engine
 from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
 from gaussdp.release.queries import KeyTuple, Query, key_tuples
-from gaussdp.release.sql import grouping_sql
+from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -227,6 +229,16 @@ class Release:
     selection_weight : float
         Budget weight of each private partition selection relative to a query's
         (default 1).
+    memory_limit : int or str, optional
+        DuckDB only: the memory DuckDB may use, in bytes or as a size string
+        (``"2GB"``, ``"512MiB"``). Default a quarter of the machine's memory, at
+        most 1 GiB; beyond it DuckDB spills to ``temp_directory``.
+    temp_directory : str or path, optional
+        DuckDB only: where it spills (default a fresh directory under the
+        system's temporary directory, removed after the run).
+    threads : int, optional
+        DuckDB only: worker threads (default all cores). Results do not depend
+        on it: the bounding is exact integer arithmetic.
 
     Examples
     --------
@@ -259,6 +271,9 @@ class Release:
         confidence: float = 0.95,
         selection_delta: float | None = None,
         selection_weight: float = 1.0,
+        memory_limit: int | str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise TypeError(invalid("privacy_unit", "a column name (str)", privacy_unit))
@@ -271,6 +286,10 @@ class Release:
         self.budget = budget
         self.max_groups_per_unit = check_int("max_groups_per_unit", max_groups_per_unit, minimum=1)
         self.max_rows_per_group = check_int("max_rows_per_group", max_rows_per_group, minimum=1)
+        if self.max_rows_per_group > MAX_ROWS_PER_GROUP:
+            raise ValueError(
+                invalid("max_rows_per_group", f"at most {MAX_ROWS_PER_GROUP}", max_rows_per_group)
+            )
         self.engine = engine
         self.confidence = check_probability("confidence", confidence, open_interval=True)
         self.selection_delta = (
@@ -279,6 +298,19 @@ class Release:
             else check_probability("selection_delta", selection_delta, open_interval=True)
         )
         self.selection_weight = check_positive("selection_weight", selection_weight)
+        self.memory_limit = _memory_limit(memory_limit)
+        if temp_directory is not None and not isinstance(temp_directory, str | os.PathLike):
+            raise TypeError(invalid("temp_directory", "a directory path", temp_directory))
+        self.temp_directory = temp_directory
+        self.threads = None if threads is None else check_int("threads", threads, minimum=1)
+        if engine != "duckdb" and (memory_limit, temp_directory, threads) != (None, None, None):
+            raise ValueError(
+                invalid(
+                    "memory_limit, temp_directory and threads",
+                    "given only for engine 'duckdb' (configure Spark through its session)",
+                    engine,
+                )
+            )
         self._queries: list[Query] = []
 
     # -- building ---------------------------------------------------------------------
@@ -441,7 +473,7 @@ class Release:
         source = check_rng(rng)
         plan = self.plan()
         report = _report(plan, self._queries)
-        engine = open_engine(self.engine, self.source)
+        engine = _open(self)
         try:
             needs: dict[str, bool] = {self.privacy_unit: False}
             for q in self._queries:
@@ -451,18 +483,7 @@ class Release:
                     needs[c] = True
             engine.check_columns(needs)
             view = engine.register(plan.internal)
-            sqls = tuple(
-                grouping_sql(
-                    source=view,
-                    keys=g.by,
-                    histogram=g.histogram,
-                    values=tuple(g.values),
-                    outputs=tuple(g.outputs),
-                    l0=g.l0,
-                    linf=self.max_rows_per_group,
-                )
-                for g in plan.groupings
-            )
+            sqls = _sqls(plan, view, self.max_rows_per_group, source)
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
@@ -496,26 +517,59 @@ class Release:
         return release_from_spec(spec, source, engine=engine)
 
 
-def _aggregate(release: Release) -> tuple[Plan, list[list[tuple[Any, ...]]]]:
+def _sqls(plan: Plan, view: str, linf: int, rng: RandomSource) -> tuple[str, ...]:
+    """One query per grouping; each L0 salt is 62 bits drawn from ``rng`` (issue 11 item 5)."""
+    return tuple(
+        grouping_sql(
+            source=view,
+            keys=g.by,
+            histogram=g.histogram,
+            values=tuple(g.values),
+            outputs=tuple(g.outputs),
+            l0=g.l0,
+            linf=linf,
+            salt=rng.randbits(62),
+        )
+        for g in plan.groupings
+    )
+
+
+_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
+
+
+def _memory_limit(value: object) -> int | str | None:
+    """A memory limit: bytes (int ≥ 1 MiB) or a size string like ``"2GB"``/``"512MiB"``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and _SIZE.fullmatch(value):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 2**20:
+        return value
+    raise ValueError(
+        invalid("memory_limit", "bytes (an int >= 1 MiB) or a size such as '2GB'", value)
+    )
+
+
+def _open(release: Release) -> Engine:
+    return open_engine(
+        release.engine,
+        release.source,
+        memory_limit=release.memory_limit,
+        temp_directory=release.temp_directory,
+        threads=release.threads,
+    )
+
+
+def _aggregate(
+    release: Release, rng: RandomSource | None = None
+) -> tuple[Plan, list[list[tuple[Any, ...]]]]:
     """Run only the engine part (bounding and aggregation); for tests and audits."""
     plan = release.plan()
-    engine = open_engine(release.engine, release.source)
+    engine = _open(release)
     try:
         view = engine.register(plan.internal)
-        rows = [
-            engine.query(
-                grouping_sql(
-                    source=view,
-                    keys=g.by,
-                    histogram=g.histogram,
-                    values=tuple(g.values),
-                    outputs=tuple(g.outputs),
-                    l0=g.l0,
-                    linf=release.max_rows_per_group,
-                )
-            )
-            for g in plan.groupings
-        ]
+        sqls = _sqls(plan, view, release.max_rows_per_group, check_rng(rng))
+        rows = [engine.query(sql) for sql in sqls]
     finally:
         engine.close()
     return plan, rows

@@ -11,6 +11,8 @@ Python tuples. The privacy-relevant logic is all in that one SQL text.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -97,40 +99,87 @@ class Engine(ABC):
                 )
 
 
+def default_memory_limit() -> int:
+    """DuckDB's memory limit when none is given: a quarter of the machine's memory, at most
+    1 GiB (at least 256 MiB). Beyond it DuckDB spills to its temporary directory, so a
+    release's peak memory does not grow with the table."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - not POSIX
+        total = 4 * 2**30
+    return max(256 * 2**20, min(2**30, total // 4))
+
+
 class DuckDBEngine(Engine):
-    """DuckDB (embedded): CSV or Parquet paths, pandas, polars and Arrow frames."""
+    """DuckDB (embedded): CSV or Parquet paths, pandas, polars and Arrow frames.
+
+    ``memory_limit`` (bytes, or a DuckDB size string such as ``"2GB"``; default
+    :func:`default_memory_limit`), ``temp_directory`` (where DuckDB spills;
+    default a fresh directory under the system's temporary directory, removed
+    on :meth:`close`) and ``threads`` (default: DuckDB's, all cores) configure
+    the connection.
+    """
 
     name = "duckdb"
 
-    def __init__(self, source: object) -> None:
+    def __init__(
+        self,
+        source: object,
+        *,
+        memory_limit: int | str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+    ) -> None:
         import duckdb  # core dependency; imported here so `import gaussdp` stays light
 
         self._duckdb = duckdb
-        self._con = duckdb.connect()
+        self._tmp: str | None = None
+        if temp_directory is None:
+            self._tmp = tempfile.mkdtemp(prefix="gaussdp-duckdb-")
+            temp_directory = self._tmp
+        limit = default_memory_limit() if memory_limit is None else memory_limit
+        config: dict[str, Any] = {
+            "memory_limit": f"{limit}B" if isinstance(limit, int) else limit,
+            "temp_directory": str(temp_directory),
+            "preserve_insertion_order": False,  # results are keyed, never ordered by input
+        }
+        if threads is not None:
+            config["threads"] = threads
+        try:
+            self._con = duckdb.connect(config=config)
+        except duckdb.Error as error:
+            self._remove_tmp()
+            raise ValueError(
+                invalid("DuckDB settings", "valid (memory_limit, threads)", str(error))
+            ) from None
         con = self._con
-        if isinstance(source, str | os.PathLike):
-            path = Path(source)
-            kind = _file_kind(path)
-            if not path.is_file():
-                raise FileNotFoundError(invalid("data", "an existing file", str(path)))
-            if kind == "parquet":
-                self._rel = con.read_parquet(str(path))
+        try:
+            if isinstance(source, str | os.PathLike):
+                path = Path(source)
+                kind = _file_kind(path)
+                if not path.is_file():
+                    raise FileNotFoundError(invalid("data", "an existing file", str(path)))
+                if kind == "parquet":
+                    self._rel = con.read_parquet(str(path))
+                else:
+                    self._rel = con.read_csv(str(path), header=True)
+            elif _module(source) == "pandas":
+                self._rel = con.from_df(source)  # type: ignore[arg-type]
+            elif _module(source) == "polars":
+                self._rel = con.from_arrow(source.to_arrow())  # type: ignore[attr-defined]
+            elif _module(source) == "pyarrow":
+                self._rel = con.from_arrow(source)
             else:
-                self._rel = con.read_csv(str(path), header=True)
-        elif _module(source) == "pandas":
-            self._rel = con.from_df(source)  # type: ignore[arg-type]
-        elif _module(source) == "polars":
-            self._rel = con.from_arrow(source.to_arrow())  # type: ignore[attr-defined]
-        elif _module(source) == "pyarrow":
-            self._rel = con.from_arrow(source)
-        else:
-            raise TypeError(
-                invalid(
-                    "source",
-                    "a CSV/Parquet path or a pandas, polars or Arrow table for engine 'duckdb'",
-                    type(source).__name__,
+                raise TypeError(
+                    invalid(
+                        "source",
+                        "a CSV/Parquet path or a pandas, polars or Arrow table for engine 'duckdb'",
+                        type(source).__name__,
+                    )
                 )
-            )
+        except BaseException:
+            self.close()
+            raise
         self._views: list[str] = []
 
     @property
@@ -154,6 +203,12 @@ class DuckDBEngine(Engine):
 
     def close(self) -> None:
         self._con.close()
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
 
 class SparkEngine(Engine):
@@ -219,7 +274,17 @@ class SparkEngine(Engine):
         return view
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
-        return [tuple(row) for row in self._spark.sql(sql).collect()]
+        # ANSI mode: an integer overflow in the bounding raises instead of wrapping.
+        conf = self._spark.conf
+        before = conf.get("spark.sql.ansi.enabled", None)
+        conf.set("spark.sql.ansi.enabled", "true")
+        try:
+            return [tuple(row) for row in self._spark.sql(sql).collect()]
+        finally:
+            if before is None:
+                conf.unset("spark.sql.ansi.enabled")
+            else:
+                conf.set("spark.sql.ansi.enabled", before)
 
     def close(self) -> None:
         for view in self._views:
@@ -234,10 +299,20 @@ def _spark_table_exists(spark: Any, name: str) -> bool:
         return False
 
 
-def open_engine(engine: str, source: object) -> Engine:
-    """Open ``source`` on ``engine`` (``'duckdb'`` or ``'spark'``)."""
+def open_engine(engine: str, source: object, **options: Any) -> Engine:
+    """Open ``source`` on ``engine`` (``'duckdb'`` or ``'spark'``); ``options`` are DuckDB's
+    ``memory_limit``, ``temp_directory`` and ``threads`` (``None`` values are ignored)."""
+    options = {k: v for k, v in options.items() if v is not None}
     if engine == "duckdb":
-        return DuckDBEngine(source)
+        return DuckDBEngine(source, **options)
+    if options:
+        raise ValueError(
+            invalid(
+                "engine options",
+                "given only for engine 'duckdb' (configure Spark through its session)",
+                sorted(options),
+            )
+        )
     if engine == "spark":
         return SparkEngine(source)
     raise ValueError(invalid("engine", "'duckdb' or 'spark'", engine))

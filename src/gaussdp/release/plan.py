@@ -9,19 +9,24 @@ Sensitivities (add/remove one privacy unit, REFERENCE §1), with L0 =
 - count: a unit adds at most L∞ to each of at most L0 cells, so the L2
   sensitivity is √L0·L∞ (the Gaussian's advantage over Laplace, whose L1
   sensitivity is L0·L∞).
-- sum with bounds [lo, hi]: a unit's per-cell total lies in
-  [L∞·min(lo, 0), L∞·max(hi, 0)]; it is rounded to the grid γ *per cell*
-  (``FLOOR(c/γ + 1/2)`` in the SQL) and the integers are summed exactly, so in
-  grid units a unit changes a cell by at most K = max(|⌊L∞·min(lo,0)/γ + ½⌋|,
-  |⌊L∞·max(hi,0)/γ + ½⌋|) ≤ L∞·max(|lo|, |hi|)/γ + ½ and the L2 sensitivity is
-  √L0·K. The rounding is thereby charged to the sensitivity (DESIGN decision 1).
-- vector sum with row norm C: a unit's per-cell vector has norm ≤ L∞·C;
-  rounding each of the d coordinates moves it by at most √d/2 grid units
-  (triangle inequality), so K = L∞·C·(1 + 10⁻⁶)/γ + √d/2 (the factor absorbs
+- sum with bounds [lo, hi]: each row's clamped value is rounded to the grid γ
+  *per row* (``FLOOR(v/γ + 1/2)`` in the SQL, monotone, so the integer lies in
+  [r_lo, r_hi] = [⌊lo/γ + ½⌋, ⌊hi/γ + ½⌋]); a unit's cell is the exact integer
+  sum of its rows, rescaled to L∞ rows when it has more (⌊S·L∞/n + ½⌋, which
+  stays in [L∞·r_lo, L∞·r_hi] since those ends are integers). So in grid units
+  a unit changes a cell by at most K = L∞·max(−min(r_lo, 0), max(r_hi, 0)) and
+  the L2 sensitivity is √L0·K. The rounding is thereby charged to the
+  sensitivity (DESIGN decision 1); the aggregate is exact integer arithmetic,
+  independent of row order, threads and engine (issue 12).
+- vector sum with row norm C over d columns: each row is clipped to C and each
+  coordinate rounded to γ, moving the row by ≤ √d/2 grid units (triangle
+  inequality); rescaling the cell's integer sum to L∞ rows and rounding again
+  adds ≤ √d/2, so K = L∞·(C·(1 + 10⁻⁶)/γ + √d/2) + √d/2 (the factor absorbs
   float error in the clipping), and the L2 sensitivity is √L0·K.
 
-γ is the largest power of two ≤ (per-cell bound)/256, so K·γ exceeds the
-continuous sensitivity by at most 1/512 of it (≤ 0.4 % more variance).
+γ is the largest power of two ≤ (per-row bound)/256 — max(|lo|, |hi|) for a
+sum, C/√d per coordinate for a vector — so K·γ exceeds the continuous
+sensitivity by at most ~1/512 of it (≤ 0.4 % more variance).
 
 A *part* is one noisy vector accounted as a whole: a count or a sum over all
 cells of a grouping, a vector sum's d coordinates over all cells, or a private
@@ -480,29 +485,36 @@ def _split(
                 noise.count(qi, g.output_index(Output("rows")), linf, share)
             elif q.statistic in ("sum", "mean"):
                 lo, hi = q.bounds or (0.0, 0.0)
-                i = g.value_index(ScalarValue(name("x", q.columns[0]), lo, hi))
-                total_lo, total_hi = linf * min(lo, 0.0), linf * max(hi, 0.0)
-                gamma = grid_step(max(abs(total_lo), abs(total_hi)))
-                k = max(
-                    abs(_round_half_up(total_lo / gamma)), abs(_round_half_up(total_hi / gamma))
-                )
-                out = g.output_index(Output("sum", i, -1, gamma, total_lo, total_hi))
+                # Rows are put on the grid one by one (FLOOR(v/γ + ½) of the clamped
+                # value, monotone): each row's integer lies in [r_lo, r_hi], so a unit's
+                # per-cell contribution, exact integers rescaled to ≤ L∞ rows, lies in
+                # [L∞·min(r_lo, 0), L∞·max(r_hi, 0)] (module docstring).
+                gamma = grid_step(max(abs(lo), abs(hi)))
+                total_lo = linf * min(_round_half_up(lo / gamma), 0)
+                total_hi = linf * max(_round_half_up(hi / gamma), 0)
+                k = max(-total_lo, total_hi)
+                i = g.value_index(ScalarValue(name("x", q.columns[0]), lo, hi, gamma))
+                out = g.output_index(Output("sum", i, -1, total_lo, total_hi))
                 noise.add(qi, "sum", gamma, Fraction(l0 * k * k), share, [("sum", out)])
                 if q.statistic == "mean":
                     noise.count(qi, g.output_index(Output("valid", i)), linf, share)
             else:
                 norm = q.norm or 0.0
                 cols = tuple(name("x", c) for c in q.columns)
-                i = g.value_index(VectorValue(cols, norm))
-                gamma = grid_step(linf * norm)
-                k_vec = linf * norm * (1 + _FLOAT_SLACK) / gamma + math.sqrt(len(cols)) / 2
+                # Per row: clipped to norm C, each coordinate rounded to the grid (moves the
+                # row by ≤ √d/2 grid steps); the cell's exact integer sum rescaled to ≤ L∞
+                # rows and rounded again (≤ √d/2 more): K = L∞·(C(1+10⁻⁶)/γ + √d/2) + √d/2.
+                gamma = grid_step(norm / math.sqrt(len(cols)))
+                i = g.value_index(VectorValue(cols, norm, gamma))
+                half_d = Fraction(math.nextafter(math.sqrt(len(cols)), math.inf)) / 2
+                row = Fraction(norm) * (1 + Fraction(_FLOAT_SLACK)) / Fraction(gamma) + half_d
+                k_vec = linf * row + half_d
                 # The d coordinates are one part with L2 sensitivity √L0·K (CKS Thm 14; one
                 # continuous Gaussian vector in the smoothing argument).
                 roles = [
-                    (f"coord{a}", g.output_index(Output("coord", i, a, gamma)))
-                    for a in range(len(cols))
+                    (f"coord{a}", g.output_index(Output("coord", i, a))) for a in range(len(cols))
                 ]
-                noise.add(qi, "vector", gamma, Fraction(l0) * Fraction(k_vec) ** 2, share, roles)
+                noise.add(qi, "vector", gamma, Fraction(l0) * k_vec**2, share, roles)
                 if q.statistic == "vector_mean":
                     noise.count(qi, g.output_index(Output("valid", i)), linf, share)
         if g.private_keys:

@@ -7,43 +7,51 @@ engine adapter, so user column names never appear in the SQL text. Bounds enter
 as typed literals (``CAST(1.20000000000000000e+02 AS DOUBLE)``); integers as
 integer literals.
 
+**Exact integer arithmetic.** Every value is put on its query's noise grid γ
+*per row*, before anything is added: a row's clamped value ``v`` becomes the
+integer ``FLOOR(v/γ + 0.5)`` (a function of that row alone), and from there on
+every sum, rescaling and clamp is integer arithmetic (BIGINT, overflow raising
+an error on both engines; Spark runs the query with ANSI mode on). So the
+bounded aggregate is a function of the multiset of rows: independent of row
+order, thread count and engine. (A floating-point ``SUM`` followed by rounding,
+as before, let the order of additions — which depends on the rest of the
+table — move a unit's rounded cell by whole grid steps: issue 12.)
+
 The query, for one grouping (:data:`TEMPLATE`):
 
-1. ``base``: drop rows whose privacy unit or a group key is NULL; clamp each
-   scalar value to its bounds, NULL and NaN staying NULL (a NULL value is
-   ignored by the queries that use that column and counted by none of them);
-   compute each vector row's L2 clip factor (a row with any NULL, NaN or
-   infinite coordinate is ignored by that vector query); compute the
+1. ``raw``/``base``: drop rows whose privacy unit or a group key is NULL; clamp
+   each scalar value to its bounds and round it to the grid (NULL and NaN stay
+   NULL: ignored by the queries that use that column); clip each vector row
+   to L2 norm C and round each coordinate to the grid (a row with any NULL,
+   NaN or infinite coordinate is ignored by that vector query); compute the
    histogram bin (values outside the edges go to the end bins).
-2. ``ranked``: **L0** — each unit keeps the rows of at most
-   ``max_groups_per_unit`` of its groups, chosen in a uniformly random order:
-   every row gets ``h = hash(hash(pu, keys…, salt))`` (equal for all rows of a
-   (unit, group) cell; ``salt`` a fresh random literal per query, so the order
-   is new each run; the outer ``hash`` mixes the salt in, which DuckDB's
-   multi-argument ``hash`` alone does poorly), and a row is kept if ``h`` is
-   among its unit's ``L0`` smallest distinct values (``DENSE_RANK() - 1 < L0``)
-   and its keys equal those of the first row with the same ``h``
-   (``FIRST_VALUE`` over the peer rows). A hash collision between two cells of
-   a unit thus keeps only one of them, so no unit keeps more than ``L0``
-   groups, whatever the engine's hash. The choice depends only on the unit's
-   own rows. Ranking rows rather than cells avoids aggregating every
-   (unit, group) cell before the choice, and ordering by one integer is cheap.
-3. ``kept``: one row per kept (unit, group) with its row counts and sums.
+2. ``cells``: one row per (unit, group) with its row count, valid-value counts
+   and exact integer sums.
+3. ``kept``: **L0** — each unit keeps at most ``max_groups_per_unit`` of its
+   cells, in a uniformly random order: each cell gets
+   ``h = hash(hash(pu, keys…, salt))`` (``salt`` a random literal per query,
+   drawn from the release's ``rng``; the outer ``hash`` mixes the salt in,
+   which DuckDB's multi-argument ``hash`` alone does poorly) and a cell is kept
+   if its ``ROW_NUMBER() - 1`` in ``ORDER BY h, keys…`` within its unit is
+   ``< L0``. Cells are distinct per unit, so no unit keeps more than L0
+   whatever the hash; ties of ``h`` are broken by the keys, so the choice is a
+   function of the unit's own rows and the salt only. Ranking cells rather
+   than rows keeps the window small (memory grows with cells, not rows).
 4. final ``GROUP BY``: **L∞** — a unit's rows in one group count at most
-   ``max_rows_per_group`` (``LEAST(n, L)``), and its sum in a group is rescaled
-   to that many rows (``s·L/n`` when ``n > L``, the expected sum of ``L`` rows
-   drawn at random without replacement, deterministic and cheap) and clamped
-   against float error; sums are rounded per cell to the noise grid γ
-   (``FLOOR(c/γ + 0.5)``) and added as exact 64-bit integers, so every engine
-   returns bit-identical aggregates.
+   ``max_rows_per_group`` (``LEAST(n, L)``), and its integer sum ``S`` there
+   is rescaled to that many rows when ``n > L``: ``⌊S·L/n + ½⌋``, computed
+   exactly (a floating-point quotient corrected by integer comparisons), the
+   expected sum of ``L`` rows drawn without replacement, rounded; scalar
+   per-cell contributions are clamped to their integer range (a no-op unless
+   something is wrong). The integers are summed per group.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_ROWS_PER_GROUP",
     "TEMPLATE",
     "Output",
     "ScalarValue",
@@ -52,31 +60,39 @@ __all__ = [
     "grouping_sql",
 ]
 
+#: Largest L∞ accepted: with per-row integers |r| ≤ 2⁹·√d, the exact rescaling's
+#: intermediates 2·S·L stay far inside BIGINT (an overflow would raise, not wrap).
+MAX_ROWS_PER_GROUP = 2**20
+
 TEMPLATE = """\
-WITH base AS (
-  SELECT pu{key_select}{value_select}
+WITH raw AS (
+  SELECT *{raw_select}
   FROM {source}
   WHERE pu IS NOT NULL{key_filter}
 ),
-ranked AS (
-  {ranked}
+base AS (
+  SELECT pu{key_select}{value_select}
+  FROM raw
+),
+cells AS (
+  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
+  FROM base{bin_filter}
+  GROUP BY pu{keys}
 ),
 kept AS (
-  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
-  FROM ranked
-  GROUP BY pu{keys}
+  {kept}
 )
 SELECT {final_keys}COUNT(*) AS units{final_aggs}
 FROM kept{group_by}"""
 
-RANKED_RANDOM = """\
+KEPT_L0 = """\
 SELECT * FROM (
-    SELECT *, DENSE_RANK() OVER (PARTITION BY pu ORDER BY h) - 1 AS rn{firsts}
-    FROM (SELECT *, hash(hash(pu{keys}, {salt})) AS h FROM base{bin_filter}) AS hashed
-  ) AS peers
-  WHERE rn < {l0}{first_match}"""
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY pu ORDER BY h{keys}) - 1 AS rn
+    FROM (SELECT *, hash(hash(pu{keys}, {salt})) AS h FROM cells) AS hashed
+  ) AS ranked
+  WHERE rn < {l0}"""
 
-RANKED_ALL = "SELECT * FROM base{bin_filter}"
+KEPT_ALL = "SELECT * FROM cells"
 
 _MAX_DOUBLE = "CAST(1.7976931348623157e+308 AS DOUBLE)"  # repr(sys.float_info.max)
 _HALF = "CAST(5.00000000000000000e-01 AS DOUBLE)"
@@ -95,19 +111,22 @@ def double(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ScalarValue:
-    """A value column clamped to ``[lo, hi]`` (internal column name ``column``)."""
+    """A value column clamped to ``[lo, hi]``, each row rounded to the grid ``gamma``."""
 
     column: str
     lo: float
     hi: float
+    gamma: float
 
 
 @dataclass(frozen=True, slots=True)
 class VectorValue:
-    """Value columns forming one vector, each row clipped to L2 norm ``norm``."""
+    """Value columns forming one vector, each row clipped to L2 norm ``norm``, then each
+    coordinate rounded to the grid ``gamma``."""
 
     columns: tuple[str, ...]
     norm: float
+    gamma: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,26 +134,42 @@ class Output:
     """One aggregate column of the final SELECT.
 
     ``kind``: ``'rows'`` (rows per cell, capped at L∞), ``'valid'`` (rows with a
-    valid value ``value``, capped), ``'sum'`` (scalar value ``value`` summed on
-    grid ``gamma``, per-cell total clamped to ``[total_lo, total_hi]``) or
-    ``'coord'`` (coordinate ``coord`` of vector value ``value`` on grid ``gamma``).
+    valid value ``value``, capped), ``'sum'`` (scalar value ``value``'s grid
+    integers, per-cell contribution clamped to ``[total_lo, total_hi]`` grid
+    steps) or ``'coord'`` (coordinate ``coord`` of vector value ``value``).
     """
 
     kind: str
     value: int = -1
     coord: int = -1
-    gamma: float = 1.0
-    total_lo: float = 0.0
-    total_hi: float = 0.0
+    total_lo: int = 0
+    total_hi: int = 0
 
 
 def _is_nan(expr: str) -> str:
     return f"isnan(CAST({expr} AS DOUBLE))"
 
 
+def _on_grid(expr: str, gamma: float) -> str:
+    """The grid integer ⌊x/γ + ½⌋ of one row's (clamped) double ``expr``."""
+    return f"CAST(FLOOR({expr} / {double(gamma)} + {_HALF}) AS BIGINT)"
+
+
 def _rescaled(n: str, s: str, linf: int) -> str:
-    # s·L/n when n > L: the unit's sum rescaled to L rows (L∞ bound, see module docstring).
-    return f"CASE WHEN {n} > {linf} THEN {s} * CAST({linf} AS DOUBLE) / {n} ELSE {s} END"
+    """⌊S·L/n + ½⌋ when n > L (else S), in exact integer arithmetic.
+
+    With num = 2·S·L + n and den = 2n the value is ⌊num/den⌋. A DOUBLE quotient
+    q₀ is within one of it (|num/den| ≤ L·2⁹√d + 1 ≪ 2⁵⁰, relative error
+    ≤ 3·2⁻⁵³), and two integer comparisons correct q₀ to the exact floor.
+    """
+    num = f"(2 * {s} * {linf} + {n})"
+    den = f"(2 * {n})"
+    q0 = f"CAST(FLOOR(CAST({num} AS DOUBLE) / CAST({den} AS DOUBLE)) AS BIGINT)"
+    exact = (
+        f"{q0} - CASE WHEN {q0} * {den} > {num} THEN 1 ELSE 0 END"
+        f" + CASE WHEN ({q0} + 1) * {den} <= {num} THEN 1 ELSE 0 END"
+    )
+    return f"CASE WHEN {n} > {linf} THEN {exact} ELSE {s} END"
 
 
 def grouping_sql(
@@ -146,7 +181,7 @@ def grouping_sql(
     outputs: tuple[Output, ...],
     l0: int,
     linf: int,
-    salt: int | None = None,
+    salt: int,
 ) -> str:
     """Fill :data:`TEMPLATE` for one grouping.
 
@@ -162,6 +197,9 @@ def grouping_sql(
         What to aggregate; see :class:`ScalarValue`, :class:`VectorValue`, :class:`Output`.
     l0, linf : int
         Max groups per unit, max rows per unit and group.
+    salt : int
+        The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
+        release's ``rng``).
 
     Returns
     -------
@@ -172,24 +210,31 @@ def grouping_sql(
     Examples
     --------
     >>> sql = grouping_sql(source="v", keys=("k0",), histogram=None, values=(),
-    ...                    outputs=(Output("rows"),), l0=2, linf=3)
-    >>> "ORDER BY h" in sql and "rn < 2" in sql and "LEAST(n, 3)" in sql
+    ...                    outputs=(Output("rows"),), l0=2, linf=3, salt=5)
+    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "LEAST(n, 3)" in sql
     True
     """
+    if not 0 <= salt < 2**62:
+        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
+    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
+        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     all_keys = keys + (("kb",) if histogram is not None else ())
     key_select = "".join(f", {k}" for k in keys)
     key_filter = "".join(f" AND {k} IS NOT NULL" for k in keys)
+    raw_select = ""
     value_select = ""
     cell_aggs = ""
     for i, value in enumerate(values):
         if isinstance(value, ScalarValue):
             x = value.column
+            clamped = (
+                f"LEAST(GREATEST(CAST({x} AS DOUBLE), {double(value.lo)}), {double(value.hi)})"
+            )
             value_select += (
                 f",\n    CASE WHEN {x} IS NULL OR {_is_nan(x)} THEN NULL"
-                f" ELSE LEAST(GREATEST(CAST({x} AS DOUBLE), {double(value.lo)}),"
-                f" {double(value.hi)}) END AS v{i}"
+                f" ELSE {_on_grid(clamped, value.gamma)} END AS v{i}"
             )
-            cell_aggs += f", COUNT(v{i}) AS n{i}, SUM(v{i}) AS s{i}"
+            cell_aggs += f", COUNT(v{i}) AS n{i}, COALESCE(CAST(SUM(v{i}) AS BIGINT), 0) AS s{i}"
         else:
             valid = " AND ".join(
                 f"{x} IS NOT NULL AND NOT {_is_nan(x)}"
@@ -202,14 +247,17 @@ def grouping_sql(
                 + ")"
             )
             c = double(value.norm)
-            value_select += (
+            raw_select += (
                 f",\n    CASE WHEN {valid} THEN CASE WHEN {norm} > {c} THEN {c} / {norm}"
                 f" ELSE CAST(1 AS DOUBLE) END END AS f{i}"
             )
             for a, x in enumerate(value.columns):
-                value_select += f", CAST({x} AS DOUBLE) AS d{i}_{a}"
-                cell_aggs += f", SUM(d{i}_{a} * f{i}) AS s{i}_{a}"
-            cell_aggs += f", COUNT(f{i}) AS n{i}"
+                value_select += (
+                    f",\n    CASE WHEN f{i} IS NULL THEN NULL"
+                    f" ELSE {_on_grid(f'CAST({x} AS DOUBLE) * f{i}', value.gamma)} END AS r{i}_{a}"
+                )
+                cell_aggs += f", COALESCE(CAST(SUM(r{i}_{a}) AS BIGINT), 0) AS s{i}_{a}"
+            cell_aggs += f", COUNT(r{i}_0) AS n{i}"
     bin_filter = ""
     if histogram is not None:
         x, edges = histogram
@@ -230,39 +278,26 @@ def grouping_sql(
             expr = f"SUM(LEAST(n{out.value}, {linf}))"
         elif out.kind == "sum":
             i = out.value
-            contribution = (
-                f"LEAST(GREATEST({_rescaled(f'n{i}', f's{i}', linf)}, {double(out.total_lo)}),"
-                f" {double(out.total_hi)})"
-            )
-            expr = f"SUM(CAST(FLOOR({contribution} / {double(out.gamma)} + {_HALF}) AS BIGINT))"
+            contribution = _rescaled(f"n{i}", f"s{i}", linf)
+            expr = f"SUM(LEAST(GREATEST({contribution}, {out.total_lo}), {out.total_hi}))"
         elif out.kind == "coord":
             i, a = out.value, out.coord
-            contribution = _rescaled(f"n{i}", f"s{i}_{a}", linf)
-            expr = f"SUM(CAST(FLOOR({contribution} / {double(out.gamma)} + {_HALF}) AS BIGINT))"
+            expr = f"SUM({_rescaled(f'n{i}', f's{i}_{a}', linf)})"
         else:  # pragma: no cover - outputs are built by gaussdp itself
             raise ValueError(f"unknown output kind {out.kind!r}")
         final_aggs += f",\n       CAST({expr} AS BIGINT) AS a{j}"
     keys_csv = "".join(f", {k}" for k in all_keys)
-    if all_keys:
-        window = "OVER (PARTITION BY pu ORDER BY h RANGE BETWEEN CURRENT ROW AND CURRENT ROW)"
-        ranked = RANKED_RANDOM.format(
-            firsts="".join(f",\n      FIRST_VALUE({k}) {window} AS q{k}" for k in all_keys),
-            keys=keys_csv,
-            salt=secrets.randbits(62) if salt is None else int(salt),
-            bin_filter=bin_filter,
-            l0=l0,
-            first_match="".join(f" AND {k} = q{k}" for k in all_keys),
-        )
-    else:
-        ranked = RANKED_ALL.format(bin_filter=bin_filter)
+    kept = KEPT_L0.format(keys=keys_csv, salt=int(salt), l0=l0) if all_keys else KEPT_ALL
     return TEMPLATE.format(
         source=source,
+        raw_select=raw_select,
         key_select=key_select,
         key_filter=key_filter,
         value_select=value_select,
         keys=keys_csv,
         cell_aggs=cell_aggs,
-        ranked=ranked,
+        bin_filter=bin_filter,
+        kept=kept,
         final_keys="".join(f"{k}, " for k in all_keys),
         final_aggs=final_aggs,
         group_by=f"\nGROUP BY {', '.join(all_keys)}" if all_keys else "",
