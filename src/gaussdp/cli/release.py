@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from gaussdp.release import ReleaseResult
 
 __all__ = ["register"]
+
+log = logging.getLogger(__name__)
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
@@ -234,6 +237,7 @@ def release_command(
     release = release_from_spec(load_spec(spec), data, engine=engine)
     book = Ledger(ledger) if ledger is not None else None
     label = f"{spec.name} on {data}"
+    log.info("releasing %s on %s (ledger: %s)", spec, release.engine, ledger or "in memory")
     try:
         with progress(f"bounding and aggregating on {release.engine}…", as_json=as_json):
             result = release.run(ledger=book, label=label)
@@ -246,6 +250,7 @@ def release_command(
     try:
         if out is not None and fmt is not None:
             write_output(result, out, fmt)
+            log.info("wrote %s (%s)", out, fmt)
     except BaseException as error:
         recovered = write_recovery(result)
         saved = (
