@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +15,7 @@ from gaussdp import DiscreteGaussian, Gaussian
 from gaussdp.cli import app
 
 runner = CliRunner()
+EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
 def _json(*args: str) -> dict[str, object]:
@@ -45,7 +49,9 @@ def test_calibrate_json_matches_the_library() -> None:
     assert isinstance(out["classic_over_analytic"], float)
     assert out["classic_over_analytic"] > 1
     discrete = DiscreteGaussian.calibrate(epsilon=0.5, delta=1e-5, sensitivity=2)
-    assert out["sigma2_discrete"] == str(discrete.sigma2)
+    assert out["sigma2_discrete"] == float(discrete.sigma2)
+    assert out["sigma2_discrete_numerator"] == discrete.sigma2.numerator
+    assert out["sigma2_discrete_denominator"] == discrete.sigma2.denominator
     assert out["epsilon_exact"] == pytest.approx(0.5, rel=1e-8)
     assert isinstance(out["epsilon_zcdp_cks"], float)
     assert isinstance(out["epsilon_zcdp_standard"], float)
@@ -55,7 +61,7 @@ def test_calibrate_json_matches_the_library() -> None:
 
 def test_calibrate_non_integer_sensitivity_explains_the_discrete_row() -> None:
     out = _json("calibrate", "--epsilon", "1", "--delta", "1e-6", "--sensitivity", "0.5")
-    assert out["sigma2_discrete"] == "needs an integer sensitivity"
+    assert out["sigma2_discrete"] is None  # the table says "needs an integer sensitivity"
 
 
 @pytest.mark.parametrize(
@@ -109,3 +115,98 @@ def test_convert_bad_input(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["convert", *args])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_version() -> None:
+    from gaussdp import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"gaussdp {__version__}"
+
+
+def test_json_is_a_plain_flag_and_help_documents_exit_codes() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert "Exit status:" in result.output
+    for code in ("2    bad input", "3    refused", "4    the engine", "130  interrupted"):
+        assert code in result.output
+    for command in (["calibrate"], ["account"], ["ledger", "init"], ["ledger", "show"]):
+        help_text = runner.invoke(app, [*command, "--help"]).output
+        assert "--json" in help_text
+        assert "<bool>" not in help_text
+
+
+def test_every_command_takes_json(tmp_path: Path) -> None:
+    ledger = tmp_path / "b.db"
+    assert _json("ledger", "init", str(ledger), "--epsilon", "1", "--delta", "1e-6") == {
+        "path": str(ledger),
+        "total": {"epsilon": 1.0, "delta": 1e-6},
+    }
+    assert _json("ledger", "show", str(ledger))["entries"] == []
+    out = _json("dpsgd", "--noise-multiplier", "1.1", "--epochs", "1")
+    assert isinstance(out["epsilon_upper"], float)
+
+
+def test_account_json_holds_numbers_or_null(tmp_path: Path) -> None:
+    events = tmp_path / "events.toml"
+    events.write_text('[[event]]\nmechanism = "laplace"\nscale = 2.0\n', encoding="utf-8")
+    out = _json("account", str(events), "--compare")
+    assert out["epsilon_gdp"] is None  # GDP accounts for Gaussians only; the table says so
+    assert all(v is None or isinstance(v, int | float) for v in out.values())
+    table = runner.invoke(app, ["account", str(events), "--compare"]).output
+    assert "Gaussians only" in table
+
+
+def test_quiet_prints_results_only(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    loud = runner.invoke(app, [*args, "--out", str(out)])
+    assert loud.exit_code == 0, loud.output
+    assert f"results written to {out}" in loud.stderr
+    quiet = runner.invoke(app, ["--quiet", *args, "--out", str(out)])
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""
+    assert {"results", "report"} == set(json.loads(out.read_text(encoding="utf-8")))
+
+
+def test_out_parquet_writes_parquet(tmp_path: Path) -> None:
+    import pandas as pd
+
+    out = tmp_path / "r.parquet"
+    args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    result = runner.invoke(app, [*args, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"PAR1"
+    assert len(pd.read_parquet(out)) == len(json.loads(result.stdout)["results"])
+
+
+HEAVY = ("scipy", "duckdb", "pandas", "numpy", "torch", "pyspark", "matplotlib")
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level packages imported by ``python -m gaussdp ARGS`` (from ``-X importtime``)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gaussdp", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["release", "--help"]])
+def test_help_and_version_import_nothing_heavy(args: list[str]) -> None:
+    imported = _imported(*args)
+    assert "typer" in imported  # the parse worked
+    assert not imported & set(HEAVY), imported & set(HEAVY)
+
+
+def test_calibrate_imports_only_what_it_needs() -> None:
+    imported = _imported("calibrate", "--epsilon", "1", "--delta", "1e-6", "--json")
+    assert "scipy" in imported
+    assert not imported & {"duckdb", "pandas", "torch", "pyspark", "matplotlib"}

@@ -24,7 +24,7 @@ def no_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local Spark session for all Spark tests (ENGINES.md: start it once)."""
     from pyspark import sql as pyspark_sql  # the spark extra; `make test` installs it
 
@@ -34,6 +34,7 @@ def spark() -> Iterator[Any]:
         pyspark_sql.SparkSession.builder.master("local[2]")
         .appName("gaussdp-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")

@@ -1,52 +1,258 @@
-"""Shared output helpers for the CLI: one table or one JSON object per command."""
+"""Shared output and the error contract of the ``gaussdp`` command.
+
+Every failure reachable from the command line ends in one line on stderr and
+an exit status that says what kind of failure it was:
+
+====  ==========================================================================
+code  meaning
+====  ==========================================================================
+0     success
+1     a bug in gaussdp (the line says to rerun with ``--verbose`` and report it)
+2     bad input: an argument, a spec or events file, a missing file, an output path;
+      nothing spent
+3     refused: the request would exceed the privacy budget; nothing spent
+4     the engine, a file, the ledger, memory or a missing extra failed
+130   interrupted (Ctrl-C); nothing released, a ledger reservation stays counted
+====  ==========================================================================
+
+``gaussdp --verbose COMMAND ...`` prints the traceback before that line.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import re
+import traceback
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console()
-error_console = Console(stderr=True)
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BUG",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_REFUSED",
+    "CliError",
+    "Shown",
+    "emit",
+    "fail",
+    "format_value",
+    "handle_errors",
+    "progress",
+]
+
+EXIT_BUG = 1
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+EXIT_FAILURE = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """\b
+Exit status:
+  0    success
+  2    bad input (an argument, a spec or events file, a missing file, an output path);
+       nothing spent
+  3    refused: the privacy budget cannot afford it; nothing spent
+  4    the engine, a file, the ledger, memory or a missing extra failed
+  130  interrupted (Ctrl-C); nothing released
+  1    a bug in gaussdp: rerun with --verbose and report the traceback
+Every failure is one line on stderr; gaussdp --verbose COMMAND shows the traceback."""
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliError(Exception):
+    """A failure the command already phrased for the user: one line and an exit status."""
+
+    def __init__(self, message: str, code: int, prefix: str = "error:") -> None:
+        super().__init__(message)
+        self.code = code
+        self.prefix = prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A table cell that reads ``text`` where the JSON object holds ``value`` (a number or null)."""
+
+    text: str
+    value: float | int | None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# The root options of the running invocation, set by the ``gaussdp`` callback before
+# each command (one command runs per process, or per CliRunner invocation in tests).
+OPTIONS: dict[str, bool] = {"verbose": False, "quiet": False}
+
+
+def is_quiet() -> bool:
+    """Whether ``--quiet`` was given: no progress, no informational lines."""
+    return OPTIONS["quiet"]
+
+
+def _say_error(prefix: str, message: str) -> None:
+    label = typer.style(prefix, fg="red", bold=True)
+    typer.echo(f"{label} {_one_line(message)}", err=True)
 
 
 def fail(message: str) -> NoReturn:
-    """Print ``message`` as an error and exit with status 2 (bad usage)."""
-    error_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code=2)
+    """Print ``message`` as one error line and exit with status 2 (bad input)."""
+    raise CliError(message, EXIT_BAD_INPUT)
 
 
-def guarded(compute: Callable[[], T]) -> T:
-    """Run ``compute``, turning gaussdp's validation errors into a clean CLI error."""
-    try:
-        return compute()
-    except (ValueError, TypeError) as error:
-        fail(str(error))
+def _interrupted(error: BaseException) -> bool:
+    """Ctrl-C, as Python or an engine (DuckDB's ``InterruptException``) reports it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt) or "Interrupt" in type(current).__name__:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _missing_extra(message: str) -> str:
+    match = re.search(r"gaussdp\[(\w+)\]", message)
+    if match is None:
+        return message
+    extra = match.group(1)
+    return (
+        f"{message} — from a gaussdp checkout: pip install '.[{extra}]' "
+        f"(with .venv activated, or .venv/bin/pip install '.[{extra}]')"
+    )
+
+
+def classify(error: BaseException, *, oom_hint: str) -> tuple[int, str, str]:
+    """The exit status, prefix and one-line message for ``error``."""
+    from gaussdp.errors import BudgetExceededError, EngineError, LedgerError, MissingExtraError
+
+    if isinstance(error, CliError):
+        return error.code, error.prefix, str(error)
+    if _interrupted(error):
+        return EXIT_INTERRUPTED, "interrupted;", "nothing released"
+    if isinstance(error, BudgetExceededError):
+        return EXIT_REFUSED, "refused:", str(error)
+    if isinstance(error, MissingExtraError):
+        return EXIT_FAILURE, "error:", _missing_extra(str(error))
+    if isinstance(error, MemoryError):
+        detail = str(error) or "an allocation failed"
+        return EXIT_FAILURE, "out of memory:", f"{detail}; {oom_hint}"
+    if isinstance(error, (ValueError, TypeError)):
+        return EXIT_BAD_INPUT, "error:", str(error)
+    if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return EXIT_BAD_INPUT, "error:", str(error)
+    if isinstance(error, (EngineError, LedgerError)):
+        return EXIT_FAILURE, "error:", str(error)
+    if isinstance(error, OSError):
+        return EXIT_FAILURE, "error:", str(error)
+    return (
+        EXIT_BUG,
+        "internal error:",
+        f"{type(error).__name__}: {error} (a bug in gaussdp: rerun with --verbose "
+        "and report the traceback)",
+    )
+
+
+def handle_errors(
+    oom_hint: str = "ask for less at once",
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Wrap a command: every failure becomes one line on stderr and an exit status.
+
+    ``oom_hint`` says what to change when the command runs out of memory.
+    """
+
+    def decorate(command: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(command)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return command(*args, **kwargs)
+            except (typer.Exit, typer.Abort, SystemExit):
+                raise
+            except BaseException as error:
+                code, prefix, message = classify(error, oom_hint=oom_hint)
+                if OPTIONS["verbose"] and not isinstance(error, CliError):
+                    traceback.print_exception(error)
+                _say_error(prefix, message)
+                raise typer.Exit(code) from None
+
+        return wrapper
+
+    return decorate
+
+
+def is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C, directly or as an engine reported it."""
+    return _interrupted(error)
+
+
+def progress(message: str, *, as_json: bool = False) -> Any:
+    """A transient status line on stderr, or nothing under ``--quiet`` or ``--json``."""
+    import contextlib
+
+    if as_json or is_quiet():
+        return contextlib.nullcontext()
+    return _error_console().status(message)
+
+
+@functools.cache
+def _error_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@functools.cache
+def console() -> Console:
+    """The rich console for tables on stdout."""
+    from rich.console import Console
+
+    return Console()
+
+
+def json_number(value: object) -> object:
+    """A JSON-safe value: a :class:`Shown` cell's value; NaN and infinities become null."""
+    if isinstance(value, Shown):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def emit(title: str, rows: list[tuple[str, str, object]], *, as_json: bool) -> None:
-    """Print ``rows`` (label, JSON key, value) as a rich table or as one JSON object."""
+    """Print ``rows`` (label, JSON key, value) as a table or as one JSON object."""
     if as_json:
-        typer.echo(json.dumps({key: value for _, key, value in rows}, indent=2))
+        payload = {key: json_number(value) for _, key, value in rows}
+        typer.echo(json.dumps(payload, indent=2, allow_nan=False))
         return
+    from rich.table import Table
+
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     for label, _, value in rows:
         table.add_row(label, format_value(value))
-    console.print(table)
+    console().print(table)
 
 
 def format_value(value: object) -> str:
     """Human formatting: floats to 6 significant digits, None as a dash."""
     if value is None:
         return "—"
+    if isinstance(value, Shown):
+        return value.text
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)

@@ -23,37 +23,44 @@ bound (``--compare`` adds the RDP and GDP accountants).
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp.accounting import (
-    Accountant,
-    GDPAccountant,
-    PLDAccountant,
-    RDPAccountant,
-    Subsampled,
-    calibrate_noise_multiplier,
-)
-from gaussdp.accounting.events import Event
-from gaussdp.cli._output import console, emit, fail, guarded
+from gaussdp.cli._output import Shown, emit, fail, handle_errors, progress
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+
+if TYPE_CHECKING:
+    from gaussdp.accounting import Accountant
+    from gaussdp.accounting.events import Event
 
 __all__ = ["load_events", "register"]
 
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+    bool,
+    typer.Option("--json", help="Print one JSON object (numbers or null) instead of a table."),
 ]
+DiscretizationOption = Annotated[
+    float | None,
+    typer.Option(
+        "--value-discretization",
+        help="PLD grid step in nats (default: 1e-4, finer for many runs); coarser uses "
+        "less memory and gives a looser certified bound.",
+    ),
+]
+OOM_HINT = (
+    "the privacy loss grid does not fit in memory; use a coarser grid, e.g. "
+    "--value-discretization 1e-3 (a looser certified bound), or fewer distinct events"
+)
 
-_BUILDERS: dict[str, tuple[type, tuple[str, ...]]] = {
-    "gaussian": (Gaussian, ("sigma", "sensitivity")),
-    "discrete_gaussian": (DiscreteGaussian, ("sigma2", "sensitivity")),
-    "discrete_laplace": (DiscreteLaplace, ("scale", "sensitivity")),
-    "laplace": (Laplace, ("scale", "sensitivity")),
+# mechanism name -> (class in gaussdp.mechanisms, its required key, its optional keys)
+_BUILDERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "gaussian": ("Gaussian", "sigma", ("sensitivity",)),
+    "discrete_gaussian": ("DiscreteGaussian", "sigma2", ("sensitivity",)),
+    "discrete_laplace": ("DiscreteLaplace", "scale", ("sensitivity",)),
+    "laplace": ("Laplace", "scale", ("sensitivity",)),
 }
 
 
@@ -63,12 +70,24 @@ def load_events(path: Path) -> tuple[list[tuple[Event, int]], float | None]:
     Raises
     ------
     ValueError
-        With the shared message template, for any malformed entry.
+        With the shared message template, naming the event's index, for any
+        malformed entry.
     """
+    import tomllib
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ValueError(invalid("events file", "a readable TOML file", str(path))) from error
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ValueError(
+            invalid("events file", f"a readable TOML file ({reason})", str(path))
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(
+            invalid("events file", f"a readable TOML file ({error})", str(path))
+        ) from None
     entries = data.get("event")
     if not isinstance(entries, list) or not entries:
         raise ValueError(invalid("events file", "a non-empty list of [[event]] tables", entries))
@@ -78,25 +97,36 @@ def load_events(path: Path) -> tuple[list[tuple[Event, int]], float | None]:
             raise ValueError(invalid(f"event[{i}]", "a table", entry))
         events.append(_parse_event(i, dict(entry)))
     delta = data.get("delta")
-    if delta is not None and not isinstance(delta, (int, float)):
+    if isinstance(delta, bool) or (delta is not None and not isinstance(delta, (int, float))):
         raise ValueError(invalid("delta", "a number", delta))
     return events, None if delta is None else float(delta)
 
 
 def _parse_event(i: int, entry: dict[str, Any]) -> tuple[Event, int]:
+    from gaussdp import mechanisms
+    from gaussdp.accounting import Subsampled
+
     name = entry.pop("mechanism", None)
     if name not in _BUILDERS:
         raise ValueError(invalid(f"event[{i}].mechanism", f"one of {sorted(_BUILDERS)}", name))
-    cls, fields = _BUILDERS[name]
+    class_name, required, optional = _BUILDERS[name]
     count = entry.pop("count", 1)
     rate = entry.pop("sample_rate", None)
-    unknown = sorted(set(entry) - set(fields))
+    if required not in entry:
+        raise ValueError(
+            invalid(f"event[{i}] ({name})", f"a table with the key {required!r}", sorted(entry))
+        )
+    unknown = sorted(set(entry) - {required, *optional})
     if unknown:
-        raise ValueError(invalid(f"event[{i}]", f"keys among {list(fields)}", unknown))
-    mech = cls(**entry)
-    event: Event = mech if rate is None else Subsampled(mech, rate)
+        allowed = [required, *optional, "count", "sample_rate"]
+        raise ValueError(invalid(f"event[{i}] ({name})", f"keys among {allowed}", unknown))
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(invalid(f"event[{i}].count", "an integer >= 1", count))
+    try:
+        mech = getattr(mechanisms, class_name)(**entry)
+        event: Event = mech if rate is None else Subsampled(mech, rate)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"event[{i}] ({name}): {error}") from error
     return event, count
 
 
@@ -108,10 +138,15 @@ def _compose(factory: Callable[[], Accountant], events: list[tuple[Event, int]])
 
 
 def account_rows(
-    events: list[tuple[Event, int]], delta: float, compare: bool
+    events: list[tuple[Event, int]],
+    delta: float,
+    compare: bool,
+    value_discretization: float | None = None,
 ) -> list[tuple[str, str, object]]:
     """The rows of ``gaussdp account``."""
-    pld = _compose(PLDAccountant, events)
+    from gaussdp.accounting import GDPAccountant, PLDAccountant, RDPAccountant
+
+    pld = _compose(lambda: PLDAccountant(value_discretization=value_discretization), events)
     bounds = pld.epsilon(delta)
     rows: list[tuple[str, str, object]] = [
         ("events", "events", len(events)),
@@ -126,13 +161,13 @@ def account_rows(
         rdp_eps: object = (
             _compose(RDPAccountant, events).epsilon(delta).upper
             if all(rdp.supports(e) for e, _ in events)
-            else "not supported"
+            else Shown("not supported", None)
         )
         gdp = GDPAccountant()
         gdp_eps: object = (
             _compose(GDPAccountant, events).epsilon(delta).upper
             if all(gdp.supports(e) for e, _ in events)
-            else "Gaussians only"
+            else Shown("Gaussians only", None)
         )
         rows += [
             ("ε RDP (upper bound, looser)", "epsilon_rdp", rdp_eps),
@@ -161,6 +196,14 @@ def dpsgd_rows(
     target_epsilon: float | None,
 ) -> list[tuple[str, str, object]]:
     """The rows of ``gaussdp dpsgd``."""
+    from gaussdp.accounting import (
+        PLDAccountant,
+        RDPAccountant,
+        Subsampled,
+        calibrate_noise_multiplier,
+    )
+    from gaussdp.mechanisms import Gaussian
+
     q, steps = dpsgd_steps(batch_size, dataset_size, epochs)
     rows: list[tuple[str, str, object]] = [
         ("sampling rate q", "sample_rate", q),
@@ -193,6 +236,7 @@ def register(app: typer.Typer) -> None:
     """Add ``account`` and ``dpsgd`` to ``app``."""
 
     @app.command("account")
+    @handle_errors(OOM_HINT)
     def account(
         events_file: Annotated[
             Path, typer.Argument(help=r"TOML file of \[\[event]] tables (mechanism, count, …).")
@@ -204,19 +248,21 @@ def register(app: typer.Typer) -> None:
         compare: Annotated[
             bool, typer.Option("--compare", help="Also report the RDP and GDP accountants.")
         ] = False,
+        value_discretization: DiscretizationOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Privacy of a composition of mechanisms: ε at δ with certified bounds."""
-        events, file_delta = guarded(lambda: load_events(events_file))
+        """Privacy of a composition of mechanisms: ε at δ with certified bounds.
+
+        Example: gaussdp account examples/events.toml --compare
+        """
+        events, file_delta = load_events(events_file)
         chosen = delta if delta is not None else (file_delta if file_delta is not None else 1e-5)
-        if as_json:
-            rows = guarded(lambda: account_rows(events, chosen, compare))
-        else:
-            with console.status("accounting…"):
-                rows = guarded(lambda: account_rows(events, chosen, compare))
+        with progress("accounting…", as_json=as_json):
+            rows = account_rows(events, chosen, compare, value_discretization)
         emit(f"Privacy of {events_file.name}", rows, as_json=as_json)
 
     @app.command("dpsgd")
+    @handle_errors("the privacy loss grid does not fit in memory; account fewer steps at once")
     def dpsgd(
         noise_multiplier: Annotated[
             float | None,
@@ -238,7 +284,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         as_json: JsonOption = False,
     ) -> None:
-        """ε of Poisson-sampled DP-SGD, or the noise multiplier for a target ε."""
+        """ε of Poisson-sampled DP-SGD, or the noise multiplier for a target ε.
+
+        Example: gaussdp dpsgd --noise-multiplier 1.1 --batch-size 256 --dataset-size 60000
+        --epochs 60
+        """
         if noise_multiplier is not None and target_epsilon is not None:
             fail("give either --noise-multiplier or --target-epsilon, not both")
 
@@ -247,9 +297,6 @@ def register(app: typer.Typer) -> None:
                 noise_multiplier, batch_size, dataset_size, epochs, delta, target_epsilon
             )
 
-        if as_json:
-            rows = guarded(compute)
-        else:
-            with console.status("accounting…"):
-                rows = guarded(compute)
+        with progress("accounting…", as_json=as_json):
+            rows = compute()
         emit("DP-SGD privacy", rows, as_json=as_json)

@@ -6,15 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gaussdp.cli._output import emit, fail, guarded
-from gaussdp.mechanisms import DiscreteGaussian, Gaussian
-from gaussdp.privacy import (
-    classic_gaussian_sigma,
-    equal_error_rate,
-    gdp_mu,
-    mia_advantage,
-    zcdp_epsilon,
-)
+from gaussdp.cli._output import Shown, emit, fail, handle_errors
 
 __all__ = ["register"]
 
@@ -24,7 +16,8 @@ SensitivityOption = Annotated[
     float, typer.Option("--sensitivity", "-s", help="L2 sensitivity of the query (> 0).")
 ]
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+    bool,
+    typer.Option("--json", help="Print one JSON object (numbers or null) instead of a table."),
 ]
 
 
@@ -32,6 +25,14 @@ def calibrate_rows(
     epsilon: float, delta: float, sensitivity: float
 ) -> list[tuple[str, str, object]]:
     """The rows of ``gaussdp calibrate``: every calibration and view for one (ε, δ) target."""
+    from gaussdp.mechanisms import DiscreteGaussian, Gaussian
+    from gaussdp.privacy import (
+        classic_gaussian_sigma,
+        equal_error_rate,
+        mia_advantage,
+        zcdp_epsilon,
+    )
+
     gaussian = Gaussian.calibrate(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
     classic: object
     classic_ratio: object
@@ -39,7 +40,7 @@ def calibrate_rows(
         classic_sigma = classic_gaussian_sigma(epsilon, delta, sensitivity)
         classic, classic_ratio = classic_sigma, classic_sigma / gaussian.sigma
     except ValueError:
-        classic, classic_ratio = "not valid for ε ≥ 1 (the formula needs ε < 1)", None
+        classic, classic_ratio = Shown("not valid for ε ≥ 1 (the formula needs ε < 1)", None), None
     rows: list[tuple[str, str, object]] = [
         ("target ε", "epsilon", epsilon),
         ("target δ", "delta", delta),
@@ -52,12 +53,20 @@ def calibrate_rows(
         discrete = DiscreteGaussian.calibrate(
             epsilon=epsilon, delta=delta, sensitivity=int(sensitivity)
         )
+        sigma2 = discrete.sigma2
         rows += [
-            ("discrete Gaussian σ² (CKS Thm 7, exact)", "sigma2_discrete", str(discrete.sigma2)),
-            ("discrete Gaussian σ² as a decimal", "sigma2_discrete_float", float(discrete.sigma2)),
+            (
+                "discrete Gaussian σ² (CKS Thm 7, exact)",
+                "sigma2_discrete",
+                Shown(str(sigma2), float(sigma2)),
+            ),
+            ("σ² numerator", "sigma2_discrete_numerator", sigma2.numerator),
+            ("σ² denominator", "sigma2_discrete_denominator", sigma2.denominator),
         ]
     else:
-        rows.append(("discrete Gaussian σ²", "sigma2_discrete", "needs an integer sensitivity"))
+        rows.append(
+            ("discrete Gaussian σ²", "sigma2_discrete", Shown("needs an integer sensitivity", None))
+        )
     rows += [
         ("μ (GDP)", "mu", gaussian.mu),
         ("ρ (zCDP)", "rho", gaussian.rho),
@@ -88,6 +97,9 @@ def convert_rows(
     sensitivity: float,
 ) -> list[tuple[str, str, object]]:
     """The rows of ``gaussdp convert``: all views of the Gaussian mechanism given one of them."""
+    from gaussdp.mechanisms import Gaussian
+    from gaussdp.privacy import equal_error_rate, gdp_mu, mia_advantage
+
     given = {"--sigma": sigma, "--mu": mu, "--rho": rho}
     named = [name for name, value in given.items() if value is not None]
     if len(named) > 1:
@@ -129,6 +141,7 @@ def register(app: typer.Typer) -> None:
     """Add ``calibrate`` and ``convert`` to ``app``."""
 
     @app.command()
+    @handle_errors()
     def calibrate(
         epsilon: EpsilonOption,
         delta: DeltaOption,
@@ -140,10 +153,11 @@ def register(app: typer.Typer) -> None:
 
         Example: gaussdp calibrate --epsilon 1 --delta 1e-6
         """
-        rows = guarded(lambda: calibrate_rows(epsilon, delta, sensitivity))
+        rows = calibrate_rows(epsilon, delta, sensitivity)
         emit(f"Gaussian mechanism for ({epsilon:g}, {delta:g})-DP", rows, as_json=json)
 
     @app.command()
+    @handle_errors()
     def convert(
         sigma: Annotated[float | None, typer.Option(help="Noise standard deviation σ.")] = None,
         mu: Annotated[float | None, typer.Option(help="μ of μ-GDP.")] = None,
@@ -169,9 +183,7 @@ def register(app: typer.Typer) -> None:
 
         Example: gaussdp convert --mu 1 --delta 1e-5
         """
-        rows = guarded(
-            lambda: convert_rows(
-                sigma=sigma, mu=mu, rho=rho, epsilon=epsilon, delta=delta, sensitivity=sensitivity
-            )
+        rows = convert_rows(
+            sigma=sigma, mu=mu, rho=rho, epsilon=epsilon, delta=delta, sensitivity=sensitivity
         )
         emit("Views of one Gaussian mechanism", rows, as_json=json)

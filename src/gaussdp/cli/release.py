@@ -3,25 +3,142 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import tempfile
+import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gaussdp.budget import Budget
-from gaussdp.cli._output import console, error_console, fail, format_value
-from gaussdp.errors import BudgetExceededError
+from gaussdp.cli._output import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    CliError,
+    console,
+    fail,
+    format_value,
+    handle_errors,
+    is_interrupt,
+    is_quiet,
+    progress,
+)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gaussdp.release import ReleaseResult
 
 __all__ = ["register"]
+
+log = logging.getLogger(__name__)
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of tables.")
 ]
+OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json"}
+RELEASE_OOM_HINT = (
+    "the engine or the per-group result did not fit; release fewer groups (public keys, "
+    "a smaller max_groups_per_unit) or run on Spark (--engine spark)"
+)
+
+
+def check_output(out: Path) -> str:
+    """The format of ``out`` (by suffix), after checking it can be written; before any spend.
+
+    Raises :class:`CliError` (exit status 2) for an unknown suffix, a missing
+    Parquet writer, a missing or read-only folder, or a path that is a folder.
+    """
+    if out.is_dir():
+        fail(f"--out must be a file path, got {str(out)!r} (a folder)")
+    fmt = OUTPUT_FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        fail(f"--out must end in .csv, .parquet or .json, got {str(out)!r}")
+    if fmt == "parquet":
+        import importlib.util
+
+        if importlib.util.find_spec("pyarrow") is None:
+            fail(
+                f"--out {str(out)!r} needs pyarrow to write Parquet: pip install pyarrow "
+                "(or write .csv/.json)"
+            )
+    folder = out.parent
+    if not folder.is_dir():
+        fail(f"--out must be in an existing folder, got {str(out)!r} ({str(folder)!r} is missing)")
+    try:
+        if out.exists():
+            with out.open("ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".gaussdp-check-"):
+                pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        fail(f"--out must be writable, got {str(out)!r} ({reason})")
+    return fmt
+
+
+def _payload(result: ReleaseResult) -> dict[str, Any]:
+    return {
+        "results": json.loads(result.frame.to_json(orient="records")),
+        "report": result.report.to_dict(),
+    }
+
+
+def write_output(result: ReleaseResult, out: Path, fmt: str) -> None:
+    """Write the results table to ``out`` as CSV, Parquet or JSON (results and report)."""
+    if fmt == "csv":
+        result.frame.to_csv(out, index=False)
+    elif fmt == "parquet":
+        result.frame.to_parquet(out, index=False)
+    else:
+        out.write_text(json.dumps(_payload(result), indent=2, default=str), encoding="utf-8")
+
+
+def write_recovery(result: ReleaseResult) -> Path | None:
+    """Save results and report to a new JSON file in the working or temporary folder."""
+    name = f"gaussdp-recovered-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+    text = json.dumps(_payload(result), indent=2, default=str)
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        path = folder / name
+        try:
+            with path.open("x", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:
+            continue
+        return path
+    return None
+
+
+def _interrupt_message(ledger: Path | None, label: str) -> str:
+    if ledger is None:
+        return "nothing released"
+    from gaussdp.release import Ledger
+
+    try:
+        pending = [
+            e for e in Ledger(ledger).entries() if e.status == "reserved" and e.label == label
+        ]
+    except Exception:
+        return (
+            f"nothing released; a reservation already made stays counted in {ledger} "
+            f"(gaussdp ledger show {ledger})"
+        )
+    if not pending:
+        return f"nothing released and nothing reserved in {ledger}"
+    return (
+        f"nothing released; the reservation stays counted in {ledger} "
+        f"(entry {pending[-1].id}; gaussdp ledger show {ledger})"
+    )
 
 
 def _report_table(report: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    from gaussdp.budget import Budget
+
     table = Table(title="privacy report", show_header=True, header_style="bold")
     for name in ("query", "by", "part", "sensitivity", "γ", "σ", "μ", "ρ", "δ", "τ"):
         table.add_column(name, justify="left" if name in ("query", "by", "part") else "right")
@@ -59,6 +176,8 @@ def _report_table(report: dict[str, Any]) -> Table:
 
 
 def _frame_table(frame: Any) -> Table:
+    from rich.table import Table
+
     table = Table(title="release", show_header=True, header_style="bold")
     for column in frame.columns:
         table.add_column(
@@ -76,6 +195,7 @@ def _cell(value: object) -> str:
     return format_value(value)
 
 
+@handle_errors(RELEASE_OOM_HINT)
 def release_command(
     spec: Annotated[
         Path, typer.Argument(help="The TOML spec: privacy unit, budget, bounds, queries.")
@@ -92,7 +212,12 @@ def release_command(
         typer.Option("--ledger", help="A budget ledger to spend from (gaussdp ledger init)."),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the results to this CSV file.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Also write the results to this file: .csv, .parquet or .json (results and "
+            "report). Checked before any budget is spent.",
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -100,35 +225,56 @@ def release_command(
 
     Bounds each person's contribution inside the engine, adds exact discrete
     Gaussian noise, prints the values with their noise std and confidence
-    intervals, and the privacy report.
+    intervals, and the privacy report. If the results cannot be written after
+    the ledger committed the spend, they are saved to a recovery file that the
+    error line names.
+
+    Example: gaussdp release examples/visits.toml --data examples/visits.csv
     """
+    fmt = check_output(out) if out is not None else None
     from gaussdp.release import Ledger, load_spec, release_from_spec
 
+    release = release_from_spec(load_spec(spec), data, engine=engine)
+    book = Ledger(ledger) if ledger is not None else None
+    label = f"{spec.name} on {data}"
+    log.info("releasing %s on %s (ledger: %s)", spec, release.engine, ledger or "in memory")
     try:
-        parsed = load_spec(spec)
-        release = release_from_spec(parsed, data, engine=engine)
-        book = Ledger(ledger) if ledger is not None else None
-        with error_console.status(f"bounding and aggregating on {release.engine}…"):
-            result = release.run(ledger=book, label=f"{spec.name} on {data}")
-    except BudgetExceededError as error:
-        error_console.print(f"[bold red]refused:[/] {error}", highlight=False)
-        raise typer.Exit(code=3) from None
-    except (ValueError, TypeError, OSError) as error:
-        fail(str(error))
-    report = result.report.to_dict()
-    if out is not None:
-        result.frame.to_csv(out, index=False)
+        with progress(f"bounding and aggregating on {release.engine}…", as_json=as_json):
+            result = release.run(ledger=book, label=label)
+    except BaseException as error:
+        if is_interrupt(error):
+            message = _interrupt_message(ledger, label)
+            raise CliError(message, EXIT_INTERRUPTED, prefix="interrupted;") from error
+        raise
+    failure: CliError | None = None
+    try:
+        if out is not None and fmt is not None:
+            write_output(result, out, fmt)
+            log.info("wrote %s (%s)", out, fmt)
+    except BaseException as error:
+        recovered = write_recovery(result)
+        saved = (
+            f"the results are saved in {recovered}"
+            if recovered is not None
+            else "no recovery file could be written either; the results follow on stdout"
+        )
+        spent = "the spend is committed in the ledger; " if ledger is not None else ""
+        if is_interrupt(error):
+            failure = CliError(
+                f"after the release; {spent}{saved}", EXIT_INTERRUPTED, prefix="interrupted"
+            )
+        else:
+            reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            failure = CliError(f"could not write {out} ({reason}); {spent}{saved}", EXIT_FAILURE)
     if as_json:
-        payload = {
-            "results": json.loads(result.frame.to_json(orient="records")),
-            "report": report,
-        }
-        typer.echo(json.dumps(payload, indent=2, default=str))
-        return
-    console.print(_frame_table(result.frame))
-    console.print(_report_table(report))
-    if out is not None:
-        console.print(f"results written to {out}")
+        typer.echo(json.dumps(_payload(result), indent=2, default=str))
+    else:
+        console().print(_frame_table(result.frame))
+        console().print(_report_table(result.report.to_dict()))
+        if out is not None and failure is None and not is_quiet():
+            typer.echo(f"results written to {out}", err=True)
+    if failure is not None:
+        raise failure
 
 
 ledger_app = typer.Typer(
@@ -137,42 +283,51 @@ ledger_app = typer.Typer(
 
 
 @ledger_app.command("init")
+@handle_errors()
 def ledger_init(
     path: Annotated[Path, typer.Argument(help="The ledger file to create.")],
     epsilon: Annotated[float | None, typer.Option("--epsilon", "-e", help="Total ε.")] = None,
     delta: Annotated[float | None, typer.Option("--delta", "-d", help="Total δ.")] = None,
     rho: Annotated[float | None, typer.Option("--rho", help="Total ρ (zCDP).")] = None,
     mu: Annotated[float | None, typer.Option("--mu", help="Total μ (GDP).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Create a ledger holding a total budget."""
+    """Create a ledger holding a total budget.
+
+    Example: gaussdp ledger init budget.db --epsilon 3 --delta 1e-5
+    """
+    from gaussdp.budget import Budget
     from gaussdp.release import Ledger
 
     if path.exists():
         fail(f"ledger must be a new file, got {str(path)!r} (it exists)")
-    try:
-        Ledger(path, total=Budget(epsilon=epsilon, delta=delta, rho=rho, mu=mu))
-    except (ValueError, TypeError, OSError) as error:
-        fail(str(error))
-    console.print(f"created {path}")
+    book = Ledger(path, total=Budget(epsilon=epsilon, delta=delta, rho=rho, mu=mu))
+    if as_json:
+        typer.echo(json.dumps({"path": str(path), "total": book.total.as_dict()}, indent=2))
+    else:
+        typer.echo(f"created {path} holding {book.total}")
 
 
 @ledger_app.command("show")
+@handle_errors()
 def ledger_show(
     path: Annotated[Path, typer.Argument(help="The ledger file.")],
     as_json: JsonOption = False,
 ) -> None:
-    """List what was spent, by whom, when, on what — and what remains."""
+    """List what was spent, by whom, when, on what — and what remains.
+
+    Example: gaussdp ledger show budget.db
+    """
+    from rich.table import Table
+
     from gaussdp.release import Ledger
 
-    try:
-        book = Ledger(path)
-        entries = book.entries()
-        spent_rho, spent_delta = book.spent_rho, book.spent_delta
-        spent_mu, spent_slack = book.spent_mu, book.spent_slack
-        eps = book.epsilon_spent
-        remaining_rho, remaining_mu = book.remaining_rho, book.remaining_mu
-    except (ValueError, TypeError, OSError) as error:
-        fail(str(error))
+    book = Ledger(path)
+    entries = book.entries()
+    spent_rho, spent_delta = book.spent_rho, book.spent_delta
+    spent_mu, spent_slack = book.spent_mu, book.spent_slack
+    eps = book.epsilon_spent
+    remaining_rho, remaining_mu = book.remaining_rho, book.remaining_mu
     if as_json:
         typer.echo(
             json.dumps(
@@ -233,7 +388,7 @@ def ledger_show(
         + (f", ε = {eps:.6g} at δ = {book.total.delta:.3g}" if eps is not None else "")
         + "".join(f"; {item}" for item in left)
     )
-    console.print(table)
+    console().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,335 @@
+"""The command line's error contract: every failure tried, its one line and its exit status.
+
+Each case runs the real ``gaussdp`` app (typer's CliRunner, or a subprocess where
+the failure needs a process of its own) and checks that stderr holds exactly one
+line, that no traceback is printed, and the exit status documented in the README
+and ``gaussdp --help``: 2 bad input, 3 refused by the budget, 4 engine, file,
+ledger, memory or missing-extra failure, 130 interrupted, 1 a bug.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gaussdp.cli import app
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+SPEC = str(EXAMPLES / "visits.toml")
+DATA = str(EXAMPLES / "visits.csv")
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_one_line(result: Result, code: int, message: str) -> None:
+    """Exit status ``code``; stderr is one line containing ``message``; no traceback."""
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+
+
+def _events(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "events.toml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _ledger(tmp_path: Path, epsilon: str = "3") -> Path:
+    path = tmp_path / "budget.db"
+    assert (
+        invoke("ledger", "init", str(path), "--epsilon", epsilon, "--delta", "1e-5").exit_code == 0
+    )
+    return path
+
+
+def _entries(ledger: Path) -> list[dict[str, Any]]:
+    result = invoke("ledger", "show", str(ledger), "--json")
+    assert result.exit_code == 0, result.output
+    entries: list[dict[str, Any]] = json.loads(result.stdout)["entries"]
+    return entries
+
+
+GAUSSIAN_NO_SIGMA = """
+[[event]]
+mechanism = "gaussian"
+sigma = 1.0
+
+[[event]]
+mechanism = "gaussian"
+count = 3
+"""
+
+# (what is tried, arguments or a builder of them from tmp_path, exit status, the line says)
+CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
+    (
+        "calibrate: δ outside (0, 1)",
+        lambda _: ["calibrate", "-e", "1", "-d", "1.5"],
+        2,
+        "error: delta must be a real number in (0, 1), got 1.5",
+    ),
+    (
+        "convert: two views at once",
+        lambda _: ["convert", "--mu", "1", "--rho", "1"],
+        2,
+        "error: give one of --sigma, --mu, --rho",
+    ),
+    (
+        "account: no such events file",
+        lambda p: ["account", str(p / "missing.toml")],
+        2,
+        "events file must be a readable TOML file (No such file or directory)",
+    ),
+    (
+        "account: not TOML",
+        lambda p: ["account", _events(p, "[[event]\n")],
+        2,
+        "events file must be a readable TOML file",
+    ),
+    (
+        "account: a Gaussian event without sigma",
+        lambda p: ["account", _events(p, GAUSSIAN_NO_SIGMA)],
+        2,
+        "error: event[1] (gaussian) must be a table with the key 'sigma', got []",
+    ),
+    (
+        "account: an invalid sigma names the event",
+        lambda p: ["account", _events(p, '[[event]]\nmechanism = "gaussian"\nsigma = -1\n')],
+        2,
+        "error: event[0] (gaussian): sigma must be a finite positive real number, got -1",
+    ),
+    (
+        "account: an unknown key",
+        lambda p: ["account", _events(p, '[[event]]\nmechanism = "laplace"\nscale = 1\nk = 2\n')],
+        2,
+        "event[0] (laplace) must be keys among",
+    ),
+    (
+        "account: a bad count",
+        lambda p: [
+            "account",
+            _events(p, '[[event]]\nmechanism = "laplace"\nscale = 1\ncount = 0\n'),
+        ],
+        2,
+        "event[0].count must be an integer >= 1, got 0",
+    ),
+    (
+        "dpsgd: batch larger than the dataset",
+        lambda _: ["dpsgd", "--noise-multiplier", "1", "--batch-size", "10", "--dataset-size", "5"],
+        2,
+        "batch_size must be an integer in [1, dataset_size=5], got 10",
+    ),
+    (
+        "release: no such spec",
+        lambda p: ["release", str(p / "missing.toml"), "--data", DATA],
+        2,
+        "spec must be an existing TOML file",
+    ),
+    (
+        "release: no such data file",
+        lambda p: ["release", SPEC, "--data", str(p / "missing.csv")],
+        2,
+        "data must be an existing file",
+    ),
+    (
+        "release: an unknown engine",
+        lambda _: ["release", SPEC, "--data", DATA, "--engine", "oracle"],
+        2,
+        "engine must be 'duckdb' or 'spark', got 'oracle'",
+    ),
+    (
+        "release: no such ledger",
+        lambda p: ["release", SPEC, "--data", DATA, "--ledger", str(p / "missing.db")],
+        2,
+        "missing.db",
+    ),
+    (
+        "release: --out in a folder that does not exist",
+        lambda p: ["release", SPEC, "--data", DATA, "--out", str(p / "no" / "r.csv")],
+        2,
+        "--out must be in an existing folder",
+    ),
+    (
+        "release: --out with an unknown suffix",
+        lambda p: ["release", SPEC, "--data", DATA, "--out", str(p / "r.xlsx")],
+        2,
+        "--out must end in .csv, .parquet or .json",
+    ),
+    (
+        "release: --out is a folder",
+        lambda p: ["release", SPEC, "--data", DATA, "--out", str(p)],
+        2,
+        "--out must be a file path",
+    ),
+    (
+        "ledger init: the file exists",
+        lambda p: ["ledger", "init", _events(p, ""), "--epsilon", "1", "--delta", "1e-6"],
+        2,
+        "ledger must be a new file",
+    ),
+    (
+        "ledger init: no budget",
+        lambda p: ["ledger", "init", str(p / "b.db")],
+        2,
+        "error:",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [pytest.param(args, code, message, id=what) for what, args, code, message in CASES],
+)
+def test_failure_is_one_line_with_its_exit_status(
+    tmp_path: Path, args: Callable[[Path], list[str]], code: int, message: str
+) -> None:
+    assert_one_line(invoke(*args(tmp_path)), code, message)
+
+
+def test_bad_out_path_spends_nothing(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path)
+    result = invoke(
+        "release", SPEC, "--data", DATA, "--ledger", str(ledger), "--out", "/nonexistent/r.csv"
+    )
+    assert_one_line(result, 2, "--out must be in an existing folder, got '/nonexistent/r.csv'")
+    assert _entries(ledger) == []
+
+
+def test_budget_refusal_exits_3(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path, epsilon="0.1")
+    result = invoke("release", SPEC, "--data", DATA, "--ledger", str(ledger))
+    assert_one_line(result, 3, "refused:")
+    assert _entries(ledger) == []
+
+
+def test_missing_extra_names_the_checkout_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if the spark extra were absent
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    result = invoke("release", SPEC, "--data", "visits", "--engine", "spark")
+    assert_one_line(result, 4, "pip install '.[spark]'")
+
+
+@pytest.mark.parametrize("how", ["KeyboardInterrupt", "duckdb.InterruptException"])
+def test_interrupt_during_release_keeps_the_reservation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Ctrl-C after the ledger reserved the cost, while noise is drawn: exit 130, one line."""
+    import duckdb
+
+    from gaussdp.release import _noise
+
+    def interrupt(*args: object, **kwargs: object) -> None:
+        if how == "KeyboardInterrupt":
+            raise KeyboardInterrupt
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    ledger = _ledger(tmp_path)
+    monkeypatch.setattr(_noise, "draw", interrupt)
+    result = invoke("release", SPEC, "--data", DATA, "--ledger", str(ledger))
+    assert_one_line(
+        result, 130, f"interrupted; nothing released; the reservation stays counted in {ledger}"
+    )
+    assert [e["status"] for e in _entries(ledger)] == ["reserved"]
+
+
+def test_write_failure_after_commit_leaves_a_recovery_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaussdp.cli import release as release_cli
+
+    def disk_full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    ledger = _ledger(tmp_path)
+    monkeypatch.setattr(release_cli, "write_output", disk_full)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.csv"
+    result = invoke("release", SPEC, "--data", DATA, "--ledger", str(ledger), "--out", str(out))
+    assert_one_line(result, 4, f"could not write {out} (No space left on device)")
+    assert "the spend is committed in the ledger; the results are saved in" in result.stderr
+    recovered = sorted(tmp_path.glob("gaussdp-recovered-*.json"))
+    assert len(recovered) == 1
+    assert str(recovered[0]) in result.stderr
+    payload = json.loads(recovered[0].read_text(encoding="utf-8"))
+    assert {"results", "report"} == set(payload)
+    assert len(payload["results"]) > 0
+    assert [e["status"] for e in _entries(ledger)] == ["committed"]
+
+
+def test_out_memory_in_the_release_says_what_to_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gaussdp.release import _noise
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(_noise, "draw", no_memory)
+    result = invoke("release", SPEC, "--data", DATA)
+    assert_one_line(
+        result,
+        4,
+        "out of memory: an allocation failed; the engine or the per-group result did not fit",
+    )
+
+
+def test_a_bug_is_one_line_and_verbose_shows_the_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gaussdp.cli import calibrate
+
+    def broken(*args: object) -> None:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(calibrate, "calibrate_rows", broken)
+    result = invoke("calibrate", "-e", "1", "-d", "1e-6")
+    assert_one_line(result, 1, "internal error: ZeroDivisionError: float division by zero")
+    assert "--verbose" in result.stderr
+    verbose = invoke("--verbose", "calibrate", "-e", "1", "-d", "1e-6")
+    assert verbose.exit_code == 1
+    assert "Traceback" in verbose.stderr
+    assert verbose.stderr.strip().splitlines()[-1].startswith("internal error:")
+
+
+def test_usage_errors_exit_2_without_traceback() -> None:
+    for args in (["calibrate", "-e", "1", "-d", "1e-6", "--json", "true"], ["nonsense"]):
+        result = invoke(*args)
+        assert result.exit_code == 2
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_out_of_memory_in_the_accountant_is_one_line(tmp_path: Path) -> None:
+    """A real MemoryError: a PLD grid too large for a 1 GiB address space (a subprocess)."""
+    events = _events(
+        tmp_path,
+        '[[event]]\nmechanism = "gaussian"\nsigma = 0.5\nsample_rate = 0.5\ncount = 100000\n',
+    )
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "gaussdp", "account", events],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_memory,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 4, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("out of memory:")
+    assert "--value-discretization" in lines[0]
