@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gaussdp.cli import account, calibrate, release
+from gaussdp.cli import account, calibrate, explain, release
 
 __all__ = ["app"]
 
@@ -28,3 +28,4 @@ app = typer.Typer(
 release.register(app)
 calibrate.register(app)
 account.register(app)
+explain.register(app)
