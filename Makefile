@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test java clean
+.PHONY: demo test java browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ demo: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable .
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
-test: $(BIN)/python java
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples]"
+test: $(BIN)/python java browser
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot]"
 	$(BIN)/ruff check src tests benchmarks examples conftest.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy
@@ -27,6 +27,11 @@ test: $(BIN)/python java
 # Spark (the `spark` extra, tested in local mode) needs a Java runtime, 17 or newer.
 java:
 	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+
+# The HTML report's test (tests/audit/test_report.py) drives a headless Chromium through
+# Selenium; Debian's chromium and chromium-driver packages need no network at test time.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

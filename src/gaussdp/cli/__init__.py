@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gaussdp.cli import account, calibrate, explain, release
+from gaussdp.cli import account, calibrate, explain, plot, release
 
 __all__ = ["app"]
 
@@ -29,3 +29,4 @@ release.register(app)
 calibrate.register(app)
 account.register(app)
 explain.register(app)
+plot.register(app)
