@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not spark"' on a machine without Java.
 PYTEST_ARGS ?=
 
-.PHONY: demo test java clean
+.PHONY: demo test java browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ demo: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable .
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
-test: $(BIN)/python java
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples]"
+test: $(BIN)/python java browser
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot]"
 	$(BIN)/ruff check src tests benchmarks examples conftest.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy
@@ -40,6 +40,11 @@ java:
 		echo "and set JAVA_HOME; or skip Spark: make test PYTEST_ARGS='-m \"not spark\"'." >&2; \
 		exit 1; \
 	fi
+
+# The HTML report's test (tests/audit/test_report.py) drives a headless Chromium through
+# Selenium; Debian's chromium and chromium-driver packages need no network at test time.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis spark-warehouse

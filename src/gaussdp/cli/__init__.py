@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gaussdp.cli import account, calibrate, release
+from gaussdp.cli import account, calibrate, explain, plot, release
 from gaussdp.cli._output import EXIT_CODES_HELP, OPTIONS
 
 __all__ = ["app"]
@@ -82,3 +82,5 @@ class _EchoHandler(logging.Handler):
 release.register(app)
 calibrate.register(app)
 account.register(app)
+explain.register(app)
+plot.register(app)

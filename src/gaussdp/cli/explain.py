@@ -1,0 +1,117 @@
+"""``gaussdp explain``: what a guarantee means for a membership-inference attacker."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gaussdp.cli._output import console, emit, fail, guarded
+
+if TYPE_CHECKING:
+    from gaussdp.privacy.tradeoff import TradeoffCurve
+
+__all__ = ["register"]
+
+# False-positive rates at which the table reads the curve, besides --fpr.
+_READINGS = (1e-4, 1e-2, 1e-1)
+
+
+def explain_curve(
+    *,
+    epsilon: float | None,
+    delta: float | None,
+    mu: float | None,
+    rho: float | None,
+    noise_multiplier: float | None,
+    sample_rate: float | None,
+    steps: int | None,
+) -> TradeoffCurve:
+    """The trade-off curve of the one guarantee the options describe."""
+    from gaussdp.privacy.tradeoff import TradeoffCurve
+
+    dpsgd = (noise_multiplier, sample_rate, steps)
+    given = {
+        "--epsilon/--delta": epsilon is not None or delta is not None,
+        "--mu": mu is not None,
+        "--rho": rho is not None,
+        "--noise-multiplier/--sample-rate/--steps": any(v is not None for v in dpsgd),
+    }
+    named = [name for name, present in given.items() if present]
+    if len(named) != 1:
+        fail(
+            "give exactly one of --epsilon with --delta, --mu, --rho, or --noise-multiplier "
+            f"with --sample-rate and --steps, got {named or 'none'}"
+        )
+    if mu is not None:
+        return TradeoffCurve.from_gdp(mu)
+    if rho is not None:
+        return TradeoffCurve.from_rho(rho)
+    if epsilon is not None or delta is not None:
+        if epsilon is None or delta is None:
+            fail("give both --epsilon and --delta")
+        return TradeoffCurve.from_epsilon_delta(epsilon, delta)
+    if noise_multiplier is None or sample_rate is None or steps is None:
+        fail("a DP-SGD run needs --noise-multiplier, --sample-rate and --steps")
+    return TradeoffCurve.from_dpsgd(noise_multiplier, sample_rate, steps)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``explain`` to ``app``."""
+
+    @app.command()
+    def explain(
+        epsilon: Annotated[float | None, typer.Option("--epsilon", "-e", help="ε ≥ 0.")] = None,
+        delta: Annotated[float | None, typer.Option("--delta", "-d", help="δ in [0, 1].")] = None,
+        mu: Annotated[float | None, typer.Option(help="μ of μ-GDP.")] = None,
+        rho: Annotated[float | None, typer.Option(help="ρ of ρ-zCDP.")] = None,
+        noise_multiplier: Annotated[
+            float | None, typer.Option(help="DP-SGD noise multiplier σ/C.")
+        ] = None,
+        sample_rate: Annotated[
+            float | None, typer.Option(help="DP-SGD Poisson sampling rate q.")
+        ] = None,
+        steps: Annotated[int | None, typer.Option(help="DP-SGD number of steps.")] = None,
+        fpr: Annotated[
+            float, typer.Option(help="False-positive rate at which to read the bound.")
+        ] = 1e-3,
+        json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    ) -> None:
+        """What an attacker can learn: the membership-inference bound TPR ≤ 1 − f(FPR),
+        the maximal advantage and the equal-error point of a guarantee (DRS f-DP).
+
+        Example: gaussdp explain --epsilon 1 --delta 1e-6
+        """
+        from gaussdp.privacy.tradeoff import explain as explain_guarantee
+
+        curve = guarded(
+            lambda: explain_curve(
+                epsilon=epsilon,
+                delta=delta,
+                mu=mu,
+                rho=rho,
+                noise_multiplier=noise_multiplier,
+                sample_rate=sample_rate,
+                steps=steps,
+            )
+        )
+        result = guarded(lambda: explain_guarantee(curve, fpr))
+        readings = [(f, float(curve.max_tpr(f))) for f in sorted({*_READINGS, result.fpr})]
+        if json:
+            payload = result.as_dict()
+            payload["max_tpr_at"] = {f"{f:g}": t for f, t in readings}
+            payload["text"] = result.text()
+            typer.echo(jsonlib.dumps(payload, indent=2))
+            return
+        rows: list[tuple[str, str, object]] = [("guarantee", "guarantee", result.guarantee)]
+        rows += [(f"max TPR at FPR = {f:g}", f"max_tpr_{f:g}", t) for f, t in readings]
+        rows += [
+            ("max advantage TPR − FPR", "advantage", result.advantage),
+            ("equal-error point", "equal_error_rate", result.equal_error_rate),
+        ]
+        emit("What an attacker can learn", rows, as_json=False)
+        console.print(
+            f"At FPR = {result.fpr:g} no attack exceeds TPR = {result.max_tpr:.4g}.",
+            highlight=False,
+        )

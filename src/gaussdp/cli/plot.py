@@ -1,0 +1,172 @@
+"""``gaussdp plot ...``: the figures of :mod:`gaussdp.plot`, saved to a file with their table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gaussdp.cli._output import console, fail, guarded
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["register"]
+
+plot_app = typer.Typer(
+    help="Draw gaussdp's privacy figures (needs the 'plot' extra: pip install 'gaussdp[plot]').",
+    no_args_is_help=True,
+)
+
+OutOption = Annotated[
+    Path, typer.Option("--out", "-o", help="Image file to write (.png, .svg, .pdf).")
+]
+TableOption = Annotated[
+    Path | None, typer.Option("--table", help="Also write the numbers drawn as CSV.")
+]
+
+
+def _plot_module() -> Any:
+    from gaussdp.errors import MissingExtraError
+
+    try:
+        import gaussdp.plot as module
+    except MissingExtraError as error:
+        fail(str(error))
+    return module
+
+
+def _save(result: tuple[Figure, pd.DataFrame], out: Path, table: Path | None) -> None:
+    fig, frame = result
+    fig.savefig(out, dpi=120)
+    console.print(f"wrote {out}", highlight=False)
+    if table is not None:
+        frame.to_csv(table, index=False)
+        console.print(f"wrote {table}", highlight=False)
+
+
+@plot_app.command("tradeoff")
+def tradeoff(
+    out: OutOption,
+    mu: Annotated[
+        list[float] | None,
+        typer.Option(help="μ of a reference G_μ curve (repeatable; default 0.5, 1, 3, 6)."),
+    ] = None,
+    epsilon: Annotated[float | None, typer.Option(help="Add the curve of (ε, δ)-DP.")] = None,
+    delta: Annotated[float | None, typer.Option(help="δ of that curve.")] = None,
+    rho: Annotated[float | None, typer.Option(help="Add the curve of ρ-zCDP.")] = None,
+    noise_multiplier: Annotated[
+        float | None, typer.Option(help="Add the curve of a DP-SGD run: noise multiplier.")
+    ] = None,
+    sample_rate: Annotated[float | None, typer.Option(help="DP-SGD sampling rate.")] = None,
+    steps: Annotated[int | None, typer.Option(help="DP-SGD steps.")] = None,
+    log: Annotated[bool, typer.Option("--log", help="Log-log axes, attacker's view.")] = False,
+    table: TableOption = None,
+) -> None:
+    """Trade-off curves with the DRS reading, and a guarantee's curve beside them.
+
+    Example: gaussdp plot tradeoff --epsilon 1 --delta 1e-6 --out tradeoff.png
+    """
+    from gaussdp.cli.explain import explain_curve
+
+    module = _plot_module()
+    release = (epsilon, delta, rho, noise_multiplier, sample_rate, steps)
+    curves = []
+    if any(v is not None for v in release):
+        curves.append(
+            guarded(
+                lambda: explain_curve(
+                    epsilon=epsilon,
+                    delta=delta,
+                    mu=None,
+                    rho=rho,
+                    noise_multiplier=noise_multiplier,
+                    sample_rate=sample_rate,
+                    steps=steps,
+                )
+            )
+        )
+    mus = tuple(mu) if mu else tuple(module.DRS_MUS)
+    _save(guarded(lambda: module.tradeoff_figure(curves, mus=mus, log=log)), out, table)
+
+
+@plot_app.command("profile")
+def profile(
+    out: OutOption,
+    sigma: Annotated[float, typer.Option(help="Noise σ of each run (sensitivity 1).")],
+    count: Annotated[int, typer.Option(help="Number of composed runs.")] = 1,
+    sample_rate: Annotated[
+        float | None, typer.Option(help="Poisson subsampling rate (DP-SGD).")
+    ] = None,
+    table: TableOption = None,
+) -> None:
+    """Privacy profiles δ(ε) by the PLD, RDP and zCDP accountants side by side.
+
+    Example: gaussdp plot profile --sigma 1.1 --sample-rate 0.01 --count 1000 --out p.png
+    """
+    from gaussdp.accounting import Subsampled
+    from gaussdp.mechanisms import Gaussian
+
+    module = _plot_module()
+
+    def build() -> tuple[Figure, pd.DataFrame]:
+        gaussian = Gaussian(sigma=sigma)
+        mechanism = gaussian if sample_rate is None else Subsampled(gaussian, rate=sample_rate)
+        result: tuple[Figure, pd.DataFrame] = module.privacy_profile_figure(mechanism, count)
+        return result
+
+    _save(guarded(build), out, table)
+
+
+@plot_app.command("sigma")
+def sigma(
+    out: OutOption,
+    delta: Annotated[float, typer.Option(help="The fixed δ.")] = 1e-5,
+    table: TableOption = None,
+) -> None:
+    """Noise σ against ε at a fixed δ for each calibration.
+
+    Example: gaussdp plot sigma --delta 1e-6 --out sigma.png
+    """
+    module = _plot_module()
+    _save(guarded(lambda: module.sigma_epsilon_figure(delta)), out, table)
+
+
+@plot_app.command("cks-fig1")
+def cks_fig1(out: OutOption, table: TableOption = None) -> None:
+    """CKS Figure 1: δ(ε) of the discrete Gaussian against the continuous one and bounds."""
+    module = _plot_module()
+    _save(guarded(module.cks_fig1), out, table)
+
+
+@plot_app.command("cks-fig2")
+def cks_fig2(
+    out: OutOption,
+    sigma2: Annotated[float, typer.Option(help="σ² of the three distributions.")] = 2.0,
+    table: TableOption = None,
+) -> None:
+    """CKS Figure 2: tails of the discrete, continuous and rounded Gaussian."""
+    module = _plot_module()
+    _save(guarded(lambda: module.cks_fig2(sigma2)), out, table)
+
+
+@plot_app.command("cks-fig4")
+def cks_fig4(
+    out: OutOption,
+    count: Annotated[int, typer.Option(help="Number of queries k (left panel).")] = 100,
+    std: Annotated[float, typer.Option(help="Noise standard deviation per query.")] = 50.0,
+    table: TableOption = None,
+) -> None:
+    """CKS Figure 4: discrete Gaussian against discrete Laplace for k counting queries.
+
+    Example: gaussdp plot cks-fig4 --out fig4.png --table fig4.csv
+    """
+    module = _plot_module()
+    _save(guarded(lambda: module.cks_fig4(count, std)), out, table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``plot`` sub-app to ``app``."""
+    app.add_typer(plot_app, name="plot")

@@ -1,0 +1,164 @@
+"""Trade-off curves of every guarantee, against closed forms and a second method.
+
+Independent answers: mpmath for G_μ (DRS Def 2.6), the closed form of the (ε, δ)
+region (DRS Prop 2.4), DiscreteGaussian.tradeoff (a scalar Neyman–Pearson search
+written separately), k Gaussians = one Gaussian with μ√k (DRS Cor 3.3), and the
+PLD's own δ(ε) queries, which the curve must reproduce through DRS Prop 2.12.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+from gaussdp.accounting import (
+    GDPAccountant,
+    PLDAccountant,
+    PrivacyLossDistribution,
+    RDPAccountant,
+    Subsampled,
+)
+from gaussdp.mechanisms import DiscreteGaussian, Gaussian
+from gaussdp.privacy import gdp_tradeoff
+from gaussdp.privacy.tradeoff import TradeoffCurve, explain, tradeoff_epsilon_delta
+
+ALPHAS = np.concatenate([[0.0], np.geomspace(1e-8, 0.999, 60), [1.0]])
+
+
+def _g_mp(mu: float, alpha: float) -> float:
+    mp.mp.dps = 40
+    # DRS Def 2.6: G_μ(α) = Φ(Φ⁻¹(1 − α) − μ), Φ⁻¹ by mpmath's erfinv
+    z = mp.sqrt(2) * mp.erfinv(1 - 2 * mp.mpf(alpha))
+    return float(mp.ncdf(z - mu))
+
+
+def test_gdp_curve_known_answer_and_mpmath() -> None:
+    curve = TradeoffCurve.from_gdp(1.0)
+    assert round(curve(0.05), 4) == 0.7405  # REFERENCE.md §2, from DRS
+    for a in (1e-6, 1e-3, 0.05, 0.5, 0.9):
+        assert curve(a) == pytest.approx(_g_mp(1.0, a), rel=1e-12)
+    assert curve.exact
+    assert np.array_equal(curve.lower(ALPHAS), curve.upper(ALPHAS))
+
+
+@pytest.mark.parametrize(("mu", "eer"), [(0.5, 0.401), (1.0, 0.309), (3.0, 0.067), (6.0, 0.00135)])
+def test_equal_error_rate_is_phi_minus_mu_over_two(mu: float, eer: float) -> None:
+    # Known answers of REFERENCE.md §2: Φ(−μ/2).
+    got = TradeoffCurve.from_gdp(mu).equal_error_rate()
+    assert got == pytest.approx(float(mp.ncdf(-mu / 2)), rel=1e-9)
+    assert got == pytest.approx(eer, abs=5e-4 if mu < 6 else 5e-6)
+
+
+def test_epsilon_delta_curve_closed_form() -> None:
+    eps, delta = 1.0, 1e-6
+    curve = TradeoffCurve.from_epsilon_delta(eps, delta)
+    kink = (1 - delta) / (1 + math.e)
+    # Left of the kink the steep side 1 − δ − e^ε α binds, right of it the flat side.
+    assert curve(kink / 2) == pytest.approx(1 - delta - math.e * kink / 2, rel=1e-14)
+    assert curve(0.9) == pytest.approx((1 - delta - 0.9) / math.e, rel=1e-14)
+    assert curve(kink) == pytest.approx(kink, rel=1e-12)  # symmetric: f(kink) = kink
+    assert curve(1.0) == 0.0
+    assert tradeoff_epsilon_delta(eps, delta, 0.0) == 1 - delta
+    # The advantage is 1 − 2·kink, attained at the kink.
+    assert curve.advantage == pytest.approx(1 - 2 * kink, rel=1e-12)
+    grid = np.linspace(0, 1, 100001)
+    assert np.max(1 - grid - curve(grid)) == pytest.approx(curve.advantage, abs=1e-5)
+
+
+def test_discrete_gaussian_curve_matches_scalar_search() -> None:
+    curve = TradeoffCurve.from_discrete_gaussian("25/4", sensitivity=2)
+    mech = DiscreteGaussian("25/4", sensitivity=2)
+    for a in (1e-7, 1e-4, 0.013, 0.2, 0.5, 0.77, 0.999):
+        assert curve(a) == pytest.approx(mech.tradeoff(a), abs=1e-15, rel=1e-12)
+    # Advantage = total variation = δ(0) (CKS Thm 7 at ε = 0), ≥ the grid maximum.
+    grid = np.linspace(0, 1, 20001)
+    assert np.max(1 - grid - curve(grid)) <= curve.advantage + 1e-12
+    assert curve.advantage == pytest.approx(mech.delta(0.0))
+
+
+@pytest.mark.parametrize(("sigma", "k"), [(2.0, 4), (10.0, 100), (1.0, 1)])
+def test_pld_curve_brackets_composed_gaussians(sigma: float, k: int) -> None:
+    pld = PrivacyLossDistribution.from_gaussian(sigma).self_compose(k)
+    curve = TradeoffCurve.from_pld(pld)
+    exact = gdp_tradeoff(math.sqrt(k) / sigma, ALPHAS)  # DRS Cor 3.3: one Gaussian, μ√k
+    low, high = curve.lower(ALPHAS), curve.upper(ALPHAS)
+    assert np.all(low <= exact)  # certified side: never above the true trade-off
+    assert np.all(exact <= high + 1e-15)
+    assert np.max(high - low) < 1e-6  # and tight
+    assert not curve.exact
+
+
+def test_pld_curve_reproduces_the_pld_profile() -> None:
+    # Subsampled Gaussian: the two neighbouring directions differ. Through DRS Prop 2.12,
+    # sup_α (1 − f(α) − e^ε α) must give back max over directions of δ(ε).
+    pld = PrivacyLossDistribution.from_subsampled_gaussian(0.8, 0.1).self_compose(20)
+    curve = TradeoffCurve.from_pld(pld)
+    alphas = np.unique(np.concatenate([np.geomspace(1e-12, 1, 40001), np.linspace(0, 1, 40001)]))
+    f = curve.lower(alphas)
+    for eps in (0.0, 0.5, 1.0, 2.0):
+        from_curve = float(np.max(1 - f - math.exp(eps) * alphas))
+        bounds = pld.delta(eps)
+        # The curve takes the PLD's relative 1e-10 sum margin as absolute: ≤ 1e-10 more.
+        assert from_curve <= bounds.upper + 1.1e-10
+        assert from_curve >= bounds.lower - 1e-4 * max(bounds.lower, 1e-6)
+
+
+def test_profile_curves_are_on_the_safe_side() -> None:
+    mu = 1.0
+    exact = gdp_tradeoff(mu, ALPHAS)
+    rdp = RDPAccountant().compose(Gaussian.from_mu(mu))
+    for curve in (TradeoffCurve.from_rho(mu**2 / 2), TradeoffCurve.from_accountant(rdp)):
+        assert np.all(curve.lower(ALPHAS) <= exact + 1e-12)
+        assert curve.advantage >= TradeoffCurve.from_gdp(mu).advantage
+    # A single-point profile is f_{ε,δ} itself.
+    one = TradeoffCurve.from_profile(lambda e: 1e-3, epsilons=[0.5])
+    np.testing.assert_allclose(
+        one.lower(ALPHAS), tradeoff_epsilon_delta(0.5, 1e-3, ALPHAS), rtol=1e-14
+    )
+
+
+def test_accountants_route_to_the_exact_curve() -> None:
+    gdp = GDPAccountant().compose(Gaussian(sigma=2.0), count=4)
+    pld = PLDAccountant().compose(Gaussian(sigma=2.0), count=4)
+    for acc in (gdp, pld):
+        curve = TradeoffCurve.from_accountant(acc)
+        assert curve.exact
+        np.testing.assert_allclose(curve(ALPHAS), gdp_tradeoff(1.0, ALPHAS), rtol=1e-12)
+
+
+def test_dpsgd_curve_is_between_its_bounds_and_explained() -> None:
+    curve = TradeoffCurve.from_dpsgd(1.1, 0.01, 200)
+    assert np.all(curve.lower(ALPHAS) <= curve.upper(ALPHAS))
+    acc = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.1), rate=0.01), count=200)
+    assert curve.advantage == pytest.approx(acc.delta(0.0).upper)
+    e = explain(curve, fpr=1e-3)
+    assert e.max_tpr == pytest.approx(1 - curve(1e-3))
+    assert 1e-3 < e.max_tpr < 1
+    assert "DP-SGD" in e.text()
+
+
+def test_explain_epsilon_delta_reads_the_curve() -> None:
+    e = explain(TradeoffCurve.from_epsilon_delta(1.0, 1e-6), fpr=1e-3)
+    # 1 − f(1e-3) = δ + e·1e-3 on the steep side.
+    assert e.max_tpr == pytest.approx(1e-6 + math.e * 1e-3, rel=1e-12)
+    assert set(e.as_dict()) == {"guarantee", "fpr", "max_tpr", "advantage", "equal_error_rate"}
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.1", True])
+def test_bad_alpha_is_refused(bad: object) -> None:
+    with pytest.raises((ValueError, TypeError), match="alpha must be"):
+        TradeoffCurve.from_gdp(1.0)(bad)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="epsilon must be"):
+        TradeoffCurve.from_epsilon_delta(-1.0, 1e-6)
+    with pytest.raises(TypeError, match="pld must be"):
+        TradeoffCurve.from_pld("pld")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fpr must be"):
+        explain(TradeoffCurve.from_gdp(1.0), fpr=0.0)
+    with pytest.raises(ValueError, match="epsilons must be"):
+        TradeoffCurve.from_profile(lambda e: 0.0, epsilons=[-1.0])
