@@ -18,7 +18,7 @@ demo: $(BIN)/python
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
 test: $(BIN)/python java
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples]"
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,synth]"
 	$(BIN)/ruff check src tests benchmarks examples conftest.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy

@@ -139,13 +139,16 @@ class SynthResult:
     ``order``, ``tv_measured`` (TV distance of the synthetic marginal to the
     noisy measurement, for measured marginals) and ``tv_true`` (to the true
     data, only with ``evaluate=True``: outside the budget, for evaluation).
-    ``tree`` lists the selected pairs; ``model`` is the ``mbi`` model.
+    ``tree`` lists the selected pairs; ``measurements`` the noisy marginals
+    (:class:`gaussdp.synth.model.Measurement`, cell codes in C order);
+    ``model`` is the ``mbi`` model.
     """
 
     frame: pd.DataFrame
     report: SynthReport
     quality: pd.DataFrame
     tree: tuple[tuple[str, str], ...]
+    measurements: tuple[Any, ...]
     model: Any
 
 
@@ -498,7 +501,7 @@ class Synthesizer:
         frame = pd.DataFrame({c.name: c.decode(codes[c.name], gen) for c in self.columns})
         truth = {n: coded[n].to_numpy(dtype=np.int64) for n in names} if evaluate else None
         quality = _quality(codes, sizes, measurements, truth)
-        return SynthResult(frame, report, quality, tuple(tree), model)
+        return SynthResult(frame, report, quality, tuple(tree), tuple(measurements), model)
 
     def _measure(
         self, release: Release, cliques: Sequence[tuple[str, ...]], source: RandomSource
