@@ -9,9 +9,10 @@ extra) with three numeric columns and the class, each with a public domain.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -133,10 +134,10 @@ def wine() -> tuple[pd.DataFrame, tuple[Column, ...]]:
     (0, 1, 2); ``id`` is one unit per row.
     """
     try:
-        from sklearn.datasets import load_wine
+        datasets: Any = importlib.import_module("sklearn.datasets")
     except ImportError as error:  # pragma: no cover - depends on the installation
         raise ImportError("wine() needs scikit-learn: pip install 'gaussdp[examples]'") from error
-    bunch = load_wine(as_frame=True)
+    bunch = datasets.load_wine(as_frame=True)
     frame = bunch.frame[["alcohol", "color_intensity", "hue", "target"]].rename(
         columns={"target": "class"}
     )

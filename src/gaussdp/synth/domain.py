@@ -56,7 +56,7 @@ class Categorical:
     """
 
     name: str
-    categories: tuple[Any, ...]
+    categories: Sequence[Any]  # stored as a tuple
     other: str | None = None
 
     def __post_init__(self) -> None:
@@ -89,7 +89,7 @@ class Categorical:
     @property
     def labels(self) -> tuple[Any, ...]:
         """The value of each cell."""
-        return self.categories + ((self.other,) if self.other is not None else ())
+        return (*self.categories, *((self.other,) if self.other is not None else ()))
 
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
         """Codes of ``values``; refuses values outside the domain unless ``other`` is set."""
@@ -155,7 +155,7 @@ class Numeric:
 
     name: str
     bounds: tuple[float, float]
-    bins: int | tuple[float, ...]
+    bins: int | Sequence[float]  # edges stored as a tuple
     integer: bool = False
     other: str | None = None
 
@@ -203,7 +203,7 @@ class Numeric:
             lo, hi = self.bounds
             k = self.bins
             return (*(lo + (hi - lo) * i / k for i in range(k)), hi)
-        return self.bins
+        return tuple(self.bins)
 
     @property
     def size(self) -> int:
