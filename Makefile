@@ -20,7 +20,7 @@ demo: $(BIN)/python
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
 test: $(BIN)/python java browser
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot]"
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot,synth]"
 	$(BIN)/ruff check src tests benchmarks examples conftest.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy

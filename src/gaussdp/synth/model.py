@@ -1,0 +1,117 @@
+"""A graphical model fitted to noisy marginals with Private-PGM (``mbi``), and sampling from it.
+
+Post-processing only: the model sees the noisy measurements, never the data.
+``mbi`` (the ``synth`` extra) and JAX are imported on first use. JAX is set to
+64-bit floats (``mbi`` warns that 32 bits can stall on large tables) and its
+persistent compilation cache is turned off (``mbi`` advises it) — process-wide
+settings of JAX, made once.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gaussdp.errors import invalid
+
+__all__ = ["Measurement", "fit_model", "sample_codes"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A noisy marginal: counts over the cells of ``clique`` (C order), noise std ``std``."""
+
+    clique: tuple[str, ...]
+    values: npt.NDArray[np.float64]
+    std: float
+
+
+def _mbi() -> Any:
+    try:
+        jax: Any = importlib.import_module("jax")
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "gaussdp.synth needs Private-PGM: pip install 'gaussdp[synth]'"
+        ) from error
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    return importlib.import_module("mbi")
+
+
+def fit_model(
+    sizes: dict[str, int],
+    measurements: Sequence[Measurement],
+    *,
+    iters: int,
+) -> Any:
+    """Fit a Markov random field to ``measurements`` by mirror descent (Private-PGM).
+
+    Each measurement enters the L2 loss weighted by 1/std (McKenna et al. 2019,
+    Algorithm 1, as implemented by ``mbi.estimation.MirrorDescent``); the total
+    is ``mbi``'s minimum-variance combination of the measurements' totals.
+    """
+    mbi = _mbi()
+    domain = mbi.Domain(tuple(sizes), tuple(sizes.values()))
+    linear = [
+        mbi.LinearMeasurement(np.asarray(m.values, dtype=np.float64), m.clique, stddev=m.std)
+        for m in measurements
+    ]
+    total = max(float(mbi.estimation.minimum_variance_unbiased_total(linear)), 1.0)
+    return mbi.estimation.MirrorDescent().estimate(domain, linear, known_total=total, iters=iters)
+
+
+def model_marginal(model: Any, clique: Sequence[str]) -> npt.NDArray[np.float64]:
+    """The model's marginal over ``clique`` (an array with one axis per attribute)."""
+    return np.asarray(model.project(tuple(clique)).datavector(flatten=False), dtype=np.float64)
+
+
+def sample_codes(
+    model: Any, rows: int, rng: np.random.Generator
+) -> dict[str, npt.NDArray[np.int64]]:
+    """Draw ``rows`` i.i.d. records (cell codes per attribute) from ``model``.
+
+    Forward sampling along the elimination order of the model's junction tree:
+    each attribute is drawn from its conditional given the already drawn
+    attributes of the cliques that contain it (the model's marginal over
+    those attributes, normalised per conditioning cell). The randomness is
+    ``rng`` only (``mbi``'s own sampler uses numpy's global generator).
+    """
+    if rows < 0:
+        raise ValueError(invalid("rows", "an integer >= 0", rows))
+    mbi = _mbi()
+    domain = model.domain
+    jtree, order = mbi.junction_tree.make_junction_tree(domain, [tuple(c) for c in model.cliques])
+    cliques = [set(c) for c in jtree.nodes]
+    order = list(order)[::-1]
+    data: dict[str, npt.NDArray[np.int64]] = {}
+    used: set[str] = set()
+    for col in order:
+        related = set().union(*[c for c in cliques if col in c]) if cliques else set()
+        parents = tuple(a for a in order if a in used and a in related)
+        joint = model_marginal(model, (*parents, col))
+        joint = np.clip(joint, 0.0, None)
+        k = domain[col]
+        table = joint.reshape(-1, k)
+        sums = table.sum(axis=1, keepdims=True)
+        # A conditioning cell the model gives no mass: uniform (never reached in exact arithmetic).
+        cond = np.where(sums > 0, table / np.where(sums > 0, sums, 1.0), 1.0 / k)
+        cum = np.cumsum(cond, axis=1)
+        cum[:, -1] = 1.0
+        if parents:
+            index = np.ravel_multi_index(
+                tuple(data[p] for p in parents), tuple(domain[p] for p in parents)
+            )
+        else:
+            index = np.zeros(rows, dtype=np.int64)
+        # Inverse CDF in every row's own conditioning cell at once: row c of ``cum``
+        # shifted by c is globally non-decreasing, so one search finds each draw.
+        shifted = (cum + np.arange(len(cum))[:, None]).ravel()
+        pos = np.searchsorted(shifted, index + rng.random(rows), side="right") - index * k
+        data[col] = np.clip(pos, 0, k - 1).astype(np.int64)
+        used.add(col)
+    return {a: data[a] for a in domain.attributes}

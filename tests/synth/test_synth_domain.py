@@ -1,0 +1,92 @@
+"""Public column domains: encoding, the out-of-domain rule, decoding back to column types."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gaussdp.synth import Categorical, Numeric
+
+
+def test_categorical_codes_and_the_other_bucket() -> None:
+    col = Categorical("c", ["a", "b"], other="rest")
+    codes = col.encode(pd.Series(["b", "a", "zz", None, "b"]))
+    assert codes.tolist() == [1, 0, 2, 2, 1]
+    assert col.labels == ("a", "b", "rest")
+    assert col.decode(np.array([2, 0]), np.random.default_rng(0)).tolist() == ["rest", "a"]
+
+
+def test_categorical_refuses_values_outside_without_other() -> None:
+    col = Categorical("c", ["a", "b"])
+    with pytest.raises(
+        ValueError, match=r"column 'c' must be within its declared categories.*'zz'"
+    ):
+        col.encode(pd.Series(["a", "zz"]))
+    with pytest.raises(ValueError, match="never taken from the data"):
+        col.encode(pd.Series(["a", None]))
+
+
+def test_integer_categories_match_integral_floats_and_strings_stay_distinct() -> None:
+    col = Categorical("n", [1, 2, 3])
+    assert col.encode(pd.Series([3.0, 1.0, 2])).tolist() == [2, 0, 1]
+    with pytest.raises(ValueError, match="declared categories"):
+        col.encode(pd.Series([1.5]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"categories": []}, ValueError),
+        ({"categories": "ab"}, TypeError),
+        ({"categories": ["a", "a"]}, ValueError),
+        ({"categories": [1.5]}, TypeError),
+        ({"categories": ["a"], "other": "a"}, ValueError),
+    ],
+)
+def test_bad_categorical_domains(kwargs: dict, error: type) -> None:
+    with pytest.raises(error):
+        Categorical("c", **kwargs)
+
+
+def test_numeric_bins_clamp_to_the_end_bins_and_missing_goes_to_other() -> None:
+    col = Numeric("x", (0, 10), 5, other="missing")
+    codes = col.encode(pd.Series([-3.0, 0.0, 1.99, 2.0, 9.99, 10.0, 42.0, np.nan]))
+    assert codes.tolist() == [0, 0, 0, 1, 4, 4, 4, 5]
+    with pytest.raises(ValueError, match="missing"):
+        Numeric("x", (0, 10), 5).encode(pd.Series([1.0, None]))
+    with pytest.raises(ValueError, match="numeric"):
+        col.encode(pd.Series(["abc"]))
+
+
+def test_numeric_decode_stays_in_its_bin_and_keeps_integers() -> None:
+    rng = np.random.default_rng(1)
+    col = Numeric("x", (0, 10), [0, 2.5, 10])
+    values = col.decode(np.array([0] * 500 + [1] * 500), rng).to_numpy()
+    assert (values[:500] >= 0).all()
+    assert (values[:500] < 2.5).all()
+    assert (values[500:] >= 2.5).all()
+    assert (values[500:] <= 10).all()
+    ints = Numeric("age", (0, 99), 3, integer=True, other="na")
+    out = ints.decode(np.array([0, 1, 2, 3] * 100), rng)
+    assert str(out.dtype) == "Int64"
+    assert out.iloc[3] is pd.NA
+    assert set(out.dropna().astype(int)) <= set(range(100))
+    first = out.iloc[0::4].astype(int)
+    assert (first >= 0).all()
+    assert (first < 33).all()
+
+
+@pytest.mark.parametrize(
+    ("bounds", "bins"),
+    [
+        ((1, 1), 3),
+        ((0, float("inf")), 3),
+        ((0, 1), 0),
+        ((0, 1), [0, 0.5]),
+        ((0, 1), [0, 0.7, 0.5, 1]),
+    ],
+)
+def test_bad_numeric_domains(bounds: tuple[float, float], bins: object) -> None:
+    with pytest.raises(ValueError, match=r"x\.(bounds|bins) must be"):
+        Numeric("x", bounds, bins)  # type: ignore[arg-type]

@@ -1,0 +1,229 @@
+"""MST synthesis end to end: accounting, ledger, bounding, bad input, utility on a known network."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gaussdp.accounting import RDPAccountant
+from gaussdp.budget import Budget
+from gaussdp.errors import BudgetExceededError
+from gaussdp.privacy import zcdp_epsilon
+from gaussdp.random import ChaCha20Random
+from gaussdp.release import Ledger
+from gaussdp.synth import Categorical, Numeric, Synthesizer, SynthResult
+from gaussdp.synth.data import BayesNet
+from gaussdp.synth.quality import total_variation
+
+NET = BayesNet.example()
+
+
+def _synth(data: object, budget: Budget, **kw: object) -> Synthesizer:
+    options: dict[str, object] = {
+        "columns": NET.columns,
+        "privacy_unit": "unit",
+        "budget": budget,
+        "max_groups_per_unit": 1,
+        "max_rows_per_group": 1,
+        "iters": 300,
+    }
+    options.update(kw)
+    return Synthesizer(data, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def bn_data() -> pd.DataFrame:
+    return NET.sample(5000, rng=ChaCha20Random(11))
+
+
+@pytest.fixture(scope="module")
+def run(
+    bn_data: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SynthResult, Ledger]:
+    ledger = Ledger(tmp_path_factory.mktemp("l") / "b.db", total=Budget(epsilon=50.0, delta=1e-6))
+    synth = _synth(bn_data, Budget(epsilon=30.0, delta=1e-6))
+    return synth.run(rng=ChaCha20Random(3), ledger=ledger, evaluate=True), ledger
+
+
+# -- accounting (no data read) ---------------------------------------------------------
+def test_report_is_the_composition_of_its_events() -> None:
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    report = _synth(None, budget).report
+    d = len(NET.sizes)
+    kinds = [e.kind for e in report.events]
+    assert kinds == ["measure"] * d + ["select"] * (d - 1) + ["measure"] * (d - 1)
+    measures = [e for e in report.events if e.kind == "measure"]
+    selects = [e for e in report.events if e.kind == "select"]
+    accountant = RDPAccountant()
+    for e in measures:
+        event = e.gaussian
+        assert event is not None
+        assert event.rho == pytest.approx(e.rho, rel=1e-15)  # Release's ρ = Δ²/(2σ²)
+        accountant.compose(event)
+    rho_gauss = accountant.rdp() / np.asarray(accountant.orders)  # RDP of zCDP is α·ρ
+    assert np.allclose(rho_gauss, rho_gauss[0], rtol=1e-12)
+    # Exponential mechanism: ε-bounded-range, ε²/8-zCDP; ε set so the d − 1 choices use ρ/3.
+    rho_select = sum(Fraction(e.epsilon) ** 2 / 8 for e in selects)  # type: ignore[arg-type]
+    total = Fraction(float(rho_gauss[0])) + rho_select
+    assert report.rho == pytest.approx(float(total), rel=1e-12)
+    assert report.rho <= budget.rho_capacity()
+    assert report.rho >= 0.999 * budget.rho_capacity()  # the budget is spent, not wasted
+    assert report.epsilon == zcdp_epsilon(report.rho, 1e-6)  # CKS Cor 13
+    assert report.epsilon is not None
+    assert report.epsilon <= 1.0
+    assert all(e.sensitivity == 1.0 for e in report.events)
+
+
+def test_bounds_enter_the_sensitivities() -> None:
+    report = _synth(None, Budget(rho=1.0), max_groups_per_unit=4, max_rows_per_group=2).report
+    assert {e.sensitivity for e in report.events if e.kind == "measure"} == {2.0 * 2}  # √L0·L∞
+    assert {e.sensitivity for e in report.events if e.kind == "select"} == {8.0}  # L0·L∞
+    assert report.rho <= 1.0
+    assert report.epsilon is None
+
+
+# -- a run -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_run_report_equals_the_planned_one_and_the_ledger_holds_it(
+    run: tuple[SynthResult, Ledger], bn_data: pd.DataFrame
+) -> None:
+    result, ledger = run
+    planned = _synth(bn_data, Budget(epsilon=30.0, delta=1e-6)).report
+    assert result.report.rho == planned.rho
+    (entry,) = ledger.entries()
+    assert entry.status == "committed"
+    assert entry.rho == result.report.rho
+    assert entry.detail is not None
+    assert entry.detail["method"] == "MST"
+    assert [tuple(e.clique) for e in result.report.events if e.kind == "select"] == list(
+        result.tree
+    )
+
+
+@pytest.mark.slow
+def test_true_edges_are_recovered_and_their_marginals_are_close(
+    run: tuple[SynthResult, Ledger],
+) -> None:
+    result, _ = run
+    assert {frozenset(e) for e in result.tree} == {frozenset(e) for e in NET.edges}
+    frame = result.frame
+    assert len(frame) == pytest.approx(5000, rel=0.02)
+    for a, b in NET.edges:
+        synthetic = pd.crosstab(frame[a], frame[b]).reindex(
+            index=range(NET.sizes[a]), columns=range(NET.sizes[b]), fill_value=0
+        )
+        # Sampling error of 5000 rows on ≤ 12 cells is ~0.02; 0.05 leaves room for the noise.
+        assert total_variation(synthetic.to_numpy().ravel(), NET.marginal((a, b))) < 0.05
+    q = result.quality
+    assert len(q) == 6 + 15 + 20
+    measured = q[q["tv_measured"].notna()]
+    assert sorted(measured["order"]) == [1] * 6 + [2] * 5
+    assert (q["tv_true"] < 0.1).all()
+
+
+@pytest.mark.slow
+def test_same_seed_same_table_and_rows_is_honoured(bn_data: pd.DataFrame) -> None:
+    synth = _synth(bn_data.head(400), Budget(rho=2.0))
+    one = synth.run(rng=ChaCha20Random(8), rows=300)
+    two = synth.run(rng=ChaCha20Random(8), rows=300)
+    assert len(one.frame) == 300
+    pd.testing.assert_frame_equal(one.frame, two.frame)
+    assert one.tree == two.tree
+    assert np.isnan(one.quality["tv_true"]).all()  # not computed unless asked
+
+
+@pytest.mark.slow
+def test_a_unit_with_many_rows_is_bounded() -> None:
+    # 300 units with one row each, and unit -1 with 2000 rows all in cell "z".
+    rng = np.random.default_rng(4)
+    data = pd.DataFrame(
+        {
+            "unit": np.r_[np.arange(300), np.full(2000, -1)],
+            "k": np.r_[rng.choice(["x", "y"], 300), np.full(2000, "z")],
+            "v": np.r_[rng.uniform(0, 1, 300), np.full(2000, 0.5)],
+        }
+    )
+    synth = Synthesizer(
+        data,
+        columns=[Categorical("k", ["x", "y", "z"]), Numeric("v", (0, 1), 4)],
+        privacy_unit="unit",
+        budget=Budget(rho=2.0),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        iters=100,
+    )
+    result = synth.run(rng=ChaCha20Random(1))
+    one_way_k = result.measurements[0]
+    assert one_way_k.clique == ("k",)
+    # The unit counts once: z's noisy count is 1 + N_Z(0, σ²) with σ² = 1.5 (ρ/3 over two
+    # columns, Δ = 1); 20 is > 15σ away, where 2000 would be without bounding.
+    assert one_way_k.std < 1.25
+    assert one_way_k.values[2] < 20
+
+
+# -- bad input: clear errors, nothing spent ----------------------------------------------
+def _ledger(tmp_path: Path, epsilon: float = 10.0) -> Ledger:
+    return Ledger(tmp_path / "b.db", total=Budget(epsilon=epsilon, delta=1e-6))
+
+
+def test_a_column_without_a_domain_is_refused() -> None:
+    with pytest.raises(TypeError, match="every column needs a public domain"):
+        Synthesizer(
+            None,
+            columns=["a"],  # type: ignore[list-item]
+            privacy_unit="unit",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+        )
+
+
+def test_a_value_outside_the_domain_spends_nothing(tmp_path: Path, bn_data: pd.DataFrame) -> None:
+    ledger = _ledger(tmp_path)
+    data = bn_data.head(100).copy()
+    data.loc[5, "d"] = 9
+    with pytest.raises(ValueError, match="column 'd' must be within its declared categories"):
+        _synth(data, Budget(epsilon=1.0, delta=1e-6)).run(rng=ChaCha20Random(1), ledger=ledger)
+    assert ledger.entries() == []
+
+
+def test_an_empty_table_spends_nothing(tmp_path: Path, bn_data: pd.DataFrame) -> None:
+    ledger = _ledger(tmp_path)
+    with pytest.raises(ValueError, match="data must be a table with at least one row"):
+        _synth(bn_data.head(0), Budget(epsilon=1.0, delta=1e-6)).run(
+            rng=ChaCha20Random(1), ledger=ledger
+        )
+    assert ledger.entries() == []
+
+
+def test_a_missing_column_or_file_spends_nothing(tmp_path: Path, bn_data: pd.DataFrame) -> None:
+    ledger = _ledger(tmp_path)
+    with pytest.raises(ValueError, match="data columns must be including"):
+        _synth(bn_data.drop(columns="f"), Budget(rho=1.0)).run(ledger=ledger)
+    with pytest.raises(FileNotFoundError):
+        _synth(tmp_path / "nope.csv", Budget(rho=1.0)).run(ledger=ledger)
+    assert ledger.entries() == []
+
+
+def test_a_budget_too_small_for_the_one_way_marginals_is_refused() -> None:
+    with pytest.raises(ValueError, match="large enough to measure the 1-way marginals"):
+        _synth(None, Budget(epsilon=1e-6, delta=1e-9))
+    with pytest.raises(ValueError, match="large enough to measure the 1-way marginals"):
+        _synth(None, Budget(epsilon=0.0, delta=1e-6))
+    with pytest.raises(ValueError, match="synth accounts in zCDP"):
+        _synth(None, Budget(mu=1.0))
+
+
+def test_a_ledger_that_cannot_afford_the_run_refuses_it(
+    tmp_path: Path, bn_data: pd.DataFrame
+) -> None:
+    ledger = _ledger(tmp_path, epsilon=0.5)
+    with pytest.raises(BudgetExceededError):
+        _synth(bn_data.head(50), Budget(epsilon=1.0, delta=1e-6)).run(
+            rng=ChaCha20Random(1), ledger=ledger
+        )
+    assert ledger.entries() == []
