@@ -313,21 +313,22 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     var = max(float(np.sum(p * (z - mean) ** 2)) / m, (h / 2) ** 2)
     # λ near the normal-approximation optimum √(2 ln(1/η) / (k·var)).
     lam0 = math.sqrt(-2.0 * log_eta / (count * var))
-    # Heavy right tails (subsampling) put the optimum well below λ0: search down to λ0/64.
+    # Heavy right tails (subsampling) put the optimum far below λ0 (at a few units when
+    # rare large losses dominate): search from 10⁻² up to 4λ0.
     # The window is placed with the MGF of a coarsened copy (cheap); the wrapped mass is
     # then bounded with the exact MGF at the best λ of each side (any λ gives a bound).
-    lams = lam0 * np.geomspace(1 / 64, 4, 13)
-    zc, pc = _coarsened(p, z)
-    log_m_pos = count * _log_mgf(pc, zc, lams)
-    log_m_neg = count * _log_mgf(pc, -zc, lams)
+    lams = np.geomspace(min(1e-2, lam0 / 64), 4 * lam0, 48)
+    pc, zc_hi, zc_lo = _coarsened(p, z)
+    log_m_pos = count * _log_mgf(pc, zc_hi, lams)
+    log_m_neg = count * _log_mgf(pc, -zc_lo, lams)
     z_min = count * float(z[0])
     z_max = count * float(z[-1])
     start = count * base.start
     if extra is not None:
         ze = extra.losses
-        zce, pce = _coarsened(extra.probs, ze)
-        log_m_pos = log_m_pos + _log_mgf(pce, zce, lams)
-        log_m_neg = log_m_neg + _log_mgf(pce, -zce, lams)
+        pce, zce_hi, zce_lo = _coarsened(extra.probs, ze)
+        log_m_pos = log_m_pos + _log_mgf(pce, zce_hi, lams)
+        log_m_neg = log_m_neg + _log_mgf(pce, -zce_lo, lams)
         z_min += float(ze[0])
         z_max += float(ze[-1])
         start += extra.start
@@ -434,20 +435,23 @@ def _l2(x: FloatArray) -> float:
     return math.sqrt(float(np.sum(x * x)))
 
 
-def _coarsened(p: FloatArray, z: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """At most 4096 block masses at the blocks' mean losses (to place windows only)."""
+def _coarsened(p: FloatArray, z: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """At most 16384 blocks: (block masses, largest loss, smallest loss of each block).
+
+    Σ_b m_b e^{λ max_b} ≥ M(λ) ≥ Σ_b m_b e^{λ min_b} for λ ≥ 0, so the coarse MGFs are
+    upper bounds of the exact ones on both tails and the windows they place hold at
+    least the mass the exact Chernoff bound promises (they are at most k·block wider).
+    """
     n = p.size
-    block = max(1, math.ceil(n / 4096))
+    block = max(1, math.ceil(n / 16384))
     if block == 1:
-        return z, p
+        return p, z, z
     nb = math.ceil(n / block)
     pad = nb * block - n
-    pp = np.concatenate((p, np.zeros(pad))).reshape(nb, block)
-    zz = np.concatenate((z, np.full(pad, z[-1]))).reshape(nb, block)
-    mass = pp.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        centre = np.where(mass > 0, (pp * zz).sum(axis=1) / mass, zz[:, 0])
-    return centre, mass
+    mass = np.concatenate((p, np.zeros(pad))).reshape(nb, block).sum(axis=1)
+    starts = z[::block]
+    ends = np.concatenate((z[block - 1 :: block], [z[-1]]))[:nb]
+    return mass, ends, starts
 
 
 def _log_mgf(p: FloatArray, z: FloatArray, lams: FloatArray) -> FloatArray:
