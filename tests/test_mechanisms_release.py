@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import mpmath
@@ -209,3 +210,123 @@ class TestGaussianRelease:
             LatticeGaussian(gamma=0.3, sigma2=Fraction(1), dim=1, sensitivity=1.0)
         with pytest.raises(ValueError, match="^dim must be an integer >= 1, got 0$"):
             Gaussian(sigma=1.0).lattice(0)
+
+
+def _grid_units(g: Gaussian, value: object, seed: int) -> Fraction:
+    """The released value in grid units, exactly (outputs are exact floats below 2**53 units)."""
+    out = g.release(value, rng=ChaCha20Random(seed))
+    assert isinstance(out, float)
+    return Fraction(out) / Fraction(g.lattice(1).gamma)
+
+
+class TestExactRounding:
+    """Inputs are put on the grid once, exactly: ints never pass through float64."""
+
+    @pytest.mark.parametrize("magnitude", [53, 60, 70, 80, 84, 90])
+    def test_neighbouring_integers_stay_within_the_charged_sensitivity(
+        self, magnitude: int
+    ) -> None:
+        # γ = 2**(m - 51) keeps indices near 2**51 (the grid limit is 2**52); Δ = 256.75 γ
+        # is charged floor(256.75) + 1 = 257 units. With the same seed both releases get
+        # the same noise, so outputs differ by exactly the pre-noise grid difference.
+        gamma = 2 ** (magnitude - 51)
+        g = Gaussian(sigma=float(50 * gamma), sensitivity=256.75 * gamma)
+        lattice = g.lattice(1)
+        assert lattice.gamma == gamma
+        charged = lattice.lattice_sensitivity
+        assert charged == 257
+        delta = int(Fraction(g.sensitivity))  # neighbours x and x + delta, |delta| <= Δ
+        worst = Fraction(0)
+        rng = np.random.default_rng(magnitude)
+        for k in range(60):
+            base = 2**magnitude + int(rng.integers(0, 2**40)) * (gamma // 2**30 or 1)
+            # Put x just above a rounding boundary, so x + Δ lands just below one.
+            x = base - base % gamma + gamma // 2 + (k % 3) - 1 if gamma > 2 else base
+            for value, neighbour in ((x, x + delta), (np.int64(x) if x < 2**63 else x, x - delta)):
+                diff = abs(_grid_units(g, value, k) - _grid_units(g, neighbour, k))
+                assert diff.denominator == 1
+                assert diff <= charged, (magnitude, x, diff)
+                worst = max(worst, diff)
+        assert worst == charged  # the boundary cases are really exercised
+
+    def test_the_audit_case_is_charged_correctly(self) -> None:
+        # The audit: Δ = 256.75·2**32 and values near 1.93e25 gave 258 units (257 charged).
+        g = Gaussian(sigma=2.0**40, sensitivity=256.75 * 2**32)
+        assert g.lattice(1).gamma == 2**32
+        x = 2**84 - 2**42 + 2**31 - 1
+        diff = abs(_grid_units(g, x, 1) - _grid_units(g, x + int(256.75 * 2**32), 1))
+        assert diff <= 257
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            int,
+            np.int64,
+            lambda v: np.array([v], dtype=np.uint64)[0],
+            Fraction,
+            lambda v: Decimal(v),
+            lambda v: np.array([v], dtype=object),
+            lambda v: [v, 0.5],
+        ],
+        ids=["int", "int64", "uint64", "Fraction", "Decimal", "object-array", "list-with-float"],
+    )
+    def test_every_exact_input_type_rounds_to_the_nearest_grid_point(self, make: object) -> None:
+        g = Gaussian(sigma=2.0**14, sensitivity=2.0**20)  # γ = 2**9 for one or two values
+        gamma = 2**9
+        # Above and below 2**53, ties (2**60 - 2**8 is 2**51 - 1/2 units) and off-ties.
+        for v in (2**60 + 2**8, 2**60 + 2**8 + 1, 2**60 - 2**8, 2**60 + 3 * 2**8, 12345, 2**53 + 1):
+            value, zero = make(v), make(0)  # type: ignore[operator]
+            out = np.asarray(g.release(value, rng=ChaCha20Random(5))).reshape(-1)
+            base = np.asarray(g.release(zero, rng=ChaCha20Random(5))).reshape(-1)
+            assert g.lattice(out.size).gamma == gamma
+            units = (Fraction(float(out[0])) - Fraction(float(base[0]))) / gamma
+            assert units == round(Fraction(v, gamma)), v  # round() is half to even
+
+    def test_integer_rounding_matches_the_float_rule_and_ties_go_to_even(self) -> None:
+        g = Gaussian(sigma=100.0, sensitivity=4096.0)
+        ints = np.array([2, 6, -2, -6, 5, -5, 7], dtype=np.int64)
+        assert g.lattice(ints.size).gamma == 4.0
+        a = g.release(ints, rng=ChaCha20Random(2))
+        b = g.release(ints.astype(np.float64), rng=ChaCha20Random(2))
+        c = g.release([Fraction(int(v)) for v in ints], rng=ChaCha20Random(2))
+        zero = g.release(np.zeros(ints.size), rng=ChaCha20Random(2))
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal((a - zero) / 4.0, [0, 2, 0, -2, 1, -1, 2])
+
+
+class TestExtremeParameters:
+    """Extreme but finite parameters get the message template, never OverflowError."""
+
+    @pytest.mark.parametrize(
+        ("sigma", "sensitivity", "name"),
+        [
+            (1e308, 1.0, "sigma"),
+            (1.7976931348623157e308, 1e308, "sigma"),
+            (1e308, 5e-324, "sensitivity"),
+            (1.0, 5e-324, "sensitivity"),
+            (5e-324, 1.0, "sigma"),
+            (1e-305, 1e300, "sigma"),
+        ],
+    )
+    def test_release_refuses_with_the_template_and_draws_nothing(
+        self, sigma: float, sensitivity: float, name: str
+    ) -> None:
+        rng = CountingRandom(0)
+        with pytest.raises(ValueError, match=f"^{name} must be "):
+            Gaussian(sigma, sensitivity).release(1.0, rng=rng)
+        assert rng.drawn == 0
+
+    def test_huge_but_representable_releases_are_finite(self) -> None:
+        out = Gaussian(1e300, 1.0).release([1.0, 2.0], rng=ChaCha20Random(0))
+        assert np.all(np.isfinite(out))
+        assert np.all(np.abs(out) > 1e290)  # noise of scale 1e300, not lost on the way
+
+    def test_properties_and_samplers_at_extreme_scales(self) -> None:
+        assert Gaussian(1e308).variance == math.inf
+        rng = ChaCha20Random(0)
+        assert isinstance(DiscreteGaussian(Fraction(10**400)).sample(rng=rng), int)
+        assert np.asarray(DiscreteGaussian(1e308).sample(3, rng=rng)).dtype == object
+        assert isinstance(DiscreteLaplace(Fraction(10**400)).sample(rng=rng), int)
+        assert DiscreteGaussian(5e-324).sample(rng=rng) == 0
+        assert DiscreteLaplace(5e-324).release(7, rng=rng) == 7

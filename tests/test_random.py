@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
+import signal
 import struct
 import sys
+import threading
 
 import numpy as np
 import pytest
 
+from gaussdp import random as random_module
 from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom, _BufferedSource, check_rng
 
 # --- an independent ChaCha20 (RFC 8439 §2.3) to derive the known answers -----------------
@@ -96,10 +100,10 @@ class _Counter(_BufferedSource):
         super().__init__()
         self._next = 0
 
-    def _fill(self, n: int) -> bytes:
-        out = (np.arange(self._next, self._next + n) % 251).astype(np.uint8).tobytes()
+    def _fill_into(self, out: memoryview) -> None:
+        n = len(out)
+        out[:] = (np.arange(self._next, self._next + n) % 251).astype(np.uint8).tobytes()
         self._next += n
-        return out
 
 
 def test_words_continue_the_byte_stream_across_buffer_and_direct_fills() -> None:
@@ -141,6 +145,7 @@ def test_check_rng_refuses_non_sources_and_points_to_chacha(bad: object) -> None
 
 def test_check_rng_default_and_passthrough() -> None:
     assert isinstance(check_rng(None), SystemRandom)
+    assert check_rng(None) is check_rng(None)  # one per process, reused across calls
     rng = ChaCha20Random(3)
     assert check_rng(rng) is rng
 
@@ -174,8 +179,9 @@ def test_system_random_expands_fresh_os_keys_with_chacha20(
 
     monkeypatch.setattr("gaussdp.random.os.urandom", fake_urandom)
     rng = SystemRandom()
-    # A small request refills the 64 KiB buffer from one fresh key...
+    # A small request starts a block under one fresh key (generated 4 KiB at a time)...
     assert rng.random_bytes(10) == keystream(b"\x01" * 32, 10)
+    assert rng._block_left == 65536 - 4096
     # ...and the rest of that block is served before a new key is read.
     assert rng.random_bytes(65526) == keystream(b"\x01" * 32, 65536)[10:]
     # A large request is one keystream under its own key.
@@ -197,7 +203,7 @@ def test_system_random_without_expansion_reads_the_os_source(
     rng = SystemRandom(expand=False)
     assert repr(rng) == "SystemRandom(expand=False)"
     assert rng.random_bytes(4) == bytes([0, 1, 2, 3])
-    assert calls == [65536]
+    assert calls == [4096]  # the buffer is refilled one 4 KiB chunk at a time
     with pytest.raises(TypeError, match="expand must be True or False, got 1"):
         SystemRandom(expand=1)  # type: ignore[arg-type]
     assert repr(SystemRandom()) == "SystemRandom()"
@@ -217,6 +223,60 @@ def test_system_random_buffer_is_not_shared_with_a_forked_child() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert not np.array_equal(child, rng.words(4))
+
+
+def _in_child(action: object) -> bytes:
+    """Run ``action()`` (returning bytes) in a forked child and return what it sent."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: send the bytes, exit without running pytest teardown
+        try:
+            os.write(write, action())  # type: ignore[operator]
+        finally:
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 60.0)
+    got = os.read(read, 1 << 16) if ready else b""
+    os.close(read)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.fork is POSIX only")
+def test_default_source_is_not_reused_by_a_forked_child() -> None:
+    default = check_rng(None)
+    default.words(1)  # the parent has a block key and buffered bytes
+    child = np.frombuffer(_in_child(lambda: check_rng(None).words(4).tobytes()), np.uint64)
+    assert child.size == 4
+    assert not np.array_equal(child, default.words(4))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.fork is POSIX only")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_fork_while_another_thread_holds_the_lock_does_not_deadlock_the_child() -> None:
+    for source in (SystemRandom(), ChaCha20Random(1), _NaiveCounter()):
+        lock = source._lock if isinstance(source, _BufferedSource) else None
+        held = lock if lock is not None else random_module._CLASS_LOCKS[_NaiveCounter]
+        taken, done = threading.Event(), threading.Event()
+
+        def hold(
+            held: object = held, taken: threading.Event = taken, done: threading.Event = done
+        ) -> None:
+            with held:  # type: ignore[attr-defined]  # another thread drawing at the fork
+                taken.set()
+                done.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait()
+        try:
+            got = _in_child(lambda source=source: source.random_bytes(16))
+        finally:
+            done.set()
+            holder.join()
+        assert len(got) == 16
 
 
 def test_randbits_and_randbelow_ranges() -> None:
@@ -283,3 +343,89 @@ def test_custom_source_gets_derived_methods() -> None:
     source = Counter()
     assert check_rng(source) is source
     assert int(source.words(1)[0]) == int.from_bytes(bytes(range(8)), "little")
+
+
+# --- sharing one source between threads ----------------------------------------------------
+
+# Request sizes in words: below, at and across the 4 KiB chunk (512 words) and the 64 KiB
+# block (8192 words), so that buffered, direct and own-key reads interleave; 5000 words is
+# the 40,000-byte request of the audit. Mostly large, to keep the test fast on a busy machine.
+_THREAD_SIZES = (1, 3, 64, 513, 5000, 8191, 5000, 8192, 20000, 131072)
+
+
+class _NaiveCounter(RandomSource):
+    """A user source written with no thought of threads: bytes are the big-endian counter."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def random_bytes(self, n: int) -> bytes:
+        words = -(-n // 8)
+        start = self.next
+        self.next = start + words  # a thread switch between read and write would repeat words
+        return b"".join(i.to_bytes(8, "big") for i in range(start, start + words))[:n]
+
+
+def _draw_in_threads(source: RandomSource, threads: int, words_each: int) -> np.ndarray:
+    """Every thread draws ``words_each`` words through words() and the byte paths."""
+    barrier = threading.Barrier(threads)
+    results: list[list[np.ndarray]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        got, total, k = results[index], 0, index
+        barrier.wait()
+        try:
+            while total < words_each:
+                n = min(_THREAD_SIZES[k % len(_THREAD_SIZES)], words_each - total)
+                path = k % 3
+                if path == 0:
+                    got.append(source.words(n))
+                elif path == 1:  # the byte path (LazyUniform, randbits, bits) in whole words
+                    got.append(np.frombuffer(source.random_bytes(8 * n), dtype="<u8"))
+                else:
+                    got.append(np.array([source.randbits(64) for _ in range(min(n, 8))], "u8"))
+                total += got[-1].size
+                k += 1
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert not errors, errors
+    return np.concatenate([np.concatenate(r).astype(np.uint64) for r in results])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("make", "threads", "words_each"),
+    [
+        (SystemRandom, 8, 1_250_000),
+        (lambda: ChaCha20Random(5), 4, 2_500_000),
+        (lambda: SystemRandom(expand=False), 4, 250_000),
+        (_NaiveCounter, 4, 100_000),
+    ],
+    ids=["system", "chacha20", "system-unexpanded", "user-subclass"],
+)
+def test_a_source_shared_by_threads_never_hands_out_a_word_twice(
+    make: object, threads: int, words_each: int
+) -> None:
+    # 10**7 words from the two main sources. For uniform words a repeat by chance has
+    # probability below n**2 / 2**65 = 2.7e-6 (the false-alarm rate); a byte handed out
+    # twice repeats whole words (the bug: 23,712 repeats in 4 * 10**6).
+    source = make()  # type: ignore[operator]
+    drawn = _draw_in_threads(source, threads, words_each)
+    assert drawn.size == threads * words_each
+    drawn.sort()
+    assert not np.any(drawn[1:] == drawn[:-1])
+    if isinstance(source, ChaCha20Random):  # exactly the first words of the stream, once each
+        expected = ChaCha20Random(5).words(drawn.size)
+        expected.sort()
+        np.testing.assert_array_equal(drawn, expected)
+    if isinstance(source, _NaiveCounter):  # exactly the counter values 0 .. n-1
+        counters = drawn.byteswap()
+        counters.sort()
+        np.testing.assert_array_equal(counters, np.arange(drawn.size, dtype=np.uint64))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from functools import partial
 from typing import ClassVar, Literal
@@ -147,6 +148,104 @@ def _add_integer_noise(values: IntOrArray, noise: IntOrArray) -> IntOrArray:
         return summed
     widened: npt.NDArray[np.object_] = values_array.astype(object) + noise_array.astype(object)
     return widened
+
+
+_REAL_CONSTRAINT = "a finite real number or a non-empty array of them"
+
+
+def _real_array(value: object) -> npt.NDArray[np.generic]:
+    """Validate a real query answer without rounding it.
+
+    Returns a float64 array (floats, and ints that float64 holds exactly), an int64
+    array (integer dtypes that fit), or an object array of exact ``int``/``Fraction``
+    values (Python ints of any size, uint64, long doubles, Fractions, Decimals, and
+    lists mixing floats with ints of 2**53 or more, which float64 would round).
+    """
+    try:
+        array = np.asarray(value)
+    except (ValueError, OverflowError):  # ragged nesting
+        raise ValueError(invalid("value", _REAL_CONSTRAINT, value)) from None
+    if array.size == 0:
+        raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+    kind, itemsize = array.dtype.kind, array.dtype.itemsize
+    if kind == "f" and itemsize <= 8:
+        floats = array.astype(np.float64)
+        if not np.all(np.isfinite(floats)):
+            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+        # A list may hold ints that np.asarray rounded to float64: any of 2**53 or more
+        # would be rounded; below that every int is exact.
+        if isinstance(value, np.ndarray | np.generic) or not np.any(np.abs(floats) >= 2.0**53):
+            return floats
+        array = np.asarray(value, dtype=object)
+    elif (kind in "iu" and itemsize < 8) or kind == "i":
+        return array.astype(np.int64)
+    elif kind not in "fuO":
+        raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+    exact = np.empty(array.shape, dtype=object)
+    flat = exact.reshape(-1)
+    for i, item in enumerate(array.reshape(-1).tolist() if kind == "O" else array.flat):
+        flat[i] = _exact_real(item, value)
+    return exact
+
+
+def _exact_real(item: object, value: object) -> int | Fraction:
+    """One entry of a real answer as an exact int or Fraction (floats at their binary value)."""
+    if isinstance(item, bool | np.bool_):
+        raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+    if isinstance(item, int | np.integer):
+        return int(item)
+    if isinstance(item, Fraction):
+        return item
+    if isinstance(item, Decimal):
+        if not item.is_finite():
+            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+        return Fraction(item)  # exact
+    if isinstance(item, float | np.floating):
+        if not np.isfinite(item):
+            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+        numerator, denominator = item.as_integer_ratio()  # exact: a float is a dyadic rational
+        return Fraction(numerator, denominator)
+    raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+
+
+def _round_to_grid(array: npt.NDArray[np.generic], gamma: float) -> npt.NDArray[np.int64]:
+    """The nearest grid index round(x/γ) of every entry (ties to even), computed exactly.
+
+    γ = 2**e is a power of two. Floats: x/γ is exact unless it leaves the normal range;
+    if it underflows, |x/γ| < 2**-1022 and both it and the exact quotient round to 0,
+    and if it overflows to ±inf, the exact |x/γ| is beyond the grid's limit as well, so
+    ``rint`` gives the exact nearest integer (or an over-limit value the caller refuses).
+    Integers: a shift and an integer half-to-even step. Other exact values: ``round`` of
+    the exact Fraction (half to even). Entries whose index would not fit int64 are
+    returned as ``_MAX_LATTICE_INDEX`` in magnitude so the caller refuses them.
+    """
+    exponent = math.frexp(gamma)[1] - 1  # gamma = 2**exponent exactly
+    limit = _MAX_LATTICE_INDEX
+    if array.dtype == np.float64:
+        floats = array.astype(np.float64)
+        with np.errstate(over="ignore"):  # an overflow to ±inf is refused by the caller
+            scaled = np.rint(floats / gamma)
+        clipped: npt.NDArray[np.int64] = np.clip(scaled, -limit, limit).astype(np.int64)
+        return clipped
+    if array.dtype == np.int64 and -62 <= exponent <= 62:
+        values = array.astype(np.int64)
+        index: npt.NDArray[np.int64]
+        if exponent <= 0:
+            cap = max(limit >> -exponent, 1)  # |v| >= cap gives an index >= limit
+            too_big = (values >= cap) | (values <= -cap)
+            shifted = np.where(too_big, 0, values) << np.int64(-exponent)
+            index = np.where(too_big, limit, shifted)
+            return index
+        quotient = values >> np.int64(exponent)  # floor(v / 2**e)
+        remainder = values - (quotient << np.int64(exponent))  # in [0, 2**e)
+        half = np.int64(1) << np.int64(exponent - 1)
+        up = (remainder > half) | ((remainder == half) & ((quotient & 1) == 1))
+        index = quotient + up
+        return index
+    step = Fraction(gamma)
+    rounded = [round(Fraction(x) / step) for x in array.reshape(-1).tolist()]
+    within = [max(-limit, min(limit, r)) for r in rounded]
+    return np.array(within, dtype=np.int64).reshape(array.shape)
 
 
 def _ceil_sqrt(n: int) -> int:
@@ -362,12 +461,16 @@ class Gaussian:
         """
         dim = check_int("dim", dim, minimum=1)
         root = _ceil_sqrt(dim)
-        _, exponent = math.frexp(min(self.sensitivity / (250 * root), self.sigma / 20))
-        gamma = math.ldexp(1.0, exponent - 1)
-        if gamma < 2.0**-1000:
-            raise ValueError(
-                invalid("sensitivity", "large enough for a normal-float release grid", self)
+        by_sensitivity, by_sigma = self.sensitivity / (250 * root), self.sigma / 20
+        if min(by_sensitivity, by_sigma) < 2.0**-999:  # also when a quotient underflows to 0
+            name, value = (
+                ("sensitivity", self.sensitivity)
+                if by_sensitivity < by_sigma
+                else ("sigma", self.sigma)
             )
+            raise ValueError(invalid(name, "large enough for a normal-float release grid", value))
+        _, exponent = math.frexp(min(by_sensitivity, by_sigma))
+        gamma = math.ldexp(1.0, exponent - 1)
         bound = LatticeGaussian.sensitivity_bound(self.sensitivity, gamma, dim)
         # σ_Z² ≥ (σ·L/Δ)² + τ²: the continuous part s = √(σ_Z² − τ²) has L/s ≤ Δ/σ, so the
         # lattice mechanism is at least as private as this one (see LatticeGaussian), and
@@ -381,8 +484,13 @@ class Gaussian:
     ) -> FloatOrArray:
         r"""Release a real scalar or vector with exact discrete noise on a grid, never float noise.
 
-        Rounds ``value`` to the grid γℤ, adds γ·N_Z(0, σ_Z²) per coordinate and
-        returns values on the grid (exact floats while |value/γ| + noise < 2**53).
+        Rounds ``value`` to the nearest point of the grid γℤ (ties to even), adds
+        γ·N_Z(0, σ_Z²) per coordinate and returns values on the grid (exact floats
+        while |value/γ| + noise < 2**53). The rounding is exact and happens once:
+        ``value`` may hold floats, ints of any size (numpy ints, Python ints,
+        object arrays), Fractions and Decimals, and none is converted to float64
+        first — a double rounding could put neighbours one grid unit further apart
+        than the sensitivity the lattice charges.
         The guarantee of what is released is that of :meth:`lattice` for the
         value's size: its μ and ρ are at most this mechanism's, and its certified
         :meth:`~LatticeGaussian.epsilon` is this mechanism's ε up to a slack below
@@ -395,8 +503,9 @@ class Gaussian:
         TypeError
             If ``value`` is not real-valued (strings, booleans, complex, objects).
         ValueError
-            If ``value`` is empty, NaN or infinite, or too large for the grid.
-            Nothing is drawn.
+            If ``value`` is empty, NaN or infinite, or too large for the grid, or
+            if σ is too large (or Δ or σ too small) for the released values to be
+            finite floats on a normal-float grid. Nothing is drawn.
 
         Examples
         --------
@@ -406,28 +515,28 @@ class Gaussian:
         >>> bool(np.all(out / g.lattice(2).gamma == np.round(out / g.lattice(2).gamma)))
         True
         """
-        constraint = "a finite real number or a non-empty array of them"
-        array = np.asarray(value)
-        if array.dtype == np.bool_ or not (
-            np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
-        ):
-            raise TypeError(invalid("value", constraint, value))
-        array = array.astype(np.float64)
-        if array.size == 0 or not np.all(np.isfinite(array)):
-            raise ValueError(invalid("value", constraint, value))
+        array = _real_array(value)
         lattice = self.lattice(array.size)
         rng = check_rng(rng)
-        # γ is a power of two, so the division is exact and rint rounds to the nearest grid point.
-        index = np.rint(array / lattice.gamma)
-        largest = float(np.abs(index).max())
+        index = _round_to_grid(array, lattice.gamma)
+        largest = int(np.abs(index).max())
         if largest >= _MAX_LATTICE_INDEX:
             raise ValueError(
                 invalid(
                     "value", f"below {_MAX_LATTICE_INDEX * lattice.gamma:g} in magnitude", value
                 )
             )
+        # The released floats γ·(index + noise) stay finite: |noise| < 64 σ_Z except with
+        # probability below e^(-2048), and the grid keeps γ·(2**52 + 64 σ_Z) below 2**1023.
+        noise_bound = 64 * (_ceil_sqrt(math.ceil(lattice.sigma2)))
+        if Fraction(lattice.gamma) * (largest + noise_bound) >= 2**1023:
+            raise ValueError(
+                invalid(
+                    "sigma", "small enough that 64 sigma + |value| is a finite float", self.sigma
+                )
+            )
         noise = discrete_gaussian(lattice.sigma2, array.shape, rng=rng, work=work)
-        total = _add_integer_noise(index.astype(np.int64), noise)
+        total = _add_integer_noise(index, noise)
         released: npt.NDArray[np.float64] = np.asarray(total, dtype=np.float64) * lattice.gamma
         if array.ndim == 0:
             return float(released)
@@ -436,8 +545,8 @@ class Gaussian:
     # -- utility ----------------------------------------------------------------------
     @property
     def variance(self) -> float:
-        """Variance of the noise, σ²."""
-        return self.sigma**2
+        """Variance of the noise, σ² (∞ beyond the float range)."""
+        return self.sigma * self.sigma
 
     def confidence_interval(self, level: float, value: float = 0.0) -> Interval:
         """Interval around ``value`` that holds the noise-free answer with probability ``level``.

@@ -11,20 +11,32 @@ Two sources are provided:
 - :class:`SystemRandom`, the default: the operating system's CSPRNG
   (``os.urandom``, i.e. ``getrandom(2)`` on Linux), expanded by ChaCha20 under a
   fresh OS key per 64 KiB block (or read directly with ``expand=False``).
+  ``rng=None`` means one per-process instance, created at import, reused by
+  every call and thread, and reset in a forked child.
 - :class:`ChaCha20Random`, a reproducible stream for tests and replayable runs:
   the ChaCha20 keystream (RFC 8439, from the ``cryptography`` package) under a
   key derived from the seed by SHA-256. The same seed gives the same words on
   every run and platform.
 
 A bare integer seed is refused: a reproducible source must be visibly named,
-``ChaCha20Random(seed)``. There is no module-level generator.
+``ChaCha20Random(seed)``; the only module-level generator is the default
+:class:`SystemRandom`.
+
+Every source is safe to share between threads: a byte is handed out once. A
+:class:`ChaCha20Random` is a deterministic stream, so a forked child continues
+its parent's stream (the same words in both processes): give each process its
+own seed.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import os
+import threading
+import weakref
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -38,10 +50,19 @@ __all__ = [
 ]
 
 _WORD_BYTES = 8
-# Bytes fetched from the underlying source per refill. Requests at least this
-# large bypass the buffer.
+# SystemRandom reads a fresh OS key for every block of at most this many bytes; a
+# request at least this large is one block under its own key.
 _BLOCK_BYTES = 1 << 16
-_U64_MASK = (1 << 64) - 1
+# The buffer of small requests is refilled this many bytes at a time (lazily: a scalar
+# draw does not generate a whole block). Requests at least this large bypass it.
+_CHUNK_BYTES = 1 << 12
+
+# Every live buffered source, so that a forked child can replace their locks (a lock
+# held by another thread of the parent at the fork would stay held in the child).
+_LIVE_SOURCES: weakref.WeakSet[_BufferedSource] = weakref.WeakSet()
+# The locks serialising random_bytes of RandomSource subclasses that do not lock
+# themselves, one per class (see RandomSource.__init_subclass__).
+_CLASS_LOCKS: dict[type, threading.RLock] = {}
 
 
 class RandomSource(abc.ABC):
@@ -52,6 +73,14 @@ class RandomSource(abc.ABC):
     Words are assembled from bytes in little-endian order, so two sources that
     emit the same bytes emit the same words on every platform.
 
+    Every source may be shared between threads, and hands out each byte once.
+    The derived methods read the source with one :meth:`random_bytes` (or
+    :meth:`words`) call each, so they are as safe as those. The built-in sources
+    lock per instance; a subclass that defines :meth:`random_bytes` gets it
+    wrapped in a lock shared by the instances of that class, unless it sets
+    ``_LOCKS_ITSELF = True`` in its class body (its own locking is then its
+    responsibility).
+
     Examples
     --------
     >>> rng = ChaCha20Random(0)
@@ -60,6 +89,14 @@ class RandomSource(abc.ABC):
     >>> 0 <= rng.randbelow(10**30) < 10**30
     True
     """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        method = cls.__dict__.get("random_bytes")
+        if method is None or cls.__dict__.get("_LOCKS_ITSELF", False):
+            return
+        _CLASS_LOCKS[cls] = threading.RLock()  # reentrant: it may call super().random_bytes
+        cls.random_bytes = _locked(cls, method)  # type: ignore[method-assign,assignment]
 
     @abc.abstractmethod
     def random_bytes(self, n: int) -> bytes:
@@ -128,84 +165,118 @@ class RandomSource(abc.ABC):
         return np.unpackbits(raw, bitorder="little")[:n].astype(np.bool_)
 
 
+def _locked(
+    cls: type, method: Callable[[RandomSource, int], bytes]
+) -> Callable[[RandomSource, int], bytes]:
+    """``method`` run under the lock of ``cls`` (looked up per call: a fork replaces it)."""
+
+    @functools.wraps(method)
+    def random_bytes(self: RandomSource, n: int) -> bytes:
+        with _CLASS_LOCKS[cls]:
+            return method(self, n)
+
+    return random_bytes
+
+
 class _BufferedSource(RandomSource):
-    """Serve small requests from a block buffer refilled by :meth:`_fill`."""
+    """A byte stream served through a small buffer, safe to share between threads.
+
+    Subclasses implement :meth:`_fill_into` (the next bytes of the underlying
+    generator). Requests below :data:`_CHUNK_BYTES` are served from a buffer that
+    is refilled one chunk at a time, so a scalar draw generates 4 KiB, not a
+    whole block; larger requests are written straight from the generator into
+    the caller's array after the buffered bytes. Every read of the buffer and
+    the generator happens under one lock per instance, so each byte of the
+    stream is handed out exactly once whatever the number of threads.
+    """
+
+    _LOCKS_ITSELF = True
 
     def __init__(self) -> None:
-        self._buffer = b""
-        self._pos = 0
+        self._lock = threading.Lock()
+        self._buffer = bytearray(_CHUNK_BYTES)
+        self._pos = _CHUNK_BYTES  # nothing buffered
+        _LIVE_SOURCES.add(self)
 
     @abc.abstractmethod
-    def _fill(self, n: int) -> bytes:
-        """Return ``n`` fresh bytes from the underlying generator."""
+    def _fill_into(self, out: memoryview) -> None:
+        """Write the next ``len(out)`` bytes of the generator into ``out`` (lock held)."""
 
     def _discard_if_stale(self) -> None:
-        """Hook for subclasses that must drop buffered bytes (e.g. after a fork)."""
+        """Hook for subclasses that must drop buffered state (e.g. after a fork); lock held."""
 
-    def _fill_into(self, out: memoryview) -> None:
-        """Write ``len(out)`` fresh bytes from the underlying generator into ``out``."""
-        out[:] = self._fill(len(out))
+    def _fill_independent(self, out: memoryview) -> bool:
+        """Fill a large request from state shared with nothing else, without the lock.
+
+        Returns False (the default) when the source has no such state: the request
+        is then served from the stream, in order, under the lock.
+        """
+        return False
+
+    def _after_fork_in_child(self) -> None:
+        """Run first in a forked child: replace a lock that a parent thread may have held."""
+        self._lock = threading.Lock()
+
+    def _read_into(self, out: memoryview) -> None:
+        """Hand out the next ``len(out)`` bytes of the stream into ``out``, each byte once."""
+        need = len(out)
+        if need >= _BLOCK_BYTES and self._fill_independent(out):
+            return
+        with self._lock:
+            self._discard_if_stale()
+            buffer = memoryview(self._buffer)
+            head = min(need, _CHUNK_BYTES - self._pos)
+            out[:head] = buffer[self._pos : self._pos + head]
+            self._pos += head
+            rest = need - head
+            if rest >= _CHUNK_BYTES:
+                self._fill_into(out[head:])
+            elif rest:
+                self._fill_into(buffer)
+                out[head:] = buffer[:rest]
+                self._pos = rest
 
     def words(self, n: int) -> npt.NDArray[np.uint64]:
         """The next ``8n`` bytes of the stream as little-endian words, written in place.
 
-        The same words as ``random_bytes(8 * n)`` read as ``<u8`` (buffered bytes
-        first, large requests straight from the generator), without the copies.
+        The same words as ``random_bytes(8 * n)`` read as ``<u8``, without the copies.
         """
         if n < 0:
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
-        self._discard_if_stale()
         out = np.empty(n, dtype="<u8")
-        raw = memoryview(out.view(np.uint8).data)
-        need = _WORD_BYTES * n
-        head = min(need, len(self._buffer) - self._pos)
-        raw[:head] = self._buffer[self._pos : self._pos + head]
-        self._pos += head
-        rest = need - head
-        if rest >= _BLOCK_BYTES:
-            self._buffer, self._pos = b"", 0
-            self._fill_into(raw[head:])
-        elif rest:
-            self._buffer = self._fill(_BLOCK_BYTES)
-            self._pos = rest
-            raw[head:] = self._buffer[:rest]
+        self._read_into(memoryview(out.data).cast("B"))
         return out.view(np.uint64)
 
     def random_bytes(self, n: int) -> bytes:
         if n < 0:
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
-        self._discard_if_stale()
-        available = len(self._buffer) - self._pos
-        if n <= available:
-            start = self._pos
-            self._pos += n
-            return self._buffer[start : self._pos]
-        head = self._buffer[self._pos :]
-        need = n - len(head)
-        if need >= _BLOCK_BYTES:
-            self._buffer, self._pos = b"", 0
-            return head + self._fill(need)
-        self._buffer = self._fill(_BLOCK_BYTES)
-        self._pos = need
-        return head + self._buffer[:need]
+        out = bytearray(n)
+        self._read_into(memoryview(out))
+        return bytes(out)
 
 
 class SystemRandom(_BufferedSource):
     r"""The operating system's CSPRNG, expanded with ChaCha20 under fresh OS keys.
 
-    The default source of every sampler. With ``expand=True`` (default) each
-    block of output — a 64 KiB refill of the buffer, or one large request — is
-    the ChaCha20 keystream (RFC 8439) under a fresh 256-bit key read from
-    ``os.urandom`` (``getrandom(2)`` on Linux), with a zero nonce. This is the
-    userspace-stream construction of arc4random and libsodium (DESIGN decision
-    2): as unpredictable as the OS source, and about eight times faster here
-    (os.urandom gives ≈ 0.4 GB/s, the keystream ≈ 5 GB/s), which doubled the
-    default sampler's throughput. ``expand=False`` reads every byte from
-    ``os.urandom`` instead.
+    The default source of every sampler (``rng=None`` uses one per-process
+    instance, see :func:`check_rng`). With ``expand=True`` (default) the output
+    is made of *blocks* of at most 64 KiB: each block is the ChaCha20 keystream
+    (RFC 8439) under a fresh 256-bit key read from ``os.urandom``
+    (``getrandom(2)`` on Linux), with a zero nonce; a request of 64 KiB or more
+    is one block under its own key. This is the userspace-stream construction
+    of arc4random and libsodium (DESIGN decision 2): as unpredictable as the OS
+    source, and about eight times faster here (os.urandom gives ≈ 0.4 GB/s, the
+    keystream ≈ 5 GB/s). The keystream of a block is generated lazily, 4 KiB at
+    a time, as requests consume it: a scalar draw costs one 32-byte OS read per
+    64 KiB and a 4 KiB keystream step, not a 64 KiB fill. ``expand=False`` reads
+    every byte from ``os.urandom`` instead.
 
-    Buffered bytes are never reused: a byte is handed out once, and the buffer
-    is dropped in a forked child (the process id is checked on each request),
-    so parent and child never share output; every block has its own key, so a
+    Safe to share: a byte is handed out once, also when several threads draw
+    from one instance at the same time (the buffer and the current block are
+    read under a lock; large requests use their own key and need no lock). In a
+    forked child the buffer and the current block's key are dropped before the
+    first request (a fork hook, and the process id checked on each request), so
+    parent and child never share output; every block has its own key, so a
     child's blocks are independent of the parent's.
 
     Examples
@@ -221,33 +292,54 @@ class SystemRandom(_BufferedSource):
         super().__init__()
         self._pid = os.getpid()
         self._expand = expand
+        self._block: CipherContext | None = None  # the current block's keystream
+        self._block_left = 0  # bytes of it not yet generated
 
     def _discard_if_stale(self) -> None:
         pid = os.getpid()
         if pid != self._pid:
-            self._buffer, self._pos, self._pid = b"", 0, pid
+            self._drop_state(pid)
 
-    def _fill(self, n: int) -> bytes:
-        if self._expand:
-            keystream: bytes = _chacha20(os.urandom(32)).update(_zeros(n))
-            return keystream
-        # os.urandom is fastest per byte in blocks of about 64 KiB (measured here: ~50M
-        # words/s at 64 KiB, ~31M at 2 MiB), so large requests are read block by block.
-        if n <= _BLOCK_BYTES:
-            return os.urandom(n)
-        full, rest = divmod(n, _BLOCK_BYTES)
-        parts = [os.urandom(_BLOCK_BYTES) for _ in range(full)]
-        parts.append(os.urandom(rest))
-        return b"".join(parts)
+    def _drop_state(self, pid: int) -> None:
+        self._pos, self._block, self._block_left, self._pid = _CHUNK_BYTES, None, 0, pid
+
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
+        self._drop_state(os.getpid())
 
     def _fill_into(self, out: memoryview) -> None:
         if not self._expand:
-            super()._fill_into(out)
+            _urandom_into(out)
             return
-        _keystream_into(_chacha20(os.urandom(32)), out)
+        done = 0
+        while done < len(out):
+            if self._block is None or self._block_left == 0:
+                self._block, self._block_left = _chacha20(os.urandom(32)), _BLOCK_BYTES
+            take = min(self._block_left, len(out) - done)
+            _keystream_into(self._block, out[done : done + take])
+            self._block_left -= take
+            done += take
+
+    def _fill_independent(self, out: memoryview) -> bool:
+        if self._expand:
+            _keystream_into(_chacha20(os.urandom(32)), out)
+        else:
+            _urandom_into(out)
+        return True
 
     def __repr__(self) -> str:
         return "SystemRandom()" if self._expand else "SystemRandom(expand=False)"
+
+
+def _urandom_into(out: memoryview) -> None:
+    """Fill ``out`` from ``os.urandom`` in blocks of at most 64 KiB.
+
+    os.urandom is fastest per byte in blocks of about 64 KiB (measured here: ~50M
+    words/s at 64 KiB, ~31M at 2 MiB).
+    """
+    for start in range(0, len(out), _BLOCK_BYTES):
+        stop = min(start + _BLOCK_BYTES, len(out))
+        out[start:stop] = os.urandom(stop - start)
 
 
 def _chacha20(key: bytes) -> CipherContext:
@@ -332,10 +424,6 @@ class ChaCha20Random(_BufferedSource):
         self._seed = seed
         self._encryptor = _chacha20(_chacha_key(seed))
 
-    def _fill(self, n: int) -> bytes:
-        keystream: bytes = self._encryptor.update(_zeros(n))
-        return keystream
-
     def _fill_into(self, out: memoryview) -> None:
         _keystream_into(self._encryptor, out)
 
@@ -343,12 +431,30 @@ class ChaCha20Random(_BufferedSource):
         return f"ChaCha20Random({self._seed!r})"
 
 
+def _after_fork_in_child() -> None:
+    """Fresh locks in a forked child, and no buffered bytes or keys of the parent's."""
+    for cls in _CLASS_LOCKS:
+        _CLASS_LOCKS[cls] = threading.RLock()
+    for source in list(_LIVE_SOURCES):
+        source._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# The source of rng=None: one per process, shared by all threads and calls. It holds
+# no bytes or key until the first request, and a forked child drops what it held.
+_DEFAULT_SOURCE = SystemRandom()
+
+
 def check_rng(rng: object) -> RandomSource:
     """Normalise an ``rng=`` argument to a :class:`RandomSource`.
 
-    ``None`` gives a fresh :class:`SystemRandom`; a :class:`RandomSource` is
-    returned unchanged; anything else (an int seed, a float, a
-    ``numpy.random.Generator``) is refused.
+    ``None`` gives the per-process default, a :class:`SystemRandom` shared by
+    every call and thread of the process (reusing it makes a scalar draw cheap:
+    one 32-byte OS read per 64 KiB of output); a forked child never reuses its
+    parent's bytes or keys. A :class:`RandomSource` is returned unchanged;
+    anything else (an int seed, a float, a ``numpy.random.Generator``) is refused.
 
     Raises
     ------
@@ -367,7 +473,7 @@ def check_rng(rng: object) -> RandomSource:
     gaussdp.random.ChaCha20Random(seed)), got 7
     """
     if rng is None:
-        return SystemRandom()
+        return _DEFAULT_SOURCE
     if isinstance(rng, RandomSource):
         return rng
     raise TypeError(
