@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 import re
@@ -20,6 +19,7 @@ from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import _noise
 from gaussdp.release.engines import Engine, open_engine
+from gaussdp.release.keys import typed_keys
 from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
 from gaussdp.release.queries import KeyTuple, Query, key_tuples
 from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql
@@ -178,17 +178,6 @@ class ReleaseResult:
     frame: pd.DataFrame
     report: PrivacyReport
     sql: tuple[str, ...]
-
-
-def _norm_key(value: object) -> str:
-    """Match public keys to engine values: ints and integral floats alike, dates ISO."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, _dt.date | _dt.datetime):
-        return value.isoformat()
-    return str(value)
 
 
 def _bin_label(edges: tuple[float, ...], j: int) -> str:
@@ -482,6 +471,7 @@ class Release:
                 for c in q.columns:
                     needs[c] = True
             engine.check_columns(needs)
+            typed = _typed_keys(plan, engine)
             view = engine.register(plan.internal)
             sqls = _sqls(plan, view, self.max_rows_per_group, source)
             reservation = None
@@ -497,7 +487,7 @@ class Release:
             aggregates = [engine.query(sql) for sql in sqls]
         finally:
             engine.close()
-        frame = _results(self, plan, aggregates, source)
+        frame = _results(self, plan, typed, aggregates, source)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         return ReleaseResult(frame, report, sqls)
@@ -515,6 +505,19 @@ class Release:
         from gaussdp.release.spec import release_from_spec
 
         return release_from_spec(spec, source, engine=engine)
+
+
+def _typed_keys(plan: Plan, engine: Engine) -> list[tuple[KeyTuple, ...] | None]:
+    """Each grouping's public keys as values of its columns' engine types (distinct)."""
+    schema = engine.schema
+    out: list[tuple[KeyTuple, ...] | None] = []
+    for g in plan.groupings:
+        if g.keys is None:
+            out.append(None)
+            continue
+        columns = [plan.internal[k] for k in g.by]
+        out.append(typed_keys(g.keys, columns, [schema[c] for c in columns]))
+    return out
 
 
 def _sqls(plan: Plan, view: str, linf: int, rng: RandomSource) -> tuple[str, ...]:
@@ -625,35 +628,41 @@ class _Noise:
 
 
 def _cells(
-    g: Grouping, rows: list[tuple[Any, ...]], plan: Plan
+    g: Grouping, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
 ) -> tuple[list[KeyTuple], list[tuple[int, ...]], list[int]]:
-    """Key tuples (user values), aggregates per cell, and distinct-unit counts."""
+    """Key tuples (user values), aggregates per cell, and distinct-unit counts.
+
+    Engine rows are matched to the public keys by the keys' typed values
+    (``typed``, :func:`gaussdp.release.keys.typed_keys`), in the column's type.
+    """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    found: dict[tuple[str, ...], tuple[KeyTuple, tuple[int, ...], int]] = {}
+    found: dict[KeyTuple, tuple[KeyTuple, tuple[int, ...], int]] = {}
     for row in rows:
         key = tuple(row[:width])
         units = int(row[width] or 0)
         aggs = tuple(int(v or 0) for v in row[width + 1 : width + 1 + n_out])
-        found[tuple(_norm_key(k) for k in key)] = (key, aggs, units)
+        found[key] = (key, aggs, units)
     if not g.by and g.histogram is None:
         key, aggs, units = found.get((), ((), (0,) * n_out, 0))
         return [()], [aggs], [units]
     if g.keys is None and g.by:  # private partition selection happens later
-        items = [found[k] for k in sorted(found)]  # a stable order, whatever the engine's
+        # A stable order, whatever the engine's (distinct values of one type per column).
+        items = [found[k] for k in sorted(found, key=lambda k: tuple(map(str, k)))]
         return [k for k, _, _ in items], [a for _, a, _ in items], [u for _, _, u in items]
     # Public keys (given, or only bins): every cell appears, missing ones with zeros.
     bins: list[int | None] = (
         list(range(len(g.histogram[1]) - 1)) if g.histogram is not None else [None]
     )
     public = g.keys if g.keys is not None else ((),)
+    values = typed if typed is not None else public
     keys_out: list[KeyTuple] = []
     aggs_out: list[tuple[int, ...]] = []
     units_out: list[int] = []
-    for base in public:
+    for base, value in zip(public, values, strict=True):
         for b in bins:
             key = base + ((b,) if b is not None else ())
-            hit = found.get(tuple(_norm_key(k) for k in key))
+            hit = found.get(value + ((b,) if b is not None else ()))
             keys_out.append(key)
             aggs_out.append(hit[1] if hit else (0,) * n_out)
             units_out.append(hit[2] if hit else 0)
@@ -661,7 +670,11 @@ def _cells(
 
 
 def _results(
-    release: Release, plan: Plan, aggregates: list[list[tuple[Any, ...]]], rng: RandomSource
+    release: Release,
+    plan: Plan,
+    typed: list[tuple[KeyTuple, ...] | None],
+    aggregates: list[list[tuple[Any, ...]]],
+    rng: RandomSource,
 ) -> pd.DataFrame:
     import pandas as pd
 
@@ -675,8 +688,8 @@ def _results(
     has_bins = any(q.statistic == "histogram" for q in queries)
     records: list[dict[str, Any]] = []
     per_query: dict[int, list[dict[str, Any]]] = {}
-    for g, rows in zip(plan.groupings, aggregates, strict=True):
-        keys, aggs, units = _cells(g, rows, plan)
+    for g, g_typed, rows in zip(plan.groupings, typed, aggregates, strict=True):
+        keys, aggs, units = _cells(g, g_typed, rows)
         if g.selection is not None:
             s = g.selection
             z = _noise.draw(s.sigma2, len(keys), rng)
