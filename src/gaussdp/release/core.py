@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 import re
@@ -15,11 +14,12 @@ import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
 from gaussdp.budget import Accounting, Budget
-from gaussdp.errors import invalid
+from gaussdp.errors import EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import _noise
-from gaussdp.release.engines import Engine, open_engine
+from gaussdp.release.engines import DECLARABLE, Engine, open_engine
+from gaussdp.release.keys import typed_keys
 from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
 from gaussdp.release.queries import KeyTuple, Query, key_tuples
 from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql
@@ -180,17 +180,6 @@ class ReleaseResult:
     sql: tuple[str, ...]
 
 
-def _norm_key(value: object) -> str:
-    """Match public keys to engine values: ints and integral floats alike, dates ISO."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, _dt.date | _dt.datetime):
-        return value.isoformat()
-    return str(value)
-
-
 def _bin_label(edges: tuple[float, ...], j: int) -> str:
     close = "]" if j == len(edges) - 2 else ")"
     return f"[{edges[j]:g}, {edges[j + 1]:g}{close}"
@@ -239,6 +228,12 @@ class Release:
     threads : int, optional
         DuckDB only: worker threads (default all cores). Results do not depend
         on it: the bounding is exact integer arithmetic.
+    column_types : mapping, optional
+        Declared types of some columns, ``{column: type}`` with types among
+        ``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``DATE``, ``TIMESTAMP``, ``BOOLEAN``;
+        the engine casts them (a value that does not convert is refused before
+        anything is spent). Use it when the types must not depend on the data,
+        e.g. a CSV whose columns are inferred.
 
     Examples
     --------
@@ -274,6 +269,7 @@ class Release:
         memory_limit: int | str | None = None,
         temp_directory: str | os.PathLike[str] | None = None,
         threads: int | None = None,
+        column_types: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise TypeError(invalid("privacy_unit", "a column name (str)", privacy_unit))
@@ -303,6 +299,7 @@ class Release:
             raise TypeError(invalid("temp_directory", "a directory path", temp_directory))
         self.temp_directory = temp_directory
         self.threads = None if threads is None else check_int("threads", threads, minimum=1)
+        self.column_types = _column_types(column_types)
         if engine != "duckdb" and (memory_limit, temp_directory, threads) != (None, None, None):
             raise ValueError(
                 invalid(
@@ -457,33 +454,44 @@ class Release:
     ) -> ReleaseResult:
         """Bound, aggregate, add noise, post-process; spend from ``ledger`` if given.
 
-        Order: plan and check the input's schema (nothing spent on a bad
-        input), reserve the cost in the ledger (refused: nothing is run or
-        drawn), run the SQL, draw the noise, commit the reservation.
+        Order: plan, check that the sampler can draw every planned noise,
+        open the input, check its schema and read every needed column once
+        (:meth:`Engine.validate`: a malformed line, a value that does not
+        convert, a corrupt file fail here), convert public keys to the
+        columns' types — nothing is spent on any of these failures — then
+        reserve the cost in the ledger (refused: nothing is run or drawn), run
+        the SQL, draw the noise, commit the reservation.
+
+        All randomness comes from ``rng`` — the L0 salts (drawn first, one per
+        grouping), then the noise — so ``ChaCha20Random(seed)`` replays a
+        release exactly; the default is a fresh :class:`~gaussdp.random.SystemRandom`.
 
         Raises
         ------
         ValueError, TypeError
-            Bad queries, missing or non-numeric columns, a bad ``rng``.
+            Bad queries, missing or non-numeric columns, keys that do not fit
+            their column's type, unreadable or malformed data (one line that
+            never shows data values), noise the sampler cannot draw, a bad
+            ``rng``. Nothing was reserved.
         FileNotFoundError
             A path that does not exist.
         BudgetExceededError
             The ledger cannot afford the release (nothing was drawn).
+        EngineError
+            The engine failed after the reservation (e.g. out of memory, an
+            integer overflow); one line, the engine's error as ``__cause__``;
+            the reservation stays counted.
         """
         source = check_rng(rng)
         plan = self.plan()
         report = _report(plan, self._queries)
-        engine = _open(self)
+        noise = _noise_facts(plan, self.confidence)
         try:
-            needs: dict[str, bool] = {self.privacy_unit: False}
-            for q in self._queries:
-                for c in q.by:
-                    needs.setdefault(c, False)
-                for c in q.columns:
-                    needs[c] = True
-            engine.check_columns(needs)
-            view = engine.register(plan.internal)
-            sqls = _sqls(plan, view, self.max_rows_per_group, source)
+            engine = _open(self)
+        except EngineError as error:  # an unreadable input is bad input: nothing reserved
+            raise ValueError(str(error)) from error.__cause__
+        try:
+            typed, sqls = _prepare(self, plan, engine, source)
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
@@ -494,10 +502,10 @@ class Release:
                     label=label or ", ".join(q.name for q in self._queries),
                     detail=report.to_dict(),
                 )
-            aggregates = [engine.query(sql) for sql in sqls]
+            aggregates = [engine.query(sql) for sql in sqls]  # EngineError: one line
         finally:
             engine.close()
-        frame = _results(self, plan, aggregates, source)
+        frame = _results(self, plan, typed, aggregates, source, noise)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         return ReleaseResult(frame, report, sqls)
@@ -517,7 +525,74 @@ class Release:
         return release_from_spec(spec, source, engine=engine)
 
 
-def _sqls(plan: Plan, view: str, linf: int, rng: RandomSource) -> tuple[str, ...]:
+def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
+    """Std and interval half-widths per planned σ², checked before anything is reserved."""
+    out: dict[Fraction, _Noise] = {}
+    for g in plan.groupings:
+        sigma2s = [m.sigma2 for m in g.measures]
+        if g.selection is not None:
+            sigma2s.append(g.selection.sigma2)
+        for sigma2 in sigma2s:
+            if sigma2 in out:
+                continue
+            try:
+                out[sigma2] = _Noise(sigma2, level)
+            except ValueError as error:
+                raise ValueError(
+                    invalid(
+                        "budget",
+                        "large enough (and weights balanced enough) for noise the sampler "
+                        f"draws: sigma^2 = {float(sigma2):.3g} grid units^2 is outside "
+                        "[1e-12, 1e300]",
+                        plan.budget,
+                    )
+                ) from error
+    return out
+
+
+def _prepare(
+    release: Release, plan: Plan, engine: Engine, rng: RandomSource
+) -> tuple[list[tuple[KeyTuple, ...] | None], tuple[str, ...]]:
+    """Every check that reads the input, before anything is reserved; the SQL to run.
+
+    Engine failures here (a malformed line, a value that does not convert, a
+    corrupt file) are bad input: a one-line ``ValueError`` that shows no data.
+    """
+    try:
+        needs: dict[str, bool] = {release.privacy_unit: False}
+        for q in release.queries:
+            for c in q.by:
+                needs.setdefault(c, False)
+            for c in q.columns:
+                needs[c] = True
+        inferred = engine.schema
+        for column in release.column_types:
+            if column not in inferred:
+                raise ValueError(
+                    invalid("column_types", f"keyed by columns among {sorted(inferred)}", column)
+                )
+        engine.declare(release.column_types)
+        engine.check_columns(dict.fromkeys(needs, False))  # they exist
+        view = engine.register(plan.internal)
+        counts = engine.validate(view, list(plan.internal))
+        empty = {plan.internal[c] for c, n in counts.items() if n == 0}
+        engine.check_columns(needs, empty)
+        schema = engine.schema
+        typed: list[tuple[KeyTuple, ...] | None] = []
+        for g in plan.groupings:
+            columns = [plan.internal[k] for k in g.by]
+            types = ["NULL" if c in empty else schema[c] for c in columns]
+            typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
+        unit_type = schema[release.privacy_unit].lower()
+        unit_nan = unit_type in ("float", "double", "real")
+        return typed, _sqls(plan, view, release.max_rows_per_group, rng, unit_nan=unit_nan)
+    except EngineError as error:
+        raise ValueError(str(error)) from error.__cause__
+
+
+def _sqls(
+    plan: Plan, view: str, linf: int, rng: RandomSource, *, unit_nan: bool = False
+) -> tuple[str, ...]:
     """One query per grouping; each L0 salt is 62 bits drawn from ``rng`` (issue 11 item 5)."""
     return tuple(
         grouping_sql(
@@ -529,6 +604,7 @@ def _sqls(plan: Plan, view: str, linf: int, rng: RandomSource) -> tuple[str, ...
             l0=g.l0,
             linf=linf,
             salt=rng.randbits(62),
+            unit_nan=unit_nan,
         )
         for g in plan.groupings
     )
@@ -550,6 +626,24 @@ def _memory_limit(value: object) -> int | str | None:
     )
 
 
+def _column_types(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    constraint = f"a mapping of column names to types among {sorted(DECLARABLE)}"
+    if not isinstance(value, Mapping):
+        raise TypeError(invalid("column_types", constraint, value))
+    out = {}
+    for column, kind in value.items():
+        if not isinstance(column, str) or not isinstance(kind, str):
+            raise TypeError(invalid("column_types", constraint, value))
+        if kind.upper() not in DECLARABLE:
+            raise ValueError(
+                invalid(f"column_types[{column!r}]", f"one of {sorted(DECLARABLE)}", kind)
+            )
+        out[column] = kind.upper()
+    return out
+
+
 def _open(release: Release) -> Engine:
     return open_engine(
         release.engine,
@@ -567,8 +661,7 @@ def _aggregate(
     plan = release.plan()
     engine = _open(release)
     try:
-        view = engine.register(plan.internal)
-        sqls = _sqls(plan, view, release.max_rows_per_group, check_rng(rng))
+        _, sqls = _prepare(release, plan, engine, check_rng(rng))
         rows = [engine.query(sql) for sql in sqls]
     finally:
         engine.close()
@@ -625,35 +718,41 @@ class _Noise:
 
 
 def _cells(
-    g: Grouping, rows: list[tuple[Any, ...]], plan: Plan
+    g: Grouping, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
 ) -> tuple[list[KeyTuple], list[tuple[int, ...]], list[int]]:
-    """Key tuples (user values), aggregates per cell, and distinct-unit counts."""
+    """Key tuples (user values), aggregates per cell, and distinct-unit counts.
+
+    Engine rows are matched to the public keys by the keys' typed values
+    (``typed``, :func:`gaussdp.release.keys.typed_keys`), in the column's type.
+    """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    found: dict[tuple[str, ...], tuple[KeyTuple, tuple[int, ...], int]] = {}
+    found: dict[KeyTuple, tuple[KeyTuple, tuple[int, ...], int]] = {}
     for row in rows:
         key = tuple(row[:width])
         units = int(row[width] or 0)
         aggs = tuple(int(v or 0) for v in row[width + 1 : width + 1 + n_out])
-        found[tuple(_norm_key(k) for k in key)] = (key, aggs, units)
+        found[key] = (key, aggs, units)
     if not g.by and g.histogram is None:
         key, aggs, units = found.get((), ((), (0,) * n_out, 0))
         return [()], [aggs], [units]
     if g.keys is None and g.by:  # private partition selection happens later
-        items = [found[k] for k in sorted(found)]  # a stable order, whatever the engine's
+        # A stable order, whatever the engine's (distinct values of one type per column).
+        items = [found[k] for k in sorted(found, key=lambda k: tuple(map(str, k)))]
         return [k for k, _, _ in items], [a for _, a, _ in items], [u for _, _, u in items]
     # Public keys (given, or only bins): every cell appears, missing ones with zeros.
     bins: list[int | None] = (
         list(range(len(g.histogram[1]) - 1)) if g.histogram is not None else [None]
     )
     public = g.keys if g.keys is not None else ((),)
+    values = typed if typed is not None else public
     keys_out: list[KeyTuple] = []
     aggs_out: list[tuple[int, ...]] = []
     units_out: list[int] = []
-    for base in public:
+    for base, value in zip(public, values, strict=True):
         for b in bins:
             key = base + ((b,) if b is not None else ())
-            hit = found.get(tuple(_norm_key(k) for k in key))
+            hit = found.get(value + ((b,) if b is not None else ()))
             keys_out.append(key)
             aggs_out.append(hit[1] if hit else (0,) * n_out)
             units_out.append(hit[2] if hit else 0)
@@ -661,7 +760,12 @@ def _cells(
 
 
 def _results(
-    release: Release, plan: Plan, aggregates: list[list[tuple[Any, ...]]], rng: RandomSource
+    release: Release,
+    plan: Plan,
+    typed: list[tuple[KeyTuple, ...] | None],
+    aggregates: list[list[tuple[Any, ...]]],
+    rng: RandomSource,
+    noise: dict[Fraction, _Noise],
 ) -> pd.DataFrame:
     import pandas as pd
 
@@ -675,8 +779,8 @@ def _results(
     has_bins = any(q.statistic == "histogram" for q in queries)
     records: list[dict[str, Any]] = []
     per_query: dict[int, list[dict[str, Any]]] = {}
-    for g, rows in zip(plan.groupings, aggregates, strict=True):
-        keys, aggs, units = _cells(g, rows, plan)
+    for g, g_typed, rows in zip(plan.groupings, typed, aggregates, strict=True):
+        keys, aggs, units = _cells(g, g_typed, rows)
         if g.selection is not None:
             s = g.selection
             z = _noise.draw(s.sigma2, len(keys), rng)
@@ -691,7 +795,7 @@ def _results(
             noisy[(m.query, m.role)] = (
                 exact + np.asarray(z, dtype=object),
                 m,
-                _Noise(m.sigma2, level),
+                noise[m.sigma2],
             )
         by_names = [plan.internal[k] for k in g.by]
         for qi in g.queries:

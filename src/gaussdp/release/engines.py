@@ -10,17 +10,27 @@ Python tuples. The privacy-relevant logic is all in that one SQL text.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
-from gaussdp.errors import MissingExtraError, invalid
+from gaussdp.errors import EngineError, MissingExtraError, invalid
 
-__all__ = ["DuckDBEngine", "Engine", "SparkEngine", "open_engine"]
+__all__ = [
+    "DECLARABLE",
+    "DuckDBEngine",
+    "Engine",
+    "SparkEngine",
+    "failure_message",
+    "open_engine",
+]
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -55,15 +65,102 @@ def _module(obj: object) -> str:
     return type(obj).__module__.split(".")[0]
 
 
+#: Column types a user may declare (``column_types=``), DuckDB name → Spark name.
+DECLARABLE = {
+    "BIGINT": "bigint",
+    "DOUBLE": "double",
+    "VARCHAR": "string",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "BOOLEAN": "boolean",
+}
+
+_REASONS = {
+    "ConversionException": "a value does not convert to its column's type",
+    "InvalidInputException": "the input is malformed (not a table it can parse, or a ragged line)",
+    "IOException": "the file cannot be read",
+    "OutOfRangeException": "an integer overflowed",
+    "OutOfMemoryException": "it ran out of memory (raise memory_limit)",
+    "NumberFormatException": "a value does not convert to its column's type",
+    "AnalysisException": "the input cannot be analysed as a table",
+    "ArithmeticException": "an integer overflowed",
+}
+
+
+def failure_message(engine: str, action: str, error: BaseException) -> str:
+    """One line about an engine failure that never repeats data values.
+
+    Only the exception's class, a fixed explanation and a line number (if the
+    engine gives one) are used: engine messages quote raw records and values
+    (``Original Line: 7,a,abc``), which may identify a privacy unit.
+
+    Examples
+    --------
+    >>> class ConversionException(Exception): ...
+    >>> failure_message("duckdb", "reading the data", ConversionException(
+    ...     "CSV Error on Line: 70002 Original Line: 7,abc"))
+    "duckdb failed reading the data at line 70002: a value does not convert to its column's
+    type (ConversionException; data values are not shown)"
+    """
+    kind = type(error).__name__
+    text = str(error)
+    for name, reason in _REASONS.items():
+        if name == kind or f".{name}" in text.split(":", 1)[0]:
+            kind, explanation = name, reason
+            break
+    else:
+        explanation = (
+            "not a readable CSV/Parquet table"
+            if action.startswith("opening")
+            else "the engine reported an error"
+        )
+    line = re.search(r"\bLine:\s*(\d+)", text)
+    where = f" at line {line.group(1)}" if line else ""
+    return f"{engine} failed {action}{where}: {explanation} ({kind}; data values are not shown)"
+
+
 class Engine(ABC):
     """An opened input on one engine."""
 
     name: str
+    _declared: dict[str, str]
 
     @property
-    @abstractmethod
     def schema(self) -> dict[str, str]:
-        """Column name → the engine's type name."""
+        """Column name → the engine's type name (declared types replace inferred ones)."""
+        return {**self._schema(), **self._declared}
+
+    @abstractmethod
+    def _schema(self) -> dict[str, str]:
+        """Column name → the type the engine inferred."""
+
+    @abstractmethod
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        """The exception types the engine raises for bad data or failed queries."""
+
+    @contextlib.contextmanager
+    def failures(self, action: str) -> Iterator[None]:
+        """Turn an engine exception into :class:`EngineError` (one line, cause kept)."""
+        try:
+            yield
+        except self._errors() as error:
+            raise EngineError(failure_message(self.name, action, error)) from error
+
+    def declare(self, types: Mapping[str, str]) -> None:
+        """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;
+        :meth:`register` casts the columns."""
+        self._declared = dict(types)
+
+    def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
+        """Read every row of ``view`` (all of ``columns``, internal names) once.
+
+        A value that does not convert, a malformed line or a corrupt page fails
+        here, before anything is reserved (:class:`EngineError`). Returns the
+        number of non-NULL values per column.
+        """
+        counts = ", ".join(f"COUNT({c})" for c in columns)
+        (row,) = self.query(f"SELECT {counts} FROM {view}", action="reading the data")
+        return {c: int(n) for c, n in zip(columns, row, strict=True)}
 
     @abstractmethod
     def is_numeric(self, column: str) -> bool:
@@ -74,15 +171,21 @@ class Engine(ABC):
         """Register a view with internal names (``{internal: user column}``); return its name."""
 
     @abstractmethod
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run ``sql`` and return all rows."""
+    def query(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` and return all rows (:class:`EngineError` on failure)."""
 
     @abstractmethod
     def close(self) -> None:
         """Release what :meth:`register` created."""
 
-    def check_columns(self, columns: dict[str, bool]) -> None:
+    def check_columns(self, columns: dict[str, bool], empty: Set[str] = frozenset()) -> None:
         """Check that each column exists and, where ``True`` is given, is numeric.
+
+        A column in ``empty`` (no non-NULL value, e.g. a header-only CSV whose
+        columns are read as strings) passes as numeric: it holds nothing to sum,
+        and refusing it would reveal that the table is empty.
 
         Raises
         ------
@@ -93,7 +196,7 @@ class Engine(ABC):
         for column, numeric in columns.items():
             if column not in schema:
                 raise ValueError(invalid("column", f"one of {sorted(schema)}", column))
-            if numeric and not self.is_numeric(column):
+            if numeric and not self.is_numeric(column) and column not in empty:
                 raise ValueError(
                     invalid(f"column {column!r}", "numeric to be summed", schema[column])
                 )
@@ -133,6 +236,7 @@ class DuckDBEngine(Engine):
         import duckdb  # core dependency; imported here so `import gaussdp` stays light
 
         self._duckdb = duckdb
+        self._declared = {}
         self._tmp: str | None = None
         if temp_directory is None:
             self._tmp = tempfile.mkdtemp(prefix="gaussdp-duckdb-")
@@ -159,10 +263,17 @@ class DuckDBEngine(Engine):
                 kind = _file_kind(path)
                 if not path.is_file():
                     raise FileNotFoundError(invalid("data", "an existing file", str(path)))
-                if kind == "parquet":
-                    self._rel = con.read_parquet(str(path))
-                else:
-                    self._rel = con.read_csv(str(path), header=True)
+                if path.stat().st_size == 0:
+                    raise ValueError(
+                        invalid("data", "a non-empty file (a CSV needs its header)", str(path))
+                    )
+                with self.failures(f"opening {path.name}"):
+                    if kind == "parquet":
+                        self._rel = con.read_parquet(str(path))
+                    else:
+                        # Types from every row, not a sample: a string after the sample rows
+                        # makes the column VARCHAR (refused before spending), not a query error.
+                        self._rel = con.read_csv(str(path), header=True, sample_size=-1)
             elif _module(source) == "pandas":
                 self._rel = con.from_df(source)  # type: ignore[arg-type]
             elif _module(source) == "polars":
@@ -182,9 +293,11 @@ class DuckDBEngine(Engine):
             raise
         self._views: list[str] = []
 
-    @property
-    def schema(self) -> dict[str, str]:
+    def _schema(self) -> dict[str, str]:
         return {c: str(t) for c, t in zip(self._rel.columns, self._rel.types, strict=True)}
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        return (self._duckdb.Error,)
 
     def is_numeric(self, column: str) -> bool:
         kind = self.schema[column]
@@ -193,13 +306,22 @@ class DuckDBEngine(Engine):
     def register(self, columns: dict[str, str]) -> str:
         view = f"gdp_src_{uuid.uuid4().hex}"
         col = self._duckdb.ColumnExpression
-        rel = self._rel.select(*[col(user).alias(internal) for internal, user in columns.items()])
-        rel.create_view(view)
+        selected = []
+        for internal, user in columns.items():
+            expr = col(user)
+            if user in self._declared:
+                expr = expr.cast(self._duckdb.sqltype(self._declared[user]))
+            selected.append(expr.alias(internal))
+        with self.failures("preparing the data"):
+            self._rel.select(*selected).create_view(view)
         self._views.append(view)
         return view
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        return [tuple(row) for row in self._con.execute(sql).fetchall()]
+    def query(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[tuple[Any, ...]]:
+        with self.failures(action):
+            return [tuple(row) for row in self._con.execute(sql).fetchall()]
 
     def close(self) -> None:
         self._con.close()
@@ -223,6 +345,7 @@ class SparkEngine(Engine):
             raise MissingExtraError("the Spark engine", "spark") from error
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         self._spark = spark
+        self._declared = {}
         if isinstance(source, DataFrame):
             self._df = source
         elif isinstance(source, str | os.PathLike):
@@ -230,10 +353,11 @@ class SparkEngine(Engine):
             if path.is_file() or path.is_dir():
                 kind = _file_kind(path)
                 reader = spark.read
-                if kind == "parquet":
-                    self._df = reader.parquet(str(path))
-                else:
-                    self._df = reader.csv(str(path), header=True, inferSchema=True)
+                with self.failures(f"opening {path.name}"):
+                    if kind == "parquet":
+                        self._df = reader.parquet(str(path))
+                    else:
+                        self._df = reader.csv(str(path), header=True, inferSchema=True)
             elif isinstance(source, str) and _spark_table_exists(spark, source):
                 self._df = spark.table(source)
             else:
@@ -253,9 +377,17 @@ class SparkEngine(Engine):
             )
         self._views: list[str] = []
 
-    @property
-    def schema(self) -> dict[str, str]:
+    def _schema(self) -> dict[str, str]:
         return dict(self._df.dtypes)
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+        from pyspark.errors import PySparkException
+
+        return (PySparkException, Py4JError)
+
+    def declare(self, types: Mapping[str, str]) -> None:
+        self._declared = {c: DECLARABLE[t] for c, t in types.items()}
 
     def is_numeric(self, column: str) -> bool:
         kind = self.schema[column]
@@ -265,21 +397,27 @@ class SparkEngine(Engine):
         from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
         view = f"gdp_src_{uuid.uuid4().hex}"
-        selected = [
-            F.col("`" + user.replace("`", "``") + "`").alias(internal)
-            for internal, user in columns.items()
-        ]
-        self._df.select(*selected).createOrReplaceTempView(view)
+        selected = []
+        for internal, user in columns.items():
+            expr = F.col("`" + user.replace("`", "``") + "`")
+            if user in self._declared:
+                expr = expr.cast(self._declared[user])
+            selected.append(expr.alias(internal))
+        with self.failures("preparing the data"):
+            self._df.select(*selected).createOrReplaceTempView(view)
         self._views.append(view)
         return view
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[tuple[Any, ...]]:
         # ANSI mode: an integer overflow in the bounding raises instead of wrapping.
         conf = self._spark.conf
         before = conf.get("spark.sql.ansi.enabled", None)
         conf.set("spark.sql.ansi.enabled", "true")
         try:
-            return [tuple(row) for row in self._spark.sql(sql).collect()]
+            with self.failures(action):
+                return [tuple(row) for row in self._spark.sql(sql).collect()]
         finally:
             if before is None:
                 conf.unset("spark.sql.ansi.enabled")

@@ -167,7 +167,9 @@ class Query:
         if stat.startswith("vector"):
             if self.norm is None:
                 raise ValueError(invalid("norm", f"given for {stat} (an L2 bound per row)", None))
-            object.__setattr__(self, "norm", check_positive("norm", self.norm))
+            norm = check_positive("norm", self.norm)
+            _magnitude("norm", norm, "in [1e-100, 1e100]")
+            object.__setattr__(self, "norm", norm)
         elif self.norm is not None:
             raise ValueError(invalid("norm", f"omitted for {stat}", self.norm))
         overlap = set(by) & set(columns)
@@ -182,8 +184,21 @@ class Query:
         return f"{self.statistic}({', '.join(self.columns)})"
 
 
+#: Magnitudes allowed for bounds and norms: the noise grid γ (a power of two ≈ bound/256)
+#: must be a normal double and γ·(noise) must stay finite for any σ² the sampler draws.
+MAGNITUDE = (1e-100, 1e100)
+
+
+def _magnitude(name: str, value: float, constraint: str) -> None:
+    if not MAGNITUDE[0] <= value <= MAGNITUDE[1]:
+        raise ValueError(invalid(name, constraint, value))
+
+
 def _bounds(value: object, stat: str) -> tuple[float, float]:
-    constraint = f"a pair (lo, hi) of finite numbers with lo < hi for {stat} (never from the data)"
+    constraint = (
+        f"a pair (lo, hi) of finite numbers with lo < hi and max(|lo|, |hi|) in "
+        f"[1e-100, 1e100] for {stat} (never from the data)"
+    )
     if value is None or isinstance(value, str) or not isinstance(value, Sequence):
         raise ValueError(invalid("bounds", constraint, value))
     if len(value) != 2:
@@ -192,6 +207,7 @@ def _bounds(value: object, stat: str) -> tuple[float, float]:
     hi = check_finite("bounds[1]", value[1])
     if not lo < hi:
         raise ValueError(invalid("bounds", constraint, value))
+    _magnitude("bounds", max(abs(lo), abs(hi)), constraint)
     return (lo, hi)
 
 

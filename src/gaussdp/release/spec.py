@@ -7,6 +7,12 @@ A spec::
     max_rows_per_group = 2
     confidence = 0.95            # optional
     engine = "duckdb"            # optional
+    memory_limit = "1GB"         # optional, DuckDB (ignored on Spark): spills beyond it
+    temp_directory = "/scratch"  # optional, DuckDB: where it spills
+    threads = 4                  # optional, DuckDB
+
+    [column_types]               # optional: declared instead of inferred types
+    minutes = "DOUBLE"
 
     [budget]                     # exactly one of: epsilon+delta, rho, mu
     epsilon = 1.0
@@ -46,6 +52,10 @@ _TOP = {
     "engine",
     "selection_delta",
     "selection_weight",
+    "memory_limit",
+    "temp_directory",
+    "threads",
+    "column_types",
     "query",
 }
 _QUERY = {"statistic", "column", "columns", "by", "bounds", "bins", "norm", "keys", "weight"}
@@ -112,16 +122,24 @@ def release_from_spec(
     queries = _required("spec", spec, "query")
     if not isinstance(queries, list) or not queries:
         raise ValueError(invalid("spec.query", "a non-empty array of [[query]] tables", queries))
+    engine = engine or spec.get("engine", "duckdb")
+    duckdb_options = {
+        key: spec.get(key)
+        for key in ("memory_limit", "temp_directory", "threads")
+        if engine == "duckdb"
+    }
     release = Release(
         source,
         privacy_unit=_required("spec", spec, "privacy_unit"),
         budget=budget,
         max_groups_per_unit=_required("spec", spec, "max_groups_per_unit"),
         max_rows_per_group=_required("spec", spec, "max_rows_per_group"),
-        engine=engine or spec.get("engine", "duckdb"),
+        engine=engine,
         confidence=spec.get("confidence", 0.95),
         selection_delta=spec.get("selection_delta"),
         selection_weight=spec.get("selection_weight", 1.0),
+        column_types=spec.get("column_types"),
+        **duckdb_options,
     )
     for i, table in enumerate(queries):
         where = f"spec.query[{i}]"

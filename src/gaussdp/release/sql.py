@@ -19,7 +19,8 @@ table — move a unit's rounded cell by whole grid steps: issue 12.)
 
 The query, for one grouping (:data:`TEMPLATE`):
 
-1. ``raw``/``base``: drop rows whose privacy unit or a group key is NULL; clamp
+1. ``raw``/``base``: drop rows whose privacy unit is NULL (or NaN) or a group
+   key is NULL; clamp
    each scalar value to its bounds and round it to the grid (NULL and NaN stay
    NULL: ignored by the queries that use that column); clip each vector row
    to L2 norm C and round each coordinate to the grid (a row with any NULL,
@@ -182,6 +183,7 @@ def grouping_sql(
     l0: int,
     linf: int,
     salt: int,
+    unit_nan: bool = False,
 ) -> str:
     """Fill :data:`TEMPLATE` for one grouping.
 
@@ -200,6 +202,10 @@ def grouping_sql(
     salt : int
         The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
         release's ``rng``).
+    unit_nan : bool
+        The privacy unit column is floating point: a NaN unit, like a NULL
+        one, identifies no one and its rows are dropped (the same rule for
+        every input kind).
 
     Returns
     -------
@@ -220,7 +226,9 @@ def grouping_sql(
         raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     all_keys = keys + (("kb",) if histogram is not None else ())
     key_select = "".join(f", {k}" for k in keys)
-    key_filter = "".join(f" AND {k} IS NOT NULL" for k in keys)
+    key_filter = (" AND NOT isnan(pu)" if unit_nan else "") + "".join(
+        f" AND {k} IS NOT NULL" for k in keys
+    )
     raw_select = ""
     value_select = ""
     cell_aggs = ""

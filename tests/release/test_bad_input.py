@@ -1,0 +1,216 @@
+"""Bad input is refused in one line, before anything is reserved, and never shows data."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gaussdp.budget import Budget
+from gaussdp.errors import EngineError
+from gaussdp.random import ChaCha20Random
+from gaussdp.release import Ledger, Release
+from gaussdp.release.engines import DuckDBEngine
+
+BUDGET = Budget(epsilon=1.0, delta=1e-6)
+
+
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "b.db", total=Budget(epsilon=5.0, delta=1e-5))
+
+
+def summing(source: object, budget: Budget = BUDGET, **options: Any) -> Release:
+    return Release(
+        source,
+        privacy_unit="user",
+        budget=budget,
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        **options,
+    ).sum("minutes", bounds=(0, 60))
+
+
+def write_csv(path: Path, rows: int, last: str) -> Path:
+    lines = ["user,minutes"] + [f"{i},{i % 60}" for i in range(rows)] + [last]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def refused(release: Release, tmp_path: Path, match: str) -> str:
+    book = ledger(tmp_path)
+    with pytest.raises(ValueError, match=match) as caught:
+        release.run(ledger=book)
+    assert book.entries() == []  # nothing reserved
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_empty_binary_and_corrupt_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    refused(summing(empty), tmp_path, "non-empty file")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(np.random.default_rng(1).bytes(4000))
+    refused(summing(binary), tmp_path, "duckdb failed opening binary.csv")
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"PAR1" + os.urandom(300) + b"PAR1")
+    refused(summing(corrupt), tmp_path, "duckdb failed opening corrupt.parquet")
+
+
+def test_a_string_after_the_sample_rows(tmp_path: Path) -> None:
+    # DuckDB infers types from a sample; gaussdp asks it to read every row, so the
+    # column is a string column and is refused before spending (no query-time error).
+    path = write_csv(tmp_path / "late.csv", 70_000, "7,abc")
+    message = refused(summing(path), tmp_path, "numeric")
+    assert "abc" not in message
+
+
+def test_a_ragged_line_at_row_60002(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "ragged.csv", 60_000, "7,8,9")
+    message = refused(summing(path), tmp_path, "duckdb failed")
+    assert "7,8,9" not in message
+
+
+def test_a_declared_type_that_does_not_convert(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", 10, "7,a,abc")
+    path.write_text("user,minutes\n1,3\n7,abc\n")
+    release = summing(path, column_types={"minutes": "double"})
+    message = refused(release, tmp_path, "does not convert")
+    assert "abc" not in message
+    with pytest.raises(ValueError, match="column_types"):
+        summing(path, column_types={"minutes": "float128"})
+
+
+def test_engine_error_after_reservation_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Simulate a failure of the release query itself (after the checks passed): an
+    # engine error quoting a record. It becomes EngineError, with the record only in
+    # __cause__, and the reservation stays counted.
+    query = DuckDBEngine.query
+
+    def failing(self: DuckDBEngine, sql: str, *, action: str = "running") -> Any:
+        if action == "reading the data":
+            return query(self, sql, action=action)
+        return query(self, "SELECT CAST('7,a,abc' AS INTEGER)", action=action)
+
+    monkeypatch.setattr(DuckDBEngine, "query", failing)
+    book = ledger(tmp_path)
+    frame = pd.DataFrame({"user": [1, 2], "minutes": [1.0, 2.0]})
+    with pytest.raises(EngineError) as caught:
+        summing(frame).run(ledger=book)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "abc" not in message
+    assert "ConversionException" in message
+    assert "abc" in str(caught.value.__cause__)
+    (entry,) = book.entries()
+    assert entry.status == "reserved"
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda f: summing(f, Budget(rho=1e-299)),
+        lambda f: summing(f, Budget(mu=1e-150)),
+        lambda f: (
+            Release(
+                f,
+                privacy_unit="user",
+                budget=Budget(mu=1.0),
+                max_groups_per_unit=1,
+                max_rows_per_group=1,
+            )
+            .count(weight=1e-300)
+            .count()
+        ),
+    ],
+)
+def test_noise_the_sampler_cannot_draw_is_refused_first(build: Any, tmp_path: Path) -> None:
+    frame = pd.DataFrame({"user": [1], "minutes": [1.0]})
+    refused(build(frame), tmp_path, "noise the sampler draws")
+
+
+def test_grid_overflow_is_refused_at_construction() -> None:
+    frame = pd.DataFrame({"user": [1], "minutes": [1.0]})
+    release = Release(
+        frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=2
+    )
+    with pytest.raises(ValueError, match="1e100"):
+        release.sum("minutes", bounds=(0, 1e308))
+    with pytest.raises(ValueError, match="1e-100"):
+        release.vector_sum(["minutes"], norm=1e-300)
+
+
+def test_header_only_csv_is_released_like_any_empty_table(tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("user,page,minutes\n")
+    result = (
+        Release(
+            path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+        )
+        .sum("minutes", bounds=(0, 60), by="page", keys=["a", 1])
+        .mean("minutes", bounds=(0, 60))
+        .run(rng=ChaCha20Random(2))
+    )
+    assert list(result.frame["statistic"]) == ["sum(minutes)", "sum(minutes)", "mean(minutes)"]
+    assert result.frame["value"].notna().all()
+    # Declared types make the schema independent of the data.
+    result = (
+        Release(
+            path,
+            privacy_unit="user",
+            budget=BUDGET,
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+            column_types={"page": "BIGINT", "minutes": "DOUBLE"},
+        )
+        .count(by="page", keys=[1, 2])
+        .run(rng=ChaCha20Random(3))
+    )
+    assert list(result.frame["page"]) == [1, 2]
+
+
+def test_null_and_nan_privacy_units_are_dropped_for_every_input(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # One rule: a NULL or NaN privacy unit identifies no one; its rows are dropped.
+    units = [1.0, 2.0, math.nan, None, math.nan, 2.0]
+    table = pa.table(
+        {
+            "user": pa.array(units, pa.float64()),  # NaN and NULL are distinct in Arrow
+            "minutes": pa.array([1.0] * len(units)),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    pd.DataFrame({"user": units, "minutes": 1.0}).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "nan.csv").write_text("user,minutes\n1,1\n2,1\nnan,1\n,1\nNaN,1\n2,1\n")
+    sources: list[object] = [
+        table,
+        table.to_pandas(),
+        tmp_path / "t.parquet",
+        tmp_path / "t.csv",
+        tmp_path / "nan.csv",
+    ]
+    for source in sources:
+        frame = (
+            Release(
+                source,
+                privacy_unit="user",
+                budget=BUDGET,
+                max_groups_per_unit=1,
+                max_rows_per_group=5,
+            )
+            .count()
+            .run()
+            .frame
+        )
+        assert frame["value"].tolist() == [3], source
