@@ -58,9 +58,12 @@ def _data(n: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _clipped_sum_fn(
-    make: Callable[[], nn.Module], mode: str
+    make: Callable[[], nn.Module], mode: str, api: str = "backward"
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """One private model (no noise, lr 0) and a function returning the batch's clipped sum."""
+    """One private model (no noise, lr 0) and a function returning the batch's clipped sum.
+
+    ``api="backward"``: ``model.backward(x, y)``; ``"idiom"``: ``loss.backward()``.
+    """
     torch.manual_seed(0)
     net = make()
     x, y = _data()
@@ -78,7 +81,10 @@ def _clipped_sum_fn(
 
     def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad()
-        model.backward(inputs, targets)
+        if api == "backward":
+            model.backward(inputs, targets)
+        else:
+            nnf.cross_entropy(model(inputs), targets).backward()
         optimizer.step()
         flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
         return flat.to(torch.float64) * optimizer.expected_batch_size
@@ -119,27 +125,33 @@ def test_the_batched_path_alone_would_break_the_bound() -> None:
     assert _sensitivity(raw) > 1.5 * CLIP
 
 
+APIS = ["backward", "idiom"]
+
+
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("mode", ["auto", "functorch"])
-def test_centred_model_keeps_sensitivity_c(mode: str) -> None:
+def test_centred_model_keeps_sensitivity_c(mode: str, api: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sensitivity = _sensitivity(_clipped_sum_fn(Centered, mode))
+        sensitivity = _sensitivity(_clipped_sum_fn(Centered, mode, api))
     assert sensitivity <= CLIP * (1 + 1e-6)
     fallbacks = [w for w in caught if "mixes examples" in str(w.message)]
     # auto: ghost clipping was tried, the first batch's check caught the mixing (once).
     assert len(fallbacks) == (1 if mode == "auto" else 0)
 
 
-def test_centred_model_is_refused_in_ghost_mode() -> None:
-    clipped_sum = _clipped_sum_fn(Centered, "ghost")
+@pytest.mark.parametrize("api", APIS)
+def test_centred_model_is_refused_in_ghost_mode(api: str) -> None:
+    clipped_sum = _clipped_sum_fn(Centered, "ghost", api)
     x, y = _data()
     with pytest.raises(ValueError, match=r"grad_sample_mode must be .* mixes examples"):
         clipped_sum(x, y)
 
 
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("mode", ["auto", "functorch", "ghost"])
-def test_functional_batch_norm_is_refused_on_every_path(mode: str) -> None:
-    clipped_sum = _clipped_sum_fn(FunctionalBatchNorm, mode)
+def test_functional_batch_norm_is_refused_on_every_path(mode: str, api: str) -> None:
+    clipped_sum = _clipped_sum_fn(FunctionalBatchNorm, mode, api)
     x, y = _data()
     with pytest.raises(
         ValueError, match="model must compute each example's output from that example alone"
@@ -147,10 +159,11 @@ def test_functional_batch_norm_is_refused_on_every_path(mode: str) -> None:
         clipped_sum(x, y)
 
 
-def test_independent_model_stays_on_ghost_path_and_is_rechecked() -> None:
+@pytest.mark.parametrize("api", APIS)
+def test_independent_model_stays_on_ghost_path_and_is_rechecked(api: str) -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
-    clipped_sum = _clipped_sum_fn(lambda: net, "ghost")
+    clipped_sum = _clipped_sum_fn(lambda: net, "ghost", api)
     assert _sensitivity(clipped_sum) <= CLIP * (1 + 1e-6)  # 13 calls, 5 of them checked
 
 
@@ -181,11 +194,12 @@ def test_non_finite_gradients_become_zero_rows() -> None:
     torch.testing.assert_close(clipped[0], torch.tensor([0.6, 0.8]), rtol=2e-6, atol=0)
 
 
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("mode", ["functorch", "ghost"])
-def test_an_example_with_a_huge_gradient_contributes_norm_c(mode: str) -> None:
+def test_an_example_with_a_huge_gradient_contributes_norm_c(mode: str, api: str) -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
-    clipped_sum = _clipped_sum_fn(lambda: net, mode)
+    clipped_sum = _clipped_sum_fn(lambda: net, mode, api)
     x, y = _data(n=1)
     norm = float(torch.linalg.vector_norm(clipped_sum(1e25 * x, y)))
     assert CLIP * (1 - 1e-5) <= norm <= CLIP

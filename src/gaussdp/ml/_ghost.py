@@ -31,7 +31,14 @@ from torch.nn import functional as nnf
 
 from gaussdp.errors import invalid
 
-__all__ = ["GHOST_MAX_BATCH", "ghost_clipped_sums", "linear_only"]
+__all__ = [
+    "GHOST_MAX_BATCH",
+    "LinearRecorder",
+    "check_batch",
+    "clipped_sums",
+    "ghost_clipped_sums",
+    "linear_only",
+]
 
 #: Largest batch for which the float64 error bound above holds.
 GHOST_MAX_BATCH = 2**16 - 3
@@ -93,6 +100,77 @@ def linear_only(model: nn.Module) -> list[tuple[str, nn.Linear]] | None:
     return layers
 
 
+LayerIO = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class LinearRecorder:
+    """Records each listed layer's input (detached) and output during a forward pass."""
+
+    def __init__(self, layers: list[tuple[str, nn.Linear]]) -> None:
+        self._layers = layers
+        self._seen: dict[str, LayerIO] = {name: [] for name, _ in layers}
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> LinearRecorder:
+        def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
+            def record(_: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+                self._seen[name].append((args[0].detach(), out))
+
+            return record
+
+        self._handles = [m.register_forward_hook(hook(name)) for name, m in self._layers]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def io(self, batch: int) -> LayerIO | None:
+        """(input, output) of each layer, or None unless each ran once on ``[batch, features]``."""
+        records = [self._seen[name] for name, _ in self._layers]
+        if any(len(r) != 1 or r[0][0].dim() != 2 or r[0][0].shape[0] != batch for r in records):
+            return None
+        return [r[0] for r in records]
+
+
+def clipped_sums(
+    layers: list[tuple[str, nn.Linear]],
+    io: LayerIO,
+    deltas: tuple[torch.Tensor | None, ...],
+    squared_norm_upper: SquaredNorm,
+    factors_of: Factors,
+) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+    """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
+
+    ``deltas`` are the gradients of the per-example objective with respect to each
+    layer's output (None for a layer that does not reach it).
+    """
+    batch = io[0][0].shape[0]
+    squared = torch.zeros(batch, dtype=torch.float64)
+    parts: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
+    for (_, module), (act, out), delta in zip(layers, io, deltas, strict=True):
+        d = torch.zeros_like(out) if delta is None else delta.detach()
+        delta_sq = squared_norm_upper(d)
+        if module.weight.requires_grad:
+            squared += squared_norm_upper(act) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
+        if module.bias is not None and module.bias.requires_grad:
+            squared += delta_sq
+        parts.append((module, act, d))
+    factors = factors_of(squared)
+    sums: dict[int, torch.Tensor] = {}
+    dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
+    for module, act, d in parts:
+        if bool(dropped.any()):
+            act, d = act.clone(), d.clone()
+            act[dropped], d[dropped] = 0, 0
+        weighted = d.to(torch.float64) * factors[:, None]
+        if module.weight.requires_grad:
+            sums[id(module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢ δᵢ aᵢᵀ
+        if module.bias is not None and module.bias.requires_grad:
+            sums[id(module.bias)] = weighted.sum(0)
+    return sums, squared
+
+
 def ghost_clipped_sums(
     model: nn.Module,
     layers: list[tuple[str, nn.Linear]],
@@ -112,52 +190,21 @@ def ghost_clipped_sums(
     and squared norms returned here with a per-example pass).
     """
     batch = inputs.shape[0]
+    check_batch(batch)
+    with LinearRecorder(layers) as recorder:
+        output = model(inputs)
+    io = recorder.io(batch)
+    if io is None:
+        return None
+    losses = per_example_losses(loss_fn, output, targets)
+    deltas = torch.autograd.grad(losses.sum(), [out for _, out in io], allow_unused=True)
+    sums, squared = clipped_sums(layers, io, deltas, squared_norm_upper, factors_of)
+    return sums, losses.detach(), squared
+
+
+def check_batch(batch: int) -> None:
+    """Refuse a batch beyond the float64 error bound of the module notes."""
     if batch > GHOST_MAX_BATCH:
         raise ValueError(
             invalid("batch size", f"at most {GHOST_MAX_BATCH} for ghost clipping", batch)
         )
-    seen: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {name: [] for name, _ in layers}
-
-    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
-        def record(_: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-            seen[name].append((args[0].detach(), out))
-
-        return record
-
-    handles = [module.register_forward_hook(hook(name)) for name, module in layers]
-    try:
-        output = model(inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    records = [seen[name] for name, _ in layers]
-    if any(len(r) != 1 or r[0][0].dim() != 2 or r[0][0].shape[0] != batch for r in records):
-        return None
-
-    losses = per_example_losses(loss_fn, output, targets)
-    outs = [r[0][1] for r in records]
-    deltas = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
-    squared = torch.zeros(batch, dtype=torch.float64)
-    parts: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
-    for (_, module), record, delta in zip(layers, records, deltas, strict=True):
-        act = record[0][0]
-        d = torch.zeros_like(record[0][1]) if delta is None else delta.detach()
-        delta_sq = squared_norm_upper(d)
-        if module.weight.requires_grad:
-            squared += squared_norm_upper(act) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
-        if module.bias is not None and module.bias.requires_grad:
-            squared += delta_sq
-        parts.append((module, act, d))
-    factors = factors_of(squared)
-    sums: dict[int, torch.Tensor] = {}
-    dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
-    for module, act, d in parts:
-        if bool(dropped.any()):
-            act, d = act.clone(), d.clone()
-            act[dropped], d[dropped] = 0, 0
-        weighted = d.to(torch.float64) * factors[:, None]
-        if module.weight.requires_grad:
-            sums[id(module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢ δᵢ aᵢᵀ
-        if module.bias is not None and module.bias.requires_grad:
-            sums[id(module.bias)] = weighted.sum(0)
-    return sums, losses.detach(), squared

@@ -23,18 +23,21 @@ One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
 Usage::
 
     model, optimizer, loader = make_private(
-        model, optimizer, loader, loss_fn=torch.nn.functional.cross_entropy,
-        target_epsilon=3.0, delta=1e-5, epochs=10, max_grad_norm=1.0)
+        model, optimizer, loader, target_epsilon=3.0, delta=1e-5, epochs=10,
+        max_grad_norm=1.0)
     for inputs, targets in loader:
         optimizer.zero_grad()
-        loss = model.backward(inputs, targets)  # replaces loss.backward()
-        optimizer.step()
+        loss = criterion(model(inputs), targets)  # mean (or sum) of per-example losses
+        loss.backward()                           # records d loss / d output
+        optimizer.step()                          # per-example clipping, noise, accounting
     optimizer.privacy_spent(1e-5)  # EpsilonBounds(lower=..., upper=...)
 
-``model.backward`` replaces ``loss_fn(model(x), y).backward()``: ``torch.func``
-differentiates a function, so the loss is passed to :func:`make_private` once
-instead of per-example hooks on the model (Opacus's design). Models whose output
-on one example depends on the others (batch normalisation) are refused.
+The training call of the model runs each example on its own (or the verified batched
+path of ghost clipping) and ``loss.backward()`` stops at its output; per-example
+gradients are computed at the step with ``torch.func`` from ∂loss/∂output
+(:class:`PrivateModule` states the rule this assumes). ``model.backward(x, y)``, with
+``loss_fn`` given to :func:`make_private`, is a faster path for a fixed loss. Models
+whose output on one example depends on the others (batch normalisation) are refused.
 
 Accounting note. The accountant composes each step as the subsampled *continuous*
 Gaussian with noise multiplier σ. What is released is the lattice mechanism of
@@ -56,6 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
 
@@ -71,7 +75,14 @@ from gaussdp.accounting import (
 from gaussdp.accounting.events import check_rate
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, epsilon_with_slack
-from gaussdp.ml._ghost import ghost_clipped_sums, linear_only
+from gaussdp.ml._ghost import (
+    LayerIO,
+    LinearRecorder,
+    check_batch,
+    clipped_sums,
+    ghost_clipped_sums,
+    linear_only,
+)
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
     NoiseMode,
@@ -86,6 +97,7 @@ __all__ = [
     "DPDataLoader",
     "DPOptimizer",
     "GradSampleMode",
+    "LossReduction",
     "PoissonBatchSampler",
     "PrivateModule",
     "PrivateTraining",
@@ -99,6 +111,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: How per-example gradients are clipped: ``"auto"`` uses ghost clipping when
 #: ``nn.Linear`` layers hold every trainable parameter, else ``torch.func``.
 GradSampleMode = Literal["auto", "functorch", "ghost"]
+#: How the user's loss combines the per-example losses of a batch (``loss.backward()``
+#: path): ``"mean"`` (torch's default reduction) or ``"sum"``.
+LossReduction = Literal["mean", "sum"]
 
 
 # -- per-example gradients and clipping -----------------------------------------------
@@ -470,9 +485,11 @@ class _Engine:
         noise: NoiseMode,
         rng: RandomSource,
         grad_sample_mode: GradSampleMode = "auto",
+        loss_reduction: LossReduction = "mean",
     ) -> None:
         self.module = module
         self.mode = grad_sample_mode
+        self.loss_reduction = loss_reduction
         self.ghost_layers = None if grad_sample_mode == "functorch" else linear_only(module)
         if grad_sample_mode == "ghost" and self.ghost_layers is None:
             raise ValueError(
@@ -492,6 +509,17 @@ class _Engine:
         self.expected_batch_size = sample_rate * num_examples
         self.pending: list[torch.Tensor] | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
+        # The loss.backward() path: one record per training forward call since the last step.
+        self.records: list[_Record] = []
+        self.forward_calls = 0
+        self.anchor = torch.zeros((), requires_grad=True)  # makes captured outputs differentiable
+        self.inside = False  # True while the engine itself runs the model
+        self.raw_forward = False  # the unwrapped model ran with gradients enabled
+        module.register_forward_pre_hook(self._watch_raw_calls)
+
+    def _watch_raw_calls(self, _module: nn.Module, _args: Any) -> None:
+        if not self.inside and torch.is_grad_enabled():
+            self.raw_forward = True
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if self.loss_fn is None:
@@ -502,22 +530,27 @@ class _Engine:
         losses: torch.Tensor | None = None
         if self.ghost_layers is not None and inputs.shape[0] > 0:
             clip, unit = self.max_grad_norm, self.noiser.unit
-            ghost = ghost_clipped_sums(
-                self.module,
-                self.ghost_layers,
-                self.loss_fn,
-                inputs,
-                targets,
-                _squared_norm_upper,
-                # Factors over the noiser's unit (γ = 2**k, exact): sums in lattice units.
-                lambda squared: _factors_from_squared(squared, clip) / unit,
-            )
+            rng_state = torch.get_rng_state()  # the check replays the same dropout masks
+            self.inside = True
+            try:
+                ghost = ghost_clipped_sums(
+                    self.module,
+                    self.ghost_layers,
+                    self.loss_fn,
+                    inputs,
+                    targets,
+                    _squared_norm_upper,
+                    # Factors over the noiser's unit (γ = 2**k, exact): sums in lattice units.
+                    lambda squared: _factors_from_squared(squared, clip) / unit,
+                )
+            finally:
+                self.inside = False
             if ghost is not None:
                 by_id, ghost_losses, squared = ghost
-                checked = None
                 if self._verify_now():
-                    checked = self._per_example(inputs, targets)
-                    grads, losses = checked
+                    with torch.random.fork_rng(devices=[]):
+                        torch.set_rng_state(rng_state)
+                        grads, losses = self._per_example(inputs, targets)
                     norms = _total_squared_norms(grads, inputs.shape[0])
                     if not (_agree(ghost_losses, losses) and _agree(squared, norms)):
                         self._batched_path_mixes()
@@ -556,9 +589,12 @@ class _Engine:
         """:func:`per_example_gradients`, with a failure on one example explained."""
         assert self.loss_fn is not None
         try:
+            self.inside = True
             return per_example_gradients(self.module, self.loss_fn, inputs, targets)
         except (RuntimeError, ValueError) as error:
             raise _one_example_error(error) from error
+        finally:
+            self.inside = False
 
     def _verify_now(self) -> bool:
         """Whether this batched call is checked against the per-example path.
@@ -591,6 +627,278 @@ class _Engine:
             stacklevel=4,
         )
         self.ghost_layers = None
+
+    # -- the loss.backward() path ----------------------------------------------------
+    def forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The model's output for a training batch, with its gradient captured for the step.
+
+        Returns the output of the per-example path (each example run on its own, vmap)
+        or of the batched path when ghost clipping applies and is verified; either way
+        it is detached from the parameters, and ``loss.backward()`` only records the
+        gradient with respect to it (see :class:`PrivateModule`).
+        """
+        leaves, spec = tree_flatten((args, kwargs))
+        batch = _batch_of(leaves)
+        record = _Record(self, leaves, spec, batch, torch.get_rng_state())
+        self.forward_calls += 1
+        self.inside = True
+        try:
+            output = self._record_forward(record)
+        finally:
+            self.inside = False
+        out_leaves, out_spec = tree_flatten(output)
+        if not all(isinstance(t, torch.Tensor) and t.shape[:1] == (batch,) for t in out_leaves):
+            shapes = [getattr(t, "shape", type(t).__name__) for t in out_leaves]
+            raise ValueError(
+                invalid("model outputs", f"tensors with the {batch} examples first", shapes)
+            )
+        record.floating = [i for i, t in enumerate(out_leaves) if t.is_floating_point()]
+        captured = _Capture.apply(  # type: ignore[no-untyped-call]
+            # Detached: the user's backward stops at the capture and leaves the graph
+            # of the batched path intact for the step.
+            record,
+            self.anchor,
+            *(out_leaves[i].detach() for i in record.floating),
+        )
+        for i, tensor in zip(record.floating, captured, strict=True):
+            out_leaves[i] = tensor
+        self.records.append(record)
+        return tree_unflatten(out_leaves, out_spec)
+
+    def _record_forward(self, record: _Record) -> Any:
+        if record.batch == 0:
+            with torch.no_grad():
+                args, kwargs = tree_unflatten(record.inputs, record.spec)
+                return self.module(*args, **kwargs)
+        if self.ghost_layers is not None:
+            check_batch(record.batch)
+            shadows = {
+                n: p.detach().requires_grad_() for n, p in zip(self.names, self.params, strict=True)
+            }
+            args, kwargs = tree_unflatten(record.inputs, record.spec)
+            with LinearRecorder(self.ghost_layers) as recorder:
+                output = functional_call(self.module, shadows, args, kwargs)
+            record.io = recorder.io(record.batch)
+            if record.io is None and self.mode == "ghost":
+                raise ValueError(
+                    invalid(
+                        "grad_sample_mode",
+                        "'auto' or 'functorch' for a model whose linear layers see inputs "
+                        "other than [batch, features] or run more than once",
+                        self.mode,
+                    )
+                )
+            if record.io is not None:
+                record.outputs = tree_flatten(output)[0]
+                record.check = self._verify_now()
+                if not record.check:
+                    return output
+                single = self._vmap_forward(record)
+                single_leaves = tree_flatten(single)[0]
+                if len(single_leaves) == len(record.outputs) and all(
+                    _agree(a, b) for a, b in zip(record.outputs, single_leaves, strict=True)
+                ):
+                    return output
+                self._batched_path_mixes()
+                record.io = None
+                return single
+        return self._vmap_forward(record)
+
+    def _vmap_forward(self, record: _Record) -> Any:
+        """The output with every example run on its own (a batch of one, vmap)."""
+        params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
+        buffers = {k: v.detach() for k, v in self.module.named_buffers()}
+        batched = [i for i, t in enumerate(record.inputs) if isinstance(t, torch.Tensor)]
+        out_spec: list[Any] = []
+
+        def one(*examples: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            leaves = list(record.inputs)
+            for i, t in zip(batched, examples, strict=True):
+                leaves[i] = t.unsqueeze(0)
+            args, kwargs = tree_unflatten(leaves, record.spec)
+            out, spec = tree_flatten(functional_call(self.module, (params, buffers), args, kwargs))
+            out_spec[:] = [spec]
+            return tuple(_unbatch_one(t) for t in out)
+
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.set_rng_state(record.rng_state)
+            try:
+                outs = vmap(one, randomness="different")(*(record.inputs[i] for i in batched))
+            except (RuntimeError, ValueError) as error:
+                raise _one_example_error(error) from error
+        return tree_unflatten(list(outs), out_spec[0])
+
+    def take_records(self) -> list[torch.Tensor] | None:
+        """Clipped sums of the examples of every captured record since the last step.
+
+        Raises before anything is drawn if two model outputs reached one backward pass
+        (their examples would count twice) or if no gradient was captured.
+        """
+        captured = [r for r in self.records if r.grads is not None]
+        self.records = []
+        moments = [r.captured_at for r in captured]
+        if len(set(moments)) != len(moments):
+            raise RuntimeError(
+                "two outputs of the private model reached one loss.backward(): each call of "
+                "the model in training must be one set of distinct examples followed by "
+                "its own backward (call the model once per batch; evaluate under "
+                "torch.no_grad())"
+            )
+        total: list[torch.Tensor] | None = None
+        for record in captured:
+            sums = self._finish(record)
+            total = sums if total is None else [a + b for a, b in zip(total, sums, strict=True)]
+        return total
+
+    def _cotangents(self, record: _Record) -> list[torch.Tensor | None]:
+        """∂loss/∂output per output leaf, times B for a mean over the batch (per-example)."""
+        assert record.grads is not None
+        scale = float(record.batch) if self.loss_reduction == "mean" else 1.0
+        return [None if g is None else g * scale for g in record.grads]
+
+    def _finish(self, record: _Record) -> list[torch.Tensor]:
+        if record.batch == 0:
+            empty = [p.new_zeros((0, *p.shape)) for p in self.params]
+            return self.noiser.accumulate(empty, torch.zeros(0, dtype=torch.float64))
+        cots = self._cotangents(record)
+        if record.io is not None:
+            assert self.ghost_layers is not None
+            assert record.outputs is not None
+            pairs = [
+                (record.outputs[i], c)
+                for i, c in zip(record.floating, cots, strict=True)
+                if c is not None
+            ]
+            deltas = torch.autograd.grad(
+                [o for o, _ in pairs],
+                [out for _, out in record.io],
+                [c for _, c in pairs],
+                allow_unused=True,
+            )
+            clip, unit = self.max_grad_norm, self.noiser.unit
+            by_id, squared = clipped_sums(
+                self.ghost_layers,
+                record.io,
+                deltas,
+                _squared_norm_upper,
+                lambda sq: _factors_from_squared(sq, clip) / unit,
+            )
+            if not record.check:
+                return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+            grads = self._vjp_per_example(record, cots)
+            if _agree(squared, _total_squared_norms(grads, record.batch)):
+                return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+            self._batched_path_mixes()
+        else:
+            grads = self._vjp_per_example(record, cots)
+        factors = clip_factors(grads, self.max_grad_norm)
+        return self.noiser.accumulate([grads[k] for k in self.names], factors)
+
+    def _vjp_per_example(
+        self, record: _Record, cots: list[torch.Tensor | None]
+    ) -> dict[str, torch.Tensor]:
+        """Each example's gradient of ⟨output, cotangent⟩, the example run on its own."""
+        params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
+        buffers = {k: v.detach() for k, v in self.module.named_buffers()}
+        batched = [i for i, t in enumerate(record.inputs) if isinstance(t, torch.Tensor)]
+        used = [(i, c) for i, c in zip(record.floating, cots, strict=True) if c is not None]
+
+        def one(
+            p: dict[str, torch.Tensor],
+            examples: tuple[torch.Tensor, ...],
+            cot: tuple[torch.Tensor, ...],
+        ) -> torch.Tensor:
+            leaves = list(record.inputs)
+            for i, t in zip(batched, examples, strict=True):
+                leaves[i] = t.unsqueeze(0)
+            args, kwargs = tree_unflatten(leaves, record.spec)
+            out = tree_flatten(functional_call(self.module, (p, buffers), args, kwargs))[0]
+            terms = [(_unbatch_one(out[i]) * c).sum() for (i, _), c in zip(used, cot, strict=True)]
+            return torch.stack(terms).sum() if terms else out[0].new_zeros(())
+
+        per_example = vmap(grad(one), in_dims=(None, 0, 0), randomness="different")
+        self.inside = True
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(record.rng_state)
+                grads = per_example(
+                    params,
+                    tuple(record.inputs[i] for i in batched),
+                    tuple(c for _, c in used),
+                )
+        except (RuntimeError, ValueError) as error:
+            raise _one_example_error(error) from error
+        finally:
+            self.inside = False
+        return dict(grads)
+
+
+class _Record:
+    """One training forward call of the private model (the loss.backward() path)."""
+
+    def __init__(
+        self, engine: _Engine, inputs: list[Any], spec: Any, batch: int, rng_state: torch.Tensor
+    ) -> None:
+        self.engine = engine
+        self.inputs = inputs
+        self.spec = spec
+        self.batch = batch
+        self.rng_state = rng_state
+        self.io: LayerIO | None = None  # ghost path: each linear layer's (input, output)
+        self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
+        self.check = False  # ghost path: compare with the per-example path at the step
+        self.floating: list[int] = []  # indices of the output leaves that carry gradients
+        self.grads: list[torch.Tensor | None] | None = None
+        self.captured_at = -1
+
+    def capture(self, grads: tuple[torch.Tensor | None, ...]) -> None:
+        if self.grads is None:
+            self.grads = list(grads)
+        else:  # a second backward through the same output adds up, as .grad does
+            self.grads = [
+                b if a is None else a if b is None else a + b
+                for a, b in zip(self.grads, grads, strict=True)
+            ]
+        self.captured_at = self.engine.forward_calls
+
+
+class _Capture(torch.autograd.Function):
+    """Identity on the model's outputs whose backward records ∂loss/∂output and stops there."""
+
+    @staticmethod
+    def forward(ctx: Any, record: _Record, anchor: torch.Tensor, *outputs: torch.Tensor) -> Any:
+        ctx.record = record
+        return tuple(o.view_as(o) for o in outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        ctx.record.capture(grads)
+        return (None, None, *(None for _ in grads))
+
+
+def _batch_of(leaves: list[Any]) -> int:
+    """The number of examples: the first dimension, shared by every tensor argument."""
+    sizes = {t.shape[0] if t.dim() else None for t in leaves if isinstance(t, torch.Tensor)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(
+            invalid(
+                "model inputs",
+                "tensors with the examples along the first dimension, all of one size",
+                sorted(sizes, key=str),
+            )
+        )
+    (batch,) = sizes
+    assert batch is not None
+    return int(batch)
+
+
+def _unbatch_one(t: torch.Tensor) -> torch.Tensor:
+    """An output leaf of a batch of one, without its batch dimension."""
+    if t.dim() == 0 or t.shape[0] != 1:
+        raise ValueError(
+            invalid("model outputs", "tensors with the examples first", tuple(t.shape))
+        )
+    return t.squeeze(0)
 
 
 def _total_squared_norms(grads: Mapping[str, torch.Tensor], batch: int) -> torch.Tensor:
@@ -632,7 +940,39 @@ def _one_example_error(error: Exception) -> ValueError:
 
 
 class PrivateModule(nn.Module):
-    """The model wrapped for DP-SGD: ``forward`` is the model's, :meth:`backward` is private.
+    r"""The model wrapped for DP-SGD: call it and ``loss.backward()`` as usual, or :meth:`backward`.
+
+    **The PyTorch idiom.** ``loss = criterion(model(x), y); loss.backward();
+    optimizer.step()``. A training call (gradients enabled) runs each example on its
+    own (``vmap`` over batches of one; or, for linear-only models, the verified
+    batched path of ghost clipping) and returns the output detached from the
+    parameters: ``loss.backward()`` records G = ∂loss/∂output and stops there. At
+    ``optimizer.step()`` example i's gradient is computed as the gradient of
+    ⟨outputᵢ, s·Gᵢ⟩ on that example alone (``torch.func``), clipped to C, summed and
+    noised. The rule this assumes: **the loss is the sum (``loss_reduction="sum"``)
+    or the mean over the batch (``"mean"``, torch's default; then s = B, the batch
+    size) of per-example terms, each depending on its own example's output only** —
+    so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
+    softmax, contrastive losses over the batch) breaks the per-example bound and is
+    not supported. Any number of outputs (tuples, dicts) works.
+
+    **Regularisers.** Terms of the loss that depend on the parameters directly (such
+    as λ‖w‖² over ``model.parameters()``) reach ``param.grad`` through the ordinary
+    backward pass; the step adds that gradient, unclipped and un-noised, to the noisy
+    average. This is private only if such terms do not depend on the data: data must
+    reach the loss only through the private model's outputs. A call of the
+    *unwrapped* model with gradients enabled since the last ``zero_grad()`` makes the
+    step refuse if any parameter holds a gradient.
+
+    **One call per set of examples.** Each training call is one set of distinct
+    examples; several calls each followed by their own ``loss.backward()`` before one
+    ``optimizer.step()`` form that step's batch (gradient accumulation, as with
+    :meth:`backward`). Two outputs reaching one backward pass (a siamese loss, or
+    the same examples twice) would count examples twice: the step refuses. Evaluate
+    under ``torch.no_grad()``.
+
+    **The fast path.** :meth:`backward` (``model.backward(x, y)`` with the
+    ``loss_fn`` given to :func:`make_private`) saves the extra forward pass.
 
     Examples
     --------
@@ -650,7 +990,15 @@ class PrivateModule(nn.Module):
         return self._module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The wrapped model's forward pass (for evaluation and inference)."""
+        """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
+
+        Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
+        forward pass. With gradients enabled it is the training call of the
+        ``loss.backward()`` path (see the class notes): every tensor argument holds
+        the examples along its first dimension, and so must every output.
+        """
+        if torch.is_grad_enabled() and self._engine.params:
+            return self._engine.forward(args, kwargs)
         return self._module(*args, **kwargs)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
@@ -792,20 +1140,31 @@ class DPOptimizer(torch.optim.Optimizer):
         return self._accountant
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear ``param.grad`` and any clipped sum not yet used by a step."""
+        """Clear ``param.grad`` and any clipped sum or captured gradient not yet stepped."""
         self._optimizer.zero_grad(set_to_none=set_to_none)
-        self._engine.pending = None
+        engine = self._engine
+        engine.pending = None
+        engine.records = [r for r in engine.records if r.grads is None]
+        engine.raw_forward = False
 
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """Add noise to the clipped gradient sum, step the wrapped optimizer, account the step.
 
-        ``closure`` must be None: DP-SGD takes exactly one noisy gradient per step.
+        The clipped sum comes from ``loss.backward()`` on the private model's outputs
+        and/or ``model.backward(x, y)`` since the last step. ``param.grad`` becomes the
+        noisy sum over the expected batch size qN, plus whatever gradient the
+        parameters already held (data-independent regularisers, see
+        :class:`PrivateModule`). ``closure`` must be None: DP-SGD takes exactly one
+        noisy gradient per step.
 
         Raises
         ------
         RuntimeError
-            If ``model.backward`` was not called since the last step (an empty
-            batch must still go through ``model.backward``, which costs nothing).
+            If no gradient was captured since the last step (an empty batch must
+            still go through the model and ``loss.backward()``, or
+            ``model.backward``), if two outputs reached one backward pass, or if the
+            unwrapped model ran with gradients enabled and parameters hold gradients.
+            Nothing is drawn or accounted.
         ValueError
             If ``closure`` is given; nothing is drawn or accounted.
         """
@@ -814,19 +1173,32 @@ class DPOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
             )
-        if engine.pending is None:
+        if engine.raw_forward and any(p.grad is not None for p in engine.params):
             raise RuntimeError(
-                "optimizer.step() must follow model.backward(inputs, targets) "
-                "(also for an empty batch)"
+                "the unwrapped model ran with gradients enabled since the last zero_grad() "
+                "and its parameters hold gradients, which may be unclipped per-example "
+                "gradients: train through the model returned by make_private (run the "
+                "unwrapped one under torch.no_grad())"
+            )
+        captured = engine.take_records()
+        sums = engine.pending
+        if captured is not None:
+            sums = (
+                captured if sums is None else [a + b for a, b in zip(sums, captured, strict=True)]
+            )
+        if sums is None:
+            raise RuntimeError(
+                "optimizer.step() must follow loss.backward() on the private model's output "
+                "or model.backward(inputs, targets) (also for an empty batch)"
             )
         if self._grads is None:
             self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
-        noisy = engine.noiser.release(
-            engine.pending, scale=1.0 / engine.expected_batch_size, out=self._grads
-        )
+        regularisers = [p.grad for p in engine.params]
+        noisy = engine.noiser.release(sums, scale=1.0 / engine.expected_batch_size, out=self._grads)
         engine.pending = None
-        for param, average in zip(engine.params, noisy, strict=True):
-            param.grad = average.to(param.dtype).reshape(param.shape)
+        for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
+            update = average.to(param.dtype).reshape(param.shape)
+            param.grad = update if extra is None else update + extra
         self._optimizer.step()
         self._steps += 1
         if engine.noiser.noise_multiplier > 0:
@@ -1062,9 +1434,10 @@ def make_private(
     optimizer: torch.optim.Optimizer,
     data_loader: DataLoader[Any],
     *,
-    loss_fn: LossFn,
     max_grad_norm: float,
     delta: float,
+    loss_fn: LossFn | None = None,
+    loss_reduction: LossReduction = "mean",
     noise_multiplier: float | None = None,
     target_epsilon: float | None = None,
     epochs: int | None = None,
@@ -1085,13 +1458,19 @@ def make_private(
     data_loader : torch.utils.data.DataLoader
         A loader over a map-style dataset with a length; its ``batch_size`` B sets
         the sampling rate q = B/N and its ``collate_fn`` is kept.
-    loss_fn : callable
-        ``loss_fn(output, target) -> scalar``, e.g. ``torch.nn.functional.cross_entropy``.
     max_grad_norm : float
         The clipping norm C > 0 (``inf`` only with ``noise_multiplier=0``).
     delta : float
         The δ at which ε is targeted and reported, in (0, 1). A δ ≥ 1/N warns: such
         a δ allows publishing an example in full.
+    loss_fn : callable, optional
+        ``loss_fn(output, target) -> scalar``, e.g. ``torch.nn.functional.cross_entropy``;
+        needed only for the fast path ``model.backward(x, y)``.
+    loss_reduction : {"mean", "sum"}, default "mean"
+        How the loss of the ``loss.backward()`` path combines per-example losses:
+        the mean over the batch (torch's default ``reduction``) or the sum. Per-example
+        gradients are recovered from ∂loss/∂output times B (mean) or 1 (sum); see
+        :class:`PrivateModule` for the rule this assumes.
     noise_multiplier : float, optional
         σ ≥ 0, the noise standard deviation over C. Exactly one of
         ``noise_multiplier`` and ``target_epsilon`` must be given; σ = 0 warns (not
@@ -1164,8 +1543,10 @@ def make_private(
         raise TypeError(invalid("optimizer", "a torch.optim.Optimizer", optimizer))
     if not isinstance(data_loader, DataLoader):
         raise TypeError(invalid("data_loader", "a torch.utils.data.DataLoader", data_loader))
-    if not callable(loss_fn):
+    if loss_fn is not None and not callable(loss_fn):
         raise TypeError(invalid("loss_fn", "a callable loss_fn(output, target)", loss_fn))
+    if loss_reduction not in ("mean", "sum"):
+        raise ValueError(invalid("loss_reduction", "'mean' or 'sum'", loss_reduction))
     if (noise_multiplier is None) == (target_epsilon is None):
         given = {"noise_multiplier": noise_multiplier, "target_epsilon": target_epsilon}
         raise ValueError(invalid("noise_multiplier, target_epsilon", "exactly one given", given))
@@ -1228,6 +1609,7 @@ def make_private(
         noise=mode,
         rng=noise_rng,
         grad_sample_mode=grad_sample_mode,
+        loss_reduction=loss_reduction,
     )
     loader = DPDataLoader(
         data_loader.dataset,

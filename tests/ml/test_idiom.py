@@ -1,0 +1,240 @@
+"""The PyTorch idiom: ``loss = criterion(model(x), y); loss.backward(); optimizer.step()``.
+
+Statistical tests use a stated false-alarm rate α = 1e-6 (STYLE 11).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from gaussdp.ml import make_private  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+ALPHA = 1e-6
+CLIP = 0.7
+LAMBDA = 0.01
+
+
+def _data(n: int = 40, d: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return 3 * torch.randn(n, d, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def _net(seed: int = 0, dropout: float = 0.0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Dropout(dropout), nn.Linear(8, 3))
+
+
+def _private(net: nn.Module, sigma: float = 0.0, **kwargs: object):  # type: ignore[no-untyped-def]
+    x, y = _data()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "noise_multiplier=0", UserWarning)
+        return make_private(
+            net,
+            torch.optim.SGD(net.parameters(), lr=0.0),
+            DataLoader(TensorDataset(x, y), batch_size=10),
+            noise_multiplier=sigma,
+            max_grad_norm=CLIP,
+            delta=1e-5,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+def _flat_grad(net: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in net.parameters()]).to(torch.float64)  # type: ignore[union-attr]
+
+
+def _regularised_loss(net: nn.Module, output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    penalty = sum((p**2).sum() for p in net.parameters())
+    return nnf.cross_entropy(output, y) + LAMBDA * penalty  # type: ignore[no-any-return]
+
+
+def _independent_clipped(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Σᵢ clip(∇ cross_entropy(net(xᵢ), yᵢ)), one plain backward per example, in float64."""
+    total = torch.zeros(sum(p.numel() for p in net.parameters()), dtype=torch.float64)
+    for i in range(x.shape[0]):
+        net.zero_grad()
+        nnf.cross_entropy(net(x[i : i + 1]), y[i : i + 1]).backward()
+        g = _flat_grad(net)
+        total += g * min(1.0, CLIP / float(torch.linalg.vector_norm(g)))
+    net.zero_grad()
+    return total
+
+
+@pytest.mark.parametrize("mode", ["auto", "functorch"])
+def test_custom_loss_clips_every_example_and_adds_the_regulariser(mode: str) -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, grad_sample_mode=mode)
+    x, y = _data(n=12)
+    reference = copy_net = _net()
+    penalty = torch.cat([2 * LAMBDA * p.detach().reshape(-1) for p in copy_net.parameters()])
+    scale = optimizer.expected_batch_size
+    for i in range(x.shape[0]):  # one example per step: its clipped gradient is visible
+        optimizer.zero_grad()
+        _regularised_loss(net, model(x[i : i + 1]), y[i : i + 1]).backward()
+        optimizer.step()
+        clipped = (_flat_grad(net) - penalty.to(torch.float64)) * scale
+        expected = _independent_clipped(reference, x[i : i + 1], y[i : i + 1])
+        assert float(torch.linalg.vector_norm(clipped)) <= CLIP * (1 + 1e-5)
+        torch.testing.assert_close(clipped, expected, rtol=1e-4, atol=1e-6)
+    optimizer.zero_grad()  # the whole batch: the sum of the clipped gradients
+    _regularised_loss(net, model(x), y).backward()
+    optimizer.step()
+    clipped = (_flat_grad(net) - penalty.to(torch.float64)) * scale
+    torch.testing.assert_close(clipped, _independent_clipped(reference, x, y), rtol=1e-4, atol=1e-5)
+
+
+def test_sum_reduction_gives_the_same_clipped_sum() -> None:
+    x, y = _data(n=9)
+    results = []
+    for reduction in ("mean", "sum"):
+        net = _net()
+        model, optimizer, _ = _private(net, loss_reduction=reduction, grad_sample_mode="functorch")
+        optimizer.zero_grad()
+        nnf.cross_entropy(model(x), y, reduction=reduction).backward()
+        optimizer.step()
+        results.append(_flat_grad(net))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-7)
+
+
+def test_zero_gradient_model_update_has_the_noise_std() -> None:
+    torch.manual_seed(0)
+    net = nn.Linear(50, 20)  # 1,020 coordinates
+    sigma = 1.3
+    model, optimizer, _ = _private(net, sigma=sigma, rng=ChaCha20Random(11))
+    x = torch.randn(10, 50)
+    samples = []
+    for _ in range(20):
+        optimizer.zero_grad()
+        (0.0 * model(x)).sum().backward()  # every per-example gradient is zero
+        optimizer.step()
+        samples.append(_flat_grad(net) * optimizer.expected_batch_size)
+    values = torch.cat(samples)
+    n = values.numel()
+    std = optimizer.noise_std
+    assert sigma * CLIP <= std <= sigma * CLIP * 1.004
+    # Mean known (0): n·S²/s² ~ χ²(n); two-sided test at α = 1e-6.
+    statistic = float((values**2).sum()) / std**2
+    assert stats.chi2.ppf(ALPHA / 2, n) < statistic < stats.chi2.ppf(1 - ALPHA / 2, n)
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(5, 8)
+        self.cls = nn.Linear(8, 3)
+        self.reg = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = torch.tanh(self.body(x))
+        return {"logits": self.cls(h), "value": self.reg(h).squeeze(1)}
+
+
+@pytest.mark.parametrize("mode", ["auto", "functorch"])
+def test_multi_output_model(mode: str) -> None:
+    x, y = _data(n=7)
+    target = x[:, 0]
+
+    def loss_of(out: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
+        return nnf.cross_entropy(out["logits"], y[rows]) + nnf.mse_loss(out["value"], target[rows])
+
+    torch.manual_seed(0)
+    net = TwoHeads()
+    model, optimizer, _ = _private(net, grad_sample_mode=mode)
+    optimizer.zero_grad()
+    loss_of(model(x), slice(None)).backward()
+    optimizer.step()
+    got = _flat_grad(net) * optimizer.expected_batch_size
+    torch.manual_seed(0)
+    reference = TwoHeads()
+    expected = torch.zeros_like(got)
+    for i in range(x.shape[0]):
+        reference.zero_grad()
+        loss_of(reference(x[i : i + 1]), slice(i, i + 1)).backward()
+        g = _flat_grad(reference)
+        expected += g * min(1.0, CLIP / float(torch.linalg.vector_norm(g)))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_masks_agree_between_the_paths() -> None:
+    x, y = _data(n=16)
+    results = []
+    for mode in ("ghost", "functorch"):
+        net = _net(dropout=0.5)
+        model, optimizer, _ = _private(net, grad_sample_mode=mode)
+        torch.manual_seed(123)
+        optimizer.zero_grad()
+        nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()  # the ghost call is checked against the per-example path
+        results.append(_flat_grad(net))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_accumulation_equals_one_batch() -> None:
+    x, y = _data(n=10)
+    results = []
+    for parts in (1, 2):
+        net = _net()
+        model, optimizer, _ = _private(net, loss_reduction="sum")
+        optimizer.zero_grad()
+        for chunk_x, chunk_y in zip(x.chunk(parts), y.chunk(parts), strict=True):
+            nnf.cross_entropy(model(chunk_x), chunk_y, reduction="sum").backward()
+        optimizer.step()
+        results.append(_flat_grad(net))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-7)
+
+
+def test_two_outputs_in_one_backward_are_refused() -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0)
+    x, y = _data(n=6)
+    optimizer.zero_grad()
+    (nnf.cross_entropy(model(x), y) + nnf.cross_entropy(model(x), y)).backward()
+    with pytest.raises(RuntimeError, match="two outputs of the private model reached one"):
+        optimizer.step()
+    assert optimizer.steps == 0
+
+
+def test_unwrapped_model_gradients_are_refused() -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0)
+    x, y = _data(n=6)
+    optimizer.zero_grad()
+    nnf.cross_entropy(model(x), y).backward()
+    nnf.cross_entropy(net(x), y).backward()  # unclipped gradients into param.grad
+    with pytest.raises(RuntimeError, match="the unwrapped model ran with gradients enabled"):
+        optimizer.step()
+    assert optimizer.steps == 0
+
+
+def test_step_without_backward_is_refused_and_empty_batch_steps() -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0, rng=ChaCha20Random(0))
+    with pytest.raises(RuntimeError, match=r"optimizer.step\(\) must follow loss.backward\(\)"):
+        optimizer.step()
+    x, y = _data(n=1)
+    optimizer.zero_grad()
+    loss = nnf.cross_entropy(model(x[:0]), y[:0], reduction="sum")
+    loss.backward()
+    optimizer.step()  # a noise-only step, accounted
+    assert optimizer.steps == 1
+    assert bool(torch.isfinite(_flat_grad(net)).all())
+    assert math.isfinite(optimizer.privacy_spent(1e-5).upper)
+
+
+def test_evaluation_under_no_grad_is_the_plain_model() -> None:
+    net = _net()
+    model, _, _ = _private(net, sigma=1.0)
+    x, _ = _data(n=4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), net(x))
