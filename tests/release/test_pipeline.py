@@ -294,7 +294,7 @@ def test_ledger_is_charged_the_report(tmp_path: Path) -> None:
     assert entry.event == release.plan().event  # the release's event itself
     assert entry.detail == release.report.to_dict()
     release.run(ledger=ledger)
-    with pytest.raises(ValueError, match="^refused: this costs ε = "):  # BudgetExceededError
+    with pytest.raises(ValueError, match="^refused: this release costs ε = "):  # BudgetExceeded
         release.run(ledger=ledger)
     assert len(ledger.entries()) == 2
 

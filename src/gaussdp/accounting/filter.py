@@ -124,13 +124,20 @@ def _fmt(x: float) -> str:
 
 
 def refusal(
-    budget: Budget, before: Accountant, event: Event, count: int = 1, *, owner: str = "filter"
+    budget: Budget,
+    before: Accountant,
+    event: Event,
+    count: int = 1,
+    *,
+    owner: str = "filter",
+    what: str = "this",
 ) -> tuple[str | None, Accountant]:
     """Check ``count`` runs of ``event`` against ``budget`` after the history in ``before``.
 
     Returns ``(None, after)`` when the whole history plus the event stays within
     the budget (``after`` is a copy of ``before`` with the event composed), else
-    ``(message, before)`` with a one-line message in the budget's own terms:
+    ``(message, before)`` with a one-line message in the budget's own terms
+    (``what`` names the event, ``owner`` the budget's holder):
     ``"refused: this costs ε = 0.41 at δ = 1e-06; the ledger has ε = 0.22 left of
     3 (δ = 1e-05)"``. ``before`` is never changed.
 
@@ -149,7 +156,7 @@ def refusal(
     at = f" at δ = {budget.delta:g}" if symbol == "ε" else ""
     of = f" (δ = {budget.delta:g})" if symbol == "ε" else ""
     message = (
-        f"refused: this costs {symbol} = {_fmt(alone)}{at}; the {owner} has "
+        f"refused: {what} costs {symbol} = {_fmt(alone)}{at}; the {owner} has "
         f"{symbol} = {_fmt(left_of(symbol, limit, used))} left of {limit:g}{of}"
     )
     if symbol != "ε" and total_spent.delta > 0:
@@ -263,8 +270,10 @@ class PrivacyFilter:
         n = check_int("count", count, minimum=1)
         return refusal(self._budget, self._accountant, event, n)[0] is None
 
-    def accept(self, event: Event, count: int = 1) -> None:
+    def accept(self, event: Event, count: int = 1, *, what: str = "this") -> None:
         """Admit ``count`` runs of ``event`` if the budget allows, else raise.
+
+        ``what`` names the event in the refusal ("this release costs ε = …").
 
         Raises
         ------
@@ -276,7 +285,7 @@ class PrivacyFilter:
         """
         check_event(event)
         n = check_int("count", count, minimum=1)
-        message, after = refusal(self._budget, self._accountant, event, n)
+        message, after = refusal(self._budget, self._accountant, event, n, what=what)
         if message is not None:
             raise BudgetExceededError(message)
         self._accountant = after

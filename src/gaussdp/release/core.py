@@ -462,9 +462,9 @@ class Release:
         event = plan.event
         # Refuse before the data source is even opened.
         if ledger is not None:
-            ledger.check(event)
+            ledger.check(event, what="this release")
         elif not spend_to.can_accept(event):
-            spend_to.accept(event)  # raises BudgetExceededError with the message
+            spend_to.accept(event, what="this release")  # raises BudgetExceededError
         engine = open_engine(self.engine, self.source)
         try:
             needs: dict[str, bool] = {self.privacy_unit: False}
@@ -493,9 +493,10 @@ class Release:
                     event,
                     label=label or ", ".join(q.name for q in self._queries),
                     detail=report.to_dict(),
+                    what="this release",
                 )
             else:
-                spend_to.accept(event)
+                spend_to.accept(event, what="this release")
             aggregates = [engine.query(sql) for sql in sqls]
         finally:
             engine.close()

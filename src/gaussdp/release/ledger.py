@@ -383,19 +383,26 @@ class Ledger:
         return acc
 
     # -- spending ---------------------------------------------------------------------
-    def check(self, event: Event, count: int = 1) -> None:
+    def check(self, event: Event, count: int = 1, *, what: str = "this") -> None:
         """Raise :class:`BudgetExceededError` if ``event`` would be refused now (writes nothing).
 
         A read-only look for refusing early (before any data is read); the
-        binding check is the one in :meth:`reserve`.
+        binding check is the one in :meth:`reserve`. ``what`` names the event in
+        the message.
         """
         check_event(event)
-        message, _ = refusal(self.total, self.accountant(), event, count, owner="ledger")
+        acc = self.accountant()
+        message, _ = refusal(self.total, acc, event, count, owner="ledger", what=what)
         if message is not None:
             raise BudgetExceededError(message)
 
     def reserve(
-        self, event: Event, *, label: str, detail: dict[str, Any] | None = None
+        self,
+        event: Event,
+        *,
+        label: str,
+        detail: dict[str, Any] | None = None,
+        what: str = "this",
     ) -> Reservation:
         """Reserve ``event`` atomically if the whole history plus it fits the total.
 
@@ -408,6 +415,8 @@ class Ledger:
             What was released.
         detail : dict, optional
             A JSON-ready description (e.g. the privacy report).
+        what : str, default "this"
+            How the refusal message names the event ("this release").
 
         Raises
         ------
@@ -426,7 +435,7 @@ class Ledger:
         payload = None if detail is None else json.dumps(detail)
         with self._write() as con:
             before = self._accountant_of(self._read_entries(con))
-            message, _ = refusal(self.total, before, event, owner="ledger")
+            message, _ = refusal(self.total, before, event, owner="ledger", what=what)
             if message is not None:
                 raise BudgetExceededError(message)
             cur = con.execute(
