@@ -11,14 +11,13 @@ The currency also fixes how a table release (:mod:`gaussdp.release`) is
 accounted (:attr:`Budget.accounting`):
 
 - (ε, δ) and μ budgets are accounted in **μ-GDP**. Each released part is exact
-  lattice noise N_Z(0, σ²) with σ² = s² + τ² (τ² = 9); by the smoothing argument
-  of :class:`gaussdp.LatticeGaussian` its pmf is within e^{±a} per coordinate
-  (a = :func:`gaussdp.mechanisms.smoothing_log_ratio`, < 10⁻⁷⁶) of a
-  post-processed continuous Gaussian, so a part with L2 sensitivity Δ over c
-  cells is within e^{±c·a} of a (Δ/s)-GDP mechanism. μ's compose exactly,
-  μ = √Σμᵢ² (DRS Cor 3.3), the slacks add, A = Σcᵢ·a, and ε at δ is
-  ε_μ(δe^{−A}) + 2A (:func:`gaussdp.mechanisms.epsilon_with_slack`, DRS Cor
-  2.13). A μ budget is met up to that certified slack A (reported).
+  lattice noise (:class:`gaussdp.accounting.LatticeNoise`) N_Z(0, σ²) with
+  σ² = s² + τ² (τ² = 9); by the smoothing argument of
+  :class:`gaussdp.LatticeGaussian` a part with L2 sensitivity Δ over c cells is
+  within e^{±c·a} of a (Δ/s)-GDP mechanism. The accountants compose the μ's
+  exactly, μ = √Σμᵢ² (DRS Cor 3.3), add the slacks, A = Σcᵢ·a, and give ε at δ
+  as ε_μ(δe^{−A}) + 2A (DRS Cor 2.13). A μ budget is met up to that certified
+  slack A (reported).
 - ρ budgets are accounted in **ρ-zCDP**: N_Z(0, σ²) with σ² ≥ Δ²/(2ρ) is ρ-zCDP
   exactly (CKS Thm 4, Thm 14 for vectors), ρ's add (Bun & Steinke 2016 Lemma
   2.3) and ε at δ is certified with CKS Cor 13. No slack.
@@ -27,7 +26,9 @@ Private partition selection adds a δ that is carried separately (its noisy
 counts are part of the composition; Bun & Steinke 2016 Def 8.1 and Lemma 8.3
 for zCDP): ε is reported at δ minus that δ. :meth:`Budget.mu_capacity` and
 :meth:`Budget.rho_capacity` turn a budget into the largest total μ or ρ a
-release may spend; :meth:`Budget.admits` is the one check of a total spend.
+release may spend (calibration). Whether a history of events fits a budget is
+decided by one accountant only: :class:`gaussdp.accounting.PrivacyFilter` in
+memory and :class:`gaussdp.Ledger` on disk.
 
 Examples
 --------
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
+from gaussdp._search import largest_passing
 from gaussdp._validation import check_delta, check_epsilon, check_positive
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import epsilon_with_slack
@@ -189,12 +191,11 @@ class Budget:
                 return 0.0
             shrunk = math.nextafter(remaining * math.exp(-slack), 0.0)
             mu = gdp_mu(target, shrunk)  # DRS Cor 2.13, inverted (rounded down)
-            # Check the forward computation; shrink by growing steps if rounding disagrees.
-            step = 1e-12
-            while mu > 0.0 and self._epsilon_mu(mu, remaining, slack) > epsilon:
-                mu *= 1 - step
-                step *= 2
-            return mu
+            # The forward computation (the one reports use) decides: the largest μ ≤ that
+            # inversion at which it meets ε (the inversion itself, unless rounding disagrees).
+            return largest_passing(
+                lambda m: self._epsilon_mu(m, remaining, slack) <= epsilon, 0.0, mu
+            )
         if self.rho is not None:
             raise ValueError(
                 invalid("budget", "an (epsilon, delta) or mu budget for mu accounting", self)
@@ -282,77 +283,6 @@ class Budget:
     def _epsilon_mu(mu: float, delta: float, slack: float) -> float:
         # DRS Cor 2.13 for μ-GDP, then the smoothing slack (LatticeGaussian).
         return epsilon_with_slack(partial(gdp_epsilon, mu), delta, slack)
-
-    def admits(
-        self,
-        *,
-        rho: float,
-        mu: float | None,
-        slack: float = 0.0,
-        extra_delta: float = 0.0,
-    ) -> bool:
-        """Whether a total spend fits this budget: the one check of a composed spend.
-
-        Parameters
-        ----------
-        rho : float
-            Total ρ-zCDP of the Gaussian parts (always certified, CKS Thm 4/14).
-        mu : float or None
-            Total μ-GDP of the same parts up to ``slack``, or ``None`` if some
-            part is not certified in μ.
-        slack : float, default 0.0
-            Total smoothing slack A of the μ certificate.
-        extra_delta : float, default 0.0
-            δ spent outside the composition (partition selection).
-
-        Returns
-        -------
-        bool
-            ρ budget: ``rho`` ≤ ρ and no δ spent. μ budget: ``mu`` given, ≤ μ,
-            and no δ spent. (ε, δ) budget: the smaller of the two certified
-            ε's (μ-GDP with slack, :meth:`epsilon_at_mu`; ρ-zCDP, CKS Cor 13)
-            at δ − ``extra_delta`` is at most ε — both bound the same
-            mechanism, so either suffices.
-
-        Examples
-        --------
-        >>> Budget(mu=1.0).admits(rho=0.5, mu=None)  # ρ-zCDP is not μ-GDP
-        False
-        >>> Budget(epsilon=1.0, delta=1e-6).admits(rho=0.03, mu=0.2, slack=1e-70)
-        True
-        """
-        rho = check_epsilon("rho", rho)
-        extra = check_epsilon("extra_delta", extra_delta)
-        slack = check_epsilon("slack", slack)
-        if mu is not None:
-            mu = check_epsilon("mu", mu)
-        if self.epsilon is not None:
-            spent = self.spent_epsilon(rho=rho, mu=mu, slack=slack, extra_delta=extra)
-            return spent is not None and spent <= self.epsilon
-        if extra > 0.0:
-            return False
-        if self.rho is not None:
-            return rho <= self.rho
-        return mu is not None and mu <= float(self.mu or 0.0)
-
-    def spent_epsilon(
-        self,
-        *,
-        rho: float,
-        mu: float | None,
-        slack: float = 0.0,
-        extra_delta: float = 0.0,
-    ) -> float | None:
-        """ε at this budget's δ of a total spend: the smaller of its μ and ρ certificates.
-
-        ``None`` when the budget has no δ; ``inf`` when ``extra_delta`` ≥ δ.
-        See :meth:`admits` for the arguments.
-        """
-        via_rho = self.epsilon_at(rho, extra_delta)
-        if via_rho is None or mu is None:
-            return via_rho
-        via_mu = self.epsilon_at_mu(mu, extra_delta, slack)
-        return via_rho if via_mu is None else min(via_mu, via_rho)
 
     def as_dict(self) -> dict[str, float]:
         """The fields that are set, e.g. ``{'epsilon': 1.0, 'delta': 1e-06}``."""

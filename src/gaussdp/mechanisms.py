@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from gaussdp._search import smallest_passing, smallest_passing_int
 from gaussdp._validation import (
     check_delta,
     check_epsilon,
@@ -318,22 +319,14 @@ def _smallest_epsilon(delta_of: Callable[[float], float], delta: float, upper: f
     """Smallest ε in [0, upper] with ``delta_of(ε) <= delta``, never under-reported.
 
     ``delta_of`` must be non-increasing; ``upper`` is a first guess at an ε with
-    ``delta_of(upper) <= delta`` and is doubled until it is one. Bisection
-    keeps the invariant ``delta_of(hi) <= delta``, and ``hi`` is returned, so the
-    answer is at least the true ε and within 1e-12 relative (or 1e-15 absolute) of it.
+    ``delta_of(upper) <= delta`` (the bracket grows until it is one). The safe-side
+    search (:func:`gaussdp._search.smallest_passing`) returns a point where
+    ``delta_of(ε) <= delta`` was evaluated, so the answer is at least the true ε and
+    within 1e-12 relative (or 1e-15 absolute) of it.
     """
-    if delta_of(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, upper
-    while delta_of(hi) > delta:
-        lo, hi = hi, 2 * hi
-    while hi - lo > max(1e-12 * hi, 1e-15):
-        mid = (lo + hi) / 2
-        if delta_of(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_passing(
+        lambda e: delta_of(e) <= delta, 0.0, upper, rel_tol=1e-12, abs_tol=1e-15, grow=True
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,13 +648,7 @@ class DiscreteGaussian:
             lo *= 2
         while sf(hi - 1) > alpha:
             hi *= 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if sf(mid - 1) <= alpha:
-                hi = mid
-            else:
-                lo = mid
-        c = hi
+        c = smallest_passing_int(lambda c: sf(c - 1) <= alpha, lo, hi)
         pmf_edge = self.pmf(c - 1)
         size_rest = float(sf(c - 1))
         r = min(1.0, max(0.0, (alpha - size_rest) / pmf_edge)) if pmf_edge > 0 else 0.0
@@ -735,18 +722,9 @@ class DiscreteGaussian:
         """
         level = _check_level(level)
         tail = (1 - level) / 2
-        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2, by doubling then bisection.
-        hi = max(1, math.ceil(self.sigma))
-        while self._sf(hi) > tail:
-            hi *= 2
-        lo = -1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._sf(mid) <= tail:
-                hi = mid
-            else:
-                lo = mid
-        return Interval(value - hi, value + hi)
+        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2 (exact integer search).
+        h = smallest_passing_int(lambda h: self._sf(h) <= tail, 0)
+        return Interval(value - h, value + h)
 
 
 @dataclass(frozen=True, slots=True)

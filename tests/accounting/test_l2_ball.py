@@ -195,7 +195,7 @@ def test_event_properties() -> None:
     assert e.candidates == ((2,),)
     assert e.squared_bound == 6
     assert e.rho == 0.5  # only v = ±2 fits in one coordinate
-    assert e.mu == 1.0
+    assert not hasattr(e, "mu")  # not μ-GDP in general at small σ (a false claim, removed)
     assert e.rdp(3.0) == 1.5
     assert check_event(e) is e
     assert e == DiscreteGaussianL2(4, "5/2", 1)

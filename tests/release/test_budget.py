@@ -113,24 +113,6 @@ def test_mu_capacity_never_overshoots(
         assert spent is not None
         assert spent <= epsilon
         assert spent == pytest.approx(epsilon, rel=1e-6, abs=3 * slack + 1e-12)
-        assert b.admits(rho=1e9, mu=mu, slack=slack, extra_delta=extra)
-
-
-def test_admits_each_kind() -> None:
-    assert Budget(rho=0.5).admits(rho=0.5, mu=None)
-    assert not Budget(rho=0.5).admits(rho=0.51, mu=0.1)
-    assert not Budget(rho=0.5).admits(rho=0.1, mu=None, extra_delta=1e-9)
-    assert Budget(mu=1.0).admits(rho=5.0, mu=1.0, slack=1e-70)
-    assert not Budget(mu=1.0).admits(rho=0.1, mu=None)  # ρ-zCDP is not μ-GDP
-    assert not Budget(mu=1.0).admits(rho=0.1, mu=1.01)
-    b = Budget(epsilon=1.0, delta=1e-6)
-    # (ε, δ): either certificate suffices — the μ one, or the ρ one when μ is absent.
-    assert b.admits(rho=1.0, mu=b.mu_capacity())
-    assert b.admits(rho=b.rho_capacity(), mu=None)
-    assert not b.admits(rho=b.rho_capacity() * 1.01, mu=None)
-    assert not b.admits(rho=1e-9, mu=1e-9, extra_delta=1e-6)
-    assert b.spent_epsilon(rho=1.0, mu=0.2) == gdp_epsilon(0.2, 1e-6)
-    assert b.spent_epsilon(rho=0.001, mu=0.2) == zcdp_epsilon(0.001, 1e-6)
 
 
 def test_zcdp_is_at_most_gdp_capacity() -> None:

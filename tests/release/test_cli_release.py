@@ -55,12 +55,15 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     shown = json.loads(r.output)
     assert [e["status"] for e in shown["entries"]] == ["committed"]
-    assert shown["entries"][0]["mu"] == payload["report"]["mu"]
-    assert shown["spent"]["epsilon"] <= 1.0
+    assert shown["unit"] == "epsilon"
+    assert shown["delta"] == 2e-6
+    # One entry: its cost alone is the total, within the ledger's ε.
+    assert shown["entries"][0]["cost"] == shown["spent"] <= 1.2
+    assert shown["spent_lower"] <= shown["spent"]
+    assert shown["remaining"] == pytest.approx(1.2 - shown["spent"])
     r = runner.invoke(app, ["ledger", "show", str(ledger)])
     assert r.exit_code == 0
-    assert "remaining μ" in r.output
-    assert "remaining ρ" in r.output
+    assert "remaining ε" in r.output
 
 
 def test_release_table_output_and_errors(app: typer.Typer, tmp_path: Path) -> None:

@@ -1,85 +1,172 @@
-"""The SQLite ledger: refusals, concurrent processes racing, crashes, corrupt files."""
+"""The SQLite ledger: a persistent filter storing events; refusals, races, crashes, bad files."""
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing as mp
 import os
 import sqlite3
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
+from gaussdp.accounting import (
+    Composed,
+    PLDAccountant,
+    RecordedCost,
+    SelfComposed,
+    Subsampled,
+    UnsupportedEventError,
+    event_to_json,
+)
 from gaussdp.budget import Budget
-from gaussdp.errors import BudgetExceededError
+from gaussdp.errors import BudgetExceededError, LedgerError
+from gaussdp.mechanisms import Gaussian, Laplace
 from gaussdp.privacy import gdp_epsilon, zcdp_epsilon
 from gaussdp.release import Ledger
+
+# ρ = Δ²/(2σ²) = 0.1 (Bun & Steinke 2016 Prop 1.6).
+TENTH = Gaussian(sigma=math.sqrt(5.0))
+DPSGD = SelfComposed(Subsampled(Gaussian(sigma=1.1).lattice(1000), 0.01), 200)
 
 
 def test_create_reserve_commit_show(tmp_path: Path) -> None:
     path = tmp_path / "b.db"
-    ledger = Ledger(path, total=Budget(epsilon=1.0, delta=1e-6))
-    r = ledger.reserve(rho=0.01, delta=1e-7, label="counts", detail={"q": 1})
+    ledger = Ledger(path, total=Budget(epsilon=3.0, delta=1e-6))
+    r = ledger.reserve(Gaussian(sigma=4.0), label="counts", detail={"q": 1})
     assert ledger.entries()[0].status == "reserved"
     ledger.commit(r)
-    (e,) = Ledger(path).entries()
-    assert (e.status, e.rho, e.delta, e.label, e.detail) == (
+    ledger.charge(DPSGD, label="model")
+    first, second = Ledger(path).entries()
+    assert (first.status, first.event, first.label, first.detail) == (
         "committed",
-        0.01,
-        1e-7,
+        Gaussian(sigma=4.0),
         "counts",
         {"q": 1},
     )
-    assert e.committed_at is not None
-    assert "pid" in e.who
-    assert ledger.epsilon_spent is not None
-    assert ledger.epsilon_spent < 1.0
+    assert second.event == DPSGD  # the event itself is stored (JSON) and read back
+    assert first.committed_at is not None
+    assert "pid" in first.who
     with pytest.raises(ValueError, match="open reservation"):
         ledger.commit(r)
     with sqlite3.connect(path) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        stored = con.execute("SELECT event FROM entries ORDER BY id").fetchall()
+    assert json.loads(stored[1][0])["event"]["type"] == "SelfComposed"
+    # The total is the PLD accountant's on the same events; each row's cost is the event alone.
+    summary = ledger.summary()
+    expected = PLDAccountant().compose(Gaussian(sigma=4.0)).compose(DPSGD).epsilon(1e-6)
+    assert (summary.unit, summary.delta) == ("epsilon", 1e-6)
+    assert summary.spent == expected.upper == ledger.spent
+    assert summary.spent_lower == expected.lower
+    assert summary.remaining == pytest.approx(3.0 - expected.upper)
+    assert [row.what for row in summary.rows] == ["counts", "model"]
+    assert summary.rows[0].cost == gdp_epsilon(0.25, 1e-6)
+    assert summary.rows[1].cost == PLDAccountant().compose(DPSGD).epsilon(1e-6).upper
+    assert summary.rows[1].event.startswith("SelfComposed(Subsampled(LatticeGaussian(")
+    assert max(r.cost for r in summary.rows) < summary.spent < sum(r.cost for r in summary.rows)
+    assert ledger.history == Composed((Gaussian(sigma=4.0), DPSGD))
 
 
-def test_refusal_writes_nothing(tmp_path: Path) -> None:
+def test_refusal_writes_nothing_and_speaks_the_budget(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "b.db", total=Budget(rho=1.0))
-    ledger.reserve(rho=0.6, label="a")
-    with pytest.raises(BudgetExceededError, match="within the ledger"):
-        ledger.reserve(rho=0.5, label="b")
-    with pytest.raises(BudgetExceededError):
-        ledger.reserve(rho=0.1, delta=1e-9, label="δ on a ρ budget")
+    ledger.reserve(Gaussian(sigma=1.0), label="a")  # ρ = 0.5
+    message = r"^refused: this costs ρ = 0.617; the ledger has ρ = 0.5 left of 1$"
+    with pytest.raises(BudgetExceededError, match=message):
+        ledger.reserve(Gaussian(sigma=0.9), label="b")
+    with pytest.raises(UnsupportedEventError, match="not supported by ZCDPAccountant"):
+        ledger.reserve(Subsampled(Gaussian(1.0), 0.1), label="zCDP does not amplify")
     assert [e.label for e in ledger.entries()] == ["a"]
-    assert ledger.remaining_rho == pytest.approx(0.4)
+    assert ledger.remaining == pytest.approx(0.5)
+    eps = Ledger(tmp_path / "e.db", total=Budget(epsilon=1.0, delta=1e-5))
+    eps.charge(Gaussian(sigma=10.0), label="small", detail=None)
+    message = (
+        r"^refused: this costs ε = 4.38 at δ = 1e-05; the ledger has ε = 0.659 left of 1 "
+        r"\(δ = 1e-05\)$"
+    )
+    with pytest.raises(BudgetExceededError, match=message):
+        eps.check(Gaussian(sigma=1.0))  # the read-only check, used before data are read
+    with pytest.raises(BudgetExceededError, match=message):
+        eps.reserve(Gaussian(sigma=1.0), label="big")
+    assert len(eps.entries()) == 1
 
 
-def test_missing_corrupt_and_mismatched_files(tmp_path: Path) -> None:
+def test_bad_files_are_one_line_ledger_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="total="):
         Ledger(tmp_path / "none.db")
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(ValueError, match="ledger"):
+    with pytest.raises(LedgerError, match=r"junk.db' is not a SQLite database .*ledger init"):
         Ledger(junk)
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as con:
         con.execute("CREATE TABLE t (x)")
-    with pytest.raises(ValueError, match="gaussdp ledger"):
+    with pytest.raises(LedgerError, match="is a SQLite database but not a gaussdp ledger"):
         Ledger(other)
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
-    with pytest.raises(ValueError, match="gaussdp ledger"):
+    with pytest.raises(LedgerError, match="not a gaussdp ledger"):
         Ledger(empty)
     (tmp_path / "dir.db").mkdir()
-    with pytest.raises(ValueError, match="ledger"):
+    with pytest.raises(LedgerError, match="is a directory"):
         Ledger(tmp_path / "dir.db")
+    future = tmp_path / "future.db"
+    Ledger(future, total=Budget(rho=1.0))
+    with sqlite3.connect(future) as con:
+        con.execute("UPDATE meta SET value = 'gaussdp-ledger-9' WHERE key = 'format'")
+    with pytest.raises(LedgerError, match="has format 'gaussdp-ledger-9'.*upgrade gaussdp"):
+        Ledger(future)
     Ledger(tmp_path / "b.db", total=Budget(rho=1.0))
     with pytest.raises(ValueError, match="stored total"):
         Ledger(tmp_path / "b.db", total=Budget(rho=2.0))
+    for error in (pytest.raises(LedgerError),):
+        with error as caught:
+            Ledger(junk)
+        assert "\n" not in str(caught.value)
+
+
+def test_unknown_event_type_is_refused_and_nothing_spent(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    ledger = Ledger(path, total=Budget(rho=1.0))
+    ledger.charge(TENTH, label="ok")
+    text = event_to_json(TENTH).replace('"Gaussian"', '"ExponentialMechanism"')
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "INSERT INTO entries (status, event, label, who, reserved_at)"
+            " VALUES ('committed', ?, 'future', 'x', 'now')",
+            (text,),
+        )
+    with pytest.raises(LedgerError, match=r"entry 2 holds an event this gaussdp does not know"):
+        ledger.reserve(TENTH, label="refused")
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == 2
+
+
+def test_read_only_ledger_spends_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "b.db"
+    Ledger(path, total=Budget(rho=1.0)).charge(TENTH, label="a")
+    connect = sqlite3.connect
+
+    def read_only(database: Path, **kwargs: object) -> sqlite3.Connection:
+        # What a file without write permission gives (root ignores permissions in tests).
+        return connect(f"file:{database}?mode=ro", uri=True, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect", read_only)
+    ledger = Ledger(path)  # reading works
+    assert [e.label for e in ledger.entries()] == ["a"]
+    with pytest.raises(LedgerError, match=r"b.db' is read-only \(nothing was spent\); make"):
+        ledger.reserve(TENTH, label="b")
+    monkeypatch.undo()
+    assert [e.label for e in Ledger(path).entries()] == ["a"]
 
 
 def _spend(path: str, barrier: mp.synchronize.Barrier, out: mp.Queue) -> None:  # type: ignore[type-arg]
     ledger = Ledger(path)
     barrier.wait()
     try:
-        r = ledger.reserve(rho=0.1, label=f"pid {os.getpid()}")
+        r = ledger.reserve(TENTH, label=f"pid {os.getpid()}")
         ledger.commit(r)
         out.put(True)
     except BudgetExceededError:
@@ -101,11 +188,11 @@ def test_racing_processes_never_overspend(tmp_path: Path) -> None:
     assert sum(outcomes) == 3
     ledger = Ledger(path)
     assert len(ledger.entries()) == 3
-    assert ledger.spent_rho <= 0.35
+    assert ledger.spent <= 0.35
 
 
 def _reserve_then_crash(path: str) -> None:
-    Ledger(path).reserve(rho=0.3, label="crashes before commit")
+    Ledger(path).reserve(Gaussian(sigma=math.sqrt(5 / 3)), label="crashes before commit")
     os._exit(1)  # no commit, no cleanup
 
 
@@ -119,68 +206,91 @@ def test_crash_between_reserve_and_commit_stays_counted(tmp_path: Path) -> None:
     ledger = Ledger(path)
     (e,) = ledger.entries()
     assert e.status == "reserved"
+    assert ledger.spent == pytest.approx(0.3)
     with pytest.raises(BudgetExceededError):
-        ledger.reserve(rho=0.3, label="would overspend")
+        ledger.reserve(Gaussian(sigma=math.sqrt(5 / 3)), label="would overspend")
 
 
-def test_mu_entries_compose_exactly(tmp_path: Path) -> None:
+def test_gaussian_entries_compose_exactly(tmp_path: Path) -> None:
     # Four entries of μ = 0.25 are one of μ = 0.5 (DRS Cor 3.3): they fit a total whose ε is
     # that of μ = 0.5, which the ρ composition (4·0.25²/2 = 0.125, CKS Cor 13) would overshoot.
     eps = gdp_epsilon(0.5, 1e-6) * (1 + 1e-9)
     assert zcdp_epsilon(0.125, 1e-6) > eps
     ledger = Ledger(tmp_path / "b.db", total=Budget(epsilon=eps, delta=1e-6))
     for i in range(4):
-        ledger.commit(ledger.reserve(rho=0.03125, mu=0.25, slack=1e-76, label=f"q{i}"))
-    with pytest.raises(BudgetExceededError, match="mu="):
-        ledger.reserve(rho=1e-9, mu=0.01, label="one more")
-    assert ledger.spent_mu == pytest.approx(0.5, rel=1e-14)
-    assert ledger.spent_mu >= 0.5  # rounded up
-    assert ledger.spent_slack == pytest.approx(4e-76)
-    assert ledger.epsilon_spent == pytest.approx(gdp_epsilon(0.5, 1e-6), rel=1e-12)
-    assert ledger.remaining_mu == pytest.approx(0.0, abs=1e-4)
-    (first, *_) = ledger.entries()
-    assert (first.mu, first.slack) == (0.25, 1e-76)
+        ledger.charge(Gaussian(sigma=4.0), label=f"q{i}")
+    with pytest.raises(BudgetExceededError, match="^refused: this costs ε = "):
+        ledger.reserve(Gaussian(sigma=100.0), label="one more")
+    assert ledger.spent == gdp_epsilon(0.5, 1e-6)
 
 
-def test_an_entry_without_mu_composes_in_rho(tmp_path: Path) -> None:
-    total = Budget(epsilon=1.0, delta=1e-6)
-    ledger = Ledger(tmp_path / "b.db", total=total)
-    ledger.reserve(rho=0.01, mu=0.1, label="certified in μ and ρ")
-    assert ledger.spent_mu is not None
-    ledger.reserve(rho=0.01, label="certified in ρ only")
-    assert ledger.spent_mu is None
-    assert ledger.remaining_mu is None
-    assert ledger.epsilon_spent == zcdp_epsilon(ledger.spent_rho, 1e-6)
-    assert ledger.remaining_rho == pytest.approx(total.rho_capacity() - 0.02)
-
-
-def test_mu_total(tmp_path: Path) -> None:
+def test_mu_total_with_lattice_noise(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "b.db", total=Budget(mu=1.0))
-    ledger.reserve(rho=0.1, mu=0.6, slack=1e-76, label="a")
-    ledger.reserve(rho=0.1, mu=0.7, slack=1e-76, label="b")  # √(0.36 + 0.49) ≈ 0.92
-    with pytest.raises(BudgetExceededError):
-        ledger.reserve(rho=0.01, mu=0.4, label="√1.01 > 1")
-    with pytest.raises(BudgetExceededError):
-        ledger.reserve(rho=1e-6, label="ρ-zCDP is not μ-GDP")
-    with pytest.raises(BudgetExceededError):
-        ledger.reserve(rho=1e-6, mu=1e-3, delta=1e-9, label="no δ to spend")
+    a, b = Gaussian(sigma=1 / 0.6).lattice(3), Gaussian(sigma=1 / 0.7).lattice(3)
+    ledger.charge(a, label="a")
+    ledger.charge(b, label="b")  # √(0.36 + 0.49) ≈ 0.92 (lattice μ slightly below)
+    with pytest.raises(BudgetExceededError, match=r"^refused: this costs μ = 0.4\d*; the ledger"):
+        ledger.reserve(Gaussian(sigma=2.5), label="√1.01 > 1")
+    with pytest.raises(UnsupportedEventError, match="Laplace"):
+        ledger.reserve(Laplace(1.0), label="not Gaussian noise")
     assert [e.label for e in ledger.entries()] == ["a", "b"]
-    assert ledger.remaining_rho is None
-    assert ledger.remaining_mu == pytest.approx(math.sqrt(1 - 0.85))
-    assert ledger.epsilon_spent is None  # no δ to report at
+    assert ledger.remaining == pytest.approx(math.sqrt(1 - 0.85), rel=1e-3)
+    assert ledger.summary().slack == pytest.approx(6 * 2.8e-77, rel=0.1)
 
 
-def test_old_format_is_a_clear_error(tmp_path: Path) -> None:
-    # A format-1 ledger (ρ and δ per entry, before μ accounting), as that version wrote it.
-    path = tmp_path / "b.db"
+def _old_ledger(path: Path, version: int, rows: list[tuple[object, ...]]) -> None:
+    """A ledger as format 1 (ρ, δ) or format 2 (ρ, μ, slack, δ) wrote it."""
+    mu = "mu REAL, slack REAL NOT NULL," if version == 2 else ""
     with sqlite3.connect(path) as con:
         con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         con.execute(
             "CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, status TEXT NOT NULL,"
-            " rho REAL NOT NULL, delta REAL NOT NULL, label TEXT NOT NULL, who TEXT NOT NULL,"
-            " reserved_at TEXT NOT NULL, committed_at TEXT, detail TEXT)"
+            f" rho REAL NOT NULL, {mu} delta REAL NOT NULL, label TEXT NOT NULL,"
+            " who TEXT NOT NULL, reserved_at TEXT NOT NULL, committed_at TEXT, detail TEXT)"
         )
-        con.execute("INSERT INTO meta VALUES ('format', 'gaussdp-ledger-1')")
-        con.execute("INSERT INTO meta VALUES ('total', '{\"rho\": 1.0}')")
-    with pytest.raises(ValueError, match="gaussdp-ledger-2 file .*format gaussdp-ledger-1"):
-        Ledger(path)
+        con.execute("INSERT INTO meta VALUES ('format', ?)", (f"gaussdp-ledger-{version}",))
+        con.execute("INSERT INTO meta VALUES ('total', ?)", ('{"epsilon": 2.0, "delta": 1e-5}',))
+        cols = "rho, mu, slack, delta" if version == 2 else "rho, delta"
+        marks = ", ".join("?" * len(rows[0]))
+        for row in rows:
+            con.execute(
+                f"INSERT INTO entries (status, {cols}, label, who, reserved_at)"
+                f" VALUES ('committed', {marks}, 'x', 'someone', 'then')",
+                row,
+            )
+
+
+def test_format_2_and_1_files_are_migrated(tmp_path: Path) -> None:
+    two = tmp_path / "two.db"
+    _old_ledger(two, 2, [(0.03125, 0.25, 1e-76, 0.0), (0.01, 0.1, 0.0, 1e-7)])
+    ledger = Ledger(two)
+    assert ledger.total == Budget(epsilon=2.0, delta=1e-5)
+    first, second = ledger.entries()
+    assert first.event == RecordedCost(rho=0.03125, mu=0.25, slack=1e-76, delta=0.0)
+    assert second.event == RecordedCost(rho=0.01, mu=0.1, slack=0.0, delta=1e-7)
+    # Accounted as before: μ = √(0.25² + 0.1²) with the slack, ε at δ minus the δ spent.
+    mu = math.sqrt(0.25**2 + 0.1**2)
+    assert ledger.spent == pytest.approx(gdp_epsilon(mu, 1e-5 - 1e-7), rel=1e-12)
+    assert ledger.spent >= gdp_epsilon(mu, 1e-5 - 1e-7)
+    ledger.charge(Gaussian(sigma=10.0), label="new")  # and it takes new events
+    with sqlite3.connect(two) as con:
+        assert con.execute("SELECT value FROM meta WHERE key='format'").fetchone()[0] == (
+            "gaussdp-ledger-3"
+        )
+    assert [e.id for e in Ledger(two).entries()] == [1, 2, 3]
+    one = tmp_path / "one.db"
+    _old_ledger(one, 1, [(0.05, 0.0)])
+    old = Ledger(one)
+    assert old.entries()[0].event == RecordedCost(rho=0.05, mu=None, slack=0.0, delta=0.0)
+    # An entry certified only in ρ-zCDP cannot be composed by the PLD accountant: it says so.
+    with pytest.raises(LedgerError, match="entry 1 cannot be accounted against its total"):
+        old.reserve(TENTH, label="refused")
+
+
+def test_fraction_and_float_fields_round_trip_exactly(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "b.db", total=Budget(epsilon=10.0, delta=1e-6))
+    lattice = Gaussian(sigma=1.1 + 2.2).lattice(7)
+    ledger.charge(lattice, label="x")
+    (entry,) = ledger.entries()
+    assert entry.event == lattice
+    assert isinstance(entry.event.sigma2, Fraction)  # type: ignore[union-attr]

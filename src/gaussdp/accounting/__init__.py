@@ -15,15 +15,28 @@ from gaussdp.accounting.accountants import (
     GDPAccountant,
     PLDAccountant,
     RDPAccountant,
+    UnsupportedEventError,
+    ZCDPAccountant,
 )
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.calibration import calibrate_noise, calibrate_noise_multiplier
 from gaussdp.accounting.compare import MechanismComparison, compare_discrete_mechanisms
 from gaussdp.accounting.events import (
+    ApproxDP,
+    Composed,
     DiscreteGaussianL2,
     DiscreteGaussianVector,
     Event,
+    LatticeNoise,
+    PartitionSelection,
+    PureDP,
+    RecordedCost,
+    SelfComposed,
     Subsampled,
+    UnknownEventError,
+    describe,
+    event_from_json,
+    event_to_json,
 )
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.accounting.pld import PrivacyLossDistribution
@@ -31,19 +44,32 @@ from gaussdp.accounting.pld import PrivacyLossDistribution
 __all__ = [
     "DEFAULT_RDP_ORDERS",
     "Accountant",
+    "ApproxDP",
+    "Composed",
     "DeltaBounds",
     "DiscreteGaussianL2",
     "DiscreteGaussianVector",
     "EpsilonBounds",
     "Event",
     "GDPAccountant",
+    "LatticeNoise",
     "MechanismComparison",
     "PLDAccountant",
+    "PartitionSelection",
     "PrivacyFilter",
     "PrivacyLossDistribution",
+    "PureDP",
     "RDPAccountant",
+    "RecordedCost",
+    "SelfComposed",
     "Subsampled",
+    "UnknownEventError",
+    "UnsupportedEventError",
+    "ZCDPAccountant",
     "calibrate_noise",
     "calibrate_noise_multiplier",
     "compare_discrete_mechanisms",
+    "describe",
+    "event_from_json",
+    "event_to_json",
 ]

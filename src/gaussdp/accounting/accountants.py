@@ -1,4 +1,4 @@
-r"""Privacy accountants sharing one contract.
+r"""Privacy accountants sharing one contract and one traversal of events.
 
 Every accountant implements ``compose(event, count=1) -> self``,
 ``epsilon(delta) -> EpsilonBounds``, ``delta(epsilon) -> DeltaBounds`` and
@@ -9,8 +9,33 @@ Every accountant implements ``compose(event, count=1) -> self``,
   accounted exactly (μ = √Σμᵢ², DRS Cor 3.3).
 * :class:`RDPAccountant`: Rényi DP, fast and looser (an upper bound only; the
   lower bound it reports is the trivial 0).
+* :class:`ZCDPAccountant`: ρ-zCDP, ρ's add (Bun & Steinke 2016 Lemma 2.3); what a
+  ρ budget is checked with.
 * :class:`GDPAccountant`: exact μ-GDP composition of Gaussian mechanisms; it refuses
   anything else rather than use a central-limit approximation.
+
+One traversal (:meth:`Accountant.supports` runs it without composing,
+:meth:`Accountant.compose` runs it and then composes) reduces an event to the
+accountant's *leaves* plus two terms that apply to the whole composition:
+
+* ``Composed`` and ``SelfComposed`` are walked (counts multiply);
+* lattice noise (:class:`gaussdp.LatticeGaussian`, :class:`LatticeNoise`) becomes,
+  for the accountants that use the smoothing argument (PLD, GDP), a Gaussian with
+  the lattice's μ plus its smoothing slack A (its output law is within e^{±A} of a
+  post-processed Gaussian mechanism; ratios multiply under adaptive composition
+  and survive subsampling, a mixture, so the slacks add). RDP and zCDP use its
+  exact ρ-zCDP instead (CKS Thm 14), except under subsampling;
+* :class:`PartitionSelection` contributes its noise and its δ; the δ's add
+  (Bun & Steinke 2016 Def 8.1, Lemma 8.3);
+* what remains must be a leaf the accountant supports; otherwise the error names
+  the sub-event and where it sits.
+
+With total slack A and extra δ_s, ε(δ) = ε_leaves((δ − δ_s)e^{−A}) + 2A and
+δ(ε) = e^A·δ_leaves(ε − 2A) + δ_s, rounded the safe way.
+
+The history is kept as given and exposed as an event (:attr:`Accountant.history`),
+so it can be saved (:func:`~gaussdp.accounting.events.event_to_json`), shown, and
+re-evaluated by another accountant (``RDPAccountant().compose(pld.history)``).
 
 Neighbouring datasets are add/remove-one; both directions are accounted.
 """
@@ -21,21 +46,32 @@ import math
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Self
+from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
+from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
+    ApproxDP,
+    Composed,
     DiscreteGaussianL2,
     DiscreteGaussianVector,
     Event,
+    LatticeNoise,
+    PartitionSelection,
+    PureDP,
+    RecordedCost,
+    SelfComposed,
     Subsampled,
     check_event,
+    describe,
+    lattice_noise,
     max_delta_bounds,
     max_epsilon_bounds,
 )
@@ -46,8 +82,8 @@ from gaussdp.accounting.pld import (
     check_value_discretization,
 )
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
-from gaussdp.privacy import gdp_delta, gdp_epsilon
+from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, LatticeGaussian
+from gaussdp.privacy import gdp_delta, gdp_epsilon, zcdp_delta, zcdp_epsilon
 from gaussdp.privacy.zcdp import rdp_epsilon
 
 __all__ = [
@@ -56,6 +92,8 @@ __all__ = [
     "GDPAccountant",
     "PLDAccountant",
     "RDPAccountant",
+    "UnsupportedEventError",
+    "ZCDPAccountant",
 ]
 
 #: Rényi orders used by :class:`RDPAccountant` (integers where subsampling needs them).
@@ -80,30 +118,87 @@ _MAX_DG_SIGMA2 = 3.9e10
 _MAX_DL_SCALE = 3.0e4
 
 
+class UnsupportedEventError(ValueError):
+    """An accountant cannot account for an event; the message names the sub-event and where.
+
+    Example message: ``Subsampled(DiscreteLaplace(scale=2), rate=0.05) inside
+    Composed[3] is not supported by GDPAccountant``.
+    """
+
+
+@dataclass(slots=True)
+class _Reduction:
+    """What one traversal found: leaves with counts, slack and δ terms (summed up later)."""
+
+    leaves: Counter[Event] = field(default_factory=Counter)
+    slack: list[float] = field(default_factory=list)
+    delta: list[float] = field(default_factory=list)
+
+
 class Accountant(ABC):
     """The contract every accountant implements.
 
-    An accountant holds a multiset of events (with counts). :meth:`compose` adds to
-    it and returns the accountant; queries do not change it. An event the accountant
-    does not support is refused with a clear error and the state is unchanged.
+    An accountant holds the events composed so far (its history). :meth:`compose`
+    adds to it and returns the accountant; queries do not change it. An event the
+    accountant does not support is refused with :class:`UnsupportedEventError`
+    naming the sub-event, and the state is unchanged.
     """
 
-    def __init__(self) -> None:
-        self._events: Counter[Event] = Counter()
+    #: Whether lattice noise is accounted by the smoothing argument (μ-GDP plus slack).
+    _smoothing: ClassVar[bool] = True
 
+    def __init__(self) -> None:
+        self._calls: list[tuple[Event, int]] = []
+        self._leaves: Counter[Event] = Counter()
+        self._slack = 0.0
+        self._extra_delta = 0.0
+
+    # -- the history ------------------------------------------------------------------
     @property
     def events(self) -> tuple[tuple[Event, int], ...]:
-        """The composed events and their counts, in the order first seen."""
-        return tuple(self._events.items())
+        """The composed events (as given) and their total counts, in the order first seen."""
+        totals: Counter[Event] = Counter()
+        for event, count in self._calls:
+            totals[event] += count
+        return tuple(totals.items())
 
     @property
     def count(self) -> int:
-        """The total number of composed mechanism runs."""
-        return sum(self._events.values())
+        """The total number of composed runs (of the events as given)."""
+        return sum(c for _, c in self._calls)
 
-    @abstractmethod
+    @property
+    def history(self) -> Composed:
+        """Everything composed so far, in order, as one event.
+
+        Examples
+        --------
+        >>> acc = GDPAccountant().compose(Gaussian(2.0), 3)
+        >>> acc.history
+        Composed(events=(SelfComposed(event=Gaussian(sigma=2.0, sensitivity=1.0), count=3),))
+        >>> RDPAccountant().compose(acc.history).count
+        1
+        """
+        return Composed(tuple(e if c == 1 else SelfComposed(e, c) for e, c in self._calls))
+
+    @property
+    def slack(self) -> float:
+        """Total smoothing slack A of the lattice noise composed (rounded up)."""
+        return self._slack
+
+    @property
+    def extra_delta(self) -> float:
+        """Total δ composed outside the leaves (partition selection), rounded up."""
+        return self._extra_delta
+
+    # -- the one traversal ------------------------------------------------------------
     def supports(self, event: object) -> bool:
-        """Whether :meth:`compose` accepts ``event``."""
+        """Whether :meth:`compose` accepts ``event``: the same traversal, without composing."""
+        try:
+            self._walk(check_event(event), 1, (), _Reduction())
+        except (TypeError, ValueError):
+            return False
+        return True
 
     def compose(self, event: Event, count: int = 1) -> Self:
         """Compose ``count`` independent runs of ``event``; return the accountant.
@@ -113,17 +208,88 @@ class Accountant(ABC):
         TypeError
             If ``event`` is not a privacy event.
         ValueError
-            If ``count`` is not an integer >= 1 or the event is not supported.
+            If ``count`` is not an integer >= 1.
+        UnsupportedEventError
+            If the event (or a part of it, named in the message) is not supported.
         """
         check_event(event)
         count = check_int("count", count, minimum=1)
-        if not self.supports(event):
-            raise ValueError(
-                invalid("event", f"an event supported by {type(self).__name__}", event)
-            )
-        self._events[event] += count
+        found = _Reduction()
+        self._walk(event, count, (), found)
+        self._leaves.update(found.leaves)
+        if found.slack:
+            self._slack = add_up(self._slack, *found.slack)
+        if found.delta:
+            self._extra_delta = min(1.0, add_up(self._extra_delta, *found.delta))
+        self._calls.append((event, count))
         self._invalidate()
         return self
+
+    def _walk(self, event: Event, count: int, where: tuple[str, ...], out: _Reduction) -> None:
+        if isinstance(event, Composed):
+            for i, inner in enumerate(event.events):
+                self._walk(inner, count, (*where, f"Composed[{i}]"), out)
+            return
+        if isinstance(event, SelfComposed):
+            inner_where = (*where, f"SelfComposed(count={event.count})")
+            self._walk(event.event, count * event.count, inner_where, out)
+            return
+        if isinstance(event, PartitionSelection):
+            out.delta.append(mul_up(float(count), event.delta))
+            self._walk(event.noise, count, (*where, "PartitionSelection"), out)
+            return
+        leaf: Event = event
+        if isinstance(event, RecordedCost):
+            if event.delta > 0:
+                out.delta.append(mul_up(float(count), event.delta))
+            if self._smoothing:
+                if event.mu is None:
+                    raise self._unsupported(event, where, "it has no μ-GDP certificate")
+                if event.slack > 0:
+                    out.slack.append(mul_up(float(count), event.slack))
+                if event.mu == 0:
+                    return
+                leaf = Gaussian(sigma=1.0, sensitivity=event.mu)
+        elif isinstance(event, (LatticeGaussian, LatticeNoise)) and self._smoothing:
+            leaf = self._smoothed(event, event, count, where, out)
+        elif isinstance(event, Subsampled) and isinstance(
+            event.mechanism, (LatticeGaussian, LatticeNoise)
+        ):
+            inner = self._smoothed(event.mechanism, event, count, where, out)
+            leaf = Subsampled(inner, event.rate, event.scheme)
+        if not self._leaf_supported(leaf):
+            raise self._unsupported(event, where)
+        out.leaves[leaf] += count
+
+    def _smoothed(
+        self,
+        mechanism: LatticeGaussian | LatticeNoise,
+        event: Event,
+        count: int,
+        where: tuple[str, ...],
+        out: _Reduction,
+    ) -> Gaussian:
+        """The Gaussian of the smoothing argument; its slack goes to ``out``."""
+        noise = lattice_noise(mechanism) if isinstance(mechanism, LatticeGaussian) else mechanism
+        mu = noise.mu
+        if math.isinf(mu):
+            raise self._unsupported(event, where, "σ² ≤ τ² = 9 gives no μ-GDP certificate")
+        out.slack.append(mul_up(float(count), noise.smoothing_slack))
+        # Exactly μ-GDP with μ = Δ/σ = mu (DRS Thm 2.7), mu rounded up.
+        return Gaussian(sigma=1.0, sensitivity=mu)
+
+    def _unsupported(
+        self, event: Event, where: tuple[str, ...], reason: str | None = None
+    ) -> UnsupportedEventError:
+        inside = "".join(f" inside {w}" for w in reversed(where))
+        why = f" ({reason})" if reason else ""
+        return UnsupportedEventError(
+            f"{describe(event)}{inside} is not supported by {type(self).__name__}{why}"
+        )
+
+    @abstractmethod
+    def _leaf_supported(self, event: Event) -> bool:
+        """Whether a reduced event (no structure left) is accounted by this accountant."""
 
     def _invalidate(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached results after a composition."""
@@ -131,33 +297,93 @@ class Accountant(ABC):
     def copy(self) -> Self:
         """An independent accountant of the same kind holding the same events."""
         other = self._empty_like()
-        other._events = Counter(self._events)
+        other._calls = list(self._calls)
+        other._leaves = Counter(self._leaves)
+        other._slack = self._slack
+        other._extra_delta = self._extra_delta
         return other
 
     @abstractmethod
     def _empty_like(self) -> Self: ...
 
-    @abstractmethod
+    # -- queries ----------------------------------------------------------------------
     def epsilon(self, delta: float) -> EpsilonBounds:
         """Bounds on the smallest ε such that the composition is (ε, ``delta``)-DP."""
+        delta = check_delta("delta", delta)
+        if not self._calls:
+            return EpsilonBounds(lower=0.0, upper=0.0)
+        slack, extra = self._slack, self._extra_delta
+        if slack == 0.0 and extra == 0.0:
+            return self._base_epsilon(delta) if self._leaves else _ZERO_EPS
+        remaining = down(delta - extra) if extra > 0 else delta
+        if remaining <= 0.0:
+            return EpsilonBounds(lower=0.0, upper=math.inf)
+        shrunk = down(remaining * down(math.exp(-slack))) if slack > 0 else remaining
+        if shrunk <= 0.0:
+            return EpsilonBounds(lower=0.0, upper=math.inf)
+        base = self._base_epsilon(shrunk) if self._leaves else _ZERO_EPS
+        upper = up(base.upper + 2 * slack) if slack > 0 else base.upper
+        if extra > 0 or not self._leaves:
+            lower = 0.0  # the δ-close mechanism may be more private than the leaves
+        else:
+            # P within e^{±A} of P′: ε_P(δ) ≥ ε_P′(δe^A) − 2A.
+            grown = min(up(delta * up(math.exp(slack))), down(1.0))
+            lower = max(0.0, down(self._base_epsilon(grown).lower - 2 * slack))
+        return EpsilonBounds(lower=min(lower, upper), upper=upper)
 
-    @abstractmethod
     def delta(self, epsilon: float) -> DeltaBounds:
         """Bounds on the smallest δ such that the composition is (``epsilon``, δ)-DP."""
+        epsilon = check_epsilon("epsilon", epsilon)
+        if not self._calls:
+            return DeltaBounds(lower=0.0, upper=0.0)
+        slack, extra = self._slack, self._extra_delta
+        if slack == 0.0 and extra == 0.0:
+            return self._base_delta(epsilon) if self._leaves else _ZERO_DELTA
+        shifted = max(0.0, down(epsilon - 2 * slack)) if slack > 0 else epsilon
+        base = self._base_delta(shifted) if self._leaves else _ZERO_DELTA
+        grown = up(base.upper * up(math.exp(slack))) if slack > 0 else base.upper
+        upper = min(1.0, add_up(grown, extra) if extra > 0 else grown)
+        if extra > 0 or not self._leaves:
+            lower = 0.0
+        else:
+            at = self._base_delta(up(epsilon + 2 * slack)).lower
+            lower = down(at * down(math.exp(-slack)))
+        return DeltaBounds(lower=max(0.0, min(lower, upper)), upper=upper)
+
+    @abstractmethod
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:
+        """Bounds on ε of the composed leaves alone (non-empty)."""
+
+    @abstractmethod
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
+        """Bounds on δ of the composed leaves alone (non-empty)."""
+
+
+_ZERO_EPS = EpsilonBounds(lower=0.0, upper=0.0)
+_ZERO_DELTA = DeltaBounds(lower=0.0, upper=0.0)
+
+
+def _gaussian_mu(leaves: Counter[Event]) -> float:
+    """√Σ cᵢμᵢ² over Gaussian leaves (DRS Cor 3.3), rounded up."""
+    squares = []
+    for event, count in leaves.items():
+        assert isinstance(event, Gaussian)
+        squares.append(mul_up(float(count), mul_up(event.mu, event.mu)))
+    return sqrt_up(Fraction(add_up(*squares)))
 
 
 # --------------------------------------------------------------------------------------
 class GDPAccountant(Accountant):
     r"""Exact accounting of Gaussian mechanisms by μ-GDP: μ = √Σ μᵢ² (DRS Cor 3.3).
 
-    Only :class:`~gaussdp.mechanisms.Gaussian` events are accepted: anything else
-    would need the central limit theorem, which is an approximation and can
-    under-report ε (Opacus's GDP accountant does, on DP-SGD). Results are exact,
-    so ``lower == upper``.
+    Only Gaussian noise is accepted (:class:`~gaussdp.mechanisms.Gaussian`, and
+    lattice noise through its smoothing argument, whose slack is added to ε):
+    anything else would need the central limit theorem, which is an approximation
+    and can under-report ε (Opacus's GDP accountant does, on DP-SGD). Results for
+    plain Gaussians are exact, so ``lower == upper``.
 
     Examples
     --------
-    >>> from gaussdp.mechanisms import Gaussian
     >>> acc = GDPAccountant().compose(Gaussian(sigma=2.0), count=4)
     >>> acc.mu
     1.0
@@ -167,24 +393,83 @@ class GDPAccountant(Accountant):
 
     @property
     def mu(self) -> float:
-        """The μ of the composition."""
-        return math.sqrt(math.fsum(c * e.mu**2 for e, c in self._events.items()))  # type: ignore[union-attr]
+        """The μ of the composition (rounded up; lattice noise up to :attr:`slack`)."""
+        return _gaussian_mu(self._leaves) if self._leaves else 0.0
 
-    def supports(self, event: object) -> bool:
+    def _leaf_supported(self, event: Event) -> bool:
         return isinstance(event, Gaussian)
 
     def _empty_like(self) -> Self:
         return type(self)()
 
-    def epsilon(self, delta: float) -> EpsilonBounds:
-        delta = check_delta("delta", delta)
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:
         eps = gdp_epsilon(self.mu, delta)  # DRS Cor 2.13, rounded up
         return EpsilonBounds(lower=eps, upper=eps)
 
-    def delta(self, epsilon: float) -> DeltaBounds:
-        epsilon = check_epsilon("epsilon", epsilon)
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
         d = gdp_delta(self.mu, epsilon)  # DRS Cor 2.13
         return DeltaBounds(lower=d, upper=d)
+
+
+# --------------------------------------------------------------------------------------
+class ZCDPAccountant(Accountant):
+    r"""ρ-zCDP accounting: ρ's add (Bun & Steinke 2016 Lemma 2.3); ε at δ by CKS Cor 13.
+
+    Accepts every event with a ρ-zCDP guarantee: Gaussian (ρ = Δ²/(2σ²)), discrete
+    Gaussian noise of every kind, lattice noise (exact, CKS Thm 14), and pure ε-DP
+    steps (ε²/2, Bun & Steinke 2016 Prop 1.4); partition selection's δ is carried
+    on top (approximate zCDP, Lemma 8.3). Subsampling is refused (zCDP does not
+    amplify). ``lower`` is always 0.
+
+    Examples
+    --------
+    >>> acc = ZCDPAccountant().compose(Gaussian(sigma=2.0), count=4)
+    >>> acc.rho
+    0.5
+    """
+
+    _smoothing: ClassVar[bool] = False
+
+    @property
+    def rho(self) -> float:
+        """Σ cᵢρᵢ (rounded up)."""
+        if not self._leaves:
+            return 0.0
+        return add_up(*(mul_up(float(c), _event_rho(e)) for e, c in self._leaves.items()))
+
+    def _leaf_supported(self, event: Event) -> bool:
+        return isinstance(event, _RHO_TYPES)
+
+    def _empty_like(self) -> Self:
+        return type(self)()
+
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:
+        return EpsilonBounds(lower=0.0, upper=zcdp_epsilon(self.rho, delta))  # CKS Cor 13
+
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
+        return DeltaBounds(lower=0.0, upper=zcdp_delta(self.rho, epsilon))  # CKS Cor 13
+
+
+_RHO_TYPES: tuple[type, ...] = (
+    Gaussian,
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Laplace,
+    DiscreteGaussianVector,
+    DiscreteGaussianL2,
+    LatticeGaussian,
+    LatticeNoise,
+    PureDP,
+    RecordedCost,
+)
+
+
+def _event_rho(event: Event) -> float:
+    """ρ of one run of a leaf with a ρ-zCDP guarantee, rounded up."""
+    if isinstance(event, Gaussian):
+        # Δ²/(2σ²) (Bun & Steinke 2016 Prop 1.6), from μ rounded up.
+        return up(mul_up(event.mu, event.mu) / 2)
+    return up(float(event.rho))  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------------------
@@ -203,11 +488,12 @@ class RDPAccountant(Accountant):
 
     Examples
     --------
-    >>> from gaussdp.mechanisms import Gaussian
     >>> acc = RDPAccountant().compose(Subsampled(Gaussian(1.1), 256 / 60000), 14063)
     >>> round(acc.epsilon(1e-5).upper, 2)
     2.6
     """
+
+    _smoothing: ClassVar[bool] = False
 
     def __init__(self, orders: Sequence[float] | None = None) -> None:
         super().__init__()
@@ -221,42 +507,26 @@ class RDPAccountant(Accountant):
         """The Rényi orders used."""
         return tuple(float(a) for a in self._orders)
 
-    def supports(self, event: object) -> bool:
+    def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
-            return isinstance(event.mechanism, Gaussian)
-        return isinstance(
-            event,
-            (
-                Gaussian,
-                DiscreteGaussian,
-                DiscreteLaplace,
-                Laplace,
-                DiscreteGaussianVector,
-                DiscreteGaussianL2,
-            ),
-        )
+            return event.scheme == "poisson" and isinstance(event.mechanism, Gaussian)
+        return isinstance(event, _RHO_TYPES)
 
     def _empty_like(self) -> Self:
         return type(self)(self.orders)
 
     def rdp(self) -> npt.NDArray[np.float64]:
-        """The composed RDP curve at :attr:`orders`."""
+        """The composed RDP curve of the leaves at :attr:`orders`."""
         total = np.zeros_like(self._orders)
-        for event, count in self._events.items():
+        for event, count in self._leaves.items():
             total += count * _event_rdp(event, self._orders)
         return total
 
-    def epsilon(self, delta: float) -> EpsilonBounds:
-        delta = check_delta("delta", delta)
-        if not self._events:
-            return EpsilonBounds(lower=0.0, upper=0.0)
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:
         eps = rdp_epsilon(self._orders, self.rdp(), delta)  # CKS Prop 12
         return EpsilonBounds(lower=0.0, upper=eps)
 
-    def delta(self, epsilon: float) -> DeltaBounds:
-        epsilon = check_epsilon("epsilon", epsilon)
-        if not self._events:
-            return DeltaBounds(lower=0.0, upper=0.0)
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
         a = self._orders
         tau = self.rdp()
         # CKS Prop 12: δ = e^{(α−1)(τ−ε)}/α · (1 − 1/α)^{α−1}.
@@ -264,6 +534,7 @@ class RDPAccountant(Accountant):
             log_d = (a - 1) * (tau - epsilon) - np.log(a) + (a - 1) * np.log1p(-1 / a)
         log_d = np.where(np.isfinite(tau), log_d, np.inf)
         best = float(np.min(log_d))
+        # exp and the sum above are accurate to a few ulps: 1e-12 relative covers them.
         d = 1.0 if best >= 0 else min(1.0, math.exp(best) * (1 + 1e-12))
         return DeltaBounds(lower=0.0, upper=d)
 
@@ -272,7 +543,7 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
     """RDP of one run of ``event`` at each order."""
     if isinstance(event, Subsampled):
         mech = event.mechanism
-        if not isinstance(mech, Gaussian):  # pragma: no cover - refused by supports()
+        if not isinstance(mech, Gaussian):  # pragma: no cover - refused by _leaf_supported
             raise ValueError(invalid("event", "a subsampled Gaussian", event))
         return _subsampled_gaussian_rdp(event.rate, mech.sigma / mech.sensitivity, orders)
     if isinstance(event, Laplace):
@@ -283,9 +554,14 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
             np.log(a / (2 * a - 1)) + (a - 1) * e0, np.log((a - 1) / (2 * a - 1)) - a * e0
         ) / (a - 1)
         return np.minimum(val, e0)
-    if isinstance(event, (Gaussian, DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
-        return orders * event.rho  # Mironov 2017 Prop 7; CKS Thm 4, Thm 14
-    return np.asarray([event.rdp(float(a)) for a in orders], dtype=np.float64)
+    if isinstance(event, PureDP):
+        # Pure ε-DP: D_α ≤ D_∞ = ε, and ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4).
+        return np.minimum(orders * event.rho, event.epsilon)
+    if isinstance(event, DiscreteLaplace):
+        return np.asarray([event.rdp(float(a)) for a in orders], dtype=np.float64)
+    # Gaussian (Mironov 2017 Prop 7); discrete Gaussian noise of every kind, lattice noise
+    # and recorded costs by their ρ-zCDP (CKS Thm 4, Thm 14).
+    return orders * _event_rho(event)
 
 
 def _subsampled_gaussian_rdp(
@@ -322,11 +598,14 @@ def _subsampled_gaussian_rdp(
 class PLDAccountant(Accountant):
     r"""Privacy loss distribution accounting with certified upper and lower bounds.
 
-    Each distinct event is discretised once, self-composed by powering its Fourier
+    Each distinct leaf is discretised once, self-composed by powering its Fourier
     transform, and the results are convolved (see :mod:`gaussdp.accounting.pld` and
     ``docs/accounting.md``). ``epsilon(delta).upper`` is certified; ``.lower`` says
-    how tight it is. If every event is a plain Gaussian the composition is accounted
-    exactly by μ = √Σμᵢ² (DRS Cor 3.3) and ``lower == upper``.
+    how tight it is. If every leaf is a Gaussian (lattice noise included, through
+    its smoothing argument) the composition is accounted exactly by μ = √Σμᵢ²
+    (DRS Cor 3.3). :class:`PureDP` and :class:`ApproxDP` steps are composed through
+    their worst-case pairs (Kairouz, Oh & Viswanath 2015 Thm 2.1), which gives the
+    optimal composition (KOV Thm 3.3) up to the grid.
 
     Parameters
     ----------
@@ -335,13 +614,12 @@ class PLDAccountant(Accountant):
         for more than 2·10⁴ composed runs, to keep the upper bound within ~1e-4
         relative of the truth.
     exact_gaussian : bool, default True
-        Use the exact μ-GDP formula when every event is a plain Gaussian.
+        Use the exact μ-GDP formula when every leaf is a Gaussian.
     tail_mass : float, default 1e-15
         Bound on the probability mass moved by each truncation or wrap-around.
 
     Examples
     --------
-    >>> from gaussdp.mechanisms import Gaussian
     >>> acc = PLDAccountant()
     >>> acc.compose(Subsampled(Gaussian(sigma=1.1), rate=256 / 60000), count=14063)
     PLDAccountant(events=1, count=14063)
@@ -367,7 +645,7 @@ class PLDAccountant(Accountant):
         self._single_cache: list[PrivacyLossDistribution] | None = None
 
     def __repr__(self) -> str:
-        return f"PLDAccountant(events={len(self._events)}, count={self.count})"
+        return f"PLDAccountant(events={len(self.events)}, count={self.count})"
 
     def _empty_like(self) -> Self:
         return type(self)(
@@ -380,14 +658,14 @@ class PLDAccountant(Accountant):
         self._cache = None
         self._single_cache = None
 
-    def supports(self, event: object) -> bool:
+    def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
-            return self.supports(event.mechanism)
+            return event.scheme == "poisson" and self._leaf_supported(event.mechanism)
         if isinstance(event, (DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
             return float(event.sigma2) <= _MAX_DG_SIGMA2
         if isinstance(event, DiscreteLaplace):
             return float(event.scale) <= _MAX_DL_SCALE
-        return isinstance(event, (Gaussian, Laplace))
+        return isinstance(event, (Gaussian, Laplace, PureDP, ApproxDP))
 
     @property
     def value_discretization(self) -> float:
@@ -397,15 +675,17 @@ class PLDAccountant(Accountant):
         # The upper bound's error grows like k·(h/s)², s the spread of one run's loss:
         # keep h ≤ s/50 and shrink it like 1/√k past 2·10⁴ runs (measured in
         # docs/accounting.md: ≤ 1e-4 relative on the DP-SGD and k-fold Gaussian cases).
-        k = max(1, self.count)
+        k = max(1, sum(self._leaves.values()))
         h = DEFAULT_VALUE_DISCRETIZATION * min(1.0, math.sqrt(2e4 / k))
-        for event in self._events:
-            h = min(h, _loss_spread(event) / 50)
+        for event in self._leaves:
+            spread = _loss_spread(event)
+            if spread > 0:
+                h = min(h, spread / 50)
         h = max(h, 1e-9)
-        if len(self._events) == 1:
+        if len(self._leaves) == 1:
             # A lattice PLD (discrete Laplace, discrete Gaussian) is put on the grid
             # exactly when h divides its lattice: both bounds are then exact.
-            (event,) = self._events
+            (event,) = self._leaves
             lattice = _loss_lattice(event)
             if lattice is not None and lattice >= h:
                 return lattice / math.ceil(lattice / h)
@@ -413,22 +693,19 @@ class PLDAccountant(Accountant):
 
     @property
     def is_exact(self) -> bool:
-        """True when the composition is accounted exactly (plain Gaussians only)."""
-        return self._exact_gaussian and all(isinstance(e, Gaussian) for e in self._events)
-
-    def _mu(self) -> float:
-        return math.sqrt(math.fsum(c * e.mu**2 for e, c in self._events.items()))  # type: ignore[union-attr]
+        """True when the leaves are accounted exactly (Gaussians only)."""
+        return self._exact_gaussian and all(isinstance(e, Gaussian) for e in self._leaves)
 
     def pld(self) -> PrivacyLossDistribution:
-        """The composed privacy loss distribution (computed once, then cached)."""
-        if not self._events:
+        """The composed privacy loss distribution of the leaves (computed once, then cached)."""
+        if not self._leaves:
             raise ValueError(invalid("accountant", "non-empty to build a PLD", self))
         if self._cache is not None:
             return self._cache
         h = self.value_discretization
         parts = [
             _event_pld(event, h, self._tail_mass).self_compose(count)
-            for event, count in self._events.items()
+            for event, count in self._leaves.items()
         ]
         total = parts[0]
         for part in parts[1:]:
@@ -436,12 +713,9 @@ class PLDAccountant(Accountant):
         self._cache = total
         return total
 
-    def epsilon(self, delta: float) -> EpsilonBounds:
-        delta = check_delta("delta", delta)
-        if not self._events:
-            return EpsilonBounds(lower=0.0, upper=0.0)
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:
         if self.is_exact:
-            eps = gdp_epsilon(self._mu(), delta)  # DRS Cor 2.13 / Cor 3.3, rounded up
+            eps = gdp_epsilon(_gaussian_mu(self._leaves), delta)  # DRS Cor 2.13 / Cor 3.3
             return EpsilonBounds(lower=eps, upper=eps)
         single = self._single_l2_run()
         if single is not None:
@@ -449,12 +723,9 @@ class PLDAccountant(Accountant):
             return max_epsilon_bounds(single, delta)
         return self.pld().epsilon(delta)
 
-    def delta(self, epsilon: float) -> DeltaBounds:
-        epsilon = check_epsilon("epsilon", epsilon)
-        if not self._events:
-            return DeltaBounds(lower=0.0, upper=0.0)
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
         if self.is_exact:
-            d = gdp_delta(self._mu(), epsilon)  # DRS Cor 2.13 / Cor 3.3
+            d = gdp_delta(_gaussian_mu(self._leaves), epsilon)  # DRS Cor 2.13 / Cor 3.3
             return DeltaBounds(lower=d, upper=d)
         single = self._single_l2_run()
         if single is not None:
@@ -462,13 +733,13 @@ class PLDAccountant(Accountant):
         return self.pld().delta(epsilon)
 
     def _single_l2_run(self) -> list[PrivacyLossDistribution] | None:
-        """The candidates' PLDs if the composition is one run of a DiscreteGaussianL2.
+        """The candidates' PLDs if the leaves are one run of a DiscreteGaussianL2.
 
         One run needs no dominating pair: its bounds are the max over the candidates.
         """
-        if len(self._events) != 1:
+        if len(self._leaves) != 1:
             return None
-        ((event, count),) = self._events.items()
+        ((event, count),) = self._leaves.items()
         if count != 1 or not isinstance(event, DiscreteGaussianL2):
             return None
         if self._single_cache is None:
@@ -500,6 +771,8 @@ def _loss_spread(event: Event) -> float:
         rate, mech = event.rate, event.mechanism
     if isinstance(mech, (DiscreteLaplace, Laplace)):
         base = mech.pure_epsilon
+    elif isinstance(mech, (PureDP, ApproxDP)):
+        base = mech.epsilon
     elif isinstance(mech, (Gaussian, DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
         base = math.sqrt(2 * mech.rho)  # Δ/σ
     else:  # pragma: no cover - every supported event is listed above
@@ -544,4 +817,14 @@ def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribut
         return PrivacyLossDistribution.from_laplace(
             mech.scale, mech.sensitivity, sample_rate=rate, **kw
         )
+    if isinstance(mech, PureDP):
+        # Randomised response dominates every ε-DP mechanism (KOV 2015 Thm 2.1).
+        e = math.exp(-mech.epsilon)
+        p = [1 / (1 + e), e / (1 + e)]
+        return PrivacyLossDistribution.from_distributions(p, p[::-1], **kw)
+    if isinstance(mech, ApproxDP):
+        # The (ε, δ) pair of KOV 2015 Thm 2.1: mass δ at +∞ loss, the rest ±ε.
+        e, d = math.exp(-mech.epsilon), mech.delta
+        p = [d, (1 - d) / (1 + e), (1 - d) * e / (1 + e), 0.0]
+        return PrivacyLossDistribution.from_distributions(p, p[::-1], **kw)
     raise ValueError(invalid("event", "an event supported by PLDAccountant", event))

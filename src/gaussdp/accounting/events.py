@@ -1,23 +1,33 @@
-r"""Privacy events that accountants compose.
+r"""Privacy events: pure data that accountants compose.
 
-An event is a mechanism object from :mod:`gaussdp.mechanisms` (``Gaussian``,
-``DiscreteGaussian``, ``DiscreteLaplace``, ``Laplace``) or one of the wrappers
-here: :class:`Subsampled` (Poisson subsampling of a mechanism),
-:class:`DiscreteGaussianVector` (independent discrete Gaussian noise on each
-coordinate of an integer vector query with a given sensitivity vector, CKS Thm 14)
-and :class:`DiscreteGaussianL2` (the same noise with only an L2 bound on the
-sensitivity vector). Events are frozen, validated value objects; a field never
-changes meaning (dp_accounting's ``DpEvent`` rule).
+An event describes what was run, never how to account for it (dp_accounting's
+``DpEvent`` design): the mechanisms of :mod:`gaussdp.mechanisms` (``Gaussian``,
+``DiscreteGaussian``, ``DiscreteLaplace``, ``Laplace`` and ``LatticeGaussian``,
+the mechanism every real-valued release actually runs) and the classes here:
+
+* noise: :class:`LatticeNoise` (lattice noise on a part of a table release),
+  :class:`DiscreteGaussianVector`, :class:`DiscreteGaussianL2`;
+* generic steps: :class:`PureDP`, :class:`ApproxDP`, :class:`PartitionSelection`,
+  :class:`RecordedCost` (a format-2 ledger entry);
+* structure: :class:`Subsampled` (Poisson, or a fixed batch without replacement,
+  with the neighbouring relation stated), :class:`SelfComposed` and
+  :class:`Composed`.
+
+Events are frozen, slotted, hashable and validated; they round-trip through JSON
+(:func:`event_to_json`, :func:`event_from_json`) with a format version. A field
+never changes meaning: a new field or type raises :data:`EVENT_FORMAT`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
+from gaussdp._search import fraction_up, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_fraction, check_int
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.pld import (
@@ -26,27 +36,48 @@ from gaussdp.accounting.pld import (
     PrivacyLossDistribution,
 )
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+from gaussdp.mechanisms import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Gaussian,
+    Laplace,
+    LatticeGaussian,
+    smoothing_log_ratio,
+)
+from gaussdp.privacy import discrete_gaussian_sf
 
 __all__ = [
+    "EVENT_FORMAT",
+    "EVENT_TYPES",
     "MAX_L2_CANDIDATES",
     "MAX_L2_SQUARED",
     "MECHANISM_TYPES",
+    "ApproxDP",
+    "Composed",
     "DiscreteGaussianL2",
     "DiscreteGaussianVector",
     "Event",
+    "LatticeNoise",
     "Mechanism",
+    "PartitionSelection",
+    "PureDP",
+    "RecordedCost",
+    "SelfComposed",
     "Subsampled",
+    "UnknownEventError",
     "check_event",
     "check_rate",
+    "describe",
+    "event_from_dict",
+    "event_from_json",
+    "event_to_dict",
+    "event_to_json",
     "l2_worst_case_vectors",
+    "lattice_noise",
     "max_delta_bounds",
     "max_epsilon_bounds",
+    "selection_delta",
 ]
-
-Mechanism = Gaussian | DiscreteGaussian | DiscreteLaplace | Laplace
-#: The mechanism classes an event may be built from.
-MECHANISM_TYPES: tuple[type, ...] = (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +122,6 @@ class DiscreteGaussianVector:
     def rho(self) -> float:
         """Σ_j Δ_j²/(2σ²) (CKS Thm 14)."""
         return float(Fraction(sum(s * s for s in self.sensitivities)) / (2 * self.sigma2))
-
-    @property
-    def mu(self) -> float:
-        """‖Δ‖₂/σ: the vector mechanism is at least as private as μ-GDP with this μ."""
-        return float((2 * self.rho) ** 0.5)
 
     def rdp(self, order: float) -> float:
         """Rényi divergence bound αρ at order α > 1 (CKS Thm 14)."""
@@ -305,11 +331,6 @@ class DiscreteGaussianL2:
         top = max(sum(a * a for a in v) for v in self.candidates)
         return float(Fraction(top) / (2 * self.sigma2))  # CKS Thm 14
 
-    @property
-    def mu(self) -> float:
-        """max ‖v‖₂/σ: the mechanism is at least as private as μ-GDP with this μ."""
-        return float((2 * self.rho) ** 0.5)
-
     def rdp(self, order: float) -> float:
         """Rényi divergence bound αρ at order α > 1 (CKS Thm 14)."""
         return float(order) * self.rho
@@ -411,48 +432,364 @@ def _squared_bound(bound: Fraction) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Subsampled:
-    r"""A mechanism run on a Poisson subsample: each unit is kept independently with ``rate``.
+class LatticeNoise:
+    r"""Independent N_Z(0, σ²) noise on ``dim`` coordinates of a lattice-valued query.
 
-    Under add/remove neighbours the pair of output distributions is
-    ((1 − q)M(0) + qM(Δ), M(0)) in the remove direction and the reverse in the add
-    direction; accountants bound both (Koskela et al. 2021).
+    Neighbouring answers (in lattice units) differ by a vector of L2 norm at most
+    √``sensitivity2``. This is what a table release adds to one *part* (a count,
+    a sum or a vector over all cells of a grouping), and what
+    :class:`gaussdp.LatticeGaussian` adds to a rounded real query. Accountants
+    account it two ways:
+
+    * exactly in ρ-zCDP, ρ = Δ²/(2σ²) (CKS Thm 14);
+    * by the smoothing argument of :class:`gaussdp.LatticeGaussian`: for
+      σ² > τ² = 9 the output law is within e^{±A} (A = ``dim``·a,
+      a = :func:`gaussdp.mechanisms.smoothing_log_ratio`) of a post-processed
+      Gaussian mechanism with μ = Δ/√(σ² − τ²) (DRS Thm 2.7). The accountant adds
+      the slack A once to the whole composition: ε(δ) ≤ ε_μ(δe^{−A}) + 2A.
 
     Parameters
     ----------
-    mechanism : Gaussian, DiscreteGaussian, DiscreteLaplace or Laplace
+    sigma2 : Fraction, int, float or str
+        σ², exact and > 0.
+    sensitivity2 : Fraction, int, float or str
+        Δ², the squared L2 sensitivity in lattice units, exact and > 0.
+    dim : int
+        The number of coordinates (an a-priori bound), ≥ 1.
+
+    Examples
+    --------
+    >>> n = LatticeNoise(sigma2=109, sensitivity2=4, dim=3)
+    >>> n.rho, n.mu2
+    (0.01834862385321101, Fraction(1, 25))
+    """
+
+    sigma2: Fraction
+    sensitivity2: Fraction
+    dim: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
+        object.__setattr__(self, "sensitivity2", check_fraction("sensitivity2", self.sensitivity2))
+        object.__setattr__(self, "dim", check_int("dim", self.dim, minimum=1))
+
+    @property
+    def rho(self) -> float:
+        """Δ²/(2σ²) rounded up: the noise is exactly this ρ-zCDP (CKS Thm 14)."""
+        return fraction_up(self.sensitivity2 / (2 * self.sigma2))
+
+    @property
+    def mu2(self) -> Fraction | None:
+        """Δ²/(σ² − τ²), exact: μ² of the smoothing argument; ``None`` if σ² ≤ τ²."""
+        continuous = self.sigma2 - LatticeGaussian.SMOOTHING_TAU2
+        return None if continuous <= 0 else self.sensitivity2 / continuous
+
+    @property
+    def mu(self) -> float:
+        """√:attr:`mu2` rounded up; ∞ when σ² ≤ τ² (no μ-GDP certificate)."""
+        mu2 = self.mu2
+        return math.inf if mu2 is None else sqrt_up(mu2)
+
+    @property
+    def smoothing_slack(self) -> float:
+        """A = dim·a, rounded up: the output law is within e^{±A} of the μ-GDP mechanism's."""
+        return mul_up(float(self.dim), smoothing_log_ratio(LatticeGaussian.SMOOTHING_TAU2))
+
+
+def lattice_noise(mechanism: LatticeGaussian) -> LatticeNoise:
+    """The :class:`LatticeNoise` a :class:`gaussdp.LatticeGaussian` adds (its lattice bound Δ)."""
+    return LatticeNoise(mechanism.sigma2, mechanism.lattice_sensitivity**2, mechanism.dim)
+
+
+@dataclass(frozen=True, slots=True)
+class PureDP:
+    r"""A step known only to be ε-DP (randomised response, a Laplace count from another tool).
+
+    Accounted through its worst-case pair, randomised response with
+    P = (e^ε, 1)/(1 + e^ε) against the reverse (Kairouz, Oh & Viswanath 2015 Thm
+    2.1: it dominates every ε-DP mechanism), so k-fold compositions reach the
+    optimal composition bound (KOV Thm 3.3).
+
+    Examples
+    --------
+    >>> PureDP(0.5).rho
+    0.125
+    """
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon("epsilon", self.epsilon))
+
+    @property
+    def rho(self) -> float:
+        """ε²/2: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4), rounded up."""
+        return mul_up(self.epsilon, self.epsilon) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class ApproxDP:
+    r"""A step known only to be (ε, δ)-DP (a third-party mechanism).
+
+    Accounted through its worst-case pair (Kairouz, Oh & Viswanath 2015 Thm 2.1):
+    P = (δ, (1 − δ)e^ε/(1 + e^ε), (1 − δ)/(1 + e^ε), 0) against Q, its mirror image;
+    k-fold compositions then reach the optimal composition bound (KOV Thm 3.3,
+    Murtagh & Vadhan 2016).
+
+    Parameters
+    ----------
+    epsilon : float
+        ε ≥ 0, finite.
+    delta : float
+        δ in [0, 1).
+
+    Examples
+    --------
+    >>> ApproxDP(1.0, 1e-6).delta
+    1e-06
+    """
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon("epsilon", self.epsilon))
+        delta = check_epsilon("delta", self.delta)
+        if delta >= 1.0:
+            raise ValueError(invalid("delta", "a real number in [0, 1)", self.delta))
+        object.__setattr__(self, "delta", delta)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSelection:
+    r"""Private partition selection by Gaussian thresholding, with its noise and its δ.
+
+    The number of distinct privacy units per group (L2 sensitivity √L0 after L0
+    bounding) gets N_Z(0, σ²) noise; a group is released iff its noisy count is at
+    least ``threshold``. A group present only because of one unit has count 1, so it
+    passes with probability P[Z ≥ τ − 1]; with at most L0 such groups the selection
+    is δ-close to the mechanism that releases every group's noisy count,
+    δ = L0·P[Z ≥ τ − 1] (union bound; Bun & Steinke 2016 Def 8.1 and Lemma 8.3 for
+    zCDP). Accountants compose its :attr:`noise` and add :attr:`delta`.
+
+    Parameters
+    ----------
+    sigma2 : Fraction, int, float or str
+        σ² of the noise on the distinct-unit counts, exact and > 0.
+    threshold : int
+        τ: the smallest noisy count released.
+    max_groups_per_unit : int
+        L0 ≥ 1.
+    cells : int
+        An a-priori bound on the candidate groups (times bins), ≥ 1.
+
+    Examples
+    --------
+    >>> s = PartitionSelection(sigma2=100, threshold=60, max_groups_per_unit=1, cells=2**64)
+    >>> 0 < s.delta < 1e-6
+    True
+    """
+
+    sigma2: Fraction
+    threshold: int
+    max_groups_per_unit: int
+    cells: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
+        object.__setattr__(self, "threshold", check_int("threshold", self.threshold))
+        l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
+        object.__setattr__(self, "max_groups_per_unit", l0)
+        object.__setattr__(self, "cells", check_int("cells", self.cells, minimum=1))
+
+    @property
+    def delta(self) -> float:
+        """L0·P[Z ≥ τ − 1] = L0·sf(τ − 2), rounded up (the selection's δ)."""
+        return selection_delta(self.sigma2, self.threshold, self.max_groups_per_unit)
+
+    @property
+    def noise(self) -> LatticeNoise:
+        """The noise on the distinct-unit counts: L2 sensitivity √L0 over :attr:`cells`."""
+        return LatticeNoise(self.sigma2, Fraction(self.max_groups_per_unit), self.cells)
+
+
+def selection_delta(sigma2: Fraction, threshold: int, max_groups_per_unit: int) -> float:
+    """L0·P[Z ≥ τ − 1], Z ~ N_Z(0, σ²), rounded up: the δ of a partition selection.
+
+    ``discrete_gaussian_sf`` is relatively accurate to a few ulps; the factor
+    (1 + 1e-9) covers that and the product's rounding.
+    """
+    # P[Z ≥ τ − 1] = P[Z > τ − 2] = sf(τ − 2); union bound over ≤ L0 new groups.
+    tail = float(discrete_gaussian_sf(threshold - 2, sigma2))
+    return min(1.0, up(max_groups_per_unit * tail * (1 + 1e-9)))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCost:
+    """A cost recorded by a format-2 ledger, kept as it was certified then.
+
+    The entry was ρ-zCDP (``rho``), μ-GDP up to a smoothing slack (``mu`` and
+    ``slack``; ``mu`` is ``None`` when it was not certified in μ), with ``delta``
+    on top (partition selection). Accountants compose it as a Gaussian with this
+    μ plus the slack and δ (PLD, GDP), or as ρ plus δ (RDP, zCDP).
+    """
+
+    rho: float
+    mu: float | None
+    slack: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rho", check_epsilon("rho", self.rho))
+        if self.mu is not None:
+            object.__setattr__(self, "mu", check_epsilon("mu", self.mu))
+        object.__setattr__(self, "slack", check_epsilon("slack", self.slack))
+        object.__setattr__(self, "delta", check_epsilon("delta", self.delta))
+
+
+Mechanism = Gaussian | DiscreteGaussian | DiscreteLaplace | Laplace
+#: The mechanism classes an event may be built from.
+MECHANISM_TYPES: tuple[type, ...] = (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace)
+SubsampledMechanism = Mechanism | LatticeGaussian | LatticeNoise
+_SUBSAMPLED_TYPES: tuple[type, ...] = (*MECHANISM_TYPES, LatticeGaussian, LatticeNoise)
+Scheme = Literal["poisson", "without_replacement"]
+_NEIGHBOURS: dict[str, str] = {
+    "poisson": "add/remove one",
+    "without_replacement": "replace one",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Subsampled:
+    r"""A mechanism run on a random subsample.
+
+    ``scheme="poisson"``: each unit is kept independently with probability
+    ``rate``; neighbouring datasets are add/remove-one, and the pair of output
+    distributions is ((1 − q)M(0) + qM(Δ), M(0)) in the remove direction and the
+    reverse in the add direction; accountants bound both (Koskela et al. 2021).
+
+    ``scheme="without_replacement"``: a batch of fixed size m is drawn uniformly
+    without replacement from n units, ``rate`` = m/n; neighbouring datasets are
+    replace-one (the dataset size is public), and the mechanism's
+    ``sensitivity`` must be its replace-one sensitivity. This event can be
+    recorded and saved; no accountant of this version composes it yet (they
+    refuse it by name).
+
+    Parameters
+    ----------
+    mechanism : Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace or lattice noise
         The mechanism applied to the subsample.
     rate : float
-        Sampling probability q, in (0, 1].
-    scheme : {"poisson"}
-        The sampling scheme; only Poisson sampling is supported.
+        Sampling probability q (or m/n), in (0, 1].
+    scheme : {"poisson", "without_replacement"}
+        The sampling scheme.
 
     Examples
     --------
     >>> from gaussdp.mechanisms import Gaussian
-    >>> Subsampled(Gaussian(sigma=1.1), rate=256 / 60000).rate
-    0.004266666666666667
+    >>> s = Subsampled(Gaussian(sigma=1.1), rate=256 / 60000)
+    >>> s.rate, s.neighbours
+    (0.004266666666666667, 'add/remove one')
     """
 
-    mechanism: Mechanism
+    mechanism: SubsampledMechanism
     rate: float
-    scheme: Literal["poisson"] = "poisson"
+    scheme: Scheme = "poisson"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mechanism, MECHANISM_TYPES):
+        if not isinstance(self.mechanism, _SUBSAMPLED_TYPES):
             raise TypeError(
                 invalid(
                     "mechanism",
-                    "a Gaussian, DiscreteGaussian, DiscreteLaplace or Laplace mechanism",
+                    "a Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace, LatticeGaussian "
+                    "or LatticeNoise",
                     self.mechanism,
                 )
             )
         object.__setattr__(self, "rate", check_rate("rate", self.rate))
-        if self.scheme != "poisson":
-            raise ValueError(invalid("scheme", "'poisson'", self.scheme))
+        if self.scheme not in _NEIGHBOURS:
+            raise ValueError(invalid("scheme", "'poisson' or 'without_replacement'", self.scheme))
+
+    @property
+    def neighbours(self) -> str:
+        """The neighbouring relation the guarantee is stated for."""
+        return _NEIGHBOURS[self.scheme]
 
 
-Event = Mechanism | Subsampled | DiscreteGaussianVector | DiscreteGaussianL2
+@dataclass(frozen=True, slots=True)
+class SelfComposed:
+    """``count`` independent runs of ``event`` (adaptively chosen data, fixed parameters).
+
+    Examples
+    --------
+    >>> from gaussdp.mechanisms import Gaussian
+    >>> SelfComposed(Gaussian(2.0), 4).count
+    4
+    """
+
+    event: Event
+    count: int
+
+    def __post_init__(self) -> None:
+        check_event(self.event)
+        object.__setattr__(self, "count", check_int("count", self.count, minimum=1))
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """The composition of ``events``, in order (any of them may itself be composed).
+
+    Examples
+    --------
+    >>> from gaussdp.mechanisms import Gaussian, Laplace
+    >>> len(Composed((Gaussian(2.0), Laplace(1.0))).events)
+    2
+    """
+
+    events: tuple[Event, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.events, (str, bytes)) or not hasattr(self.events, "__iter__"):
+            raise TypeError(invalid("events", "a sequence of events", self.events))
+        object.__setattr__(self, "events", tuple(check_event(e) for e in self.events))
+
+
+Event = (
+    Mechanism
+    | LatticeGaussian
+    | LatticeNoise
+    | Subsampled
+    | DiscreteGaussianVector
+    | DiscreteGaussianL2
+    | PureDP
+    | ApproxDP
+    | PartitionSelection
+    | RecordedCost
+    | SelfComposed
+    | Composed
+)
+#: Every event class, by the name used in the JSON form.
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        Gaussian,
+        DiscreteGaussian,
+        DiscreteLaplace,
+        Laplace,
+        LatticeGaussian,
+        LatticeNoise,
+        Subsampled,
+        DiscreteGaussianVector,
+        DiscreteGaussianL2,
+        PureDP,
+        ApproxDP,
+        PartitionSelection,
+        RecordedCost,
+        SelfComposed,
+        Composed,
+    )
+}
+_EVENT_CLASSES: tuple[type, ...] = tuple(EVENT_TYPES.values())
 
 
 def check_rate(name: str, value: object) -> float:
@@ -484,15 +821,156 @@ def check_event(event: object) -> Event:
     ...
     TypeError: event must be a mechanism (Gaussian, DiscreteGaussian, ...
     """
-    if isinstance(
-        event, (*MECHANISM_TYPES, Subsampled, DiscreteGaussianVector, DiscreteGaussianL2)
-    ):
+    if isinstance(event, _EVENT_CLASSES):
         return event  # type: ignore[return-value]
     raise TypeError(
         invalid(
             "event",
-            "a mechanism (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace), "
-            "Subsampled, DiscreteGaussianVector or DiscreteGaussianL2",
+            "a mechanism (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace, "
+            "LatticeGaussian) or an event of gaussdp.accounting (Subsampled, Composed, "
+            "SelfComposed, PureDP, ApproxDP, ...)",
             event,
         )
     )
+
+
+# --------------------------------------------------------------------------------------
+# JSON form
+# --------------------------------------------------------------------------------------
+#: Version of the JSON form written by :func:`event_to_json`. A field never changes
+#: meaning; a new field or event type raises the version, and readers refuse versions
+#: they do not know (and types they do not know: :class:`UnknownEventError`).
+EVENT_FORMAT = 1
+
+
+class UnknownEventError(ValueError):
+    """A JSON event names a type (or format version) this version of gaussdp does not know."""
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, _EVENT_CLASSES):
+        return event_to_dict(value)  # type: ignore[arg-type]
+    if isinstance(value, Fraction):
+        return {"fraction": f"{value.numerator}/{value.denominator}"}
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(invalid("event field", "JSON-encodable", value))  # pragma: no cover
+
+
+def _decode(value: object) -> object:
+    if isinstance(value, dict):
+        if set(value) == {"fraction"}:
+            return Fraction(str(value["fraction"]))
+        return event_from_dict(value)
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON-ready form of one event: ``{"type": name, field: value, ...}``.
+
+    Fractions are written as ``{"fraction": "n/d"}`` (exact), floats as JSON
+    numbers (Python writes the shortest repr that reads back to the same float),
+    nested events as nested objects.
+    """
+    check_event(event)
+    out: dict[str, Any] = {"type": type(event).__name__}
+    for f in fields(event):
+        if f.init:
+            out[f.name] = _encode(getattr(event, f.name))
+    return out
+
+
+def event_from_dict(data: object) -> Event:
+    """The event of :func:`event_to_dict`'s form (validated by its constructor).
+
+    Raises
+    ------
+    UnknownEventError
+        If the type is not an event type of this version.
+    ValueError, TypeError
+        If a field is missing or invalid.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ValueError(invalid("event", "a JSON object with a 'type'", data))
+    name = data["type"]
+    cls = EVENT_TYPES.get(name)
+    if cls is None:
+        raise UnknownEventError(
+            invalid("event type", f"one of {', '.join(sorted(EVENT_TYPES))}", name)
+        )
+    kwargs = {k: _decode(v) for k, v in data.items() if k != "type"}
+    try:
+        event = cls(**kwargs)
+    except TypeError as error:
+        raise ValueError(invalid(f"{name} fields", "those of the event type", kwargs)) from error
+    return event  # type: ignore[no-any-return]
+
+
+def event_to_json(event: Event) -> str:
+    """The event as a JSON string with its format version.
+
+    Examples
+    --------
+    >>> from gaussdp.mechanisms import Gaussian
+    >>> text = event_to_json(SelfComposed(Subsampled(Gaussian(1.1), 0.01), 1000))
+    >>> event_from_json(text) == SelfComposed(Subsampled(Gaussian(1.1), 0.01), 1000)
+    True
+    """
+    return json.dumps(
+        {"format": EVENT_FORMAT, "event": event_to_dict(event)}, separators=(",", ":")
+    )
+
+
+def event_from_json(text: str | bytes) -> Event:
+    """The event written by :func:`event_to_json`.
+
+    Raises
+    ------
+    UnknownEventError
+        If the format version or an event type is unknown to this version.
+    ValueError
+        If the text is not such JSON.
+    """
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(invalid("event JSON", "valid JSON", str(text)[:80])) from error
+    if not isinstance(data, dict) or "event" not in data:
+        raise ValueError(invalid("event JSON", "an object with 'format' and 'event'", data))
+    if data.get("format") != EVENT_FORMAT:
+        raise UnknownEventError(
+            invalid("event format", f"{EVENT_FORMAT} (upgrade gaussdp)", data.get("format"))
+        )
+    return event_from_dict(data["event"])
+
+
+def describe(event: Event) -> str:
+    """A short one-line description, e.g. ``Subsampled(Gaussian(sigma=1.1), rate=0.01)``.
+
+    Examples
+    --------
+    >>> from gaussdp.mechanisms import DiscreteLaplace
+    >>> describe(SelfComposed(Subsampled(DiscreteLaplace(2), 0.05), 300))
+    'SelfComposed(Subsampled(DiscreteLaplace(scale=2), rate=0.05), count=300)'
+    """
+    if isinstance(event, Composed):
+        inner = ", ".join(describe(e) for e in event.events[:3])
+        more = f", … {len(event.events) - 3} more" if len(event.events) > 3 else ""
+        return f"Composed({inner}{more})"
+    parts: list[str] = []
+    for f in fields(event):
+        if not f.init:
+            continue
+        value = getattr(event, f.name)
+        if f.default is not MISSING and value == f.default:
+            continue
+        if isinstance(value, _EVENT_CLASSES):
+            parts.append(describe(value))  # type: ignore[arg-type]
+        else:
+            text = str(value) if isinstance(value, Fraction) else repr(value)
+            parts.append(f"{f.name}={text}")
+    return f"{type(event).__name__}({', '.join(parts)})"

@@ -1,49 +1,181 @@
 r"""A privacy filter: a budget that cannot be overspent.
 
-:class:`PrivacyFilter` accepts an event only if the composition of everything
-accepted so far plus the new event stays within its budget, and otherwise raises
-:class:`~gaussdp.errors.BudgetExceededError` with its state unchanged. The budget
-is an (ε, δ) pair (checked with the certified upper bound of a
-:class:`~gaussdp.accounting.PLDAccountant`), a ρ-zCDP budget (ρ's add, Bun &
-Steinke 2016 Lemma 2.3), or a μ-GDP budget (μ² add, DRS Cor 3.3).
+:class:`PrivacyFilter` admits an event only if the composition of everything
+admitted so far plus the new event stays within its :class:`~gaussdp.Budget`,
+and otherwise raises :class:`~gaussdp.errors.BudgetExceededError` with its
+history unchanged. The whole history is evaluated by one accountant
+(:func:`budget_accountant`):
+
+* an (ε, δ) budget by :class:`~gaussdp.accounting.PLDAccountant` — its certified
+  upper ε at δ must be at most ε (exact μ-GDP when every event is Gaussian noise);
+* a ρ budget by :class:`~gaussdp.accounting.ZCDPAccountant` — ρ's add (Bun &
+  Steinke 2016 Lemma 2.3), and no δ may be spent;
+* a μ budget by :class:`~gaussdp.accounting.GDPAccountant` — μ = √Σμᵢ² (DRS Cor
+  3.3); lattice noise is μ-GDP up to its smoothing slack, which is reported
+  (:attr:`PrivacyFilter.slack`), and no δ may be spent.
 
 Because every check composes the whole history (a *filter*, not a fixed
 sequence), the budget holds for adaptively chosen events with fixed parameters
 known before each run (Rogers et al. 2016; Whitehouse et al. 2023 for filters
 with fully adaptive (ε, δ) and ρ budgets).
+
+The same check (:func:`refusal`) serves the persistent filter,
+:class:`gaussdp.Ledger`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import dataclass
 
-from gaussdp._validation import check_delta, check_epsilon, check_int, check_positive
-from gaussdp.accounting.accountants import PLDAccountant
-from gaussdp.accounting.events import Event, check_event
+from gaussdp._validation import check_int
+from gaussdp.accounting.accountants import (
+    Accountant,
+    GDPAccountant,
+    PLDAccountant,
+    ZCDPAccountant,
+)
+from gaussdp.accounting.events import Composed, Event, check_event
+from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, invalid
-from gaussdp.mechanisms import Gaussian
 
-__all__ = ["PrivacyFilter"]
+__all__ = [
+    "PrivacyFilter",
+    "Spent",
+    "budget_accountant",
+    "budget_limit",
+    "left_of",
+    "refusal",
+    "spent",
+]
 
-BudgetKind = Literal["approx", "rho", "mu"]
+
+def budget_accountant(budget: Budget) -> Accountant:
+    """A fresh accountant of the kind that checks ``budget`` (see the module docs)."""
+    if budget.rho is not None:
+        return ZCDPAccountant()
+    if budget.mu is not None:
+        return GDPAccountant()
+    return PLDAccountant()
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a history spends in a budget's unit.
+
+    ``value`` is the certified upper bound (ε at the budget's δ, or ρ, or μ) and
+    ``lower`` a lower bound where the accountant gives one (else 0); ``delta`` is
+    the δ spent outside the composition (partition selection), ``slack`` the
+    smoothing slack of lattice noise (μ budgets are met up to it).
+    """
+
+    value: float
+    lower: float
+    delta: float
+    slack: float
+
+
+def spent(budget: Budget, accountant: Accountant) -> Spent:
+    """What ``accountant``'s history spends in ``budget``'s unit.
+
+    For a ρ or μ budget with δ spent outside the composition, ``value`` is ∞:
+    such budgets have no δ to spend.
+
+    Examples
+    --------
+    >>> from gaussdp.mechanisms import Gaussian
+    >>> spent(Budget(mu=1.0), GDPAccountant().compose(Gaussian(2.0), 3)).value  # √0.75, up
+    0.8660254037844387
+    """
+    extra, slack = accountant.extra_delta, accountant.slack
+    if not accountant.count:
+        return Spent(0.0, 0.0, 0.0, 0.0)
+    if isinstance(accountant, ZCDPAccountant):
+        value = accountant.rho if extra == 0 else math.inf
+        return Spent(value, 0.0, extra, slack)
+    if isinstance(accountant, GDPAccountant):
+        value = accountant.mu if extra == 0 else math.inf
+        return Spent(value, value, extra, slack)
+    delta = budget.delta
+    if delta is None:  # pragma: no cover - budget_accountant gives PLD only with a δ
+        raise ValueError(invalid("budget", "one with a delta", budget))
+    bounds = accountant.epsilon(delta)
+    return Spent(bounds.upper, bounds.lower, extra, slack)
+
+
+def budget_limit(budget: Budget) -> tuple[str, float]:
+    """The budget's unit (``"ε"``, ``"ρ"`` or ``"μ"``) and its limit."""
+    if budget.rho is not None:
+        return "ρ", budget.rho
+    if budget.mu is not None:
+        return "μ", budget.mu
+    return "ε", float(budget.epsilon or 0.0)
+
+
+def left_of(symbol: str, total: float, used: float) -> float:
+    """What is left of ``total`` after ``used`` (μ² add, DRS Cor 3.3; ε and ρ subtract)."""
+    if symbol == "μ":  # μ² add (DRS Cor 3.3)
+        return math.sqrt(max(0.0, total * total - used * used))
+    return max(0.0, total - used)
+
+
+def _fmt(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{x:.3g}"
+
+
+def refusal(
+    budget: Budget,
+    before: Accountant,
+    event: Event,
+    count: int = 1,
+    *,
+    owner: str = "filter",
+    what: str = "this",
+) -> tuple[str | None, Accountant]:
+    """Check ``count`` runs of ``event`` against ``budget`` after the history in ``before``.
+
+    Returns ``(None, after)`` when the whole history plus the event stays within
+    the budget (``after`` is a copy of ``before`` with the event composed), else
+    ``(message, before)`` with a one-line message in the budget's own terms
+    (``what`` names the event, ``owner`` the budget's holder):
+    ``"refused: this costs ε = 0.41 at δ = 1e-06; the ledger has ε = 0.22 left of
+    3 (δ = 1e-05)"``. ``before`` is never changed.
+
+    Raises
+    ------
+    UnsupportedEventError
+        If the budget's accountant cannot account for the event.
+    """
+    after = before.copy().compose(event, count)
+    total_spent = spent(budget, after)
+    symbol, limit = budget_limit(budget)
+    if total_spent.value <= limit:
+        return None, after
+    alone = spent(budget, budget_accountant(budget).compose(event, count)).value
+    used = spent(budget, before).value
+    at = f" at δ = {budget.delta:g}" if symbol == "ε" else ""
+    of = f" (δ = {budget.delta:g})" if symbol == "ε" else ""
+    message = (
+        f"refused: {what} costs {symbol} = {_fmt(alone)}{at}; the {owner} has "
+        f"{symbol} = {_fmt(left_of(symbol, limit, used))} left of {limit:g}{of}"
+    )
+    if symbol != "ε" and total_spent.delta > 0:
+        message += f" (a {symbol} budget cannot spend δ, and this spends δ)"
+    return message, before
 
 
 class PrivacyFilter:
-    r"""Accept events while the composed privacy loss stays within a budget.
+    r"""Admit events while the composed privacy loss stays within a budget.
 
-    Give exactly one budget: ``epsilon`` and ``delta`` together, or ``rho``, or ``mu``.
+    Give a :class:`~gaussdp.Budget`, or its fields as keywords (``epsilon`` and
+    ``delta`` together, or ``rho``, or ``mu``).
 
     Parameters
     ----------
-    epsilon : float, optional
-        ε of an (ε, δ) budget, finite and >= 0.
-    delta : float, optional
-        δ of an (ε, δ) budget, in (0, 1).
-    rho : float, optional
-        A ρ-zCDP budget, finite and > 0. Events must have a ``rho`` (not subsampled).
-    mu : float, optional
-        A μ-GDP budget, finite and > 0. Events must be Gaussian.
+    budget : Budget, optional
+        The budget.
+    epsilon, delta, rho, mu : float, optional
+        The budget's fields, if ``budget`` is not given.
 
     Raises
     ------
@@ -53,124 +185,109 @@ class PrivacyFilter:
     Examples
     --------
     >>> from gaussdp.mechanisms import Gaussian
-    >>> f = PrivacyFilter(rho=1.0)
+    >>> f = PrivacyFilter(Budget(rho=1.0))
     >>> f.accept(Gaussian(sigma=1.0))        # ρ = 0.5
     >>> f.can_accept(Gaussian(sigma=0.9))    # ρ ≈ 0.617 would exceed the budget
     False
-    >>> f.accept(Gaussian(sigma=0.9))
+    >>> f.accept(Gaussian(sigma=0.9))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    gaussdp.errors.BudgetExceededError: rho spent must be at most 1.0, got 1.117283950617284
+    gaussdp.errors.BudgetExceededError: refused: this costs ρ = 0.617; the filter has ρ = 0.5 ...
     >>> f.spent
-    0.5
+    0.5000000000000001
     """
 
     def __init__(
         self,
+        budget: Budget | None = None,
         *,
         epsilon: float | None = None,
         delta: float | None = None,
         rho: float | None = None,
         mu: float | None = None,
     ) -> None:
-        given = [
-            name
-            for name, v in (("epsilon", epsilon), ("delta", delta), ("rho", rho), ("mu", mu))
-            if v is not None
-        ]
-        self._epsilon = self._delta = self._budget = math.nan
-        self._kind: BudgetKind
-        if set(given) == {"epsilon", "delta"}:
-            self._kind = "approx"
-            self._epsilon = check_epsilon("epsilon", epsilon)
-            self._delta = check_delta("delta", delta)
-            self._accountant = PLDAccountant()
-        elif given == ["rho"]:
-            self._kind = "rho"
-            self._budget = check_positive("rho", rho)
-        elif given == ["mu"]:
-            self._kind = "mu"
-            self._budget = check_positive("mu", mu)
-        else:
-            raise ValueError(
-                invalid("budget", "epsilon and delta together, or rho, or mu", tuple(given))
-            )
-        self._spent_sum = 0.0  # Σρ or Σμ² of accepted events
-        self._history: list[tuple[Event, int]] = []
+        if budget is None:
+            given = {
+                k: v
+                for k, v in (("epsilon", epsilon), ("delta", delta), ("rho", rho), ("mu", mu))
+                if v is not None
+            }
+            if set(given) not in ({"epsilon", "delta"}, {"rho"}, {"mu"}):
+                raise ValueError(
+                    invalid("budget", "epsilon and delta together, or rho, or mu", tuple(given))
+                )
+            budget = Budget(**given)
+        elif not isinstance(budget, Budget):
+            raise TypeError(invalid("budget", "a gaussdp.Budget", budget))
+        elif any(v is not None for v in (epsilon, delta, rho, mu)):
+            raise ValueError(invalid("budget", "given once (a Budget or keywords)", budget))
+        self._budget = budget
+        self._accountant = budget_accountant(budget)
+
+    def __repr__(self) -> str:
+        return f"PrivacyFilter({self._budget}, spent={self.spent:.6g})"
 
     @property
-    def kind(self) -> BudgetKind:
-        """``"approx"`` for an (ε, δ) budget, ``"rho"`` or ``"mu"``."""
-        return self._kind
+    def budget(self) -> Budget:
+        """The budget."""
+        return self._budget
 
     @property
-    def history(self) -> tuple[tuple[Event, int], ...]:
-        """The accepted events with their counts, in order."""
-        return tuple(self._history)
+    def history(self) -> Composed:
+        """The admitted events, in order, as one event."""
+        return self._accountant.history
+
+    @property
+    def accountant(self) -> Accountant:
+        """A copy of the accountant holding the admitted history."""
+        return self._accountant.copy()
 
     @property
     def spent(self) -> float:
-        """Privacy spent so far: ε upper bound at δ, or ρ, or μ."""
-        if self._kind == "approx":
-            return self._accountant.epsilon(self._delta).upper if self._history else 0.0
-        if self._kind == "rho":
-            return self._spent_sum
-        return math.sqrt(self._spent_sum)
+        """Privacy spent so far: certified ε at the budget's δ, or ρ, or μ."""
+        return spent(self._budget, self._accountant).value
 
-    def _cost(self, event: Event) -> float:
-        if self._kind == "rho":
-            if not hasattr(event, "rho"):
-                raise TypeError(invalid("event", "an event with a zCDP parameter rho", event))
-            return float(event.rho)
-        if not isinstance(event, Gaussian):
-            raise TypeError(invalid("event", "a Gaussian mechanism for a mu budget", event))
-        return event.mu**2  # DRS Cor 3.3: μ² add
+    @property
+    def remaining(self) -> float:
+        """What is left in the budget's unit (ε: total − spent; μ: √(μ² − spent²))."""
+        symbol, limit = budget_limit(self._budget)
+        return left_of(symbol, limit, self.spent)
 
-    def _check(
-        self, event: object, count: object
-    ) -> tuple[Event, int, str | None, PLDAccountant | None]:
-        """Validate; return (event, count, reason it would be refused or None, trial)."""
-        ev = check_event(event)
+    @property
+    def slack(self) -> float:
+        """The smoothing slack of the lattice noise admitted (a μ budget is met up to it)."""
+        return self._accountant.slack
+
+    def cost(self, event: Event, count: int = 1) -> float:
+        """What ``count`` runs of ``event`` alone cost in the budget's unit."""
+        check_event(event)
         n = check_int("count", count, minimum=1)
-        if self._kind == "approx":
-            trial = self._accountant.copy()
-            assert isinstance(trial, PLDAccountant)
-            if not trial.supports(ev):
-                raise ValueError(invalid("event", "an event supported by PLDAccountant", ev))
-            trial.compose(ev, n)
-            # Certified: δ upper bound at the budget's ε must not exceed the budget's δ.
-            d = trial.delta(self._epsilon).upper
-            if d > self._delta:
-                name = f"delta at epsilon={self._epsilon!r}"
-                return ev, n, invalid(name, f"at most {self._delta!r}", d), None
-            return ev, n, None, trial
-        total = math.fsum([self._spent_sum, n * self._cost(ev)])
-        if self._kind == "rho" and total > self._budget:
-            return ev, n, invalid("rho spent", f"at most {self._budget!r}", total), None
-        if self._kind == "mu" and math.sqrt(total) > self._budget:
-            spent = math.sqrt(total)
-            return ev, n, invalid("mu spent", f"at most {self._budget!r}", spent), None
-        return ev, n, None, None
+        return spent(self._budget, budget_accountant(self._budget).compose(event, n)).value
 
     def can_accept(self, event: Event, count: int = 1) -> bool:
-        """Whether :meth:`accept` would accept ``count`` runs of ``event`` now."""
-        return self._check(event, count)[2] is None
+        """Whether :meth:`accept` would admit ``count`` runs of ``event`` now."""
+        check_event(event)
+        n = check_int("count", count, minimum=1)
+        return refusal(self._budget, self._accountant, event, n)[0] is None
 
-    def accept(self, event: Event, count: int = 1) -> None:
-        """Record ``count`` runs of ``event`` if the budget allows, else raise.
+    def accept(self, event: Event, count: int = 1, *, what: str = "this") -> None:
+        """Admit ``count`` runs of ``event`` if the budget allows, else raise.
+
+        ``what`` names the event in the refusal ("this release costs ε = …").
 
         Raises
         ------
         BudgetExceededError
             If the composition would exceed the budget; nothing is recorded.
         TypeError, ValueError
-            If the event or count is invalid or the event cannot be accounted.
+            If the event or count is invalid or the event cannot be accounted
+            (:class:`~gaussdp.accounting.UnsupportedEventError`).
         """
-        ev, n, reason, trial = self._check(event, count)
-        if reason is not None:
-            raise BudgetExceededError(reason)
-        if trial is not None:
-            self._accountant = trial
-        else:
-            self._spent_sum = math.fsum([self._spent_sum, n * self._cost(ev)])
-        self._history.append((ev, n))
+        check_event(event)
+        n = check_int("count", count, minimum=1)
+        message, after = refusal(self._budget, self._accountant, event, n, what=what)
+        if message is not None:
+            raise BudgetExceededError(message)
+        self._accountant = after
+
+    charge = accept

@@ -144,7 +144,8 @@ def classify(error: BaseException, *, oom_hint: str) -> tuple[int, str, str]:
     if _interrupted(error):
         return EXIT_INTERRUPTED, "interrupted;", "nothing released"
     if isinstance(error, BudgetExceededError):
-        return EXIT_REFUSED, "refused:", str(error)
+        # The filters' messages already begin with "refused: ".
+        return EXIT_REFUSED, "refused:", str(error).removeprefix("refused: ")
     if isinstance(error, MissingExtraError):
         return EXIT_FAILURE, "error:", _missing_extra(str(error))
     if isinstance(error, MemoryError):

@@ -322,40 +322,32 @@ def ledger_show(
 
     from gaussdp.release import Ledger
 
-    book = Ledger(path)
-    entries = book.entries()
-    spent_rho, spent_delta = book.spent_rho, book.spent_delta
-    spent_mu, spent_slack = book.spent_mu, book.spent_slack
-    eps = book.epsilon_spent
-    remaining_rho, remaining_mu = book.remaining_rho, book.remaining_mu
+    summary = Ledger(path).summary()
+    unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
     if as_json:
         typer.echo(
             json.dumps(
                 {
-                    "total": book.total.as_dict(),
-                    "spent": {
-                        "rho": spent_rho,
-                        "mu": spent_mu,
-                        "slack": spent_slack,
-                        "delta": spent_delta,
-                        "epsilon": eps,
-                    },
-                    "remaining_rho": remaining_rho,
-                    "remaining_mu": remaining_mu,
+                    "total": summary.total.as_dict(),
+                    "unit": summary.unit,
+                    "delta": summary.delta,
+                    "spent": summary.spent,
+                    "spent_lower": summary.spent_lower,
+                    "remaining": summary.remaining,
+                    "selection_delta": summary.selection_delta,
+                    "slack": summary.slack,
                     "entries": [
                         {
-                            "id": e.id,
-                            "status": e.status,
-                            "rho": e.rho,
-                            "mu": e.mu,
-                            "slack": e.slack,
-                            "delta": e.delta,
-                            "label": e.label,
-                            "who": e.who,
-                            "reserved_at": e.reserved_at,
-                            "committed_at": e.committed_at,
+                            "id": r.id,
+                            "status": r.status,
+                            "what": r.what,
+                            "reserved_at": r.when,
+                            "committed_at": r.committed_at,
+                            "who": r.who,
+                            "event": r.event,
+                            "cost": r.cost,
                         }
-                        for e in entries
+                        for r in summary.rows
                     ],
                 },
                 indent=2,
@@ -363,30 +355,23 @@ def ledger_show(
         )
         return
     table = Table(title=f"ledger {path}", show_header=True, header_style="bold")
-    for name in ("id", "status", "μ", "ρ", "δ", "what", "who", "reserved", "committed"):
+    for name in ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed"):
         table.add_column(name)
-    for e in entries:
+    for r in summary.rows:
         table.add_row(
-            str(e.id),
-            e.status,
-            format_value(e.mu),
-            format_value(e.rho),
-            format_value(e.delta),
-            e.label,
-            e.who,
-            e.reserved_at,
-            e.committed_at or "—",
+            str(r.id),
+            r.status,
+            format_value(r.cost),
+            r.what,
+            r.event,
+            r.who,
+            r.when,
+            r.committed_at or "—",
         )
-    spent = f"μ = {spent_mu:.6g} (slack {spent_slack:.3g}), " if spent_mu is not None else ""
-    left = [
-        f"remaining {name} = {value:.6g}"
-        for name, value in (("μ", remaining_mu), ("ρ", remaining_rho))
-        if value is not None
-    ]
+    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
-        f"total {book.total}; spent {spent}ρ = {spent_rho:.6g}, δ = {spent_delta:.3g}"
-        + (f", ε = {eps:.6g} at δ = {book.total.delta:.3g}" if eps is not None else "")
-        + "".join(f"; {item}" for item in left)
+        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at}"
+        f" (lower bound {summary.spent_lower:.6g}); remaining {unit} = {summary.remaining:.6g}"
     )
     console().print(table)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
+from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
@@ -67,8 +68,8 @@ _ACCOUNTING: dict[Accounting, str] = {
         "(Delta/s)-GDP Gaussian mechanism over its c cells by the smoothing argument "
         "(gaussdp.LatticeGaussian, a < 1e-76); mu = sqrt(sum mu_i^2) (DRS Cor 3.3), "
         "slack A = sum c_i*a; partition selection's delta added; epsilon at delta = "
-        "eps_mu((delta - selection delta)*e^-A) + 2A (DRS Cor 2.13, epsilon_with_slack), "
-        "from the realised noise"
+        "eps_mu((delta - selection delta)*e^-A) + 2A (DRS Cor 2.13), from the realised "
+        "noise, by the accountant of the budget (gaussdp.accounting)"
     ),
     "zcdp": (
         "rho-zCDP per part (CKS Thm 4/14), added over parts (Bun & Steinke 2016 Lemma 2.3); "
@@ -107,7 +108,7 @@ class PrivacyReport:
     epsilon : float or None
         ε at ``delta`` from the realised σ²'s: in μ mode
         ε_μ((δ − ``selection_delta``)·e^{−A}) + 2A
-        (:func:`gaussdp.mechanisms.epsilon_with_slack`, DRS Cor 2.13); in ρ
+        (DRS Cor 2.13, computed by the accountants); in ρ
         mode CKS Cor 13 at δ − ``selection_delta``. An upper bound that holds
         for the exact discrete noise actually drawn.
     budget : Budget
@@ -309,6 +310,8 @@ class Release:
                 )
             )
         self._queries: list[Query] = []
+        #: The in-memory filter every run without a ledger is charged to (see :meth:`run`).
+        self.filter = PrivacyFilter(budget)
 
     # -- building ---------------------------------------------------------------------
     @property
@@ -451,16 +454,25 @@ class Release:
         rng: RandomSource | None = None,
         ledger: Ledger | None = None,
         label: str | None = None,
+        filter: PrivacyFilter | None = None,
     ) -> ReleaseResult:
-        """Bound, aggregate, add noise, post-process; spend from ``ledger`` if given.
+        """Bound, aggregate, add noise, post-process; every run is charged to a filter.
 
-        Order: plan, check that the sampler can draw every planned noise,
-        open the input, check its schema and read every needed column once
-        (:meth:`Engine.validate`: a malformed line, a value that does not
-        convert, a corrupt file fail here), convert public keys to the
-        columns' types — nothing is spent on any of these failures — then
-        reserve the cost in the ledger (refused: nothing is run or drawn), run
-        the SQL, draw the noise, commit the reservation.
+        The release's event (:attr:`~gaussdp.release.plan.Plan.event`) is charged
+        to ``ledger`` if given (the persistent filter), else to ``filter`` if
+        given, else to :attr:`filter`, the in-memory
+        :class:`~gaussdp.accounting.PrivacyFilter` created from the release's
+        budget: running the same release twice, or more queries against the same
+        filter, is charged each time and refused once over.
+
+        Order: plan, check that the sampler can draw every planned noise;
+        refuse if the filter cannot afford the release (before the source is
+        opened: nothing is read); open the input, check its schema and read
+        every needed column once (:meth:`Engine.validate`: a malformed line, a
+        value that does not convert, a corrupt file fail here), convert public
+        keys to the columns' types — nothing is spent on any of these failures
+        — then charge (the ledger reserves), run the SQL, draw the noise, commit
+        the reservation.
 
         All randomness comes from ``rng`` — the L0 salts (drawn first, one per
         grouping), then the noise — so ``ChaCha20Random(seed)`` replays a
@@ -472,20 +484,31 @@ class Release:
             Bad queries, missing or non-numeric columns, keys that do not fit
             their column's type, unreadable or malformed data (one line that
             never shows data values), noise the sampler cannot draw, a bad
-            ``rng``. Nothing was reserved.
+            ``rng``, both ``ledger`` and ``filter``. Nothing was charged.
         FileNotFoundError
             A path that does not exist.
         BudgetExceededError
-            The ledger cannot afford the release (nothing was drawn).
+            The filter or ledger cannot afford the release (nothing was read or drawn).
         EngineError
-            The engine failed after the reservation (e.g. out of memory, an
-            integer overflow); one line, the engine's error as ``__cause__``;
-            the reservation stays counted.
+            The engine failed after the charge (e.g. out of memory, an integer
+            overflow); one line, the engine's error as ``__cause__``; the
+            charge stays counted.
         """
         source = check_rng(rng)
+        if ledger is not None and filter is not None:
+            raise ValueError(invalid("filter", "None when a ledger is given", filter))
+        if filter is not None and not isinstance(filter, PrivacyFilter):
+            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
+        spend_to = self.filter if filter is None else filter
         plan = self.plan()
         report = _report(plan, self._queries)
         noise = _noise_facts(plan, self.confidence)
+        event = plan.event
+        # Refuse before the data source is even opened.
+        if ledger is not None:
+            ledger.check(event, what="this release")
+        elif not spend_to.can_accept(event):
+            spend_to.accept(event, what="this release")  # raises BudgetExceededError
         try:
             engine = _open(self)
         except EngineError as error:  # an unreadable input is bad input: nothing reserved
@@ -495,14 +518,14 @@ class Release:
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
-                    rho=plan.rho,
-                    mu=plan.mu,
-                    slack=plan.slack,
-                    delta=plan.selection_delta,
+                    event,
                     label=label or ", ".join(q.name for q in self._queries),
                     detail=report.to_dict(),
+                    what="this release",
                 )
-            aggregates = [engine.query(sql) for sql in sqls]  # EngineError: one line
+            else:
+                spend_to.accept(event, what="this release")
+            aggregates = [engine.query(sql) for sql in sqls]
         finally:
             engine.close()
         frame = _results(self, plan, typed, aggregates, source, noise)

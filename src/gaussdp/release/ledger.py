@@ -1,40 +1,41 @@
-"""A persistent privacy budget in SQLite that concurrent processes cannot overspend.
+"""A persistent privacy filter in SQLite that concurrent processes cannot overspend.
 
-One file per dataset or project. A release *reserves* its cost in a write
+One file per dataset or project. The ledger stores the *events* themselves
+(their JSON form, :func:`gaussdp.accounting.events.event_to_json`): a release,
+a DP-SGD run, a third-party (ε, δ) step. A spend *reserves* its event in a write
 transaction (``BEGIN IMMEDIATE``: SQLite's single writer lock, so two processes
-cannot both read the old total and both pass the check) before any noise is
-drawn, and *commits* it afterwards. A reservation that is never committed — the
-process crashed, or the release failed after reading the data — stays counted
-(DESIGN decision 6): spending is only ever over-estimated.
+cannot both read the old history and both pass the check) before any data is
+read or noise drawn, and *commits* it afterwards. A reservation that is never
+committed — the process crashed, or the run failed after reading the data —
+stays counted (DESIGN decision 6): spending is only ever over-estimated.
 
-Composition of entries: each entry holds the costs of one release — ρ (its
-exact ρ-zCDP, CKS Thm 4/14; always present), μ and the smoothing slack A (its
-μ-GDP up to e^{±A}, :class:`gaussdp.LatticeGaussian`; μ is NULL for an entry
-not certified in μ) and δ (partition selection). The history composes both
-ways at once: ρ's add (Bun & Steinke 2016 Lemma 2.3, 8.3 with the δ's), and
-μ_total = √Σμᵢ² (DRS Cor 3.3) with A = ΣAᵢ and the δ's added. A new entry is
-accepted iff the whole history fits the ledger's total
-(:meth:`gaussdp.Budget.admits`): ρ totals check Σρ; μ totals check μ_total
-(entries without μ are refused); (ε, δ) totals take the smaller of the two
-certified ε's at δ − Σδ — ε_μ((δ − Σδ)e^{−A}) + 2A and CKS Cor 13 — since both
-bound the same composed mechanism. Sums are rounded up.
+An event is admitted iff the whole history plus the event fits the ledger's
+total, by the same check as the in-memory filter
+(:func:`gaussdp.accounting.filter.refusal`): the PLD accountant for an (ε, δ)
+total, zCDP for a ρ total, exact μ-GDP for a μ total.
+
+Files written by earlier versions (format 1: ρ and δ per entry; format 2: ρ,
+μ, slack and δ) are migrated in place to this format on first use, each entry
+becoming a :class:`~gaussdp.accounting.RecordedCost` with the costs it was
+certified with. A file that cannot be used raises
+:class:`~gaussdp.errors.LedgerError` with one line naming the file and what to
+do; nothing is spent.
 
 Examples
 --------
 >>> import tempfile, pathlib
+>>> from gaussdp.mechanisms import Gaussian
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "budget.db"
 >>> ledger = Ledger(path, total=Budget(rho=1.0))
->>> r = ledger.reserve(rho=0.4, label="first")
+>>> r = ledger.reserve(Gaussian(sigma=1.25), label="first")  # ρ = 0.32
 >>> ledger.commit(r)
->>> round(ledger.spent_rho, 6), round(ledger.remaining_rho, 6)
-(0.4, 0.6)
->>> ledger.spent_mu is None  # an entry reserved with ρ only
-True
+>>> round(ledger.spent, 6), round(ledger.remaining, 6)
+(0.32, 0.68)
 >>> try:
-...     ledger.reserve(rho=0.7, label="too much")
+...     ledger.reserve(Gaussian(sigma=0.8), label="too much")  # ρ ≈ 0.78
 ... except BudgetExceededError as error:
-...     print("refused")
-refused
+...     print(error)
+refused: this costs ρ = 0.781; the ledger has ρ = 0.68 left of 1
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from __future__ import annotations
 import datetime as _dt
 import getpass
 import json
-import math
 import os
 import socket
 import sqlite3
@@ -52,23 +52,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaussdp._validation import check_epsilon, check_positive
+from gaussdp._validation import check_positive
+from gaussdp.accounting.accountants import Accountant
+from gaussdp.accounting.events import (
+    Composed,
+    Event,
+    RecordedCost,
+    UnknownEventError,
+    check_event,
+    describe,
+    event_from_json,
+    event_to_json,
+)
+from gaussdp.accounting.filter import budget_accountant, budget_limit, left_of, refusal, spent
 from gaussdp.budget import Budget
-from gaussdp.errors import BudgetExceededError, invalid
+from gaussdp.errors import BudgetExceededError, LedgerError, invalid
 
-__all__ = ["Ledger", "LedgerEntry", "Reservation"]
+__all__ = ["Ledger", "LedgerEntry", "LedgerRow", "LedgerSummary", "Reservation"]
 
-# Format 2 (μ accounting) added the columns mu and slack; format-1 files are refused.
-_FORMAT = "gaussdp-ledger-2"
+_FORMAT = "gaussdp-ledger-3"
+#: Formats migrated on first use: (format, has a mu/slack column).
+_OLD_FORMATS = {"gaussdp-ledger-1": False, "gaussdp-ledger-2": True}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     status TEXT NOT NULL CHECK (status IN ('reserved', 'committed')),
-    rho REAL NOT NULL CHECK (rho >= 0),
-    mu REAL CHECK (mu IS NULL OR mu >= 0),
-    slack REAL NOT NULL CHECK (slack >= 0),
-    delta REAL NOT NULL CHECK (delta >= 0),
+    event TEXT NOT NULL,
     label TEXT NOT NULL,
     who TEXT NOT NULL,
     reserved_at TEXT NOT NULL,
@@ -76,18 +86,8 @@ CREATE TABLE IF NOT EXISTS entries (
     detail TEXT
 );
 """
-
-
-def _up(x: float) -> float:
-    """A float ≥ the exact value of a sum or product of a few correctly rounded terms."""
-    return math.nextafter(x * (1 + 1e-15), math.inf) if x > 0 else x
-
-
-def _compose_mu(mus: list[float | None]) -> float | None:
-    """√Σμᵢ² (DRS Cor 3.3), rounded up; None if some entry has no μ."""
-    if any(m is None for m in mus):
-        return None
-    return _up(math.sqrt(_up(math.fsum(m * m for m in mus if m is not None))))
+_ENTRIES_V3 = _SCHEMA.split(";")[1].replace("IF NOT EXISTS entries", "entries_v3")
+_INIT_HINT = "give the path of a gaussdp ledger, or create one with `gaussdp ledger init`"
 
 
 def _now() -> str:
@@ -107,22 +107,16 @@ class Reservation:
     """A reserved (not yet committed) ledger entry."""
 
     id: int
-    rho: float
-    mu: float | None
-    slack: float
-    delta: float
+    event: Event
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One row of the ledger: what was spent (ρ; μ with its slack; δ), by whom, when, on what."""
+    """One row of the ledger: what was spent (the event), by whom, when, on what."""
 
     id: int
     status: str
-    rho: float
-    mu: float | None
-    slack: float
-    delta: float
+    event: Event
     label: str
     who: str
     reserved_at: str
@@ -130,8 +124,49 @@ class LedgerEntry:
     detail: dict[str, Any] | None
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One entry as ``gaussdp ledger show`` lists it, with its cost alone.
+
+    ``cost`` is the entry alone in the total's unit (ε at the ledger's δ, ρ or μ;
+    certified upper bound); ``event`` a one-line description of the event.
+    """
+
+    id: int
+    status: str
+    what: str
+    when: str
+    committed_at: str | None
+    who: str
+    event: str
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSummary:
+    """A ledger's entries and totals, in the total's unit.
+
+    ``unit`` is ``"epsilon"`` (at ``delta``, the ledger's δ), ``"rho"`` or
+    ``"mu"``; ``spent`` the certified upper bound of the whole history and
+    ``spent_lower`` a lower bound (0 where the accountant gives none);
+    ``remaining`` = total − spent (μ: √(total² − spent²)); ``selection_delta``
+    the δ spent outside the composition and ``slack`` the smoothing slack
+    included in ``spent``.
+    """
+
+    total: Budget
+    unit: str
+    delta: float | None
+    spent: float
+    spent_lower: float
+    remaining: float
+    selection_delta: float
+    slack: float
+    rows: tuple[LedgerRow, ...]
+
+
 class Ledger:
-    """A persistent budget (one SQLite file, WAL mode).
+    """A persistent privacy filter (one SQLite file, WAL mode).
 
     Parameters
     ----------
@@ -147,8 +182,11 @@ class Ledger:
     ------
     FileNotFoundError
         The file does not exist and no ``total`` was given.
+    LedgerError
+        The file is not a usable ledger: not SQLite, another program's
+        database, an unknown format, read-only, or holding events this version
+        does not know. Nothing is spent.
     ValueError
-        The file is not a gaussdp ledger (corrupt, or another database), or
         ``total`` differs from the stored one.
     """
 
@@ -169,155 +207,244 @@ class Ledger:
                     )
                 )
             self._create(total)
+        if self.path.is_dir():
+            raise self._error("is a directory", _INIT_HINT)
         self.total = self._load_total()
         if total is not None and total != self.total:
             raise ValueError(invalid("total", f"the ledger's stored total {self.total}", total))
 
     # -- storage ----------------------------------------------------------------------
+    def _error(self, what: str, todo: str) -> LedgerError:
+        return LedgerError(f"ledger {str(self.path)!r} {what}; {todo}")
+
+    def _sqlite_error(self, error: sqlite3.Error) -> LedgerError:
+        text = str(error)
+        if "readonly" in text or "read-only" in text:
+            return self._error(
+                "is read-only (nothing was spent)",
+                "make the file and its directory writable, or use a copy",
+            )
+        if "locked" in text or "busy" in text:
+            return self._error(
+                f"is locked by another process (waited {self._timeout:g} s; nothing was spent)",
+                "retry, or pass a longer timeout",
+            )
+        if "not a database" in text or "malformed" in text:
+            return self._error(f"is not a SQLite database ({text})", _INIT_HINT)
+        return self._error(f"cannot be used ({text}; nothing was spent)", _INIT_HINT)
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
             con = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
         except sqlite3.Error as error:
-            raise ValueError(
-                invalid("ledger", "a readable gaussdp ledger (SQLite)", f"{self.path}: {error}")
-            ) from error
+            raise self._sqlite_error(error) from error
         try:
             con.execute("PRAGMA synchronous=FULL")
             yield con
-        except sqlite3.DatabaseError as error:
-            raise ValueError(
-                invalid("ledger", "a readable gaussdp ledger (SQLite)", f"{self.path}: {error}")
-            ) from error
+        except sqlite3.Error as error:
+            raise self._sqlite_error(error) from error
         finally:
             con.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding SQLite's writer lock (``BEGIN IMMEDIATE``)."""
+        with self._connect() as con:
+            con.execute("BEGIN IMMEDIATE")  # the writer lock: checks cannot interleave
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
 
     def _create(self, total: Budget) -> None:
         with self._connect() as con:
             con.execute("PRAGMA journal_mode=WAL")
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        con.execute(statement)
-                con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (_FORMAT,))
-                con.execute(
-                    "INSERT OR IGNORE INTO meta VALUES ('total', ?)", (json.dumps(total.as_dict()),)
-                )
-                con.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self._write() as con:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (_FORMAT,))
+            con.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('total', ?)", (json.dumps(total.as_dict()),)
+            )
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+
+    def _meta(self, con: sqlite3.Connection) -> dict[str, str]:
+        try:
+            return dict(con.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.OperationalError as error:
+            raise self._error(
+                "is a SQLite database but not a gaussdp ledger (no meta table)", _INIT_HINT
+            ) from error
 
     def _load_total(self) -> Budget:
         with self._connect() as con:
-            try:
-                meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
-                found = meta.get("format")
-                if isinstance(found, str) and found.startswith("gaussdp-") and found != _FORMAT:
-                    # Another version's schema: say so before its columns are looked at.
-                    raise ValueError(
-                        invalid(
-                            "ledger",
-                            f"a {_FORMAT} file (this gaussdp cannot read format {found}; "
-                            "start a new ledger)",
-                            str(self.path),
-                        )
-                    )
-                con.execute("SELECT id, status, rho, mu, slack, delta FROM entries LIMIT 1")
-            except sqlite3.OperationalError as error:
-                raise ValueError(
-                    invalid(
-                        "ledger", "a gaussdp ledger (tables meta, entries)", f"{self.path}: {error}"
-                    )
-                ) from error
-        if found != _FORMAT or "total" not in meta:
-            raise ValueError(invalid("ledger", f"a {_FORMAT} file", str(self.path)))
+            meta = self._meta(con)
+        found = meta.get("format")
+        if found in _OLD_FORMATS:
+            self._migrate()
+            with self._connect() as con:
+                meta = self._meta(con)
+            found = meta.get("format")
+        if found != _FORMAT:
+            raise self._error(
+                f"has format {found!r}, not one this gaussdp reads ({_FORMAT}, or "
+                f"{' and '.join(sorted(_OLD_FORMATS))} which are migrated)",
+                "upgrade gaussdp, or start a new ledger",
+            )
+        if "total" not in meta:
+            raise self._error("has no total budget", "start a new ledger")
         try:
             return Budget(**json.loads(meta["total"]))
         except (TypeError, ValueError, json.JSONDecodeError) as error:
-            raise ValueError(invalid("ledger total", "a valid budget", meta["total"])) from error
+            raise self._error(
+                f"has an invalid total budget {meta['total']!r}", "start a new ledger"
+            ) from error
+
+    def _migrate(self) -> None:
+        """Rewrite a format-1 or format-2 file as format 3, each entry a RecordedCost."""
+        with self._write() as con:
+            found = self._meta(con).get("format")  # another process may have migrated it
+            if found not in _OLD_FORMATS:
+                return
+            mu_cols = "mu, slack" if _OLD_FORMATS[found] else "NULL, 0.0"
+            rows = con.execute(
+                f"SELECT id, status, rho, {mu_cols}, delta, label, who, reserved_at,"
+                " committed_at, detail FROM entries ORDER BY id"
+            ).fetchall()
+            con.execute(_ENTRIES_V3)
+            for row in rows:
+                cost = RecordedCost(
+                    rho=float(row[2]),
+                    mu=None if row[3] is None else float(row[3]),
+                    slack=float(row[4]),
+                    delta=float(row[5]),
+                )
+                con.execute(
+                    "INSERT INTO entries_v3 (id, status, event, label, who, reserved_at,"
+                    " committed_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (row[0], row[1], event_to_json(cost), *row[6:]),
+                )
+            con.execute("DROP TABLE entries")
+            con.execute("ALTER TABLE entries_v3 RENAME TO entries")
+            con.execute("UPDATE meta SET value = ? WHERE key = 'format'", (_FORMAT,))
+            con.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('migrated', ?)", (f"{found} at {_now()}",)
+            )
+
+    def _read_entries(self, con: sqlite3.Connection) -> list[LedgerEntry]:
+        rows = con.execute(
+            "SELECT id, status, event, label, who, reserved_at, committed_at, detail"
+            " FROM entries ORDER BY id"
+        ).fetchall()
+        out = []
+        for row in rows:
+            try:
+                event = event_from_json(row[2])
+            except UnknownEventError as error:
+                raise self._error(
+                    f"entry {row[0]} holds an event this gaussdp does not know ({error}; "
+                    "nothing was spent)",
+                    "upgrade gaussdp",
+                ) from error
+            except (TypeError, ValueError) as error:
+                raise self._error(
+                    f"entry {row[0]} holds an invalid event ({error}; nothing was spent)",
+                    "restore the file from a backup",
+                ) from error
+            out.append(
+                LedgerEntry(
+                    id=int(row[0]),
+                    status=str(row[1]),
+                    event=event,
+                    label=str(row[3]),
+                    who=str(row[4]),
+                    reserved_at=str(row[5]),
+                    committed_at=None if row[6] is None else str(row[6]),
+                    detail=json.loads(row[7]) if row[7] else None,
+                )
+            )
+        return out
+
+    def _accountant_of(self, entries: list[LedgerEntry]) -> Accountant:
+        acc = budget_accountant(self.total)
+        for entry in entries:
+            try:
+                acc.compose(entry.event)
+            except ValueError as error:
+                raise self._error(
+                    f"entry {entry.id} cannot be accounted against its total {self.total} "
+                    f"({error}; nothing was spent)",
+                    "start a new ledger with a total in another unit",
+                ) from error
+        return acc
 
     # -- spending ---------------------------------------------------------------------
+    def check(self, event: Event, count: int = 1, *, what: str = "this") -> None:
+        """Raise :class:`BudgetExceededError` if ``event`` would be refused now (writes nothing).
+
+        A read-only look for refusing early (before any data is read); the
+        binding check is the one in :meth:`reserve`. ``what`` names the event in
+        the message.
+        """
+        check_event(event)
+        acc = self.accountant()
+        message, _ = refusal(self.total, acc, event, count, owner="ledger", what=what)
+        if message is not None:
+            raise BudgetExceededError(message)
+
     def reserve(
         self,
+        event: Event,
         *,
-        rho: float,
-        mu: float | None = None,
-        slack: float = 0.0,
-        delta: float = 0.0,
         label: str,
         detail: dict[str, Any] | None = None,
+        what: str = "this",
     ) -> Reservation:
-        """Reserve a release's cost atomically: ρ, μ with its slack, and δ.
+        """Reserve ``event`` atomically if the whole history plus it fits the total.
 
         Parameters
         ----------
-        rho : float
-            ρ-zCDP of the release's Gaussian parts, ≥ 0.
-        mu : float, optional
-            μ-GDP of the same parts up to ``slack`` (``None``: not certified in
-            μ; a μ total then refuses the entry, an (ε, δ) total composes it
-            in ρ).
-        slack : float, default 0.0
-            The smoothing slack A ≥ 0 of ``mu``.
-        delta : float, default 0.0
-            δ spent outside the composition (private partition selection).
+        event : Event
+            What will be run (a release's :attr:`~gaussdp.release.plan.Plan.event`,
+            a DP-SGD run, a third-party step).
         label : str
             What was released.
         detail : dict, optional
             A JSON-ready description (e.g. the privacy report).
+        what : str, default "this"
+            How the refusal message names the event ("this release").
 
         Raises
         ------
         BudgetExceededError
-            If the ledger's history plus this cost would exceed the total
-            (:meth:`gaussdp.Budget.admits`). Nothing is written.
+            If the history plus ``event`` would exceed the total, with a message in
+            the total's terms. Nothing is written.
+        UnsupportedEventError
+            If the total's accountant cannot account for ``event``. Nothing is written.
+        LedgerError
+            If the file cannot be written (read-only, locked). Nothing is spent.
         """
-        rho = check_epsilon("rho", rho)
-        if mu is not None:
-            mu = check_epsilon("mu", mu)
-        slack = check_epsilon("slack", slack)
-        delta = check_epsilon("delta", delta)
+        check_event(event)
         if not isinstance(label, str):
             raise TypeError(invalid("label", "a str", label))
-        with self._connect() as con:
-            con.execute("BEGIN IMMEDIATE")  # the writer lock: checks cannot interleave
-            try:
-                rows = con.execute("SELECT rho, mu, slack, delta FROM entries").fetchall()
-                spent = _Spent.of([(float(r), m, float(a), float(d)) for r, m, a, d in rows])
-                new = _Spent.of([*spent.rows, (rho, mu, slack, delta)])
-                if not self.total.admits(
-                    rho=new.rho, mu=new.mu, slack=new.slack, extra_delta=new.delta
-                ):
-                    raise BudgetExceededError(
-                        invalid(
-                            "spending",
-                            f"within the ledger's total {self.total} (spent {spent})",
-                            f"{_Spent.of([(rho, mu, slack, delta)])} more",
-                        )
-                    )
-                cur = con.execute(
-                    "INSERT INTO entries (status, rho, mu, slack, delta, label, who, reserved_at,"
-                    " detail) VALUES ('reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        rho,
-                        mu,
-                        slack,
-                        delta,
-                        label,
-                        _who(),
-                        _now(),
-                        None if detail is None else json.dumps(detail),
-                    ),
-                )
-                entry_id = int(cur.lastrowid or 0)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-        return Reservation(entry_id, rho, mu, slack, delta)
+        text = event_to_json(event)
+        payload = None if detail is None else json.dumps(detail)
+        with self._write() as con:
+            before = self._accountant_of(self._read_entries(con))
+            message, _ = refusal(self.total, before, event, owner="ledger", what=what)
+            if message is not None:
+                raise BudgetExceededError(message)
+            cur = con.execute(
+                "INSERT INTO entries (status, event, label, who, reserved_at, detail)"
+                " VALUES ('reserved', ?, ?, ?, ?, ?)",
+                (text, label, _who(), _now(), payload),
+            )
+            entry_id = int(cur.lastrowid or 0)
+        return Reservation(entry_id, event)
 
     def commit(self, reservation: Reservation) -> None:
         """Mark a reservation as spent (its cost was counted from the moment it was reserved)."""
@@ -332,110 +459,64 @@ class Ledger:
                     invalid("reservation", "an open reservation of this ledger", reservation)
                 )
 
+    def charge(self, event: Event, *, label: str, detail: dict[str, Any] | None = None) -> None:
+        """Reserve and commit ``event`` at once (for a spend with nothing to run in between)."""
+        self.commit(self.reserve(event, label=label, detail=detail))
+
     # -- reading ----------------------------------------------------------------------
     def entries(self) -> list[LedgerEntry]:
         """All entries, oldest first (reserved ones included: they count)."""
         with self._connect() as con:
-            rows = con.execute(
-                "SELECT id, status, rho, mu, slack, delta, label, who, reserved_at, committed_at,"
-                " detail FROM entries ORDER BY id"
-            ).fetchall()
-        return [
-            LedgerEntry(
-                id=int(row[0]),
-                status=str(row[1]),
-                rho=float(row[2]),
-                mu=None if row[3] is None else float(row[3]),
-                slack=float(row[4]),
-                delta=float(row[5]),
-                label=str(row[6]),
-                who=str(row[7]),
-                reserved_at=str(row[8]),
-                committed_at=None if row[9] is None else str(row[9]),
-                detail=json.loads(row[10]) if row[10] else None,
+            return self._read_entries(con)
+
+    @property
+    def history(self) -> Composed:
+        """Every entry's event, oldest first, as one event."""
+        return Composed(tuple(e.event for e in self.entries()))
+
+    def accountant(self) -> Accountant:
+        """The total's accountant holding every entry (reserved ones included)."""
+        return self._accountant_of(self.entries())
+
+    @property
+    def spent(self) -> float:
+        """What the history spends in the total's unit (ε at its δ, ρ or μ; upper bound)."""
+        return spent(self.total, self.accountant()).value
+
+    @property
+    def remaining(self) -> float:
+        """What is left in the total's unit (ε, ρ: total − spent; μ: √(total² − spent²))."""
+        return self.summary().remaining
+
+    def summary(self) -> LedgerSummary:
+        """Entries with their cost alone, and the totals: what ``gaussdp ledger show`` prints."""
+        entries = self.entries()
+        total = spent(self.total, self._accountant_of(entries))
+        symbol, limit = budget_limit(self.total)
+        rows = tuple(
+            LedgerRow(
+                id=e.id,
+                status=e.status,
+                what=e.label,
+                when=e.reserved_at,
+                committed_at=e.committed_at,
+                who=e.who,
+                event=describe(e.event),
+                cost=spent(self.total, self._accountant_of([e])).value,
             )
-            for row in rows
-        ]
-
-    def _spent(self) -> _Spent:
-        return _Spent.of([(e.rho, e.mu, e.slack, e.delta) for e in self.entries()])
-
-    @property
-    def spent_rho(self) -> float:
-        """Total ρ of all entries (rounded up)."""
-        return self._spent().rho
-
-    @property
-    def spent_mu(self) -> float | None:
-        """√Σμ² of all entries (rounded up), or ``None`` if some entry has no μ."""
-        return self._spent().mu
-
-    @property
-    def spent_slack(self) -> float:
-        """Total smoothing slack A of all entries."""
-        return self._spent().slack
-
-    @property
-    def spent_delta(self) -> float:
-        """Total δ of all entries (partition selection)."""
-        return self._spent().delta
-
-    @property
-    def remaining_rho(self) -> float | None:
-        """ρ a further entry spending no δ could still spend in ρ; ``None`` for a μ total."""
-        if self.total.mu is not None:
-            return None
-        spent = self._spent()
-        if spent.delta > 0 and self.total.kind != "approx_dp":
-            return 0.0
-        return max(0.0, self.total.rho_capacity(spent.delta) - spent.rho)
-
-    @property
-    def remaining_mu(self) -> float | None:
-        """μ a further entry with no δ (and negligible slack) could still spend.
-
-        ``None`` for a ρ total, or when some entry has no μ (the history then
-        composes in ρ only).
-        """
-        spent = self._spent()
-        if self.total.rho is not None or spent.mu is None:
-            return None
-        capacity = self.total.mu_capacity(spent.delta, spent.slack)
-        return math.sqrt(max(0.0, capacity * capacity - spent.mu * spent.mu))
-
-    @property
-    def epsilon_spent(self) -> float | None:
-        """ε at the total's δ for everything spent so far, if the total has a δ.
-
-        The smaller of the μ-GDP (with slack) and ρ-zCDP (CKS Cor 13)
-        certificates of the history (:meth:`gaussdp.Budget.spent_epsilon`).
-        """
-        spent = self._spent()
-        return self.total.spent_epsilon(
-            rho=spent.rho, mu=spent.mu, slack=spent.slack, extra_delta=spent.delta
+            for e in entries
+        )
+        return LedgerSummary(
+            total=self.total,
+            unit=_UNITS[symbol],
+            delta=self.total.delta,
+            spent=total.value,
+            spent_lower=total.lower,
+            remaining=left_of(symbol, limit, total.value),
+            selection_delta=total.delta,
+            slack=total.slack,
+            rows=rows,
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Spent:
-    """Totals of a list of (ρ, μ, A, δ) costs, each rounded up."""
-
-    rows: tuple[tuple[float, float | None, float, float], ...]
-    rho: float
-    mu: float | None
-    slack: float
-    delta: float
-
-    @classmethod
-    def of(cls, rows: list[tuple[float, float | None, float, float]]) -> _Spent:
-        return cls(
-            tuple(rows),
-            _up(math.fsum(r for r, _, _, _ in rows)),  # Bun & Steinke 2016 Lemma 2.3
-            _compose_mu([m for _, m, _, _ in rows]) if rows else 0.0,  # DRS Cor 3.3
-            _up(math.fsum(a for _, _, a, _ in rows)),
-            _up(math.fsum(d for _, _, _, d in rows)),
-        )
-
-    def __str__(self) -> str:
-        mu = "none" if self.mu is None else f"{self.mu:.6g}"
-        return f"rho={self.rho:.6g}, mu={mu}, slack={self.slack:.3g}, delta={self.delta:.3g}"
+_UNITS = {"ε": "epsilon", "ρ": "rho", "μ": "mu"}

@@ -44,18 +44,21 @@ budget (:attr:`gaussdp.Budget.accounting`):
   so the part over c coordinates is within e^{±c·a} of a
   Δ/√(σ² − τ²) ≤ μᵢ -GDP mechanism (DRS Thm 2.7). The μ's compose exactly,
   μ = √Σμᵢ² (DRS Cor 3.3), the slack is A = Σcᵢ·a, and the release is
-  (ε_μ((δ − Σδ_s)e^{−A}) + 2A, δ)-DP (:func:`gaussdp.mechanisms.epsilon_with_slack`,
-  DRS Cor 2.13). The number of cells c is a-priori: public keys × bins, or, for
+  (ε_μ((δ − Σδ_s)e^{−A}) + 2A, δ)-DP (DRS Cor 2.13; computed by the
+  accountants). The number of cells c is a-priori: public keys × bins, or, for
   private partition selection, 2⁶⁴ × bins (engines count rows in 64-bit
   integers, so there are fewer candidate groups than that; 2⁶⁴·a ≈ 5·10⁻⁵⁸).
 - **ρ-zCDP** (ρ budgets). ρᵢ = wᵢ·ρ, σ² = Δ²/(2ρᵢ) rounded up to a multiple of
   2⁻³²; the part is Δ²/(2σ²) ≤ ρᵢ -zCDP exactly (CKS Thm 4; Thm 14 for the vector
   of all cells), ρ's add (Bun & Steinke 2016 Lemma 2.3), and ε at δ is CKS Cor 13.
 
-Both views are computed for every part (a μ-accounted part is exactly
-Δ²/(2σ²)-zCDP, and a ρ-accounted one with σ² > τ² is certified in μ as well,
-which a ledger can use); the plan's ε is the one of its accounting, computed
-from the realised σ²'s, and is checked against the budget.
+Every part is an event (:class:`gaussdp.accounting.LatticeNoise`, or a
+:class:`gaussdp.accounting.PartitionSelection` for a selection) and the plan is
+their :class:`~gaussdp.accounting.Composed` event (:attr:`Plan.event`): the
+totals (ρ, μ, slack, δ, ε) are computed from it by the accountants — the
+zCDP, GDP and PLD accountants, the same ones a filter or a ledger uses — from
+the realised σ²'s, and the plan is checked against the budget by the filter's
+own check.
 
 Private partition selection (Gaussian thresholding): the number of distinct
 units per group after L0 bounding gets N_Z(0, σ_s²) (L2 sensitivity √L0); a
@@ -70,15 +73,23 @@ Steinke 2016 Def 8.1, Lemma 8.3 for zCDP), so ε is reported at δ − Σδ_s.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
+from gaussdp._search import smallest_passing_int
+from gaussdp.accounting.accountants import (
+    Accountant,
+    GDPAccountant,
+    UnsupportedEventError,
+    ZCDPAccountant,
+)
+from gaussdp.accounting.events import Composed, Event, LatticeNoise, PartitionSelection
+from gaussdp.accounting.filter import budget_accountant, refusal
 from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import LatticeGaussian, smoothing_log_ratio
-from gaussdp.privacy import discrete_gaussian_sf
+from gaussdp.mechanisms import LatticeGaussian
 from gaussdp.release.queries import KeyTuple, Query
 from gaussdp.release.sql import Output, ScalarValue, VectorValue
 
@@ -118,16 +129,6 @@ def grid_step(bound: float) -> float:
 def _round_half_up(x: float) -> int:
     # The SQL computes FLOOR(x + 0.5) in IEEE doubles; the same operations here.
     return math.floor(x + 0.5)
-
-
-def _up(x: Fraction) -> float:
-    """A float ≥ ``x`` (float() rounds to nearest; one step up makes it safe)."""
-    return math.nextafter(float(x), math.inf)
-
-
-def _sqrt_up(x: Fraction) -> float:
-    """A float ≥ √``x``."""
-    return math.nextafter(math.sqrt(_up(x)), math.inf)
 
 
 def _sigma2(sensitivity2: Fraction, share: Fraction, accounting: Accounting) -> Fraction:
@@ -170,7 +171,9 @@ class Part:
     ``query`` is ``None`` for a partition selection; ``grouping`` indexes
     :attr:`Plan.groupings`. ``sensitivity2`` is the squared L2 sensitivity Δ²
     in grid units (exact), ``cells`` an a-priori bound on the coordinates
-    released (cells of the grouping times the vector's dimension).
+    released (cells of the grouping times the vector's dimension). Its privacy
+    is that of :attr:`noise`; a selection's part adds the selection's δ
+    (:class:`Selection`, :attr:`Plan.event`).
     """
 
     query: int | None
@@ -192,38 +195,30 @@ class Part:
         return self.gamma * math.sqrt(self.sigma2)
 
     @property
-    def rho_exact(self) -> Fraction:
-        """Δ²/(2σ²): the part is exactly this ρ-zCDP (CKS Thm 4/14)."""
-        return self.sensitivity2 / (2 * self.sigma2)
-
-    @property
-    def mu2_exact(self) -> Fraction | None:
-        """Δ²/(σ² − τ²): the part is μ-GDP with this μ² up to :attr:`slack`; None if σ² ≤ τ²."""
-        continuous = self.sigma2 - _TAU2
-        return None if continuous <= 0 else self.sensitivity2 / continuous
+    def noise(self) -> LatticeNoise:
+        """The part's noise as an event: N_Z(0, σ²) on ``cells`` coordinates, L2 sensitivity Δ."""
+        return LatticeNoise(self.sigma2, self.sensitivity2, self.cells)
 
     @property
     def rho(self) -> float:
-        """:attr:`rho_exact`, rounded up."""
-        return _up(self.rho_exact)
+        """Δ²/(2σ²), rounded up: the part is exactly this ρ-zCDP (CKS Thm 4/14)."""
+        return self.noise.rho
 
     @property
     def mu(self) -> float | None:
-        """√:attr:`mu2_exact`, rounded up (smoothing argument, :class:`gaussdp.LatticeGaussian`)."""
-        mu2 = self.mu2_exact
-        return None if mu2 is None else _sqrt_up(mu2)
+        """Δ/√(σ² − τ²), rounded up (smoothing argument); ``None`` if σ² ≤ τ²."""
+        mu = self.noise.mu
+        return None if math.isinf(mu) else mu
 
     @property
     def slack(self) -> float:
         """cells·a: the part's pmf is within e^{±slack} of a μ-GDP mechanism's."""
-        return _slack(self.cells)
+        return self.noise.smoothing_slack
 
 
 def _slack(cells: int) -> float:
-    """c·a, rounded up (a = smoothing_log_ratio(τ²) is itself an upper bound)."""
-    if cells == 0:
-        return 0.0
-    return math.nextafter(smoothing_log_ratio(_TAU2) * math.nextafter(cells, math.inf), math.inf)
+    """c·a, rounded up: the a-priori smoothing slack of ``cells`` coordinates."""
+    return 0.0 if cells == 0 else LatticeNoise(Fraction(1), Fraction(1), cells).smoothing_slack
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,25 +311,39 @@ class Plan:
     epsilon: float | None
     budget: Budget
 
+    @property
+    def event(self) -> Composed:
+        """The release as one event: every part's noise, and each partition selection."""
+        return _plan_event(self.groupings, self.parts)
 
-def _threshold(sigma2: Fraction, l0: int, delta: float) -> tuple[int, float]:
+
+def _plan_event(groupings: Sequence[Grouping], parts: Sequence[Part]) -> Composed:
+    events: list[Event] = []
+    for p in parts:
+        g = groupings[p.grouping]
+        if p.query is None and g.selection is not None:
+            events.append(PartitionSelection(p.sigma2, g.selection.threshold, g.l0, p.cells))
+        else:
+            events.append(p.noise)
+    return Composed(tuple(events))
+
+
+def _composed(accountant: Accountant, event: Event) -> Accountant | None:
+    """``accountant`` with ``event`` composed, or None if it cannot account for it."""
+    try:
+        return accountant.compose(event)
+    except UnsupportedEventError:  # some part has σ² ≤ τ²: no μ certificate
+        return None
+
+
+def _threshold(sigma2: Fraction, l0: int, delta: float, cells: int) -> tuple[int, float]:
     """Smallest τ with L0·P[Z ≥ τ − 1] ≤ δ, Z ~ N_Z(0, σ²); returns (τ, the δ it spends)."""
 
     def spent(tau: int) -> float:
-        # P[Z ≥ τ − 1] = P[Z > τ − 2] = sf(τ − 2); union bound over ≤ L0 new groups.
-        return l0 * float(discrete_gaussian_sf(tau - 2, sigma2)) * (1 + 1e-9)
+        return PartitionSelection(sigma2, tau, l0, cells).delta
 
-    hi = 2
-    while spent(hi) > delta:
-        hi *= 2
-    lo = 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if spent(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi, spent(hi)
+    tau = smallest_passing_int(lambda t: spent(t) <= delta, 1)
+    return tau, spent(tau)
 
 
 def _coordinates(q: Query) -> int:
@@ -415,39 +424,46 @@ def make_plan(
         raise ValueError(
             invalid("budget", f"large enough to leave a positive {_UNIT[accounting]}", budget)
         )
-    # A margin for the float roundings of the totals; then check, shrinking if ever needed.
-    for attempt in range(4):
-        factor = 1 - 1e-12 * 10**attempt
-        plan = _split(
+
+    def plan_at(k: int) -> Plan:
+        # k steps of 10⁻¹² below the capacity, for the float roundings of the totals.
+        return _split(
             groupings,
             queries,
             internal,
             name,
             budget=budget,
-            capacity=capacity * factor,
+            capacity=capacity * (1 - k * 1e-12),
             linf=max_rows_per_group,
             sel_delta=sel_delta,
             selection_count=selection_count,
             selection_weight=selection_weight,
         )
-        if _within(plan):
-            return plan
-    raise ValueError(  # pragma: no cover - the capacity is checked by Budget
-        invalid("budget", "met by the planned noise", budget)
-    )
+
+    # The filter's own check decides (the capacity itself passes unless rounding disagrees).
+    plan = plan_at(0)
+    if _within(plan):
+        return plan
+    try:  # pragma: no cover - reached only if the totals' rounding disagrees with the budget's
+        k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
+    except ValueError:  # pragma: no cover - the capacity is computed from the budget
+        raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
+    return plan_at(k)  # pragma: no cover
 
 
 _UNIT: dict[Accounting, str] = {"gdp": "mu", "zcdp": "rho"}
+#: The most steps of 10⁻¹² the capacity is lowered by to meet the budget (10 %).
+_MAX_SHRINK = 10**11
 
 
 def _within(plan: Plan) -> bool:
-    """The realised totals meet the budget in the plan's own accounting."""
+    """The plan's event fits its budget by the filter's check (:func:`refusal`)."""
     budget = plan.budget
-    if budget.epsilon is not None:
-        return plan.epsilon is not None and plan.epsilon <= budget.epsilon
-    if budget.rho is not None:
-        return plan.rho <= budget.rho
-    return plan.mu is not None and plan.mu <= float(budget.mu or 0.0)
+    try:
+        message, _ = refusal(budget, budget_accountant(budget), plan.event)
+    except UnsupportedEventError:
+        return False
+    return message is None
 
 
 def _split(
@@ -470,7 +486,6 @@ def _split(
     weights = sum((Fraction(q.weight) for q in queries), Fraction(0))
     weights += Fraction(selection_weight) * selection_count
     parts: list[Part] = []
-    spent_delta = 0.0
     for gi, g in enumerate(groupings):
         g.measures = []
         g.selection = None
@@ -520,33 +535,27 @@ def _split(
         if g.private_keys:
             share = total * Fraction(selection_weight) / weights
             s2 = _sigma2(Fraction(l0), share, accounting)
-            tau, spent = _threshold(s2, l0, sel_delta / selection_count)
+            tau, spent = _threshold(s2, l0, sel_delta / selection_count, g.cells)
             g.selection = Selection(s2, tau, spent)
             parts.append(Part(None, gi, "distinct units", 1.0, Fraction(l0), s2, g.cells))
-            spent_delta += spent
 
-    rho = _up(sum((p.rho_exact for p in parts), Fraction(0)))
-    mu2s = [p.mu2_exact for p in parts]
-    mu2_total = Fraction(0)
-    for mu2 in mu2s:
-        if mu2 is not None:
-            mu2_total += mu2
-    mu = None if None in mu2s else _sqrt_up(mu2_total)
-    slack = _slack(sum(p.cells for p in parts))
-    if accounting == "gdp":
-        # ε_μ((δ − Σδ_s)e^{−A}) + 2A (DRS Cor 2.13 with the smoothing slack); None fails closed.
-        epsilon = None if mu is None else budget.epsilon_at_mu(mu, spent_delta, slack)
-    else:
-        epsilon = budget.epsilon_at(rho, spent_delta)  # CKS Cor 13
+    # The totals, by the accountants (ρ-zCDP; μ-GDP with the smoothing slack; ε at δ).
+    event = _plan_event(groupings, parts)
+    zcdp = ZCDPAccountant().compose(event)
+    gdp = _composed(GDPAccountant(), event)
+    epsilon = None
+    if budget.delta is not None:
+        acc = zcdp if accounting == "zcdp" else _composed(budget_accountant(budget), event)
+        epsilon = None if acc is None else acc.epsilon(budget.delta).upper
     return Plan(
         tuple(groupings),
         internal,
         tuple(parts),
         accounting,
-        rho,
-        mu,
-        slack,
-        spent_delta,
+        zcdp.rho,
+        gdp.mu if isinstance(gdp, GDPAccountant) else None,
+        zcdp.slack if gdp is None else gdp.slack,
+        zcdp.extra_delta,
         epsilon,
         budget,
     )

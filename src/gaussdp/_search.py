@@ -1,0 +1,244 @@
+r"""One safe-side search and directed rounding, for every calibration and inversion.
+
+A calibration asks for the smallest (or largest) parameter meeting a privacy
+condition — the smallest ε with δ(ε) ≤ δ, the largest μ that fits a budget, the
+smallest threshold whose δ is small enough. The answer must never be on the
+unsafe side, so the search keeps an invariant instead of trusting a root
+finder: :func:`smallest_passing` returns a point at which the predicate was
+*evaluated* to pass, and the bracket shrinks only by evaluations (bisection).
+Floating-point error in the predicate is the predicate's concern (it rounds its
+own computation the safe way, with the helpers below); the search adds none.
+
+The rounding helpers turn a correctly rounded float result into a bound:
+:func:`up` and :func:`down` move one ulp (``math.nextafter``), :func:`add_up`,
+:func:`mul_up` and :func:`sqrt_up` give floats ≥ the exact sum, product and
+square root of their arguments (each IEEE operation is off by at most half an
+ulp, so one step suffices); :func:`fraction_up` / :func:`fraction_down` bound an
+exact rational.
+
+Examples
+--------
+>>> smallest_passing(lambda x: x * x >= 2.0, 0.0, 2.0) ** 2 >= 2.0
+True
+>>> smallest_passing_int(lambda k: 2**k >= 1000, 0)
+10
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+from gaussdp.errors import invalid
+
+__all__ = [
+    "add_up",
+    "down",
+    "fraction_down",
+    "fraction_up",
+    "largest_passing",
+    "mul_up",
+    "smallest_passing",
+    "smallest_passing_int",
+    "sqrt_up",
+    "up",
+]
+
+#: Default relative width at which a float search stops (the answer is within it).
+REL_TOL = 1e-12
+#: Largest number of bracket doublings before a search gives up.
+_MAX_DOUBLINGS = 2100
+
+
+def up(x: float) -> float:
+    """The next float above ``x`` (a bound ≥ the exact value of a correctly rounded result)."""
+    return math.nextafter(x, math.inf)
+
+
+def down(x: float) -> float:
+    """The next float below ``x``."""
+    return math.nextafter(x, -math.inf)
+
+
+def add_up(*terms: float) -> float:
+    """A float ≥ the exact sum of ``terms`` (``math.fsum``, one ulp up if inexact)."""
+    total = math.fsum(terms)
+    exact = math.isinf(total) or math.fsum([*terms, -total]) == 0.0
+    return total if exact else up(total)
+
+
+def mul_up(a: float, b: float) -> float:
+    """A float ≥ the exact product a·b of finite ``a``, ``b``: one ulp up if inexact."""
+    product = a * b
+    if math.isinf(product) or Fraction(product) == Fraction(a) * Fraction(b):
+        return product
+    return up(product)
+
+
+def sqrt_up(x: Fraction | float) -> float:
+    """A float ≥ √x for an exact x ≥ 0 (x rounded up to a float, the root rounded up)."""
+    exact = Fraction(x)
+    root = math.sqrt(fraction_up(exact))
+    return root if Fraction(root) ** 2 >= exact else up(root)
+
+
+def fraction_up(x: Fraction) -> float:
+    """A float ≥ the rational ``x`` (``float()`` rounds to nearest; one ulp up if inexact)."""
+    value = float(x)
+    return value if Fraction(value) >= x else up(value)
+
+
+def fraction_down(x: Fraction) -> float:
+    """A float ≤ the rational ``x``."""
+    value = float(x)
+    return value if Fraction(value) <= x else down(value)
+
+
+def smallest_passing(
+    predicate: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    *,
+    rel_tol: float = REL_TOL,
+    abs_tol: float = 0.0,
+    grow: bool = False,
+) -> float:
+    """A point in [lo, hi] where ``predicate`` passes, within the tolerance of the smallest one.
+
+    ``predicate`` must be monotone: once it passes at x it passes at every
+    larger x. The returned value was evaluated to pass (the safe side); the true
+    threshold t satisfies ``result − max(rel_tol·result, abs_tol) ≤ t ≤ result``
+    (up to float spacing). If ``predicate(lo)`` passes, ``lo`` is returned.
+
+    Parameters
+    ----------
+    predicate : callable
+        float → bool, monotone non-decreasing in its argument.
+    lo, hi : float
+        The bracket, finite, ``lo <= hi``.
+    rel_tol, abs_tol : float
+        Stop when hi − lo ≤ max(rel_tol·|hi|, abs_tol).
+    grow : bool, default False
+        If ``predicate(hi)`` fails, double ``hi − lo`` (from ``lo``) until it
+        passes, instead of raising.
+
+    Raises
+    ------
+    ValueError
+        If the predicate fails at ``hi`` (after growing, if asked, past the
+        largest float): there is no passing point in the bracket.
+
+    Examples
+    --------
+    >>> x = smallest_passing(lambda x: x >= 0.3, 0.0, 1.0)
+    >>> 0.3 <= x < 0.3 * (1 + 1e-11)
+    True
+    >>> smallest_passing(lambda x: x >= 5.0, 0.0, 1.0, grow=True) >= 5.0
+    True
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(invalid("bracket", "finite with lo <= hi", (lo, hi)))
+    if predicate(lo):
+        return lo
+    if not predicate(hi):
+        if not grow:
+            raise ValueError(invalid("bracket", "one whose upper end passes", (lo, hi)))
+        width = max(hi - lo, 1e-300)
+        for _ in range(_MAX_DOUBLINGS):
+            lo, width = hi, 2 * width
+            hi = lo + width
+            if not math.isfinite(hi):
+                break
+            if predicate(hi):
+                break
+        else:  # pragma: no cover - 2100 doublings exceed every float
+            hi = math.inf
+        if not math.isfinite(hi):
+            raise ValueError(invalid("bracket", "one with a passing point below inf", (lo, hi)))
+    # Invariant: predicate(lo) fails, predicate(hi) passes.
+    while hi - lo > max(rel_tol * abs(hi), abs_tol):
+        mid = lo + (hi - lo) / 2
+        if mid <= lo or mid >= hi:  # adjacent floats
+            break
+        if predicate(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def largest_passing(
+    predicate: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    *,
+    rel_tol: float = REL_TOL,
+    abs_tol: float = 0.0,
+) -> float:
+    """A point in [lo, hi] where ``predicate`` passes, within the tolerance of the largest one.
+
+    ``predicate`` must be monotone non-increasing (once it fails at x it fails at
+    every larger x) and pass at ``lo``. The returned value was evaluated to pass.
+
+    Examples
+    --------
+    >>> x = largest_passing(lambda x: x * x <= 2.0, 0.0, 2.0)
+    >>> x * x <= 2.0 and x > 1.41421356
+    True
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(invalid("bracket", "finite with lo <= hi", (lo, hi)))
+    if not predicate(lo):
+        raise ValueError(invalid("bracket", "one whose lower end passes", (lo, hi)))
+    if predicate(hi):
+        return hi
+    # Invariant: predicate(lo) passes, predicate(hi) fails.
+    while hi - lo > max(rel_tol * abs(hi), abs_tol):
+        mid = lo + (hi - lo) / 2
+        if mid <= lo or mid >= hi:
+            break
+        if predicate(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def smallest_passing_int(
+    predicate: Callable[[int], bool], lo: int, hi: int | None = None, *, limit: int = 2**4096
+) -> int:
+    """The smallest integer k ≥ ``lo`` at which a monotone ``predicate`` passes (exact).
+
+    Without ``hi`` the bracket grows by doubling from ``lo`` until the predicate
+    passes (up to ``limit``).
+
+    Raises
+    ------
+    ValueError
+        If the predicate fails at ``hi`` (or at ``limit``).
+
+    Examples
+    --------
+    >>> smallest_passing_int(lambda k: k * k >= 50, 0)
+    8
+    """
+    if predicate(lo):
+        return lo
+    if hi is None:
+        step = 1
+        hi = lo + step
+        while not predicate(hi):
+            lo, step = hi, 2 * step
+            hi = lo + step
+            if hi > limit:
+                raise ValueError(invalid("bracket", f"one with a passing point below {limit}", lo))
+    elif not predicate(hi):
+        raise ValueError(invalid("bracket", "one whose upper end passes", (lo, hi)))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if predicate(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

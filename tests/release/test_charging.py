@@ -1,0 +1,105 @@
+"""Nothing spends outside a filter: every Release.run is charged, and refused before reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gaussdp.accounting import PartitionSelection, PLDAccountant, PrivacyFilter
+from gaussdp.budget import Budget
+from gaussdp.errors import BudgetExceededError
+from gaussdp.mechanisms import Gaussian
+from gaussdp.random import ChaCha20Random
+from gaussdp.release import Ledger, Release
+
+BUDGET = Budget(epsilon=1.0, delta=1e-6)
+
+
+def _csv(tmp_path: Path) -> Path:
+    path = tmp_path / "visits.csv"
+    frame = pd.DataFrame({"user": [1, 1, 2, 3, 4], "page": ["a", "b", "a", "a", "b"]})
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _release(source: object, budget: Budget = BUDGET) -> Release:
+    return Release(
+        source, privacy_unit="user", budget=budget, max_groups_per_unit=2, max_rows_per_group=1
+    ).count(by="page", keys=["a", "b"])
+
+
+def _unreadable(path: Path) -> None:
+    """Make ``path`` fail if anything opens it: it becomes a directory."""
+    path.unlink()
+    path.mkdir()
+
+
+def test_rerunning_a_release_is_charged_and_refused_before_reading(tmp_path: Path) -> None:
+    path = _csv(tmp_path)
+    release = _release(path)
+    release.run(rng=ChaCha20Random(1))
+    assert release.filter.spent == pytest.approx(1.0, rel=1e-9)
+    assert release.filter.spent <= 1.0
+    assert release.filter.history.events == (release.plan().event,)
+    _unreadable(path)  # a source that fails if read
+    message = r"^refused: this release costs ε = 1 at δ = 1e-06; the filter has ε = \d\S* left of 1"
+    with pytest.raises(BudgetExceededError, match=message):
+        release.run(rng=ChaCha20Random(2))
+    assert len(release.filter.history.events) == 1  # nothing charged by the refusal
+
+
+def test_a_second_query_set_against_the_same_filter(tmp_path: Path) -> None:
+    path = _csv(tmp_path)
+    shared = PrivacyFilter(Budget(epsilon=1.6, delta=1e-6))
+    first = _release(path, Budget(epsilon=1.5, delta=1e-6))
+    first.run(rng=ChaCha20Random(1), filter=shared)
+    spent = shared.spent
+    second = _release(path, Budget(epsilon=1.0, delta=1e-6))  # its own budget fits alone
+    _unreadable(path)
+    with pytest.raises(BudgetExceededError, match=r"the filter has ε = 0.1\d* left of 1.6"):
+        second.run(rng=ChaCha20Random(2), filter=shared)
+    assert shared.spent == spent
+    assert second.filter.spent == 0.0  # its own filter was not touched either
+
+
+def test_a_ledger_release_is_checked_before_reading(tmp_path: Path) -> None:
+    path = _csv(tmp_path)
+    ledger = Ledger(tmp_path / "b.db", total=Budget(epsilon=1.2, delta=1e-6))
+    release = _release(path)
+    release.run(rng=ChaCha20Random(1), ledger=ledger)
+    assert release.filter.spent == 0.0  # the ledger was charged instead
+    (entry,) = ledger.entries()
+    assert entry.event == release.plan().event
+    expected = PLDAccountant().compose(release.plan().event).epsilon(1e-6).upper
+    assert ledger.spent == expected
+    _unreadable(path)
+    with pytest.raises(BudgetExceededError, match="the ledger has ε = 0.2 left of 1.2"):
+        release.run(rng=ChaCha20Random(2), ledger=ledger)
+    assert len(ledger.entries()) == 1
+    with pytest.raises(ValueError, match="^filter must be None when a ledger is given"):
+        release.run(ledger=ledger, filter=PrivacyFilter(BUDGET))
+
+
+def test_a_bad_input_spends_nothing(tmp_path: Path) -> None:
+    path = _csv(tmp_path)
+    release = Release(
+        path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+    ).sum("nope", bounds=(0, 1))
+    with pytest.raises(ValueError, match="nope"):
+        release.run()
+    assert release.filter.spent == 0.0
+
+
+def test_filter_takes_a_budget_and_keywords() -> None:
+    assert PrivacyFilter(Budget(mu=1.0)).budget == PrivacyFilter(mu=1.0).budget
+    f = PrivacyFilter(Budget(epsilon=1.0, delta=1e-5))
+    assert f.cost(Gaussian(sigma=10.0)) == f.cost(Gaussian(sigma=10.0), 1) > 0
+    with pytest.raises(ValueError, match="^budget must be given once"):
+        PrivacyFilter(Budget(mu=1.0), mu=1.0)
+    with pytest.raises(TypeError, match="^budget must be a gaussdp.Budget"):
+        PrivacyFilter("1.0")  # type: ignore[arg-type]
+    rho = PrivacyFilter(Budget(rho=1.0))
+    with pytest.raises(BudgetExceededError, match="a ρ budget cannot spend δ"):
+        rho.accept(PartitionSelection(1000, 300, 1, 10))
