@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gaussdp.cli._output import console, emit, fail, guarded
+from gaussdp.cli._output import console, emit, fail, handle_errors
 
 if TYPE_CHECKING:
     from gaussdp.privacy.tradeoff import TradeoffCurve
@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
     """Add ``explain`` to ``app``."""
 
     @app.command()
+    @handle_errors()
     def explain(
         epsilon: Annotated[float | None, typer.Option("--epsilon", "-e", help="ε ≥ 0.")] = None,
         delta: Annotated[float | None, typer.Option("--delta", "-d", help="δ in [0, 1].")] = None,
@@ -85,18 +86,16 @@ def register(app: typer.Typer) -> None:
         """
         from gaussdp.privacy.tradeoff import explain as explain_guarantee
 
-        curve = guarded(
-            lambda: explain_curve(
-                epsilon=epsilon,
-                delta=delta,
-                mu=mu,
-                rho=rho,
-                noise_multiplier=noise_multiplier,
-                sample_rate=sample_rate,
-                steps=steps,
-            )
+        curve = explain_curve(
+            epsilon=epsilon,
+            delta=delta,
+            mu=mu,
+            rho=rho,
+            noise_multiplier=noise_multiplier,
+            sample_rate=sample_rate,
+            steps=steps,
         )
-        result = guarded(lambda: explain_guarantee(curve, fpr))
+        result = explain_guarantee(curve, fpr)
         readings = [(f, float(curve.max_tpr(f))) for f in sorted({*_READINGS, result.fpr})]
         if json:
             payload = result.as_dict()
@@ -111,7 +110,7 @@ def register(app: typer.Typer) -> None:
             ("equal-error point", "equal_error_rate", result.equal_error_rate),
         ]
         emit("What an attacker can learn", rows, as_json=False)
-        console.print(
+        console().print(
             f"At FPR = {result.fpr:g} no attack exceeds TPR = {result.max_tpr:.4g}.",
             highlight=False,
         )

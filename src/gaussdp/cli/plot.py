@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp.cli._output import console, fail, guarded
+from gaussdp.cli._output import console, fail, handle_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,13 +41,14 @@ def _plot_module() -> Any:
 def _save(result: tuple[Figure, pd.DataFrame], out: Path, table: Path | None) -> None:
     fig, frame = result
     fig.savefig(out, dpi=120)
-    console.print(f"wrote {out}", highlight=False)
+    console().print(f"wrote {out}", highlight=False)
     if table is not None:
         frame.to_csv(table, index=False)
-        console.print(f"wrote {table}", highlight=False)
+        console().print(f"wrote {table}", highlight=False)
 
 
 @plot_app.command("tradeoff")
+@handle_errors()
 def tradeoff(
     out: OutOption,
     mu: Annotated[
@@ -76,23 +77,22 @@ def tradeoff(
     curves = []
     if any(v is not None for v in release):
         curves.append(
-            guarded(
-                lambda: explain_curve(
-                    epsilon=epsilon,
-                    delta=delta,
-                    mu=None,
-                    rho=rho,
-                    noise_multiplier=noise_multiplier,
-                    sample_rate=sample_rate,
-                    steps=steps,
-                )
+            explain_curve(
+                epsilon=epsilon,
+                delta=delta,
+                mu=None,
+                rho=rho,
+                noise_multiplier=noise_multiplier,
+                sample_rate=sample_rate,
+                steps=steps,
             )
         )
     mus = tuple(mu) if mu else tuple(module.DRS_MUS)
-    _save(guarded(lambda: module.tradeoff_figure(curves, mus=mus, log=log)), out, table)
+    _save(module.tradeoff_figure(curves, mus=mus, log=log), out, table)
 
 
 @plot_app.command("profile")
+@handle_errors()
 def profile(
     out: OutOption,
     sigma: Annotated[float, typer.Option(help="Noise σ of each run (sensitivity 1).")],
@@ -117,10 +117,11 @@ def profile(
         result: tuple[Figure, pd.DataFrame] = module.privacy_profile_figure(mechanism, count)
         return result
 
-    _save(guarded(build), out, table)
+    _save(build(), out, table)
 
 
 @plot_app.command("sigma")
+@handle_errors()
 def sigma(
     out: OutOption,
     delta: Annotated[float, typer.Option(help="The fixed δ.")] = 1e-5,
@@ -131,17 +132,19 @@ def sigma(
     Example: gaussdp plot sigma --delta 1e-6 --out sigma.png
     """
     module = _plot_module()
-    _save(guarded(lambda: module.sigma_epsilon_figure(delta)), out, table)
+    _save(module.sigma_epsilon_figure(delta), out, table)
 
 
 @plot_app.command("cks-fig1")
+@handle_errors()
 def cks_fig1(out: OutOption, table: TableOption = None) -> None:
     """CKS Figure 1: δ(ε) of the discrete Gaussian against the continuous one and bounds."""
     module = _plot_module()
-    _save(guarded(module.cks_fig1), out, table)
+    _save(module.cks_fig1(), out, table)
 
 
 @plot_app.command("cks-fig2")
+@handle_errors()
 def cks_fig2(
     out: OutOption,
     sigma2: Annotated[float, typer.Option(help="σ² of the three distributions.")] = 2.0,
@@ -149,10 +152,11 @@ def cks_fig2(
 ) -> None:
     """CKS Figure 2: tails of the discrete, continuous and rounded Gaussian."""
     module = _plot_module()
-    _save(guarded(lambda: module.cks_fig2(sigma2)), out, table)
+    _save(module.cks_fig2(sigma2), out, table)
 
 
 @plot_app.command("cks-fig4")
+@handle_errors()
 def cks_fig4(
     out: OutOption,
     count: Annotated[int, typer.Option(help="Number of queries k (left panel).")] = 100,
@@ -164,7 +168,7 @@ def cks_fig4(
     Example: gaussdp plot cks-fig4 --out fig4.png --table fig4.csv
     """
     module = _plot_module()
-    _save(guarded(lambda: module.cks_fig4(count, std)), out, table)
+    _save(module.cks_fig4(count, std), out, table)
 
 
 def register(app: typer.Typer) -> None:
