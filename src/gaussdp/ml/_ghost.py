@@ -146,7 +146,7 @@ def clipped_sums(
     layer's output (None for a layer that does not reach it).
     """
     batch = io[0][0].shape[0]
-    squared = torch.zeros(batch, dtype=torch.float64)
+    squared = torch.zeros(batch, dtype=torch.float64, device=io[0][0].device)
     parts: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
     for (_, module), (act, out), delta in zip(layers, io, deltas, strict=True):
         d = torch.zeros_like(out) if delta is None else delta.detach()

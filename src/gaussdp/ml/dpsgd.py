@@ -50,6 +50,7 @@ which is certified for the lattice noise (an ulp above the continuous figure).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -194,7 +195,7 @@ def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
     flat = block.reshape(batch, -1)
     k = flat.shape[1]
     if k == 0:
-        return torch.zeros(batch, dtype=torch.float64)
+        return torch.zeros(batch, dtype=torch.float64, device=block.device)
     u = torch.finfo(flat.dtype).eps / 2
     m = math.gcd(k, 4096)
     if m < 256:
@@ -266,11 +267,8 @@ def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> tor
         raise ValueError(invalid("grads", "a non-empty mapping of per-example gradients", grads))
     batch = blocks[0].shape[0]
     if math.isinf(clip):
-        return torch.ones(batch, dtype=torch.float64)
-    squared = torch.zeros(batch, dtype=torch.float64)
-    for g in blocks:
-        squared += _squared_norm_upper(g)
-    return _factors_from_squared(squared, clip)
+        return torch.ones(batch, dtype=torch.float64, device=blocks[0].device)
+    return _factors_from_squared(_total_squared_norms(grads, batch), clip)
 
 
 def _factors_from_squared(squared: torch.Tensor, clip: float) -> torch.Tensor:
@@ -502,6 +500,7 @@ class _Engine:
         self.loss_fn = loss_fn
         self.names = [k for k, v in module.named_parameters() if v.requires_grad]
         self.params = [v for v in module.parameters() if v.requires_grad]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
         dim = sum(p.numel() for p in self.params)
         self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
         self.max_grad_norm = max_grad_norm
@@ -530,7 +529,7 @@ class _Engine:
         losses: torch.Tensor | None = None
         if self.ghost_layers is not None and inputs.shape[0] > 0:
             clip, unit = self.max_grad_norm, self.noiser.unit
-            rng_state = torch.get_rng_state()  # the check replays the same dropout masks
+            rng_state = _rng_snapshot(self.device)  # the check replays the same dropout masks
             self.inside = True
             try:
                 ghost = ghost_clipped_sums(
@@ -548,8 +547,7 @@ class _Engine:
             if ghost is not None:
                 by_id, ghost_losses, squared = ghost
                 if self._verify_now():
-                    with torch.random.fork_rng(devices=[]):
-                        torch.set_rng_state(rng_state)
+                    with _replaying(rng_state, self.device):
                         grads, losses = self._per_example(inputs, targets)
                     norms = _total_squared_norms(grads, inputs.shape[0])
                     if not (_agree(ghost_losses, losses) and _agree(squared, norms)):
@@ -571,7 +569,7 @@ class _Engine:
         if sums is None:
             grads, losses = self._per_example(inputs, targets)
             if inputs.shape[0] == 0:
-                factors = torch.zeros(0, dtype=torch.float64)
+                factors = torch.zeros(0, dtype=torch.float64, device=self.device)
             else:
                 factors = clip_factors(grads, self.max_grad_norm)
             sums = self.noiser.accumulate([grads[k] for k in self.names], factors)
@@ -639,7 +637,7 @@ class _Engine:
         """
         leaves, spec = tree_flatten((args, kwargs))
         batch = _batch_of(leaves)
-        record = _Record(self, leaves, spec, batch, torch.get_rng_state())
+        record = _Record(self, leaves, spec, batch, _rng_snapshot(self.device))
         self.forward_calls += 1
         self.inside = True
         try:
@@ -720,8 +718,7 @@ class _Engine:
             out_spec[:] = [spec]
             return tuple(_unbatch_one(t) for t in out)
 
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.set_rng_state(record.rng_state)
+        with _replaying(record.rng_state, self.device), torch.no_grad():
             try:
                 outs = vmap(one, randomness="different")(*(record.inputs[i] for i in batched))
             except (RuntimeError, ValueError) as error:
@@ -759,7 +756,8 @@ class _Engine:
     def _finish(self, record: _Record) -> list[torch.Tensor]:
         if record.batch == 0:
             empty = [p.new_zeros((0, *p.shape)) for p in self.params]
-            return self.noiser.accumulate(empty, torch.zeros(0, dtype=torch.float64))
+            factors = torch.zeros(0, dtype=torch.float64, device=self.device)
+            return self.noiser.accumulate(empty, factors)
         cots = self._cotangents(record)
         if record.io is not None:
             assert self.ghost_layers is not None
@@ -819,8 +817,7 @@ class _Engine:
         per_example = vmap(grad(one), in_dims=(None, 0, 0), randomness="different")
         self.inside = True
         try:
-            with torch.random.fork_rng(devices=[]):
-                torch.set_rng_state(record.rng_state)
+            with _replaying(record.rng_state, self.device):
                 grads = per_example(
                     params,
                     tuple(record.inputs[i] for i in batched),
@@ -837,7 +834,7 @@ class _Record:
     """One training forward call of the private model (the loss.backward() path)."""
 
     def __init__(
-        self, engine: _Engine, inputs: list[Any], spec: Any, batch: int, rng_state: torch.Tensor
+        self, engine: _Engine, inputs: list[Any], spec: Any, batch: int, rng_state: RngState
     ) -> None:
         self.engine = engine
         self.inputs = inputs
@@ -876,6 +873,25 @@ class _Capture(torch.autograd.Function):
         return (None, None, *(None for _ in grads))
 
 
+RngState = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _rng_snapshot(device: torch.device) -> RngState:
+    """The state of torch's generators that a forward pass on ``device`` draws from."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+@contextlib.contextmanager
+def _replaying(state: RngState, device: torch.device) -> Iterator[None]:
+    """Run with the generators set to ``state`` (same dropout masks), then restore them."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], device)
+        yield
+
+
 def _batch_of(leaves: list[Any]) -> int:
     """The number of examples: the first dimension, shared by every tensor argument."""
     sizes = {t.shape[0] if t.dim() else None for t in leaves if isinstance(t, torch.Tensor)}
@@ -903,7 +919,8 @@ def _unbatch_one(t: torch.Tensor) -> torch.Tensor:
 
 def _total_squared_norms(grads: Mapping[str, torch.Tensor], batch: int) -> torch.Tensor:
     """Upper bounds on each example's squared gradient norm over all blocks (float64)."""
-    squared = torch.zeros(batch, dtype=torch.float64)
+    device = next(iter(grads.values())).device
+    squared = torch.zeros(batch, dtype=torch.float64, device=device)
     for g in grads.values():
         squared += _squared_norm_upper(g)
     return squared
@@ -1197,7 +1214,7 @@ class DPOptimizer(torch.optim.Optimizer):
         noisy = engine.noiser.release(sums, scale=1.0 / engine.expected_batch_size, out=self._grads)
         engine.pending = None
         for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
-            update = average.to(param.dtype).reshape(param.shape)
+            update = average.to(param.device, param.dtype).reshape(param.shape)
             param.grad = update if extra is None else update + extra
         self._optimizer.step()
         self._steps += 1
@@ -1417,13 +1434,15 @@ def _check_no_batch_norm(model: nn.Module) -> None:
             )
 
 
-def _check_on_cpu(model: nn.Module) -> None:
+def _check_device(model: nn.Module) -> None:
+    """All trainable parameters on one CPU or CUDA device (the noise is drawn on the CPU)."""
+    devices = {p.device for p in model.parameters() if p.requires_grad}
     for name, param in model.named_parameters():
-        if param.device.type != "cpu":
+        if param.device.type not in ("cpu", "cuda") or len(devices) > 1:
             raise ValueError(
                 invalid(
                     f"model parameter {name!r}",
-                    "on the CPU (gaussdp.ml has not been tested on other devices)",
+                    "on the CPU or on one CUDA device, like every other parameter",
                     str(param.device),
                 )
             )
@@ -1451,8 +1470,9 @@ def make_private(
     Parameters
     ----------
     model : torch.nn.Module
-        The model (no batch normalisation), on the CPU (other devices are refused:
-        untested). Its trainable parameters must be those of ``optimizer``.
+        The model (no batch normalisation), its trainable parameters on the CPU or on
+        one CUDA device (clipping runs there; the exact noise is drawn on the CPU and
+        copied). Its trainable parameters must be those of ``optimizer``.
     optimizer : torch.optim.Optimizer
         Any optimizer over the model's parameters; it sees the noisy average gradient.
     data_loader : torch.utils.data.DataLoader
@@ -1559,7 +1579,7 @@ def make_private(
             invalid("grad_sample_mode", "'auto', 'functorch' or 'ghost'", grad_sample_mode)
         )
     _check_no_batch_norm(model)
-    _check_on_cpu(model)
+    _check_device(model)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
     if batch_size is None:

@@ -302,7 +302,9 @@ class SumNoiser:
             raise ValueError(invalid("sums", f"blocks with {self._dim} coordinates in all", sizes))
         if out is not None and (out.dtype != torch.float32 or out.numel() != self._dim):
             raise ValueError(invalid("out", f"a float32 tensor of {self._dim} elements", out))
-        flat = torch.cat([s.reshape(-1).to(torch.float64) for s in sums])
+        # On the CPU: the noise is drawn there (CUDA sums are copied over, and the caller
+        # copies the result back; the noise never leaves the exact integer path before).
+        flat = torch.cat([s.reshape(-1).to("cpu", torch.float64) for s in sums])
         if self._sigma > 0 and self._lattice is None:  # insecure-float
             generator = torch.Generator().manual_seed(int(self._rng.words(1)[0] >> np.uint64(1)))
             flat += torch.normal(0.0, self._sigma * self._clip, flat.shape, generator=generator)
