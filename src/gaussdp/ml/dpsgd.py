@@ -971,7 +971,9 @@ class PrivateModule(nn.Module):
     size) of per-example terms, each depending on its own example's output only** —
     so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
     softmax, contrastive losses over the batch) breaks the per-example bound and is
-    not supported. Any number of outputs (tuples, dicts) works.
+    not supported; so does a wrong ``loss_reduction`` (each clipped gradient would then
+    scale with the actual batch size, and one example could move the sum by about 2C).
+    Any number of outputs (tuples, dicts) works.
 
     **Regularisers.** Terms of the loss that depend on the parameters directly (such
     as λ‖w‖² over ``model.parameters()``) reach ``param.grad`` through the ordinary
