@@ -238,3 +238,21 @@ def test_evaluation_under_no_grad_is_the_plain_model() -> None:
     x, _ = _data(n=4)
     with torch.no_grad():
         torch.testing.assert_close(model(x), net(x))
+
+
+@pytest.mark.parametrize("api", ["backward", "idiom"])
+def test_zero_grad_without_set_to_none_does_not_double_the_step(api: str) -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, loss_fn=nnf.cross_entropy)
+    x, y = _data(n=8)
+    grads = []
+    for _ in range(3):
+        optimizer.zero_grad(set_to_none=False)
+        if api == "backward":
+            model.backward(x, y)
+        else:
+            nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        grads.append(_flat_grad(net))
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(grads[2], grads[0])

@@ -1212,7 +1212,9 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         if self._grads is None:
             self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
-        regularisers = [p.grad for p in engine.params]
+        # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
+        # buffer that release() is about to overwrite.
+        regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
         noisy = engine.noiser.release(sums, scale=1.0 / engine.expected_batch_size, out=self._grads)
         engine.pending = None
         for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
