@@ -186,13 +186,16 @@ WORKERS = {"gaussdp": _gaussdp, "plain": _plain, "pipelinedp": _pipelinedp, "ope
 
 
 def _worker(method: str, data: str) -> None:
-    """Run one method on ``data``; print its seconds (after imports) and a note as JSON."""
+    """Run one method on ``data``; print its seconds (after imports), CPU seconds (all threads,
+    the method's own imports included) and a note as JSON."""
+    cpu = time.process_time()
     try:
         seconds, note = WORKERS[method](data)
     except ModuleNotFoundError as exc:
         print(json.dumps({"missing": exc.name}))
         raise SystemExit(MISSING_EXIT) from None
-    print(json.dumps({"seconds": seconds, "note": note}))
+    cpu = time.process_time() - cpu
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "note": note}))
 
 
 class Outcome:
@@ -201,6 +204,7 @@ class Outcome:
     def __init__(self, rows: int) -> None:
         self.rows = rows
         self.seconds: list[float] = []
+        self.cpu: list[float] = []
         self.peak_mb = 0.0
         self.note = ""
         self.error = ""
@@ -233,6 +237,7 @@ def _run(python: str, method: str, data: Path, outcome: Outcome) -> None:
     else:
         result = json.loads(stdout.strip().splitlines()[-1])
         outcome.seconds.append(float(result["seconds"]))
+        outcome.cpu.append(float(result["cpu"]))
         outcome.note = result["note"]
 
 
@@ -308,22 +313,24 @@ def main() -> None:
         f"ε = {EPSILON:g}, δ = {DELTA:g}; best of {max(args.repeat, 1)} run(s); "
         f"'gaussdp ×' = gaussdp's rows/s on {n:,} rows ÷ the method's rows/s\n"
     )
-    header = f"| {'method':<36} | {'rows':>10} | {'seconds':>7} | {'rows/s':>8} | {'peak MB':>7} "
-    print(header + f"| {'gaussdp ×':>9} |")
-    print(f"|{'-' * 38}|{'-' * 12}|{'-' * 9}|{'-' * 10}|{'-' * 9}|{'-' * 11}|")
+    header = f"| {'method':<36} | {'rows':>10} | {'seconds':>7} | {'CPU s':>7} | {'rows/s':>8} "
+    print(header + f"| {'peak MB':>7} | {'gaussdp ×':>9} |")
+    print(f"|{'-' * 38}|{'-' * 12}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 9}|{'-' * 11}|")
     notes = []
     for label, outcome in outcomes.items():
         rate = outcome.rate
         if rate is None:
             print(
-                f"| {label:<36} | {outcome.rows:>10,} | {'—':>7} | {'—':>8} | {'—':>7} | {'—':>9} |"
+                f"| {label:<36} | {outcome.rows:>10,} | {'—':>7} | {'—':>7} | {'—':>8} | {'—':>7} "
+                f"| {'—':>9} |"
             )
             notes.append(f"{label}: {outcome.error[:300]}")
             continue
         seconds = min(outcome.seconds)
         ratio = f"{base / rate:>9.3g}" if base else f"{'—':>9}"
+        cpu = outcome.cpu[outcome.seconds.index(seconds)]
         print(
-            f"| {label:<36} | {outcome.rows:>10,} | {seconds:>7.2f} | {rate:>8.3g} "
+            f"| {label:<36} | {outcome.rows:>10,} | {seconds:>7.2f} | {cpu:>7.2f} | {rate:>8.3g} "
             f"| {outcome.peak_mb:>7.0f} | {ratio} |"
         )
         runs = ", ".join(f"{t:.2f}" for t in outcome.seconds)
@@ -334,8 +341,8 @@ def main() -> None:
         if label in outcomes and outcomes[label].rate is None:
             ratio = f"{base / rate:>9.3g}" if base else f"{'—':>9}"
             print(
-                f"| {label + ' (issue 5, measured)':<36} | {'':>10} | {'—':>7} | {rate:>8.3g} "
-                f"| {'—':>7} | {ratio} |"
+                f"| {label + ' (issue 5, measured)':<36} | {'':>10} | {'—':>7} | {'—':>7} "
+                f"| {rate:>8.3g} | {'—':>7} | {ratio} |"
             )
     print()
     for note in notes:

@@ -395,3 +395,24 @@ def test_released_noise_has_the_planned_scale() -> None:
     assert abs(z.mean()) / math.sqrt(var / n) < 5.0
     assert abs(z.var() - var) / (var * math.sqrt(2 / n)) < 5.0
     assert frame["std"].iloc[0] == pytest.approx(measure.gamma * math.sqrt(var))
+
+
+def test_noise_beyond_int64_is_added_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """σ² > 2⁸⁰: the sampler returns Python ints (object arrays); sums stay exact integers."""
+    from gaussdp.release import _noise
+
+    big = 2**70
+    monkeypatch.setattr(_noise, "draw", lambda sigma2, size, rng: np.full(size, big, dtype=object))
+    frame = (
+        Release(
+            pd.DataFrame({"u": [1, 2, 3], "p": ["x", "y", "x"], "m": [1.0, 2.0, 3.0]}),
+            privacy_unit="u",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+        )
+        .count(by="p", keys=["x", "y"])
+        .run()
+        .frame
+    )
+    assert frame["value"].tolist() == [float(2 + big), float(1 + big)]

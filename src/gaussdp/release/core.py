@@ -740,46 +740,75 @@ class _Noise:
         self.half_bonferroni = dg.confidence_interval((1 + confidence) / 2).high
 
 
+_Ints = np.ndarray[Any, Any]  # int64, or object (Python ints) beyond int64
+
+
+def _ints(column: Sequence[Any]) -> _Ints:
+    """An engine result column as int64 (NULL, e.g. the SUM of an empty table, is 0)."""
+    return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
+
+
 def _cells(
     g: Grouping, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
-) -> tuple[list[KeyTuple], list[tuple[int, ...]], list[int]]:
-    """Key tuples (user values), aggregates per cell, and distinct-unit counts.
+) -> tuple[list[_Ints], list[_Ints], _Ints]:
+    """Key columns (user values), aggregate columns and distinct-unit counts, one entry per cell.
 
     Engine rows are matched to the public keys by the keys' typed values
     (``typed``, :func:`gaussdp.release.keys.typed_keys`), in the column's type.
+    Privately selected groups come in a stable order, whatever the engine's.
     """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    found: dict[KeyTuple, tuple[KeyTuple, tuple[int, ...], int]] = {}
-    for row in rows:
-        key = tuple(row[:width])
-        units = int(row[width] or 0)
-        aggs = tuple(int(v or 0) for v in row[width + 1 : width + 1 + n_out])
-        found[key] = (key, aggs, units)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * (width + 1 + n_out)
+    keys = [np.array(c, dtype=object) for c in columns[:width]]
+    units = _ints(columns[width])
+    aggs = [_ints(c) for c in columns[width + 1 : width + 1 + n_out]]
     if not g.by and g.histogram is None:
-        key, aggs, units = found.get((), ((), (0,) * n_out, 0))
-        return [()], [aggs], [units]
+        if not rows:
+            return [], [np.zeros(1, np.int64) for _ in range(n_out)], np.zeros(1, np.int64)
+        return [], aggs, units
     if g.keys is None and g.by:  # private partition selection happens later
-        # A stable order, whatever the engine's (distinct values of one type per column).
-        items = [found[k] for k in sorted(found, key=lambda k: tuple(map(str, k)))]
-        return [k for k, _, _ in items], [a for _, a, _ in items], [u for _, _, u in items]
+        # Distinct values of one type per column: their strings order them totally.
+        text = [np.array([str(v) for v in c], dtype=str) for c in keys]
+        order = np.lexsort(tuple(reversed(text))) if rows else np.zeros(0, np.intp)
+        return [k[order] for k in keys], [a[order] for a in aggs], units[order]
     # Public keys (given, or only bins): every cell appears, missing ones with zeros.
     bins: list[int | None] = (
         list(range(len(g.histogram[1]) - 1)) if g.histogram is not None else [None]
     )
     public = g.keys if g.keys is not None else ((),)
     values = typed if typed is not None else public
-    keys_out: list[KeyTuple] = []
-    aggs_out: list[tuple[int, ...]] = []
-    units_out: list[int] = []
+    index = {key: i for i, key in enumerate(zip(*keys, strict=True))} if rows else {}
+    wanted: list[KeyTuple] = []
+    hits: list[int] = []
     for base, value in zip(public, values, strict=True):
         for b in bins:
-            key = base + ((b,) if b is not None else ())
-            hit = found.get(value + ((b,) if b is not None else ()))
-            keys_out.append(key)
-            aggs_out.append(hit[1] if hit else (0,) * n_out)
-            units_out.append(hit[2] if hit else 0)
-    return keys_out, aggs_out, units_out
+            tail = (b,) if b is not None else ()
+            wanted.append(base + tail)
+            hits.append(index.get(value + tail, -1))
+    at = np.array(hits, dtype=np.intp)
+    found = at >= 0
+    take = np.where(found, at, 0)
+
+    def pick(column: _Ints) -> _Ints:
+        if not rows:
+            return np.zeros(len(at), np.int64)
+        return np.where(found, column[take], 0)
+
+    key_columns = [np.array([k[j] for k in wanted], dtype=object) for j in range(width)]
+    return key_columns, [pick(a) for a in aggs], pick(units)
+
+
+def _add(exact: _Ints, z: np.ndarray[Any, Any]) -> _Ints:
+    """exact + z, in int64 when it cannot overflow, else in Python ints."""
+    small = 2**62
+    if (
+        z.dtype == np.int64
+        and (len(z) == 0 or int(np.abs(z).max()) < small)
+        and (len(exact) == 0 or int(np.abs(exact).max()) < small)
+    ):
+        return np.asarray(exact + z)
+    return np.asarray(exact.astype(object) + z.astype(object), dtype=object)
 
 
 def _results(
@@ -790,9 +819,9 @@ def _results(
     rng: RandomSource,
     noise: dict[Fraction, _Noise],
 ) -> pd.DataFrame:
+    """Noise and post-processing, vectorised over cells (no per-cell Python loop)."""
     import pandas as pd
 
-    level = release.confidence
     queries = release.queries
     group_columns: list[str] = []
     for q in queries:
@@ -800,37 +829,32 @@ def _results(
             if c not in group_columns:
                 group_columns.append(c)
     has_bins = any(q.statistic == "histogram" for q in queries)
-    records: list[dict[str, Any]] = []
-    per_query: dict[int, list[dict[str, Any]]] = {}
+    per_query: dict[int, pd.DataFrame] = {}
     for g, g_typed, rows in zip(plan.groupings, typed, aggregates, strict=True):
         keys, aggs, units = _cells(g, g_typed, rows)
         if g.selection is not None:
             s = g.selection
-            z = _noise.draw(s.sigma2, len(keys), rng)
-            keep = [i for i in range(len(keys)) if units[i] + int(z[i]) >= s.threshold]
-            keys = [keys[i] for i in keep]
-            aggs = [aggs[i] for i in keep]
-        n = len(keys)
-        noisy: dict[tuple[int, str], tuple[np.ndarray[Any, Any], Measure, _Noise]] = {}
+            z = _noise.draw(s.sigma2, len(units), rng)
+            keep = np.asarray(_add(units, np.asarray(z)) >= s.threshold, dtype=bool)
+            keys = [k[keep] for k in keys]
+            aggs = [a[keep] for a in aggs]
+            units = units[keep]
+        n = len(units)
+        noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]] = {}
         for m in g.measures:
-            exact = np.array([a[m.output] for a in aggs], dtype=object)
             z = _noise.draw(m.sigma2, n, rng)
-            noisy[(m.query, m.role)] = (
-                exact + np.asarray(z, dtype=object),
-                m,
-                noise[m.sigma2],
+            noisy[(m.query, m.role)] = (_add(aggs[m.output], np.asarray(z)), m, noise[m.sigma2])
+        base: dict[str, Any] = {
+            plan.internal[k]: column for k, column in zip(g.by, keys, strict=False)
+        }
+        if g.histogram is not None:
+            labels = np.array(
+                [_bin_label(g.histogram[1], j) for j in range(len(g.histogram[1]) - 1)],
+                dtype=object,
             )
-        by_names = [plan.internal[k] for k in g.by]
+            base["bin"] = labels[keys[-1].astype(np.intp)] if n else labels[:0]
         for qi in g.queries:
-            q = queries[qi]
-            out = per_query.setdefault(qi, [])
-            for i, key in enumerate(keys):
-                base: dict[str, Any] = dict(zip(by_names, key[: len(by_names)], strict=True))
-                if g.histogram is not None:
-                    base["bin"] = _bin_label(g.histogram[1], int(str(key[-1])))
-                out.extend(_rows_for(q, qi, i, base, noisy, level))
-    for qi in range(len(queries)):
-        records.extend(per_query.get(qi, []))
+            per_query[qi] = _frame_for(queries[qi], qi, n, base, noisy)
     columns = [
         *group_columns,
         *(["bin"] if has_bins else []),
@@ -840,73 +864,99 @@ def _results(
         "ci_low",
         "ci_high",
     ]
-    frame = pd.DataFrame.from_records(records, columns=columns)
+    parts = [per_query[qi].reindex(columns=columns) for qi in range(len(queries))]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    frame = frame.infer_objects()
     for c in ("value", "std", "ci_low", "ci_high"):
         frame[c] = frame[c].astype(float)
     return frame
 
 
-def _rows_for(
+def _frame_for(
     q: Query,
     qi: int,
-    i: int,
+    n: int,
     base: dict[str, Any],
-    noisy: dict[tuple[int, str], tuple[np.ndarray[Any, Any], Measure, _Noise]],
-    level: float,
-) -> list[dict[str, Any]]:
-    def row(statistic: str, value: float, std: float, lo: float, hi: float) -> dict[str, Any]:
-        return {
-            **base,
-            "statistic": statistic,
-            "value": value,
-            "std": std,
-            "ci_low": lo,
-            "ci_high": hi,
-        }
+    noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]],
+) -> pd.DataFrame:
+    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major)."""
+    import pandas as pd
+
+    def floats(raw: _Ints) -> np.ndarray[Any, Any]:
+        return np.asarray(raw.astype(np.float64), dtype=np.float64)
+
+    def frame(stats: list[tuple[Any, ...]]) -> pd.DataFrame:
+        # stats: (label, value, std, ci_low, ci_high) per coordinate; rows cell-major.
+        d = len(stats)
+        data: dict[str, Any] = {c: np.repeat(v, d) for c, v in base.items()}
+        data["statistic"] = np.tile(np.array([label for label, *_ in stats], dtype=object), n)
+        for j, name in enumerate(("value", "std", "ci_low", "ci_high"), start=1):
+            data[name] = np.stack(
+                [np.broadcast_to(np.asarray(st[j], dtype=np.float64), (n,)) for st in stats],
+                axis=1,
+            ).reshape(-1)
+        return pd.DataFrame(data)
 
     stat = q.statistic
     if stat in ("count", "histogram"):
         v, _, nz = noisy[(qi, "count")]
-        raw = int(v[i])
+        raw = floats(v)
         # Post-processing: a count is ≥ 0; so is its interval.
-        return [row(q.name, max(raw, 0), nz.std, max(raw - nz.half, 0), max(raw + nz.half, 0))]
+        return frame(
+            [
+                (
+                    q.name,
+                    np.maximum(raw, 0),
+                    nz.std,
+                    np.maximum(raw - nz.half, 0),
+                    np.maximum(raw + nz.half, 0),
+                )
+            ]
+        )
     if stat == "sum":
         v, m, nz = noisy[(qi, "sum")]
-        total = int(v[i]) * m.gamma
+        total = floats(v) * m.gamma
         h = nz.half * m.gamma
-        return [row(q.name, total, nz.std * m.gamma, total - h, total + h)]
+        return frame([(q.name, total, nz.std * m.gamma, total - h, total + h)])
     if stat == "mean":
         lo, hi = q.bounds or (0.0, 0.0)
         vs, ms, nzs = noisy[(qi, "sum")]
         vc, _, nzc = noisy[(qi, "count")]
-        return [row(q.name, *_ratio(int(vs[i]) * ms.gamma, int(vc[i]), nzs, nzc, ms.gamma, lo, hi))]
-    out = []
+        s = floats(vs) * ms.gamma
+        return frame([(q.name, *_ratio(s, floats(vc), nzs, nzc, ms.gamma, lo, hi))])
+    stats: list[tuple[Any, ...]] = []
     norm = q.norm or 0.0
     for a, column in enumerate(q.columns):
         v, m, nz = noisy[(qi, f"coord{a}")]
         label = f"{q.name}[{column}]"
+        total = floats(v) * m.gamma
         if stat == "vector_sum":
-            total = int(v[i]) * m.gamma
             h = nz.half * m.gamma
-            out.append(row(label, total, nz.std * m.gamma, total - h, total + h))
+            stats.append((label, total, nz.std * m.gamma, total - h, total + h))
         else:
             vc, _, nzc = noisy[(qi, "count")]
-            out.append(
-                row(label, *_ratio(int(v[i]) * m.gamma, int(vc[i]), nz, nzc, m.gamma, -norm, norm))
-            )
-    return out
+            stats.append((label, *_ratio(total, floats(vc), nz, nzc, m.gamma, -norm, norm)))
+    return frame(stats)
 
 
 def _ratio(
-    s: float, c: int, nzs: _Noise, nzc: _Noise, gamma: float, lo: float, hi: float
-) -> tuple[float, float, float, float]:
-    """Mean from a noisy sum and count: value, delta-method std, Bonferroni interval in [lo, hi]."""
-    denom = max(c, 1)
-    value = min(max(s / denom, lo), hi)
-    std = math.sqrt((nzs.std * gamma) ** 2 + (value * nzc.std) ** 2) / denom
+    s: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    nzs: _Noise,
+    nzc: _Noise,
+    gamma: float,
+    lo: float,
+    hi: float,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Means from noisy sums and counts: value, delta-method std, Bonferroni interval."""
+    denom = np.maximum(c, 1.0)
+    value = np.clip(s / denom, lo, hi)
+    std = np.sqrt((nzs.std * gamma) ** 2 + (value * nzc.std) ** 2) / denom
     hs, hc = nzs.half_bonferroni * gamma, nzc.half_bonferroni
     c_lo, c_hi = c - hc, c + hc
-    if c_lo < 1:
-        return value, std, lo, hi
-    ratios = [(s - hs) / c_lo, (s - hs) / c_hi, (s + hs) / c_lo, (s + hs) / c_hi]
-    return value, std, min(max(min(ratios), lo), hi), min(max(max(ratios), lo), hi)
+    usable = c_lo >= 1  # else the count's interval reaches 0: fall back to the bounds
+    safe_lo = np.where(usable, c_lo, 1.0)
+    ratios = np.stack([(s - hs) / safe_lo, (s - hs) / c_hi, (s + hs) / safe_lo, (s + hs) / c_hi])
+    low = np.where(usable, np.clip(ratios.min(axis=0), lo, hi), lo)
+    high = np.where(usable, np.clip(ratios.max(axis=0), lo, hi), hi)
+    return value, std, low, high
