@@ -26,18 +26,20 @@ The query, for one grouping (:data:`TEMPLATE`):
    to L2 norm C and round each coordinate to the grid (a row with any NULL,
    NaN or infinite coordinate is ignored by that vector query); compute the
    histogram bin (values outside the edges go to the end bins).
-2. ``cells``: one row per (unit, group) with its row count, valid-value counts
-   and exact integer sums.
-3. ``kept``: **L0** — each unit keeps at most ``max_groups_per_unit`` of its
-   cells, in a uniformly random order: each cell gets
-   ``h = hash(hash(pu, keys…, salt))`` (``salt`` a random literal per query,
-   drawn from the release's ``rng``; the outer ``hash`` mixes the salt in,
-   which DuckDB's multi-argument ``hash`` alone does poorly) and a cell is kept
-   if its ``ROW_NUMBER() - 1`` in ``ORDER BY h, keys…`` within its unit is
-   ``< L0``. Cells are distinct per unit, so no unit keeps more than L0
-   whatever the hash; ties of ``h`` are broken by the keys, so the choice is a
-   function of the unit's own rows and the salt only. Ranking cells rather
-   than rows keeps the window small (memory grows with cells, not rows).
+2. ``ranked``: **L0** — each unit keeps the rows of at most
+   ``max_groups_per_unit`` of its groups, in a uniformly random order: each
+   row gets ``h = hash(hash(pu, keys…, salt))``, equal for all rows of a
+   (unit, group) cell (``salt`` a random literal per query, drawn from the
+   release's ``rng``; the outer ``hash`` mixes the salt in, which DuckDB's
+   multi-argument ``hash`` alone does poorly), and a row is kept if its
+   ``DENSE_RANK() - 1`` in ``ORDER BY h, keys…`` within its unit is ``< L0``.
+   Distinct cells of a unit have distinct ``(h, keys…)``, so no unit keeps
+   more than L0 cells whatever the hash, and ties of ``h`` are broken by the
+   keys: the choice is a function of the unit's own rows and the salt only,
+   not of the engine's row order. (Aggregating cells first and ranking them
+   was measured at 1.5× the CPU and 1.4× the memory at 10⁷ rows.)
+3. ``kept``: one row per kept (unit, group) with its row count, valid-value
+   counts and exact integer sums.
 4. final ``GROUP BY``: **L∞** — a unit's rows in one group count at most
    ``max_rows_per_group`` (``LEAST(n, L)``), and its integer sum ``S`` there
    is rescaled to that many rows when ``n > L``: ``⌊S·L/n + ½⌋``, computed
@@ -75,25 +77,25 @@ base AS (
   SELECT pu{key_select}{value_select}
   FROM raw
 ),
-cells AS (
-  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
-  FROM base{bin_filter}
-  GROUP BY pu{keys}
+ranked AS (
+  {ranked}
 ),
 kept AS (
-  {kept}
+  SELECT pu{keys}, COUNT(*) AS n{cell_aggs}
+  FROM ranked
+  GROUP BY pu{keys}
 )
 SELECT {final_keys}COUNT(*) AS units{final_aggs}
 FROM kept{group_by}"""
 
-KEPT_L0 = """\
+RANKED_L0 = """\
 SELECT * FROM (
-    SELECT *, ROW_NUMBER() OVER (PARTITION BY pu ORDER BY h{keys}) - 1 AS rn
-    FROM (SELECT *, hash(hash(pu{keys}, {salt})) AS h FROM cells) AS hashed
-  ) AS ranked
+    SELECT *, DENSE_RANK() OVER (PARTITION BY pu ORDER BY h{keys}) - 1 AS rn
+    FROM (SELECT *, hash(hash(pu{keys}, {salt})) AS h FROM base{bin_filter}) AS hashed
+  ) AS peers
   WHERE rn < {l0}"""
 
-KEPT_ALL = "SELECT * FROM cells"
+RANKED_ALL = "SELECT * FROM base{bin_filter}"
 
 _MAX_DOUBLE = "CAST(1.7976931348623157e+308 AS DOUBLE)"  # repr(sys.float_info.max)
 _HALF = "CAST(5.00000000000000000e-01 AS DOUBLE)"
@@ -295,7 +297,11 @@ def grouping_sql(
             raise ValueError(f"unknown output kind {out.kind!r}")
         final_aggs += f",\n       CAST({expr} AS BIGINT) AS a{j}"
     keys_csv = "".join(f", {k}" for k in all_keys)
-    kept = KEPT_L0.format(keys=keys_csv, salt=int(salt), l0=l0) if all_keys else KEPT_ALL
+    ranked = (
+        RANKED_L0.format(keys=keys_csv, salt=int(salt), l0=l0, bin_filter=bin_filter)
+        if all_keys
+        else RANKED_ALL.format(bin_filter=bin_filter)
+    )
     return TEMPLATE.format(
         source=source,
         raw_select=raw_select,
@@ -304,8 +310,7 @@ def grouping_sql(
         value_select=value_select,
         keys=keys_csv,
         cell_aggs=cell_aggs,
-        bin_filter=bin_filter,
-        kept=kept,
+        ranked=ranked,
         final_keys="".join(f"{k}, " for k in all_keys),
         final_aggs=final_aggs,
         group_by=f"\nGROUP BY {', '.join(all_keys)}" if all_keys else "",
