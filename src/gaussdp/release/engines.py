@@ -11,6 +11,7 @@ Python tuples. The privacy-relevant logic is all in that one SQL text.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ __all__ = [
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_ALL_SUFFIXES = _CSV_SUFFIXES + _PARQUET_SUFFIXES
 
 _DUCKDB_NUMERIC = {
     "TINYINT",
@@ -58,7 +60,45 @@ def _file_kind(path: Path) -> str:
         return "parquet"
     if name.endswith(_CSV_SUFFIXES):
         return "csv"
-    raise ValueError(invalid("data", "a .csv or .parquet file", str(path)))
+    raise ValueError(
+        invalid(
+            "data",
+            f"a CSV ({', '.join(_CSV_SUFFIXES)}) or Parquet ({', '.join(_PARQUET_SUFFIXES)}) file",
+            str(path),
+        )
+    )
+
+
+def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """The kind (``'csv'``/``'parquet'``) and the files of a path, a directory or a glob.
+
+    A directory means every ``.csv``/``.parquet`` file under it (recursively);
+    a string with ``*``, ``?`` or ``[`` is a glob (``**`` recursive). All files
+    must be of one kind and non-empty.
+    """
+    text = os.fspath(source)
+    path = Path(text)
+    if path.is_file():
+        names = [path]
+    elif path.is_dir():
+        names = sorted(
+            p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(_ALL_SUFFIXES)
+        )
+    elif any(c in text for c in "*?["):
+        names = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    else:
+        raise FileNotFoundError(invalid("data", "an existing file, directory or glob", text))
+    if not names:
+        raise FileNotFoundError(
+            invalid("data", "a directory or glob matching .csv or .parquet files", text)
+        )
+    kinds = {_file_kind(p) for p in names}
+    if len(kinds) > 1:
+        raise ValueError(invalid("data", "files of one kind (CSV or Parquet), not both", text))
+    for p in names:
+        if p.stat().st_size == 0:
+            raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
+    return kinds.pop(), [str(p) for p in names]
 
 
 def _module(obj: object) -> str:
@@ -238,6 +278,27 @@ class DuckDBEngine(Engine):
         self._duckdb = duckdb
         self._declared = {}
         self._tmp: str | None = None
+        self._views: list[str] = []
+        self._owned = True
+        if isinstance(source, tuple) and len(source) == 2:
+            # (connection, table name): the caller's connection and settings, used as they are.
+            connection, table = source
+            if (memory_limit, temp_directory, threads) != (None, None, None):
+                raise ValueError(
+                    invalid(
+                        "memory_limit, temp_directory and threads",
+                        "omitted with a (connection, table) source (its settings are used)",
+                        (memory_limit, temp_directory, threads),
+                    )
+                )
+            if not isinstance(connection, duckdb.DuckDBPyConnection) or not isinstance(table, str):
+                raise TypeError(
+                    invalid("source", "a (duckdb connection, table name) pair", type(source))
+                )
+            self._con, self._owned = connection, False
+            with self.failures("opening the table"):
+                self._rel = connection.table(table)
+            return
         if temp_directory is None:
             self._tmp = tempfile.mkdtemp(prefix="gaussdp-duckdb-")
             temp_directory = self._tmp
@@ -259,39 +320,46 @@ class DuckDBEngine(Engine):
         con = self._con
         try:
             if isinstance(source, str | os.PathLike):
-                path = Path(source)
-                kind = _file_kind(path)
-                if not path.is_file():
-                    raise FileNotFoundError(invalid("data", "an existing file", str(path)))
-                if path.stat().st_size == 0:
-                    raise ValueError(
-                        invalid("data", "a non-empty file (a CSV needs its header)", str(path))
-                    )
-                with self.failures(f"opening {path.name}"):
+                kind, files = _files(source)
+                with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
-                        self._rel = con.read_parquet(str(path))
+                        self._rel = con.read_parquet(files)
                     else:
                         # Types from every row, not a sample: a string after the sample rows
                         # makes the column VARCHAR (refused before spending), not a query error.
-                        self._rel = con.read_csv(str(path), header=True, sample_size=-1)
+                        self._rel = con.read_csv(files, header=True, sample_size=-1)
             elif _module(source) == "pandas":
                 self._rel = con.from_df(source)  # type: ignore[arg-type]
             elif _module(source) == "polars":
-                self._rel = con.from_arrow(source.to_arrow())  # type: ignore[attr-defined]
-            elif _module(source) == "pyarrow":
+                # A DataFrame or a LazyFrame: DuckDB scans it through Arrow.
                 self._rel = con.from_arrow(source)
+            elif _module(source) == "pyarrow":
+                if type(source).__name__ == "RecordBatchReader":
+                    raise TypeError(
+                        invalid(
+                            "source",
+                            "an Arrow table or dataset (a RecordBatchReader can be read only "
+                            "once; gaussdp reads the data twice: checks, then the release)",
+                            type(source).__name__,
+                        )
+                    )
+                self._rel = con.from_arrow(source)
+            elif isinstance(source, duckdb.DuckDBPyRelation):
+                # Another connection's relation: fetched as an Arrow table.
+                self._rel = con.from_arrow(source.to_arrow_table())
             else:
                 raise TypeError(
                     invalid(
                         "source",
-                        "a CSV/Parquet path or a pandas, polars or Arrow table for engine 'duckdb'",
+                        "a CSV/Parquet file, directory or glob, a pandas or polars (lazy) frame, "
+                        "an Arrow table or dataset, a DuckDB relation or (connection, table) "
+                        "for engine 'duckdb'",
                         type(source).__name__,
                     )
                 )
         except BaseException:
             self.close()
             raise
-        self._views: list[str] = []
 
     def _schema(self) -> dict[str, str]:
         return {c: str(t) for c, t in zip(self._rel.columns, self._rel.types, strict=True)}
@@ -324,7 +392,13 @@ class DuckDBEngine(Engine):
             return [tuple(row) for row in self._con.execute(sql).fetchall()]
 
     def close(self) -> None:
-        self._con.close()
+        if self._owned:
+            self._con.close()
+        else:  # the caller's connection: remove only what gaussdp created
+            for view in self._views:
+                with contextlib.suppress(self._duckdb.Error):
+                    self._con.execute(f"DROP VIEW IF EXISTS {view}")
+        self._views.clear()
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
@@ -349,15 +423,15 @@ class SparkEngine(Engine):
         if isinstance(source, DataFrame):
             self._df = source
         elif isinstance(source, str | os.PathLike):
-            path = Path(source)
-            if path.is_file() or path.is_dir():
-                kind = _file_kind(path)
+            text = os.fspath(source)
+            if Path(text).exists() or any(c in text for c in "*?["):
+                kind, files = _files(source)
                 reader = spark.read
-                with self.failures(f"opening {path.name}"):
+                with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
-                        self._df = reader.parquet(str(path))
+                        self._df = reader.parquet(*files)
                     else:
-                        self._df = reader.csv(str(path), header=True, inferSchema=True)
+                        self._df = reader.csv(files, header=True, inferSchema=True)
             elif isinstance(source, str) and _spark_table_exists(spark, source):
                 self._df = spark.table(source)
             else:
@@ -365,7 +439,7 @@ class SparkEngine(Engine):
                     invalid("data", "an existing file or Spark table", str(source))
                 )
         elif _module(source) in ("pandas", "polars", "pyarrow"):
-            frame = source if _module(source) == "pandas" else source.to_pandas()  # type: ignore[attr-defined]
+            frame = _to_pandas(source)
             self._df = spark.createDataFrame(frame)
         else:
             raise TypeError(
@@ -428,6 +502,17 @@ class SparkEngine(Engine):
         for view in self._views:
             self._spark.catalog.dropTempView(view)
         self._views.clear()
+
+
+def _to_pandas(source: Any) -> Any:
+    """A local frame for Spark: pandas as is; polars (lazy) and Arrow tables/datasets converted."""
+    if _module(source) == "pandas":
+        return source
+    if hasattr(source, "collect") and _module(source) == "polars":  # a LazyFrame
+        source = source.collect()
+    if hasattr(source, "to_table"):  # an Arrow dataset
+        source = source.to_table()
+    return source.to_pandas()
 
 
 def _spark_table_exists(spark: Any, name: str) -> bool:

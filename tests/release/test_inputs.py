@@ -1,0 +1,78 @@
+"""Every input kind gives the same release: files, directories, globs, frames, DuckDB tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from gaussdp.budget import Budget
+from gaussdp.release import Release
+
+FRAME = pd.DataFrame(
+    {"user": [1, 1, 2, 3, 4, 5], "page": ["a", "b", "a", "a", "b", "a"], "minutes": 1.0}
+)
+
+
+def counts(source: object) -> list[float]:
+    return (
+        Release(
+            source,
+            privacy_unit="user",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=2,
+            max_rows_per_group=1,
+        )
+        .count(by="page", keys=["a", "b"])
+        .run()
+        .frame["value"]
+        .tolist()
+    )
+
+
+def test_all_input_kinds_agree(tmp_path: Path, no_noise: None) -> None:
+    pl = pytest.importorskip("polars")
+    parts = tmp_path / "parts"
+    (parts / "day=1").mkdir(parents=True)
+    FRAME.iloc[:3].to_parquet(parts / "one.parquet")
+    FRAME.iloc[3:].to_parquet(parts / "day=1" / "two.parquet")
+    FRAME.iloc[:2].to_csv(tmp_path / "x1.csv", index=False)
+    FRAME.iloc[2:].to_csv(tmp_path / "x2.csv", index=False)
+    con = duckdb.connect()
+    con.register("frame", FRAME)
+    con.execute("CREATE TABLE visits AS SELECT * FROM frame")
+    sources: list[Any] = [
+        FRAME,
+        parts,  # a directory, recursively
+        str(tmp_path / "parts" / "**" / "*.parquet"),  # a glob
+        str(tmp_path / "x*.csv"),
+        pl.from_pandas(FRAME).lazy(),  # scanned by DuckDB, not collected in Python
+        ds.dataset(pa.Table.from_pandas(FRAME)),
+        con.table("visits"),  # another connection's relation
+        (con, "visits"),  # a connection and a table name
+    ]
+    want = [4.0, 2.0]
+    for source in sources:
+        assert counts(source) == want, type(source)
+    assert con.execute("SELECT COUNT(*) FROM visits").fetchone() == (6,)  # still usable
+
+
+def test_refused_inputs(tmp_path: Path) -> None:
+    (tmp_path / "mixed").mkdir()
+    FRAME.to_csv(tmp_path / "mixed" / "a.csv", index=False)
+    FRAME.to_parquet(tmp_path / "mixed" / "b.parquet")
+    with pytest.raises(ValueError, match="one kind"):
+        counts(tmp_path / "mixed")
+    with pytest.raises(FileNotFoundError, match="matching"):
+        counts(str(tmp_path / "nothing*.csv"))
+    reader = pa.Table.from_pandas(FRAME).to_reader()
+    with pytest.raises(TypeError, match="read only once"):
+        counts(reader)
+    (tmp_path / "t.json").write_text("{}")
+    with pytest.raises(ValueError, match="tsv"):  # the message lists what is accepted
+        counts(tmp_path / "t.json")
