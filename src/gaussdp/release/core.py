@@ -743,9 +743,12 @@ class _Noise:
 _Ints = np.ndarray[Any, Any]  # int64, or object (Python ints) beyond int64
 
 
-def _ints(column: Sequence[Any]) -> _Ints:
+def _ints(column: np.ndarray[Any, Any]) -> _Ints:
     """An engine result column as int64 (NULL, e.g. the SUM of an empty table, is 0)."""
-    return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
+    try:
+        return column.astype(np.int64)
+    except TypeError:  # a NULL
+        return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
 
 
 def _cells(
@@ -755,12 +758,21 @@ def _cells(
 
     Engine rows are matched to the public keys by the keys' typed values
     (``typed``, :func:`gaussdp.release.keys.typed_keys`), in the column's type.
-    Privately selected groups come in a stable order, whatever the engine's.
+    Privately selected groups keep the engine's order, which the SQL fixes
+    (``ORDER BY`` the keys), so a seeded ``rng`` replays the selection.
     """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    columns = list(zip(*rows, strict=True)) if rows else [()] * (width + 1 + n_out)
-    keys = [np.array(c, dtype=object) for c in columns[:width]]
+    table = np.empty((len(rows), width + 1 + n_out), dtype=object)
+    if rows:
+        try:
+            table[:] = rows  # one C-level copy; no per-cell Python work
+        except ValueError:  # a key that numpy takes for a sequence (a LIST column)
+            for i, row in enumerate(rows):
+                for j, value in enumerate(row):
+                    table[i, j] = value
+    columns = [table[:, j] for j in range(table.shape[1])]
+    keys = columns[:width]
     units = _ints(columns[width])
     aggs = [_ints(c) for c in columns[width + 1 : width + 1 + n_out]]
     if not g.by and g.histogram is None:
@@ -768,10 +780,7 @@ def _cells(
             return [], [np.zeros(1, np.int64) for _ in range(n_out)], np.zeros(1, np.int64)
         return [], aggs, units
     if g.keys is None and g.by:  # private partition selection happens later
-        # Distinct values of one type per column: their strings order them totally.
-        text = [np.array([str(v) for v in c], dtype=str) for c in keys]
-        order = np.lexsort(tuple(reversed(text))) if rows else np.zeros(0, np.intp)
-        return [k[order] for k in keys], [a[order] for a in aggs], units[order]
+        return keys, aggs, units
     # Public keys (given, or only bins): every cell appears, missing ones with zeros.
     bins: list[int | None] = (
         list(range(len(g.histogram[1]) - 1)) if g.histogram is not None else [None]

@@ -46,7 +46,9 @@ The query, for one grouping (:data:`TEMPLATE`):
    exactly (a floating-point quotient corrected by integer comparisons), the
    expected sum of ``L`` rows drawn without replacement, rounded; scalar
    per-cell contributions are clamped to their integer range (a no-op unless
-   something is wrong). The integers are summed per group.
+   something is wrong). The integers are summed per group, and the groups
+   come ordered by their keys (a fixed order for private partition selection,
+   so a seeded ``rng`` replays it).
 """
 
 from __future__ import annotations
@@ -313,5 +315,7 @@ def grouping_sql(
         ranked=ranked,
         final_keys="".join(f"{k}, " for k in all_keys),
         final_aggs=final_aggs,
-        group_by=f"\nGROUP BY {', '.join(all_keys)}" if all_keys else "",
+        group_by=(
+            f"\nGROUP BY {', '.join(all_keys)}\nORDER BY {', '.join(all_keys)}" if all_keys else ""
+        ),
     )
