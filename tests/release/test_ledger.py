@@ -329,9 +329,17 @@ def test_format_2_and_1_files_are_migrated(tmp_path: Path) -> None:
     _old_ledger(one, 1, [(0.05, 0.0)])
     old = Ledger(one)
     assert old.entries()[0].event == RecordedCost(rho=0.05, mu=None, slack=0.0, delta=0.0)
-    # An entry certified only in ρ-zCDP cannot be composed by the PLD accountant: it says so.
+    # An entry certified only in ρ-zCDP is accounted by zCDP (CKS Cor 13), the PLD bound dropping
+    # out; then a μ total cannot account for it at all, and says so.
+    assert old.spent == zcdp_epsilon(0.05, 1e-5)
+    old.charge(Gaussian(sigma=10.0), label="new")
+    assert old.spent == pytest.approx(zcdp_epsilon(0.055, 1e-5), rel=1e-12)
+    mu = tmp_path / "mu.db"
+    _old_ledger(mu, 1, [(0.05, 0.0)])
+    with sqlite3.connect(mu) as con:
+        con.execute("UPDATE meta SET value = '{\"mu\": 1.0}' WHERE key = 'total'")
     with pytest.raises(LedgerError, match="entry 1 cannot be accounted against its total"):
-        old.reserve(TENTH, label="refused")
+        Ledger(mu).reserve(TENTH, label="refused")
 
 
 def test_fraction_and_float_fields_round_trip_exactly(tmp_path: Path) -> None:
