@@ -19,6 +19,7 @@ from gaussdp.accounting import (
     SelfComposed,
     Subsampled,
     UnsupportedEventError,
+    event_from_json,
     event_to_json,
 )
 from gaussdp.budget import Budget
@@ -191,6 +192,52 @@ def test_racing_processes_never_overspend(tmp_path: Path) -> None:
     assert ledger.spent <= 0.35
 
 
+# A DP-SGD run and a release of about the same cost: any 3 fit a total of ε = 2.1 at 10⁻⁶,
+# no 4 do (checked in the test).
+RUN = SelfComposed(Subsampled(Gaussian(sigma=1.0).lattice(100), 0.02), 50)
+QUERY = Gaussian(sigma=3.85)
+
+
+def _spend_mixed(
+    path: str, event_json: str, barrier: mp.synchronize.Barrier, out: mp.Queue
+) -> None:  # type: ignore[type-arg]
+    ledger = Ledger(path)
+    barrier.wait()
+    try:
+        ledger.charge(event_from_json(event_json), label=f"pid {os.getpid()}")
+        out.put(True)
+    except BudgetExceededError:
+        out.put(False)
+
+
+def test_racing_releases_and_dpsgd_runs_never_overspend(tmp_path: Path) -> None:
+    def eps(events: list[object]) -> float:
+        acc = PLDAccountant()
+        for e in events:
+            acc.compose(e)  # type: ignore[arg-type]
+        return acc.epsilon(1e-6).upper
+
+    total = 2.1
+    assert max(eps([QUERY] * a + [RUN] * (3 - a)) for a in range(4)) <= total
+    assert min(eps([QUERY] * a + [RUN] * (4 - a)) for a in range(5)) > total
+    path = tmp_path / "b.db"
+    Ledger(path, total=Budget(epsilon=total, delta=1e-6))
+    ctx = mp.get_context("spawn")
+    n = 8
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    events = [event_to_json(QUERY if i % 2 else RUN) for i in range(n)]
+    procs = [ctx.Process(target=_spend_mixed, args=(str(path), e, barrier, out)) for e in events]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    outcomes = [out.get(timeout=5) for _ in range(n)]
+    assert sum(outcomes) == 3
+    ledger = Ledger(path)
+    assert len(ledger.entries()) == 3
+    assert ledger.spent <= total
+
+
 def _reserve_then_crash(path: str) -> None:
     Ledger(path).reserve(Gaussian(sigma=math.sqrt(5 / 3)), label="crashes before commit")
     os._exit(1)  # no commit, no cleanup
@@ -282,9 +329,17 @@ def test_format_2_and_1_files_are_migrated(tmp_path: Path) -> None:
     _old_ledger(one, 1, [(0.05, 0.0)])
     old = Ledger(one)
     assert old.entries()[0].event == RecordedCost(rho=0.05, mu=None, slack=0.0, delta=0.0)
-    # An entry certified only in ρ-zCDP cannot be composed by the PLD accountant: it says so.
+    # An entry certified only in ρ-zCDP is accounted by zCDP (CKS Cor 13), the PLD bound dropping
+    # out; then a μ total cannot account for it at all, and says so.
+    assert old.spent == zcdp_epsilon(0.05, 1e-5)
+    old.charge(Gaussian(sigma=10.0), label="new")
+    assert old.spent == pytest.approx(zcdp_epsilon(0.055, 1e-5), rel=1e-12)
+    mu = tmp_path / "mu.db"
+    _old_ledger(mu, 1, [(0.05, 0.0)])
+    with sqlite3.connect(mu) as con:
+        con.execute("UPDATE meta SET value = '{\"mu\": 1.0}' WHERE key = 'total'")
     with pytest.raises(LedgerError, match="entry 1 cannot be accounted against its total"):
-        old.reserve(TENTH, label="refused")
+        Ledger(mu).reserve(TENTH, label="refused")
 
 
 def test_fraction_and_float_fields_round_trip_exactly(tmp_path: Path) -> None:

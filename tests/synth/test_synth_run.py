@@ -96,7 +96,7 @@ def test_run_report_equals_the_planned_one_and_the_ledger_holds_it(
     assert result.report.rho == planned.rho
     (entry,) = ledger.entries()
     assert entry.status == "committed"
-    assert entry.rho == result.report.rho
+    assert entry.event.rho == result.report.rho  # type: ignore[union-attr]
     assert entry.detail is not None
     assert entry.detail["method"] == "MST"
     assert [tuple(e.clique) for e in result.report.events if e.kind == "select"] == list(

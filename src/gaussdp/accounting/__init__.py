@@ -12,6 +12,7 @@ from __future__ import annotations
 from gaussdp.accounting.accountants import (
     DEFAULT_RDP_ORDERS,
     Accountant,
+    BestOfAccountant,
     GDPAccountant,
     PLDAccountant,
     RDPAccountant,
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_RDP_ORDERS",
     "Accountant",
     "ApproxDP",
+    "BestOfAccountant",
     "Composed",
     "DeltaBounds",
     "DiscreteGaussianL2",

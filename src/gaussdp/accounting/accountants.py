@@ -89,6 +89,7 @@ from gaussdp.privacy.zcdp import rdp_epsilon
 __all__ = [
     "DEFAULT_RDP_ORDERS",
     "Accountant",
+    "BestOfAccountant",
     "GDPAccountant",
     "PLDAccountant",
     "RDPAccountant",
@@ -370,6 +371,100 @@ def _gaussian_mu(leaves: Counter[Event]) -> float:
         assert isinstance(event, Gaussian)
         squares.append(mul_up(float(count), mul_up(event.mu, event.mu)))
     return sqrt_up(Fraction(add_up(*squares)))
+
+
+# --------------------------------------------------------------------------------------
+class BestOfAccountant(Accountant):
+    r"""The tightest of several accountants that can each account for the whole history.
+
+    Every member composes every event it supports; a member that cannot account
+    for one event drops out (its bound would miss that event). ε at δ is the
+    smallest upper bound among the remaining members and the largest lower bound
+    (each is a valid bound on the same composed mechanism). An event no remaining
+    member supports is refused and nothing changes. This is how an (ε, δ) budget
+    is checked: the PLD accountant, and zCDP for events known only by their ρ
+    (:class:`RecordedCost` without μ).
+
+    Examples
+    --------
+    >>> acc = BestOfAccountant([PLDAccountant(), ZCDPAccountant()])
+    >>> acc.compose(Gaussian(2.0)).compose(RecordedCost(rho=0.1, mu=None, slack=0, delta=0))
+    BestOfAccountant(ZCDPAccountant)
+    >>> acc.epsilon(1e-6).upper == ZCDPAccountant().compose(acc.history).epsilon(1e-6).upper
+    True
+    """
+
+    def __init__(self, accountants: Sequence[Accountant]) -> None:
+        super().__init__()
+        if not accountants or not all(isinstance(a, Accountant) for a in accountants):
+            raise TypeError(
+                invalid("accountants", "a non-empty sequence of accountants", accountants)
+            )
+        self._members = list(accountants)
+        self._valid = [True] * len(self._members)
+
+    def __repr__(self) -> str:
+        names = ", ".join(type(m).__name__ for m in self._live())
+        return f"BestOfAccountant({names})"
+
+    def _live(self) -> list[Accountant]:
+        return [m for m, ok in zip(self._members, self._valid, strict=True) if ok]
+
+    def _leaf_supported(self, event: Event) -> bool:  # pragma: no cover - not used
+        return False
+
+    def supports(self, event: object) -> bool:
+        return any(m.supports(event) for m in self._live())
+
+    def compose(self, event: Event, count: int = 1) -> Self:
+        check_event(event)
+        count = check_int("count", count, minimum=1)
+        ok = [
+            valid and m.supports(event) for m, valid in zip(self._members, self._valid, strict=True)
+        ]
+        if not any(ok):
+            self._live()[0].copy().compose(event, count)  # raises its UnsupportedEventError
+        for member, take in zip(self._members, ok, strict=True):
+            if take:
+                member.compose(event, count)
+        self._valid = ok
+        self._calls.append((event, count))
+        return self
+
+    def copy(self) -> Self:
+        other = type(self)([m.copy() for m in self._members])
+        other._valid = list(self._valid)
+        other._calls = list(self._calls)
+        return other
+
+    def _empty_like(self) -> Self:  # pragma: no cover - copy() is overridden
+        return type(self)([m._empty_like() for m in self._members])
+
+    @property
+    def slack(self) -> float:
+        return max(m.slack for m in self._live())
+
+    @property
+    def extra_delta(self) -> float:
+        return max(m.extra_delta for m in self._live())
+
+    def epsilon(self, delta: float) -> EpsilonBounds:
+        delta = check_delta("delta", delta)
+        bounds = [m.epsilon(delta) for m in self._live()]
+        upper = min(b.upper for b in bounds)
+        return EpsilonBounds(lower=min(upper, max(b.lower for b in bounds)), upper=upper)
+
+    def delta(self, epsilon: float) -> DeltaBounds:
+        epsilon = check_epsilon("epsilon", epsilon)
+        bounds = [m.delta(epsilon) for m in self._live()]
+        upper = min(b.upper for b in bounds)
+        return DeltaBounds(lower=min(upper, max(b.lower for b in bounds)), upper=upper)
+
+    def _base_epsilon(self, delta: float) -> EpsilonBounds:  # pragma: no cover - not used
+        return self.epsilon(delta)
+
+    def _base_delta(self, epsilon: float) -> DeltaBounds:  # pragma: no cover - not used
+        return self.delta(epsilon)
 
 
 # --------------------------------------------------------------------------------------

@@ -626,10 +626,10 @@ def selection_delta(sigma2: Fraction, threshold: int, max_groups_per_unit: int) 
 
 @dataclass(frozen=True, slots=True)
 class RecordedCost:
-    """A cost recorded by a format-2 ledger, kept as it was certified then.
+    """A cost certified elsewhere: a format-1/2 ledger entry, or a step known by its ρ-zCDP.
 
-    The entry was ρ-zCDP (``rho``), μ-GDP up to a smoothing slack (``mu`` and
-    ``slack``; ``mu`` is ``None`` when it was not certified in μ), with ``delta``
+    The step is ρ-zCDP (``rho``), μ-GDP up to a smoothing slack (``mu`` and
+    ``slack``; ``mu`` is ``None`` when it is not certified in μ), with ``delta``
     on top (partition selection). Accountants compose it as a Gaussian with this
     μ plus the slack and δ (PLD, GDP), or as ρ plus δ (RDP, zCDP).
     """

@@ -378,13 +378,15 @@ class TradeoffCurve:
 
         if not isinstance(accountant, Accountant):
             raise TypeError(invalid("accountant", "an Accountant", accountant))
-        if isinstance(accountant, GDPAccountant):
+        # Lattice noise's smoothing slack and partition selection's δ apply to the whole
+        # composition: only the accountant's own δ(ε) includes them (the profile below).
+        plain = accountant.slack == 0.0 and accountant.extra_delta == 0.0
+        if isinstance(accountant, GDPAccountant) and plain:
             return cls.from_gdp(accountant.mu)
-        if isinstance(accountant, PLDAccountant):
+        if isinstance(accountant, PLDAccountant) and plain:
             if accountant.is_exact:
                 # DRS Cor 3.3: Gaussians compose to √Σ μᵢ²-GDP exactly.
-                mu = math.sqrt(math.fsum(c * e.mu**2 for e, c in accountant.events))  # type: ignore[union-attr]
-                return cls.from_gdp(mu)
+                return cls.from_gdp(GDPAccountant().compose(accountant.history).mu)
             return cls.from_pld(accountant.pld())
         return cls.from_profile(
             lambda e: accountant.delta(e).upper, description=type(accountant).__name__

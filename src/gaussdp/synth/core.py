@@ -438,6 +438,7 @@ class Synthesizer:
         """
         import pandas as pd
 
+        from gaussdp.accounting import RecordedCost
         from gaussdp.release.core import _aggregate
         from gaussdp.synth.model import fit_model, sample_codes
 
@@ -452,8 +453,10 @@ class Synthesizer:
         planned = self.report
         reservation = None
         if ledger is not None:
+            # The run is certified by its ρ-zCDP only (Gaussian measurements and the
+            # exponential mechanism's selections, in ρ).
             reservation = ledger.reserve(
-                rho=planned.rho,
+                RecordedCost(rho=planned.rho, mu=None, slack=0.0, delta=0.0),
                 label=label or f"synth MST of {', '.join(names)}",
                 detail=planned.to_dict(),
             )
