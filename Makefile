@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # Extra pytest arguments, e.g. make test PYTEST_ARGS='-m "not spark"' on a machine without Java.
 PYTEST_ARGS ?=
 
-.PHONY: demo test java browser clean
+.PHONY: demo test docs java browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,16 @@ demo: $(BIN)/python
 	$(BIN)/gaussdp release examples/visits.toml --data examples/visits.csv
 
 test: $(BIN)/python java browser
-	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot,synth]"
+	$(BIN)/python -m pip install --quiet --editable ".[dev,spark,torch,examples,plot,synth,docs]"
 	$(BIN)/ruff check src tests benchmarks examples conftest.py
 	$(BIN)/ruff format --check src tests benchmarks examples conftest.py
 	$(BIN)/mypy
 	$(BIN)/pytest -n 2 --durations=15 $(PYTEST_ARGS)
+
+# The documentation site with the API reference, into site/; a warning fails the build.
+docs: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Spark (the `spark` extra, tested in local mode) needs a Java runtime, 17 or newer.
 # As root it is installed with apt; otherwise the message says what to do.
@@ -47,4 +52,4 @@ browser:
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis spark-warehouse
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis spark-warehouse site

@@ -210,3 +210,21 @@ def test_calibrate_imports_only_what_it_needs() -> None:
     imported = _imported("calibrate", "--epsilon", "1", "--delta", "1e-6", "--json")
     assert "scipy" in imported
     assert not imported & {"duckdb", "pandas", "torch", "pyspark", "matplotlib"}
+
+
+def test_every_command_has_a_json_flag() -> None:
+    import typer
+
+    def leaves(command: object, path: str) -> list[tuple[str, object]]:
+        subcommands = getattr(command, "commands", None)
+        if subcommands is None:
+            return [(path, command)]
+        return [leaf for name, sub in subcommands.items() for leaf in leaves(sub, f"{path} {name}")]
+
+    commands = leaves(typer.main.get_command(app), "gaussdp")
+    assert len(commands) >= 10
+    for path, command in commands:
+        flags = {opt for param in command.params for opt in param.opts}  # type: ignore[attr-defined]
+        assert "--json" in flags, path
+        json_param = next(p for p in command.params if "--json" in p.opts)  # type: ignore[attr-defined]
+        assert json_param.is_flag, path  # --json, not --json <bool>

@@ -221,7 +221,9 @@ def test_missing_extra_names_the_checkout_install(monkeypatch: pytest.MonkeyPatc
     assert_one_line(result, 4, "pip install '.[spark]'")
 
 
-@pytest.mark.parametrize("how", ["KeyboardInterrupt", "duckdb.InterruptException"])
+@pytest.mark.parametrize(
+    "how", ["KeyboardInterrupt", "duckdb.InterruptException", "RuntimeError: Query interrupted"]
+)
 def test_interrupt_during_release_keeps_the_reservation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
@@ -233,6 +235,8 @@ def test_interrupt_during_release_keeps_the_reservation(
     def interrupt(*args: object, **kwargs: object) -> None:
         if how == "KeyboardInterrupt":
             raise KeyboardInterrupt
+        if how == "RuntimeError: Query interrupted":  # what DuckDB's fetchall raises on Ctrl-C
+            raise RuntimeError("Query interrupted")
         raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
 
     ledger = _ledger(tmp_path)

@@ -120,6 +120,9 @@ def _interrupted(error: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, KeyboardInterrupt) or "Interrupt" in type(current).__name__:
             return True
+        # DuckDB's fetch reports Ctrl-C as a plain RuntimeError with this message.
+        if isinstance(current, RuntimeError) and str(current) == "Query interrupted":
+            return True
         current = current.__cause__ or current.__context__
     return False
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp.cli._output import console, fail, handle_errors
+from gaussdp.cli._output import console, handle_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 plot_app = typer.Typer(
-    help="Draw gaussdp's privacy figures (needs the 'plot' extra: pip install 'gaussdp[plot]').",
+    help="Draw gaussdp's privacy figures (needs the 'plot' extra: from the checkout, "
+    "pip install -e '.[plot]').",
     no_args_is_help=True,
 )
 
@@ -26,24 +28,30 @@ OutOption = Annotated[
 TableOption = Annotated[
     Path | None, typer.Option("--table", help="Also write the numbers drawn as CSV.")
 ]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object naming the files written.")
+]
 
 
 def _plot_module() -> Any:
-    from gaussdp.errors import MissingExtraError
+    """gaussdp.plot; without the extra, MissingExtraError (exit 4, naming the install)."""
+    import gaussdp.plot as module
 
-    try:
-        import gaussdp.plot as module
-    except MissingExtraError as error:
-        fail(str(error))
     return module
 
 
-def _save(result: tuple[Figure, pd.DataFrame], out: Path, table: Path | None) -> None:
+def _save(
+    result: tuple[Figure, pd.DataFrame], out: Path, table: Path | None, as_json: bool
+) -> None:
     fig, frame = result
     fig.savefig(out, dpi=120)
-    console().print(f"wrote {out}", highlight=False)
     if table is not None:
         frame.to_csv(table, index=False)
+    if as_json:
+        typer.echo(json.dumps({"figure": str(out), "table": None if table is None else str(table)}))
+        return
+    console().print(f"wrote {out}", highlight=False)
+    if table is not None:
         console().print(f"wrote {table}", highlight=False)
 
 
@@ -65,6 +73,7 @@ def tradeoff(
     steps: Annotated[int | None, typer.Option(help="DP-SGD steps.")] = None,
     log: Annotated[bool, typer.Option("--log", help="Log-log axes, attacker's view.")] = False,
     table: TableOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Trade-off curves with the DRS reading, and a guarantee's curve beside them.
 
@@ -88,7 +97,7 @@ def tradeoff(
             )
         )
     mus = tuple(mu) if mu else tuple(module.DRS_MUS)
-    _save(module.tradeoff_figure(curves, mus=mus, log=log), out, table)
+    _save(module.tradeoff_figure(curves, mus=mus, log=log), out, table, as_json)
 
 
 @plot_app.command("profile")
@@ -101,6 +110,7 @@ def profile(
         float | None, typer.Option(help="Poisson subsampling rate (DP-SGD).")
     ] = None,
     table: TableOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Privacy profiles δ(ε) by the PLD, RDP and zCDP accountants side by side.
 
@@ -117,7 +127,7 @@ def profile(
         result: tuple[Figure, pd.DataFrame] = module.privacy_profile_figure(mechanism, count)
         return result
 
-    _save(build(), out, table)
+    _save(build(), out, table, as_json)
 
 
 @plot_app.command("sigma")
@@ -126,21 +136,22 @@ def sigma(
     out: OutOption,
     delta: Annotated[float, typer.Option(help="The fixed δ.")] = 1e-5,
     table: TableOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Noise σ against ε at a fixed δ for each calibration.
 
     Example: gaussdp plot sigma --delta 1e-6 --out sigma.png
     """
     module = _plot_module()
-    _save(module.sigma_epsilon_figure(delta), out, table)
+    _save(module.sigma_epsilon_figure(delta), out, table, as_json)
 
 
 @plot_app.command("cks-fig1")
 @handle_errors()
-def cks_fig1(out: OutOption, table: TableOption = None) -> None:
+def cks_fig1(out: OutOption, table: TableOption = None, as_json: JsonOption = False) -> None:
     """CKS Figure 1: δ(ε) of the discrete Gaussian against the continuous one and bounds."""
     module = _plot_module()
-    _save(module.cks_fig1(), out, table)
+    _save(module.cks_fig1(), out, table, as_json)
 
 
 @plot_app.command("cks-fig2")
@@ -149,10 +160,11 @@ def cks_fig2(
     out: OutOption,
     sigma2: Annotated[float, typer.Option(help="σ² of the three distributions.")] = 2.0,
     table: TableOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """CKS Figure 2: tails of the discrete, continuous and rounded Gaussian."""
     module = _plot_module()
-    _save(module.cks_fig2(sigma2), out, table)
+    _save(module.cks_fig2(sigma2), out, table, as_json)
 
 
 @plot_app.command("cks-fig4")
@@ -162,13 +174,14 @@ def cks_fig4(
     count: Annotated[int, typer.Option(help="Number of queries k (left panel).")] = 100,
     std: Annotated[float, typer.Option(help="Noise standard deviation per query.")] = 50.0,
     table: TableOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """CKS Figure 4: discrete Gaussian against discrete Laplace for k counting queries.
 
     Example: gaussdp plot cks-fig4 --out fig4.png --table fig4.csv
     """
     module = _plot_module()
-    _save(module.cks_fig4(count, std), out, table)
+    _save(module.cks_fig4(count, std), out, table, as_json)
 
 
 def register(app: typer.Typer) -> None:
