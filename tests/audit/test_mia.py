@@ -73,8 +73,8 @@ def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
             x[torch.from_numpy(np.flatnonzero(m))],
             y[torch.from_numpy(np.flatnonzero(m))],
             epsilon=2.0,
-            epochs=3,
-            batch_size=32,
+            epochs=2,
+            batch_size=50,
             seed=10 + i,
         )
         for i, m in enumerate(shadow_sets)
