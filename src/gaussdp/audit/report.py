@@ -328,47 +328,30 @@ def _budget_section_release(report: PrivacyReport) -> str:
 
 
 def _ledger_sections(ledger: Ledger) -> tuple[str, TradeoffCurve | None]:
-    total = ledger.total
-    entries = ledger.entries()
+    summary = ledger.summary()
+    symbol = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}.get(summary.unit, summary.unit)
+    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" and summary.delta else ""
     rows = "".join(
-        f"<tr><td>{e.id}</td><td>{_e(e.status)}</td><td>{_e(_fmt(e.mu))}</td>"
-        f"<td>{_e(_fmt(e.rho))}</td><td>{_e(_fmt(e.delta))}</td><td>{_e(e.label)}</td>"
-        f"<td>{_e(e.who)}</td><td>{_e(e.reserved_at)}</td><td>{_e(e.committed_at or '—')}</td></tr>"
-        for e in entries
+        f"<tr><td>{r.id}</td><td>{_e(r.status)}</td><td>{_e(r.what)}</td><td>{_e(r.event)}</td>"
+        f"<td>{r.cost:.6g}</td><td>{_e(r.who)}</td><td>{_e(r.when)}</td>"
+        f"<td>{_e(r.committed_at or '—')}</td></tr>"
+        for r in summary.rows
     )
-    spent_eps = ledger.epsilon_spent
-    left = [
-        f"{name} = {value:.6g}"
-        for name, value in (("μ", ledger.remaining_mu), ("ρ", ledger.remaining_rho))
-        if value is not None
-    ]
     section = (
         "<section id='budget'><h2>Budget used and left</h2><table class='small'><tbody>"
-        f"<tr><td>total</td><td>{_e(total)}</td></tr>"
-        f"<tr><td>spent</td><td>ρ = {ledger.spent_rho:.6g}, δ = {ledger.spent_delta:.3g}"
-        + (f", μ = {ledger.spent_mu:.6g}" if ledger.spent_mu is not None else "")
-        + (
-            f", ε = {spent_eps:.6g} at δ = {total.delta:.3g}"
-            if spent_eps is not None and total.delta is not None
-            else ""
-        )
-        + f"</td></tr><tr><td>left</td><td>{_e('; '.join(left) or '—')}</td></tr>"
+        f"<tr><td>total</td><td>{_e(summary.total)}</td></tr>"
+        f"<tr><td>spent (certified)</td><td>{symbol} = {summary.spent:.6g}{_e(at)}</td></tr>"
+        f"<tr><td>left</td><td>{symbol} = {summary.remaining:.6g}</td></tr>"
+        f"<tr><td>partition selection δ</td><td>{summary.selection_delta:.3g}</td></tr>"
         "</tbody></table>"
-        "<table class='results'><thead><tr><th>id</th><th>status</th><th>μ</th><th>ρ</th>"
-        "<th>δ</th><th>what</th><th>who</th><th>reserved</th><th>committed</th></tr></thead>"
+        f"<table class='results'><thead><tr><th>id</th><th>status</th><th>what</th><th>event</th>"
+        f"<th>cost ({symbol})</th><th>who</th><th>reserved</th><th>committed</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"
     )
-    if not entries:
+    if not summary.rows:
         return section, None
-    mode = total.accounting
-    curve = release_curve(
-        mode,
-        mu=ledger.spent_mu,
-        rho=ledger.spent_rho,
-        slack=ledger.spent_slack,
-        selection_delta=ledger.spent_delta,
-    )
-    return section, curve
+    # The curve of everything composed so far, from the ledger's own accountant.
+    return section, TradeoffCurve.from_accountant(ledger.accountant())
 
 
 def _method_section(report: PrivacyReport | None, sql: Sequence[str]) -> str:

@@ -74,7 +74,7 @@ from gaussdp._validation import (
 )
 from gaussdp.errors import invalid
 from gaussdp.privacy.discrete import discrete_gaussian_delta, discrete_gaussian_sf
-from gaussdp.privacy.gdp import gdp_tradeoff, mia_advantage
+from gaussdp.privacy.gdp import gdp_delta, gdp_tradeoff, mia_advantage
 from gaussdp.privacy.zcdp import zcdp_delta
 
 if TYPE_CHECKING:
@@ -369,26 +369,34 @@ class TradeoffCurve:
     def from_accountant(cls, accountant: Accountant) -> TradeoffCurve:
         """The curve of an accountant's composition.
 
-        Plain Gaussians (a :class:`~gaussdp.accounting.GDPAccountant`, or a
-        :class:`~gaussdp.accounting.PLDAccountant` that is exact): G_μ with
-        μ = √Σ cᵢμᵢ² (DRS Cor 3.3). Other PLD compositions: :meth:`from_pld`.
-        Anything else (RDP): :meth:`from_profile` on its δ(ε) upper bounds.
+        A :class:`~gaussdp.accounting.GDPAccountant`: G_μ (DRS Cor 3.3). A numerical
+        :class:`~gaussdp.accounting.PLDAccountant`: :meth:`from_pld`. In both cases
+        only when the accountant's δ(ε) is that of its μ or PLD alone (checked at a
+        few ε); otherwise — lattice slack or partition selection's δ on top, an exact
+        Gaussian PLD accountant, RDP or zCDP — :meth:`from_profile` on the
+        accountant's own δ(ε) upper bounds, which includes everything.
         """
         from gaussdp.accounting import Accountant, GDPAccountant, PLDAccountant
 
         if not isinstance(accountant, Accountant):
             raise TypeError(invalid("accountant", "an Accountant", accountant))
+
+        def profile(e: float) -> float:
+            return accountant.delta(e).upper
+
+        def matches(base: Callable[[float], float]) -> bool:
+            # The accountant adds nothing (lattice slack, selection δ) to its base bound.
+            return all(profile(e) <= base(e) for e in (0.0, 0.5, 1.0, 2.0, 4.0))
+
         if isinstance(accountant, GDPAccountant):
-            return cls.from_gdp(accountant.mu)
-        if isinstance(accountant, PLDAccountant):
-            if accountant.is_exact:
-                # DRS Cor 3.3: Gaussians compose to √Σ μᵢ²-GDP exactly.
-                mu = math.sqrt(math.fsum(c * e.mu**2 for e, c in accountant.events))  # type: ignore[union-attr]
-                return cls.from_gdp(mu)
-            return cls.from_pld(accountant.pld())
-        return cls.from_profile(
-            lambda e: accountant.delta(e).upper, description=type(accountant).__name__
-        )
+            mu = accountant.mu
+            if matches(lambda e: gdp_delta(mu, e)):
+                return cls.from_gdp(mu)  # DRS Cor 3.3: Gaussians compose to √Σμᵢ²-GDP
+        elif isinstance(accountant, PLDAccountant) and not accountant.is_exact:
+            pld = accountant.pld()
+            if matches(lambda e: pld.delta(e).upper):
+                return cls.from_pld(pld)
+        return cls.from_profile(profile, description=type(accountant).__name__)
 
     @classmethod
     def from_dpsgd(cls, noise_multiplier: float, sample_rate: float, steps: int) -> TradeoffCurve:
