@@ -108,3 +108,33 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, result: ReleaseResu
         assert shot.stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_cli_release_and_ledger_write_reports(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gaussdp.cli import app
+
+    runner = CliRunner()
+    db, page, ledger_page = tmp_path / "l.db", tmp_path / "r.html", tmp_path / "l.html"
+    assert runner.invoke(app, ["ledger", "init", str(db), "-e", "3", "-d", "1e-5"]).exit_code == 0
+    result = runner.invoke(
+        app,
+        [
+            "release",
+            "examples/visits.toml",
+            "--data",
+            "examples/visits.csv",
+            "--ledger",
+            str(db),
+            "--report",
+            str(page),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    text = page.read_text(encoding="utf-8")
+    assert "<code>user_id</code>" in text
+    assert "Budget used and left" in text
+    shown = runner.invoke(app, ["ledger", "show", str(db), "--report", str(ledger_page)])
+    assert shown.exit_code == 0, shown.output
+    assert "visits.toml" in ledger_page.read_text(encoding="utf-8")

@@ -234,19 +234,27 @@ def _results_section(result: ReleaseResult) -> str:
         "<tr>" + "".join(f"<td>{_e(_fmt(row[c]))}</td>" for c in frame.columns) + "</tr>"
         for _, row in frame.iterrows()
     )
+
+    def used(value: object) -> bool:
+        return str(value) not in ("", "nan", "None", "<NA>")
+
+    # One panel per query: the statistic and the group columns it uses.
+    panel = [
+        (str(r["statistic"]), tuple(k for k in keys if used(r[k]))) for _, r in frame.iterrows()
+    ]
     figures = []
-    for statistic, part in frame.groupby("statistic", sort=False):
-        labels = [
-            " / ".join(str(r[k]) for k in keys if str(r[k]) not in ("", "nan", "None")) or "all"
-            for _, r in part.iterrows()
-        ]
+    for name in dict.fromkeys(panel):
+        part = frame[[p == name for p in panel]]
+        labels = [" / ".join(str(r[k]) for k in name[1]) or "all" for _, r in part.iterrows()]
+        groups = [k for k in name[1] if k != "bin"]
+        by = f" by {', '.join(groups)}" if groups else ""
         figures.append(
             _svg_errorbars(
                 labels,
                 [float(v) for v in part["value"]],
                 [float(v) for v in part["ci_low"]],
                 [float(v) for v in part["ci_high"]],
-                f"{statistic} with its confidence interval",
+                f"{name[0]}{by} with its confidence interval",
             )
         )
     return (

@@ -219,6 +219,10 @@ def release_command(
             "report). Checked before any budget is spent.",
         ),
     ] = None,
+    report_file: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write a self-contained HTML report to this file."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Release private statistics from a table, as a TOML spec describes.
@@ -273,6 +277,11 @@ def release_command(
         console().print(_report_table(result.report.to_dict()))
         if out is not None and failure is None and not is_quiet():
             typer.echo(f"results written to {out}", err=True)
+    if report_file is not None:
+        from gaussdp.audit.report import html_report
+
+        page = html_report(result, ledger=book, privacy_unit=release.privacy_unit)
+        report_file.write_text(page, encoding="utf-8")
     if failure is not None:
         raise failure
 
@@ -312,6 +321,10 @@ def ledger_init(
 @handle_errors()
 def ledger_show(
     path: Annotated[Path, typer.Argument(help="The ledger file.")],
+    report_file: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write a self-contained HTML report to this file."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List what was spent, by whom, when, on what — and what remains.
@@ -322,7 +335,12 @@ def ledger_show(
 
     from gaussdp.release import Ledger
 
-    summary = Ledger(path).summary()
+    book = Ledger(path)
+    summary = book.summary()
+    if report_file is not None:
+        from gaussdp.audit.report import html_report
+
+        report_file.write_text(html_report(ledger=book), encoding="utf-8")
     unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
     if as_json:
         typer.echo(

@@ -369,10 +369,12 @@ class TradeoffCurve:
     def from_accountant(cls, accountant: Accountant) -> TradeoffCurve:
         """The curve of an accountant's composition.
 
-        Plain Gaussians (a :class:`~gaussdp.accounting.GDPAccountant`, or a
-        :class:`~gaussdp.accounting.PLDAccountant` that is exact): G_μ with
-        μ = √Σ cᵢμᵢ² (DRS Cor 3.3). Other PLD compositions: :meth:`from_pld`.
-        Anything else (RDP): :meth:`from_profile` on its δ(ε) upper bounds.
+        A :class:`~gaussdp.accounting.GDPAccountant`: G_μ (DRS Cor 3.3). A numerical
+        :class:`~gaussdp.accounting.PLDAccountant`: :meth:`from_pld`. In both cases
+        only when the accountant's δ(ε) is that of its μ or PLD alone (checked at a
+        few ε); otherwise — lattice slack or partition selection's δ on top, an exact
+        Gaussian PLD accountant, RDP or zCDP — :meth:`from_profile` on the
+        accountant's own δ(ε) upper bounds, which includes everything.
         """
         from gaussdp.accounting import Accountant, GDPAccountant, PLDAccountant
 
