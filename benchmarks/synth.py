@@ -36,7 +36,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -164,6 +163,7 @@ def main() -> None:
                 seconds = time.perf_counter() - start
                 out = {c: result.frame[c].to_numpy(dtype=np.int64) for c in sizes}
                 results.setdefault("gaussdp MST", []).append((_error(out, truth, sizes), seconds))
+                print(f"seed {seed} gaussdp MST: {results['gaussdp MST'][-1]}", flush=True)
             for method in ("mst", "aim"):
                 if method not in methods:
                     continue
@@ -186,7 +186,7 @@ def main() -> None:
                 sample = pd.read_csv(out_csv)
                 out = {c: sample[c].to_numpy(dtype=np.int64) for c in sizes}
                 results.setdefault(name, []).append((_error(out, truth, sizes), seconds))
-            print(f"seed {seed} done", file=sys.stderr)
+                print(f"seed {seed} {name}: {results[name][-1]}", flush=True)
     print(f"\n| method | 3-way TV error, mean ± sd over {args.seeds} seeds | seconds per run |")
     print("|---|---|---|")
     for name, runs in results.items():
