@@ -464,7 +464,7 @@ class Synthesizer:
         if d > 1:
             # 2. Kruskal with the exponential mechanism (McKenna et al. 2021, Alg. 1).
             pairs = list(itertools.combinations(names, 2))
-            scores = self._scores(coded, pairs, measurements, _aggregate)
+            scores = self._scores(coded, pairs, measurements, _aggregate, source)
             parent = {n: n for n in names}
 
             def find(a: str) -> str:
@@ -525,6 +525,7 @@ class Synthesizer:
         pairs: Sequence[tuple[str, str]],
         measurements: Sequence[Any],
         aggregate: Any,
+        source: RandomSource,
     ) -> list[int]:
         """‖M_ab − round(M̂_ab)‖₁ per pair: bounded true counts against the public estimate."""
         sizes = self.sizes
@@ -535,7 +536,7 @@ class Synthesizer:
             for a, v in ones.items()
         }
         # The exact bounded counts, as the engine bounds them (no noise is drawn here).
-        _, rows = aggregate(self._two_way(coded, 1.0, pairs))
+        _, rows = aggregate(self._two_way(coded, 1.0, pairs), source)  # salt from rng
         scores = []
         for (a, b), grouping_rows in zip(pairs, rows, strict=True):
             counts = np.zeros((sizes[a], sizes[b]), dtype=np.int64)
