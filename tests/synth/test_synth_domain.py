@@ -17,6 +17,14 @@ def test_categorical_codes_and_the_other_bucket() -> None:
     assert col.decode(np.array([2, 0]), np.random.default_rng(0)).tolist() == ["rest", "a"]
 
 
+def test_decoded_categories_keep_their_type() -> None:
+    rng = np.random.default_rng(0)
+    assert Categorical("n", [3, 1]).decode(np.array([1, 0]), rng).tolist() == [1, 3]
+    assert str(Categorical("n", [3, 1]).decode(np.array([1]), rng).dtype) == "int64"
+    assert str(Categorical("b", [False, True]).decode(np.array([1]), rng).dtype) == "bool"
+    assert Categorical("n", [3, 1], other="x").decode(np.array([2, 0]), rng).tolist() == ["x", 3]
+
+
 def test_categorical_refuses_values_outside_without_other() -> None:
     col = Categorical("c", ["a", "b"])
     with pytest.raises(

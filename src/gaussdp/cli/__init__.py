@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gaussdp.cli import account, calibrate, explain, plot, release
+from gaussdp.cli import account, calibrate, explain, plot, release, synth
 from gaussdp.cli._output import EXIT_CODES_HELP, OPTIONS
 
 __all__ = ["app"]
@@ -84,3 +84,4 @@ calibrate.register(app)
 account.register(app)
 explain.register(app)
 plot.register(app)
+synth.register(app)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from gaussdp.synth.core import Synthesizer, SynthEvent, SynthReport, SynthResult
 from gaussdp.synth.domain import Categorical, Column, Numeric
 from gaussdp.synth.select import exponential_mechanism
+from gaussdp.synth.spec import synthesizer_from_spec
 
 __all__ = [
     "Categorical",
@@ -26,4 +27,5 @@ __all__ = [
     "SynthResult",
     "Synthesizer",
     "exponential_mechanism",
+    "synthesizer_from_spec",
 ]

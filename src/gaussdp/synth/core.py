@@ -299,19 +299,21 @@ class Synthesizer:
         return release
 
     def _events(self, release: Release, cliques: Sequence[tuple[str, ...]]) -> list[SynthEvent]:
-        costs = release.report.costs
-        parts = release.plan().parts
+        l0, linf = self.max_groups_per_unit, self.max_rows_per_group
         return [
             SynthEvent(
                 "measure",
                 clique,
-                cost.rho,
+                # Δ²/(2σ²) with Δ² = L0·L∞² (CKS Thm 14), exact, rounded up.
+                _up(Fraction(l0 * linf * linf) / (2 * part.sigma2)),
                 cost.sensitivity,
                 sigma2=part.sigma2,
-                l0=self.max_groups_per_unit,
-                linf=self.max_rows_per_group,
+                l0=l0,
+                linf=linf,
             )
-            for clique, cost, part in zip(cliques, costs, parts, strict=True)
+            for clique, cost, part in zip(
+                cliques, release.report.costs, release.plan().parts, strict=True
+            )
         ]
 
     def _report(
@@ -321,7 +323,7 @@ class Synthesizer:
         events = self._events(one, [(c.name,) for c in self.columns])
         d = len(self.columns)
         delta_q = self.max_groups_per_unit * self.max_rows_per_group
-        rho_sel = float(Fraction(eps_sel) ** 2 / 8)
+        rho_sel = _up(Fraction(eps_sel) ** 2 / 8)  # Cesar & Rogers 2021 Lemma 3.2
         for j in range(d - 1):
             events.append(
                 SynthEvent(
@@ -336,10 +338,7 @@ class Synthesizer:
             # Before the run the pairs are unknown; their cost is not.
             events.extend(self._events(two, list(tree) or [()] * (d - 1)))
         # ρ's add (Bun & Steinke 2016 Lemma 2.3); summed exactly, rounded up.
-        exact = sum((Fraction(e.rho) for e in events), Fraction(0))
-        rho = float(exact)
-        if Fraction(rho) < exact:
-            rho = math.nextafter(rho, math.inf)
+        rho = _up(sum((Fraction(e.rho) for e in events), Fraction(0)))
         return SynthReport(
             tuple(events), rho, self.budget.delta, self.budget.epsilon_at(rho), self.budget
         )
@@ -468,7 +467,7 @@ class Synthesizer:
         if d > 1:
             # 2. Kruskal with the exponential mechanism (McKenna et al. 2021, Alg. 1).
             pairs = list(itertools.combinations(names, 2))
-            scores = self._scores(coded, pairs, measurements, _aggregate)
+            scores = self._scores(coded, pairs, measurements, _aggregate, source)
             parent = {n: n for n in names}
 
             def find(a: str) -> str:
@@ -529,6 +528,7 @@ class Synthesizer:
         pairs: Sequence[tuple[str, str]],
         measurements: Sequence[Any],
         aggregate: Any,
+        source: RandomSource,
     ) -> list[int]:
         """‖M_ab − round(M̂_ab)‖₁ per pair: bounded true counts against the public estimate."""
         sizes = self.sizes
@@ -539,7 +539,7 @@ class Synthesizer:
             for a, v in ones.items()
         }
         # The exact bounded counts, as the engine bounds them (no noise is drawn here).
-        _, rows = aggregate(self._two_way(coded, 1.0, pairs))
+        _, rows = aggregate(self._two_way(coded, 1.0, pairs), source)  # salt from rng
         scores = []
         for (a, b), grouping_rows in zip(pairs, rows, strict=True):
             counts = np.zeros((sizes[a], sizes[b]), dtype=np.int64)
@@ -548,6 +548,12 @@ class Synthesizer:
             estimate = np.rint(total * np.outer(probs[a], probs[b])).astype(np.int64)
             scores.append(int(np.abs(counts - estimate).sum()))
         return scores
+
+
+def _up(x: Fraction) -> float:
+    """The smallest float ≥ ``x``."""
+    f = float(x)
+    return math.nextafter(f, math.inf) if Fraction(f) < x else f
 
 
 def _quality(

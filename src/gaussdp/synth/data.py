@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp.errors import invalid
+from gaussdp.errors import MissingExtraError, invalid
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.synth.domain import Categorical, Column, Numeric
 
@@ -136,7 +136,7 @@ def wine() -> tuple[pd.DataFrame, tuple[Column, ...]]:
     try:
         datasets: Any = importlib.import_module("sklearn.datasets")
     except ImportError as error:  # pragma: no cover - depends on the installation
-        raise ImportError("wine() needs scikit-learn: pip install 'gaussdp[examples]'") from error
+        raise MissingExtraError("wine()", "examples") from error
     bunch = datasets.load_wine(as_frame=True)
     frame = bunch.frame[["alcohol", "color_intensity", "hue", "target"]].rename(
         columns={"target": "class"}

@@ -125,7 +125,15 @@ class Categorical:
 
         labels = np.empty(self.size, dtype=object)
         labels[:] = list(self.labels)
-        return pd.Series(labels[codes], name=self.name)
+        values = pd.Series(labels[codes], name=self.name)
+        # The categories' own type when they share one (the `other` label is a str).
+        if self.other is None and all(isinstance(c, bool) for c in self.categories):
+            return values.astype(bool)
+        if self.other is None and all(
+            isinstance(c, int) and not isinstance(c, bool) for c in self.categories
+        ):
+            return values.astype(np.int64)
+        return values
 
 
 @dataclass(frozen=True, slots=True)

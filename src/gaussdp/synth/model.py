@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp.errors import invalid
+from gaussdp.errors import MissingExtraError, invalid
 
 __all__ = ["Measurement", "fit_model", "sample_codes"]
 
@@ -35,9 +35,7 @@ def _mbi() -> Any:
     try:
         jax: Any = importlib.import_module("jax")
     except ImportError as error:  # pragma: no cover - depends on the installation
-        raise ImportError(
-            "gaussdp.synth needs Private-PGM: pip install 'gaussdp[synth]'"
-        ) from error
+        raise MissingExtraError("gaussdp.synth (Private-PGM)", "synth") from error
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_enable_compilation_cache", False)
     return importlib.import_module("mbi")
