@@ -496,3 +496,16 @@ def test_scalar_draws_match_the_exact_pmf(sampler: object, param: object, cdf: o
     edges, probs = make_bins(list(range(-reach, reach + 1, max(1, reach // 40))), cdf, n)  # type: ignore[arg-type]
     stat, crit = chi2_gof(bin_counts(sample, edges), probs)
     assert stat < crit, (stat, crit)
+
+
+def test_cached_parameters_still_refuse_what_check_fraction_refuses() -> None:
+    # Validated parameters are cached per (type, value): a cached 1 must not let True in,
+    # and a refusal must not be cached as anything.
+    assert discrete_gaussian(1, rng=ChaCha20Random(0)).dtype == np.int64
+    for bad, error in ((True, TypeError), (float("nan"), ValueError), (-1, ValueError)):
+        for _ in range(2):
+            with pytest.raises(error, match="^sigma2 must be a finite positive rational"):
+                discrete_gaussian(bad, rng=ChaCha20Random(0))
+    one = [discrete_gaussian(p, 3, rng=ChaCha20Random(4)) for p in (1, 1.0, "1", Fraction(1))]
+    for other in one[1:]:
+        np.testing.assert_array_equal(one[0], other)

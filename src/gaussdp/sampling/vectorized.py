@@ -670,11 +670,9 @@ _laplace_plan = functools.lru_cache(maxsize=256)(_LaplacePlan)
 Few = Callable[[int, int], list[int]]
 
 
-def _gaussian_batches(
-    sigma2: Fraction, source: RandomSource
-) -> tuple[Batches, float, bool, Few | None]:
-    """CKS Alg 3 for ``sigma2``: the batch drawer, acceptance bound, output dtype, few-path."""
-    plan = _gaussian_plan(sigma2)
+def _gaussian_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
+    """CKS Alg 3 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+    assert isinstance(plan, _GaussianPlan)
     big = plan.big
     if big is None:
         return (
@@ -686,11 +684,9 @@ def _gaussian_batches(
     return (lambda m: _gaussian_big(plan, big, m, source)), plan.acceptance, plan.int64, None
 
 
-def _laplace_batches(
-    scale: Fraction, source: RandomSource
-) -> tuple[Batches, float, bool, Few | None]:
-    """CKS Alg 2 for ``scale``: the batch drawer, acceptance bound, output dtype, few-path."""
-    plan = _laplace_plan(scale)
+def _laplace_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
+    """CKS Alg 2 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+    assert isinstance(plan, _LaplacePlan)
     big = plan.big
     if big is None:
         return (
@@ -715,6 +711,32 @@ def _draw_few(few: Few, n: int, acceptance: float) -> IntArray:
     return np.array(out, dtype=np.int64)
 
 
+Plan = _GaussianPlan | _LaplacePlan
+_PLANS: dict[str, Callable[[Fraction], Plan]] = {"sigma2": _gaussian_plan, "scale": _laplace_plan}
+
+
+def _prepared(name: str, exact: Fraction) -> tuple[Fraction, Plan | None]:
+    """The parameter and its plan (None below 2**-60: the scalar reference is used)."""
+    return exact, None if exact < _TINY_PARAM else _PLANS[name](exact)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_parameter(name: str, kind: type, value: object) -> tuple[Fraction, Plan | None]:
+    """:func:`_prepared` per (name, type, value); a refusal raises and is not cached."""
+    return _prepared(name, check_fraction(name, value))
+
+
+def _parameter(name: str, value: object) -> tuple[Fraction, Plan | None]:
+    """Validate the parameter; cached for ints, floats, strings and Fractions (exact keys).
+
+    The type is part of the key, so ``True`` (refused) never hits the entry of ``1``.
+    """
+    kind = type(value)
+    if kind is int or kind is float or kind is str or kind is Fraction:
+        return _cached_parameter(name, kind, value)
+    return _prepared(name, check_fraction(name, value))
+
+
 def _sample(
     name: str,
     parameter: object,
@@ -722,18 +744,18 @@ def _sample(
     rng: RandomSource | None,
     work: FixedWork | None,
     scalar: Callable[[Fraction, RandomSource], int],
-    batches: Callable[[Fraction, RandomSource], tuple[Batches, float, bool, Few | None]],
+    batches: Callable[[Plan, RandomSource], tuple[Batches, float, bool, Few | None]],
 ) -> IntArray | npt.NDArray[np.object_]:
     """Validate everything, then draw ``size`` samples; nothing is drawn on a refusal."""
-    exact = check_fraction(name, parameter)
+    exact, plan = _parameter(name, parameter)
     shape = _check_size(size)
     if work is not None and not isinstance(work, FixedWork):
         raise TypeError(invalid("work", "None or a FixedWork", work))
     source = check_rng(rng)
     n = math.prod(shape)
-    if exact < _TINY_PARAM:
+    if plan is None:
         return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
-    batch, acceptance, int64, few = batches(exact, source)
+    batch, acceptance, int64, few = batches(plan, source)
     if few is not None and work is None and n <= _FEW_MAX:
         return _draw_few(few, n, acceptance).reshape(shape)
     return _draw(batch, n, acceptance, int64, work).reshape(shape)
