@@ -1,24 +1,30 @@
-"""Samples per second of exact discrete Gaussian samplers, gaussdp against its peers.
+"""CPU cost of exact discrete Gaussian samplers by batch size, gaussdp against its peers.
 
-Run with ``python benchmarks/sampling.py [--seconds 1.0]``. For each sigma in
-{1, 10, 10**3, 10**6} and for sigma**2 = 10**100 it prints one table row per
-sampler:
+Run with ``python benchmarks/sampling.py [--rounds 5] [--min-cpu 0.02]``. For each sigma
+in {1, 10, 10**3, 10**6} and for sigma**2 = 10**100, and for batch sizes 1, 10, 10**3
+and 10**6, it measures one table row per sampler:
 
-- gaussdp vectorised, SystemRandom (the default, OS CSPRNG) and ChaCha20Random;
-- gaussdp scalar reference (CKS Alg 1-3 on Fractions, as in the paper's code);
+- gaussdp, the default source (``rng=None``: the per-process SystemRandom) and
+  ChaCha20Random;
+- gaussdp scalar reference (CKS Alg 1-3 on Fractions, as in the paper's code; batches
+  up to 10**3);
 - numpy's float normal (insecure and unsafe for privacy; the speed ceiling);
 - OpenDP's integer discrete Gaussian (``opendp``, the ``bench`` extra) if installed.
 
-Each figure is the best of several timed runs of at least ``--seconds`` in total;
-the ratio column compares with OpenDP (or with the scalar reference when OpenDP
-is absent) and the last column with numpy's float normal. Numbers are only
-comparable within one run on an otherwise idle machine. Peak memory of the
-vectorised sampler is reported once (``tracemalloc``, 10**6 samples at sigma 10**3).
+Time is CPU time of this process (``time.process_time``), not wall time, so other jobs
+on the machine disturb it less. Measurements are interleaved: each round measures every
+(case, sampler, batch) once, in the same order, repeating the call until at least
+``--min-cpu`` seconds of CPU have been spent; the table gives the median over the
+rounds and the range (min-max) across them. Cells are microseconds per call for
+batches of 1 and 10, and samples per second for 10**3 and 10**6. Numbers are only
+comparable within one run. Peak memory of the vectorised sampler is reported once
+(``tracemalloc``, 10**6 samples at sigma 10**3).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -26,24 +32,24 @@ from fractions import Fraction
 
 import numpy as np
 
-from gaussdp.random import ChaCha20Random, SystemRandom
+from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import discrete_gaussian, discrete_gaussian_scalar
 
 Sampler = Callable[[int], object]
+BATCHES = (1, 10, 1000, 1_000_000)
+SCALAR_MAX = 1000  # the scalar reference is not run on larger batches
 
 
-def _rate(draw: Sampler, batch: int, seconds: float) -> float:
-    """Best samples/s over repeated calls of ``draw(batch)`` lasting ``seconds`` in all."""
-    draw(min(batch, 1000))  # warm up
-    best = 0.0
-    start = time.perf_counter()
+def _cpu_per_call(draw: Sampler, batch: int, min_cpu: float) -> float:
+    """CPU seconds per call of ``draw(batch)``, over calls lasting ``min_cpu`` at least."""
+    calls = 0
+    start = time.process_time()
     while True:
-        t0 = time.perf_counter()
         draw(batch)
-        elapsed = time.perf_counter() - t0
-        best = max(best, batch / elapsed)
-        if time.perf_counter() - start > seconds:
-            return best
+        calls += 1
+        spent = time.process_time() - start
+        if spent >= min_cpu:
+            return spent / calls
 
 
 def _opendp_sampler(sigma: float) -> Sampler | str:
@@ -64,9 +70,21 @@ def _opendp_sampler(sigma: float) -> Sampler | str:
     return draw
 
 
+def _cell(per_call: list[float], batch: int) -> str:
+    """Median and range over rounds: µs per call (small batches) or samples/s."""
+    values = sorted(t * 1e6 if batch <= 10 else batch / t for t in per_call)
+    return f"{_number(statistics.median(values))} ({_number(values[0])}-{_number(values[-1])})"
+
+
+def _number(x: float) -> str:
+    """Three significant digits, without an exponent below 10**4: 31.4, 1.2e+06."""
+    return f"{x:.3g}" if x < 1e4 else f"{x:.2g}".replace("e+0", "e")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--min-cpu", type=float, default=0.02, help="CPU seconds per cell")
     parser.add_argument(
         "--timing",
         action="store_true",
@@ -76,7 +94,6 @@ def main() -> None:
     if args.timing:
         timing_dependence()
         return
-    seconds = args.seconds
 
     cases: list[tuple[str, Fraction, float]] = [
         ("sigma=1", Fraction(1), 1.0),
@@ -85,58 +102,54 @@ def main() -> None:
         ("sigma=1e6", Fraction(10**12), 1e6),
         ("sigma2=1e100", Fraction(10**100), 1e50),
     ]
-    system, chacha = SystemRandom(), ChaCha20Random(0)
+    chacha = ChaCha20Random(0)
     generator = np.random.default_rng()
-    header = f"{'case':<14}{'sampler':<34}{'samples/s':>14}{'vs peer':>10}{'vs float':>10}"
+    rows: list[tuple[str, str, Sampler | str]] = []
+    for label, sigma2, sigma in cases:
+        rows += [
+            (label, "gaussdp, default source", lambda n, s=sigma2: discrete_gaussian(s, n)),
+            (
+                label,
+                "gaussdp, ChaCha20Random",
+                lambda n, s=sigma2: discrete_gaussian(s, n, rng=chacha),
+            ),
+            (
+                label,
+                "gaussdp scalar reference (CKS)",
+                lambda n, s=sigma2: [discrete_gaussian_scalar(s) for _ in range(n)],
+            ),
+            (
+                label,
+                "numpy float normal (unsafe)",
+                lambda n, sd=sigma: generator.normal(0.0, sd, n),
+            ),
+            (label, "OpenDP discrete Gaussian", _opendp_sampler(sigma)),
+        ]
+    timings: dict[tuple[int, int], list[float]] = {}
+    for _ in range(args.rounds):
+        for index, (_, name, draw) in enumerate(rows):
+            if isinstance(draw, str):
+                continue
+            for batch in BATCHES:
+                if name.startswith("gaussdp scalar") and batch > SCALAR_MAX:
+                    continue
+                per_call = _cpu_per_call(draw, batch, args.min_cpu)
+                timings.setdefault((index, batch), []).append(per_call)
+
+    print(f"CPU time, median (min-max) over {args.rounds} interleaved rounds")
+    heads = ["n=1 us/call", "n=10 us/call", "n=1e3 samples/s", "n=1e6 samples/s"]
+    header = f"{'case':<14}{'sampler':<32}" + "".join(f"{h:>26}" for h in heads)
     print(header)
     print("-" * len(header))
-    for label, sigma2, sigma in cases:
-        big = sigma2 > 10**40
-        vec_batch = 100_000 if big else 1_000_000
-        rows: list[tuple[str, float | str]] = [
-            (
-                "gaussdp vectorised, SystemRandom",
-                _rate(lambda n, s=sigma2: discrete_gaussian(s, n, rng=system), vec_batch, seconds),
-            ),
-            (
-                "gaussdp vectorised, ChaCha20",
-                _rate(lambda n, s=sigma2: discrete_gaussian(s, n, rng=chacha), vec_batch, seconds),
-            ),
-            (
-                "gaussdp scalar reference (CKS)",
-                _rate(
-                    lambda n, s=sigma2: [discrete_gaussian_scalar(s, system) for _ in range(n)],
-                    2_000,
-                    seconds,
-                ),
-            ),
-            (
-                "numpy float normal (unsafe)",
-                _rate(lambda n, sd=sigma: generator.normal(0.0, sd, n), 1_000_000, seconds),
-            ),
+    for index, (label, name, draw) in enumerate(rows):
+        if isinstance(draw, str):
+            print(f"{label:<14}{name:<32}{draw:>52}")
+            continue
+        cells = [
+            _cell(timings[(index, batch)], batch) if (index, batch) in timings else "-"
+            for batch in BATCHES
         ]
-        peer = _opendp_sampler(sigma)
-        if isinstance(peer, str):
-            rows.append(("OpenDP discrete Gaussian", peer))
-        else:
-            rows.append(("OpenDP discrete Gaussian", _rate(peer, 100_000, seconds)))
-        values = dict(rows)
-        reference = values["OpenDP discrete Gaussian"]
-        if isinstance(reference, str):
-            print(f"{label:<14}('vs peer' below is against the scalar reference)")
-            reference = values["gaussdp scalar reference (CKS)"]
-        ceiling = values["numpy float normal (unsafe)"]
-        for name, value in rows:
-            if isinstance(value, str):
-                print(f"{label:<14}{name:<34}{value:>34}")
-                continue
-            assert isinstance(reference, float)
-            assert isinstance(ceiling, float)
-            print(
-                f"{label:<14}{name:<34}{value:>14.3g}"
-                f"{value / reference:>9.1f}x{value / ceiling:>9.2f}x"
-            )
-        print()
+        print(f"{label:<14}{name:<32}" + "".join(f"{c:>26}" for c in cells))
     tracemalloc.start()
     discrete_gaussian(10**6, 1_000_000, rng=chacha)
     _, peak = tracemalloc.get_traced_memory()

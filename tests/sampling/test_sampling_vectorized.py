@@ -28,7 +28,7 @@ from gaussdp.privacy import (
     discrete_laplace_pmf,
     discrete_laplace_variance,
 )
-from gaussdp.random import ChaCha20Random, SystemRandom
+from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom
 from gaussdp.sampling import (
     FixedWork,
     SamplingShortfallError,
@@ -391,3 +391,121 @@ def test_tiny_parameters_are_near_point_masses(param: Fraction) -> None:
     if param < Fraction(1, 2**60):
         with pytest.raises(ValueError, match="sigma2 must be >= 2\\*\\*-60 for fixed-work"):
             discrete_gaussian(param, 3, rng=ChaCha20Random(9), work=FixedWork())
+
+
+# --- a few outputs: the same candidates, one at a time (docs §4.1) ---------------------------
+
+
+def _both_paths(
+    monkeypatch: pytest.MonkeyPatch, draw: object, n: int, make_rng: object
+) -> tuple[np.ndarray, np.ndarray, object, object]:
+    """The output and the next word after it, with the few-path off and on."""
+    results = []
+    for few_max in (0, vec._FEW_MAX):
+        monkeypatch.setattr(vec, "_FEW_MAX", few_max)
+        rng = make_rng()  # type: ignore[operator]
+        results.append((draw(n, rng), int(rng.words(1)[0])))  # type: ignore[operator]
+    (a, a_next), (b, b_next) = results
+    return a, b, a_next, b_next
+
+
+@pytest.mark.parametrize(
+    ("sampler", "param"),
+    [
+        *[(discrete_gaussian, s) for s in (Fraction(1, 4), 1, Fraction(7, 3), 100, 65536, 10**12)],
+        *[(discrete_laplace, s) for s in (Fraction(1, 10), 1, Fraction(5, 2), 1000, 2**20)],
+    ],
+    ids=str,
+)
+def test_few_outputs_are_the_vectorised_outputs(
+    monkeypatch: pytest.MonkeyPatch, sampler: object, param: object
+) -> None:
+    # Same words, same bit layout, same decisions: the outputs and the position in the
+    # stream afterwards agree (65536 has t = 257: the unpacked layout).
+    assert vec._FEW_MAX >= 16
+    for seed in range(25):
+        for n in (1, 2, 5, 16):
+            a, b, a_next, b_next = _both_paths(
+                monkeypatch,
+                lambda m, rng: sampler(param, m, rng=rng),  # type: ignore[operator]
+                n,
+                lambda seed=seed: ChaCha20Random(seed),
+            )
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype == np.int64
+            assert a_next == b_next
+
+
+class _Scripted(RandomSource):
+    """Given words first (little-endian), then a ChaCha20 stream."""
+
+    def __init__(self, words: list[int]) -> None:
+        self.head = b"".join(w.to_bytes(8, "little") for w in words)
+        self.tail = ChaCha20Random(9)
+
+    def random_bytes(self, n: int) -> bytes:
+        take, self.head = self.head[:n], self.head[n:]
+        return take + self.tail.random_bytes(n - len(take))
+
+
+@pytest.mark.parametrize("sigma2", [100, 65536], ids=["packed", "unpacked"])
+def test_few_path_exact_fallbacks_match_the_vectorised_ones(
+    monkeypatch: pytest.MonkeyPatch, sigma2: int
+) -> None:
+    # The first candidate has U = 0 to 31 or 52 bits, so its geometric is decided by the
+    # exact resolver from fresh bits; in the second script its acceptance uniform also sits
+    # at exp(-gamma(0)), within the bracket if G = 0. The few-path must draw the same extra
+    # words in the same order as the vectorised one.
+    plan = vec._GaussianPlan(Fraction(sigma2))
+    p = math.exp(-float(plan.gamma(0)))
+    m_tie = int(p * 2**32)
+    packed = plan.t <= vec._PACKED_T_MAX
+    first = [0, m_tie] if packed else [0, 0]  # unpacked: U' of lane 0 is the next word's top
+    for words in ([first[0]], [m_tie if packed else m_tie << 32]):
+        a, b, a_next, b_next = _both_paths(
+            monkeypatch,
+            lambda m, rng: discrete_gaussian(sigma2, m, rng=rng),
+            1,
+            lambda words=words: _Scripted(words),
+        )
+        np.testing.assert_array_equal(a, b)
+        assert a_next == b_next
+
+
+@pytest.mark.parametrize(
+    ("sampler", "param", "cdf"),
+    [
+        (
+            discrete_gaussian,
+            Fraction(9, 4),
+            lambda k: float(discrete_gaussian_cdf(k, Fraction(9, 4))),
+        ),
+        (discrete_gaussian, 10**4, lambda k: float(discrete_gaussian_cdf(k, 10**4))),
+        (discrete_laplace, Fraction(5, 2), _laplace_cdf(Fraction(5, 2))),
+    ],
+    ids=["gaussian-9/4", "gaussian-1e4", "laplace-5/2"],
+)
+def test_scalar_draws_match_the_exact_pmf(sampler: object, param: object, cdf: object) -> None:
+    # 20,000 separate scalar calls (the few-outputs path) on one stream; chi-square at
+    # alpha = 1e-6 against the exact cdf.
+    n = 20_000
+    rng = ChaCha20Random(77)
+    sample = np.array([int(sampler(param, rng=rng)) for _ in range(n)])  # type: ignore[operator]
+    sigma = math.sqrt(float(Fraction(param)))  # type: ignore[arg-type]
+    reach = int(10 * sigma) + 3
+    edges, probs = make_bins(list(range(-reach, reach + 1, max(1, reach // 40))), cdf, n)  # type: ignore[arg-type]
+    stat, crit = chi2_gof(bin_counts(sample, edges), probs)
+    assert stat < crit, (stat, crit)
+
+
+def test_cached_parameters_still_refuse_what_check_fraction_refuses() -> None:
+    # Validated parameters are cached per (type, value): a cached 1 must not let True in,
+    # and a refusal must not be cached as anything.
+    assert discrete_gaussian(1, rng=ChaCha20Random(0)).dtype == np.int64
+    for bad, error in ((True, TypeError), (float("nan"), ValueError), (-1, ValueError)):
+        for _ in range(2):
+            with pytest.raises(error, match="^sigma2 must be a finite positive rational"):
+                discrete_gaussian(bad, rng=ChaCha20Random(0))
+    one = [discrete_gaussian(p, 3, rng=ChaCha20Random(4)) for p in (1, 1.0, "1", Fraction(1))]
+    for other in one[1:]:
+        np.testing.assert_array_equal(one[0], other)

@@ -49,7 +49,7 @@ def bernoulli_exp(gamma: Fraction | int, rng: RandomSource | None = None) -> boo
     gamma : Fraction or int
         A rational ``>= 0``.
     rng : RandomSource, optional
-        The source of random bits; ``None`` means :class:`~gaussdp.random.SystemRandom`.
+        The source of random bits; ``None`` means the default :class:`~gaussdp.random.SystemRandom`.
 
     Returns
     -------
@@ -104,7 +104,7 @@ def discrete_laplace_scalar(scale: object, rng: RandomSource | None = None) -> i
         A positive rational ``t / s`` (validated by ``check_fraction``; a float
         is taken at its exact binary value).
     rng : RandomSource, optional
-        The source of random bits; ``None`` means :class:`~gaussdp.random.SystemRandom`.
+        The source of random bits; ``None`` means the default :class:`~gaussdp.random.SystemRandom`.
 
     Returns
     -------
@@ -159,7 +159,7 @@ def discrete_gaussian_scalar(sigma2: object, rng: RandomSource | None = None) ->
         ``check_fraction``). The variance of N_Z(0, sigma2) is slightly below
         sigma2 (CKS Prop 21).
     rng : RandomSource, optional
-        The source of random bits; ``None`` means :class:`~gaussdp.random.SystemRandom`.
+        The source of random bits; ``None`` means the default :class:`~gaussdp.random.SystemRandom`.
 
     Returns
     -------

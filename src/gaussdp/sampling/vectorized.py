@@ -30,13 +30,18 @@ the decomposition of CKS Alg 2 itself, ``X = U + t V`` with ``U`` uniform in
 ratio ``exp(-1)``, on the top 64 bits of ``U``; low bits are drawn only for the
 values finally released (§2.3).
 
+Up to 16 outputs (without fixed work) the small path runs the same candidates
+one at a time on Python numbers, which avoids numpy's per-call overhead (§4.1).
+
 Floating point only *brackets* probabilities; every decision is an integer
 comparison whose outcome is proved by the bracket, or is made exactly.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -89,6 +94,9 @@ _CHUNK = 1 << 13
 _TINY_PARAM = Fraction(1, 2**60)
 # Gaussian small path with t <= this packs a candidate in one word (docs §2.4).
 _PACKED_T_MAX = 256
+# Up to this many outputs (without fixed work) the small path runs candidate by
+# candidate on Python numbers instead of numpy arrays (docs §4.1).
+_FEW_MAX = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +150,11 @@ class FixedWork:
 
     def candidates_for_gaussian(self, n: int, sigma2: object) -> int:
         """:meth:`candidates` for ``n`` draws of N_Z(0, sigma2)."""
-        return self.candidates(n, _GaussianPlan(check_fraction("sigma2", sigma2)).acceptance)
+        return self.candidates(n, _gaussian_plan(check_fraction("sigma2", sigma2)).acceptance)
 
     def candidates_for_laplace(self, n: int, scale: object) -> int:
         """:meth:`candidates` for ``n`` discrete Laplace draws with this scale."""
-        return self.candidates(n, _LaplacePlan(check_fraction("scale", scale)).acceptance)
+        return self.candidates(n, _laplace_plan(check_fraction("scale", scale)).acceptance)
 
 
 # ---------------------------------------------------------------------------
@@ -238,6 +246,7 @@ class _GaussianPlan:
         self.sigma2 = sigma2
         # CKS Alg 3: t = floor(sigma) + 1, exactly (floor(sqrt(a/b)) = isqrt(ab) // b).
         self.t = isqrt(sigma2.numerator * sigma2.denominator) // sigma2.denominator + 1
+        self.tau = Fraction(self.t)  # the scale of CKS Alg 3's discrete Laplace
         self.c = sigma2 / self.t  # gamma = (|Y| - c)^2 / (2 sigma2), CKS Alg 3
         self.c_f = float(self.c)
         self.inv_two_sigma2_f = float(1 / (2 * sigma2))
@@ -380,6 +389,95 @@ def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
     m_geo, negative = _split_word(rng.words(n))  # U and CKS Alg 2's sign bit B
     g, keep = _laplace_magnitudes(m_geo, 52, negative, plan.scale, rng)
     return np.compress(keep, _signed(g, negative))  # CKS Alg 2: return (1 - 2B) Y
+
+
+# ---------------------------------------------------------------------------
+# Small batches: the same candidates, one at a time (§4.1)
+# ---------------------------------------------------------------------------
+
+
+def _word_list(rng: RandomSource, count: int) -> tuple[int, ...]:
+    """``rng.words(count)`` as Python ints: the same little-endian words, without numpy."""
+    return struct.unpack(f"<{count}Q", rng.random_bytes(8 * count))
+
+
+def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSource) -> int:
+    """:func:`_geometric` and its exact fallback for one lane: ``floor(-tau ln U)``.
+
+    The same float operations in the same order as the vectorised bracket (§2.1), on
+    Python floats (``math.log`` is the platform libm, covered by assumption 3).
+    """
+    if m:
+        v = math.log(m * 2.0**-bits + 2.0 ** -(bits + 1)) * -tau_f
+        eta = tau_f / m + v * _ETA_REL
+        low = math.floor(v - eta)
+        if low == math.floor(v + eta):
+            return low
+        hint = low
+    else:  # m = 0: the interval of U reaches 0, where the estimate is unbounded
+        hint = int(bits * tau) // 2 + 1
+    return floor_neg_log(LazyUniform(m, bits, rng), tau, max(hint, 0))
+
+
+def _accept_one(x: float, m: int, bits: int) -> bool | None:
+    """:func:`_bernoulli_exp_fast` for one lane (§2.2): True, False, or None if undecided."""
+    scale = 2.0**bits
+    p = math.exp(-x)
+    r = (x * _BRACKET_SLOPE + _BRACKET_CONST) * p
+    if m + 1.0 <= (p - r) * scale:
+        return True
+    if m < (p + r + _TINY) * scale:
+        return None
+    return False
+
+
+def _gaussian_small_few(plan: _GaussianPlan, n: int, need: int, rng: RandomSource) -> list[int]:
+    """:func:`_gaussian_small` on ``n`` candidates, stopping after ``need`` acceptances.
+
+    Reads the same words with the same bit layout (§2.4) and makes the same decision
+    for each candidate, one candidate at a time on Python ints and floats: for a few
+    outputs this avoids numpy's per-call overhead (§4.1).
+    """
+    tau, tau_f, c_f, inv = plan.tau, float(plan.t), plan.c_f, plan.inv_two_sigma2_f
+    out: list[int] = []
+    packed = plan.t <= _PACKED_T_MAX
+    words = _word_list(rng, n if packed else n + (n + 1) // 2)
+    halves = (n + 1) // 2
+    for i in range(n):
+        w = words[i]
+        if packed:  # [31 bits of U | sign | 32 bits of U']
+            m_geo, geo_bits, negative, m_acc = w >> 33, 31, (w >> 32) & 1, w & 0xFFFFFFFF
+        else:  # 52 bits of U and the sign; U' from the halves of the words after the n
+            m_geo, geo_bits, negative = w >> 12, 52, w & 1
+            m_acc = words[n + i] >> 32 if i < halves else words[n + i - halves] & 0xFFFFFFFF
+        g = _geometric_one(m_geo, geo_bits, tau, tau_f, rng)
+        if negative and g == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        # CKS Alg 3: accept Y with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
+        d = float(g) - c_f
+        accepted = _accept_one(d * d * inv, m_acc, 32) if g < 2**52 else None
+        if accepted is None:  # undecided, or the float of G is not exact: decide exactly
+            accepted = LazyUniform(m_acc, 32, rng).below_exp_neg(plan.gamma(g))
+        if accepted:
+            out.append(-g if negative else g)
+            if len(out) == need:
+                break
+    return out
+
+
+def _laplace_small_few(plan: _LaplacePlan, n: int, need: int, rng: RandomSource) -> list[int]:
+    """:func:`_laplace_small` on ``n`` candidates, one at a time, stopping after ``need``."""
+    tau, tau_f = plan.scale, float(plan.scale)
+    out: list[int] = []
+    for w in _word_list(rng, n):
+        negative = w & 1
+        g = _geometric_one(w >> 12, 52, tau, tau_f, rng)
+        if negative and g == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        out.append(-g if negative else g)
+        if len(out) == need:
+            break
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -565,22 +663,78 @@ def _tiny(
 Batches = Callable[[int], IntArray | list[int]]
 
 
-def _gaussian_batches(sigma2: Fraction, source: RandomSource) -> tuple[Batches, float, bool]:
-    """The batch drawer of CKS Alg 3 for ``sigma2``, its acceptance bound and output dtype."""
-    plan = _GaussianPlan(sigma2)
-    big = plan.big
-    if big is None:
-        return (lambda m: _gaussian_small(plan, m, source)), plan.acceptance, plan.int64
-    return (lambda m: _gaussian_big(plan, big, m, source)), plan.acceptance, plan.int64
+# Plans depend only on the parameter; caching them saves their exact arithmetic per call.
+_gaussian_plan = functools.lru_cache(maxsize=256)(_GaussianPlan)
+_laplace_plan = functools.lru_cache(maxsize=256)(_LaplacePlan)
+
+Few = Callable[[int, int], list[int]]
 
 
-def _laplace_batches(scale: Fraction, source: RandomSource) -> tuple[Batches, float, bool]:
-    """The batch drawer of CKS Alg 2 for ``scale``, its acceptance bound and output dtype."""
-    plan = _LaplacePlan(scale)
+def _gaussian_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
+    """CKS Alg 3 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+    assert isinstance(plan, _GaussianPlan)
     big = plan.big
     if big is None:
-        return (lambda m: _laplace_small(plan, m, source)), plan.acceptance, plan.int64
-    return (lambda m: _laplace_big(big, m, source)), plan.acceptance, plan.int64
+        return (
+            (lambda m: _gaussian_small(plan, m, source)),
+            plan.acceptance,
+            plan.int64,
+            (lambda m, need: _gaussian_small_few(plan, m, need, source)),
+        )
+    return (lambda m: _gaussian_big(plan, big, m, source)), plan.acceptance, plan.int64, None
+
+
+def _laplace_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
+    """CKS Alg 2 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+    assert isinstance(plan, _LaplacePlan)
+    big = plan.big
+    if big is None:
+        return (
+            (lambda m: _laplace_small(plan, m, source)),
+            plan.acceptance,
+            plan.int64,
+            (lambda m, need: _laplace_small_few(plan, m, need, source)),
+        )
+    return (lambda m: _laplace_big(big, m, source)), plan.acceptance, plan.int64, None
+
+
+def _draw_few(few: Few, n: int, acceptance: float) -> IntArray:
+    """:func:`_draw` without fixed work, one candidate at a time (§4.1).
+
+    The blocks of candidates are those :func:`_draw` would draw; each stops once the
+    outputs are complete, where :func:`_draw` would finish the block and discard the rest.
+    """
+    out: list[int] = []
+    while len(out) < n:
+        want = math.ceil((n - len(out)) / acceptance * 1.02) + 16
+        out += few(min(want, _CHUNK), n - len(out))
+    return np.array(out, dtype=np.int64)
+
+
+Plan = _GaussianPlan | _LaplacePlan
+_PLANS: dict[str, Callable[[Fraction], Plan]] = {"sigma2": _gaussian_plan, "scale": _laplace_plan}
+
+
+def _prepared(name: str, exact: Fraction) -> tuple[Fraction, Plan | None]:
+    """The parameter and its plan (None below 2**-60: the scalar reference is used)."""
+    return exact, None if exact < _TINY_PARAM else _PLANS[name](exact)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_parameter(name: str, kind: type, value: object) -> tuple[Fraction, Plan | None]:
+    """:func:`_prepared` per (name, type, value); a refusal raises and is not cached."""
+    return _prepared(name, check_fraction(name, value))
+
+
+def _parameter(name: str, value: object) -> tuple[Fraction, Plan | None]:
+    """Validate the parameter; cached for ints, floats, strings and Fractions (exact keys).
+
+    The type is part of the key, so ``True`` (refused) never hits the entry of ``1``.
+    """
+    kind = type(value)
+    if kind is int or kind is float or kind is str or kind is Fraction:
+        return _cached_parameter(name, kind, value)
+    return _prepared(name, check_fraction(name, value))
 
 
 def _sample(
@@ -590,18 +744,20 @@ def _sample(
     rng: RandomSource | None,
     work: FixedWork | None,
     scalar: Callable[[Fraction, RandomSource], int],
-    batches: Callable[[Fraction, RandomSource], tuple[Batches, float, bool]],
+    batches: Callable[[Plan, RandomSource], tuple[Batches, float, bool, Few | None]],
 ) -> IntArray | npt.NDArray[np.object_]:
     """Validate everything, then draw ``size`` samples; nothing is drawn on a refusal."""
-    exact = check_fraction(name, parameter)
+    exact, plan = _parameter(name, parameter)
     shape = _check_size(size)
     if work is not None and not isinstance(work, FixedWork):
         raise TypeError(invalid("work", "None or a FixedWork", work))
     source = check_rng(rng)
     n = math.prod(shape)
-    if exact < _TINY_PARAM:
+    if plan is None:
         return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
-    batch, acceptance, int64 = batches(exact, source)
+    batch, acceptance, int64, few = batches(plan, source)
+    if few is not None and work is None and n <= _FEW_MAX:
+        return _draw_few(few, n, acceptance).reshape(shape)
     return _draw(batch, n, acceptance, int64, work).reshape(shape)
 
 
@@ -628,8 +784,9 @@ def discrete_gaussian(
     size : int or tuple of int, optional
         Output shape; ``()`` (the default) gives a 0-d array.
     rng : RandomSource, optional
-        Source of random bits; ``None`` means a fresh
-        :class:`~gaussdp.random.SystemRandom`. A bare int is refused: use
+        Source of random bits, safe to share between threads; ``None`` means
+        the per-process default :class:`~gaussdp.random.SystemRandom`. A bare
+        int is refused: use
         :class:`~gaussdp.random.ChaCha20Random` for reproducible draws.
     work : FixedWork, optional
         Fixed-work mode: a data-independent number of candidates, raising
@@ -691,7 +848,7 @@ def discrete_laplace(
     size : int or tuple of int, optional
         Output shape; ``()`` (the default) gives a 0-d array.
     rng : RandomSource, optional
-        Source of random bits; ``None`` means a fresh
+        Source of random bits; ``None`` means the per-process default
         :class:`~gaussdp.random.SystemRandom`.
     work : FixedWork, optional
         Fixed-work mode, as in :func:`discrete_gaussian`.
