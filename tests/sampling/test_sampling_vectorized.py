@@ -415,7 +415,9 @@ def _both_paths(
         *[(discrete_gaussian, s) for s in (Fraction(1, 4), 1, Fraction(7, 3), 100, 65536, 10**12)],
         *[(discrete_laplace, s) for s in (Fraction(1, 10), 1, Fraction(5, 2), 1000, 2**20)],
     ],
-    ids=str,
+    # Names, not reprs: a function's repr holds its address, which differs between
+    # pytest-xdist workers and makes them collect different tests.
+    ids=lambda v: getattr(v, "__name__", str(v)),
 )
 def test_few_outputs_are_the_vectorised_outputs(
     monkeypatch: pytest.MonkeyPatch, sampler: object, param: object
