@@ -72,6 +72,18 @@ mechanism = "gaussian"
 count = 3
 """
 
+SPEC_MEAN_WITHOUT_COLUMN = """
+privacy_unit = "user_id"
+max_groups_per_unit = 3
+max_rows_per_group = 2
+budget = { epsilon = 1.0, delta = 1e-6 }
+
+[[query]]
+statistic = "mean"
+by = "page"
+keys = ["home"]
+"""
+
 # (what is tried, arguments or a builder of them from tmp_path, exit status, the line says)
 CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
     (
@@ -142,6 +154,29 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         lambda p: ["release", SPEC, "--data", str(p / "missing.csv")],
         2,
         "data must be an existing file",
+    ),
+    (
+        "release: a spec that is not TOML",
+        lambda p: ["release", _events(p, "not toml ["), "--data", DATA],
+        2,
+        "error: spec must be valid TOML",
+    ),
+    (
+        "release: a query without its column",
+        lambda p: [
+            "release",
+            _events(p, SPEC_MEAN_WITHOUT_COLUMN),
+            "--data",
+            DATA,
+        ],
+        2,
+        "error: columns must be 1 column(s) for mean",
+    ),
+    (
+        "ledger show: not a ledger",
+        lambda p: ["ledger", "show", _events(p, "x")],
+        4,
+        "events.toml",
     ),
     (
         "release: an unknown engine",
