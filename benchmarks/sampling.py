@@ -77,8 +77,10 @@ def _cell(per_call: list[float], batch: int) -> str:
 
 
 def _number(x: float) -> str:
-    """Three significant digits, without an exponent below 10**4: 31.4, 1.2e+06."""
-    return f"{x:.3g}" if x < 1e4 else f"{x:.2g}".replace("e+0", "e")
+    """About three significant digits, without an exponent below 10**4: 31.4, 1730, 1.2e6."""
+    if x < 1000:
+        return f"{x:.3g}"
+    return f"{x:.0f}" if x < 1e4 else f"{x:.2g}".replace("e+0", "e")
 
 
 def main() -> None:

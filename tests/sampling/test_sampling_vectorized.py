@@ -511,3 +511,14 @@ def test_cached_parameters_still_refuse_what_check_fraction_refuses() -> None:
     one = [discrete_gaussian(p, 3, rng=ChaCha20Random(4)) for p in (1, 1.0, "1", Fraction(1))]
     for other in one[1:]:
         np.testing.assert_array_equal(one[0], other)
+
+
+@pytest.mark.parametrize("t", [2**27 + 5, 2**64 + 1, 10**50 + 1, 2**200 - 3], ids=str)
+def test_big_path_low_parts_as_arrays_are_the_same_integers(t: int) -> None:
+    # The big path assembles outputs from numpy object arrays; the low parts must be the
+    # integers the per-value reading gives, from the same words (so outputs are unchanged).
+    big = vec._BigScale(t, 1)
+    for count in (0, 1, 7, 300):
+        arrays = vec._low_array(big, count, ChaCha20Random(count))
+        assert [int(x) for x in arrays] == vec._low_parts(big, count, ChaCha20Random(count))
+        assert all(0 <= int(x) < 2**big.shift or big.shift == 0 for x in arrays)

@@ -67,6 +67,7 @@ IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
 F64Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+ObjectArray = npt.NDArray[np.object_]
 
 # §1 assumption: np.log and np.exp return results within relative error 2**-44 of the true
 # value for normal results (documented worst cases are below 4 ulp ~ 2**-50).
@@ -495,6 +496,57 @@ def _low_parts(big: _BigScale, count: int, rng: RandomSource) -> list[int]:
     return [int.from_bytes(raw[i * step : (i + 1) * step], "big") >> drop for i in range(count)]
 
 
+def _low_array(big: _BigScale, count: int, rng: RandomSource) -> ObjectArray:
+    """:func:`_low_parts` as an object array: the same words, the same integers."""
+    if big.shift == 0:
+        return np.zeros(count, dtype=object)
+    words: ObjectArray = (
+        rng.words(count * big.low_words).reshape(count, big.low_words).astype(object)
+    )
+    value: ObjectArray = words[:, 0]
+    for j in range(1, big.low_words):  # the words of one entry, most significant first
+        value = (value << 64) | words[:, j]
+    low: ObjectArray = value >> (64 * big.low_words - big.shift)
+    return low
+
+
+def _renumber(low: dict[int, int], lanes: IntArray) -> dict[int, int]:
+    """``low`` (keyed by lane) re-keyed by position in the sorted ``lanes``, where present."""
+    if not low:
+        return {}
+    keys = np.fromiter(low, dtype=np.int64, count=len(low))
+    where = np.searchsorted(lanes, keys)
+    present = where < lanes.size
+    present[present] = lanes[where[present]] == keys[present]
+    return {int(j): low[int(k)] for j, k in zip(where[present], keys[present], strict=True)}
+
+
+def _magnitudes(
+    big: _BigScale,
+    h: U64Array,
+    v: IntArray,
+    low: dict[int, int],
+    lanes: IntArray,
+    rng: RandomSource,
+) -> ObjectArray:
+    """CKS Alg 2: Y = floor((U + t V) / s) for ``lanes``, as Python ints in an object array.
+
+    ``U = H * 2**shift + Lo``: ``Lo`` is ``low[i]`` where it was drawn while deciding lane
+    ``i``; the others are drawn now, in lane order, with one read of the source.
+    """
+    known = _renumber(low, lanes)  # position in lanes -> Lo already drawn
+    has = np.zeros(lanes.size, dtype=np.bool_)
+    has[list(known)] = True
+    lo = np.empty(lanes.size, dtype=object)
+    lo[~has] = _low_array(big, lanes.size - len(known), rng)
+    for j, value in known.items():
+        lo[j] = value
+    x: ObjectArray = (h[lanes].astype(object) << big.shift) + lo + big.t * v[lanes].astype(object)
+    if big.s != 1:
+        x //= big.s
+    return x
+
+
 def _big_laplace_candidates(
     big: _BigScale, n: int, rng: RandomSource
 ) -> tuple[U64Array, IntArray, BoolArray, dict[int, int]]:
@@ -530,7 +582,7 @@ def _big_laplace_candidates(
         lazy = LazyUniform(int(m_acc[i]), 53, rng)
         accepted[i] = lazy.below_exp_neg(Fraction(u_exact, big.t))
     index = np.flatnonzero(accepted)
-    low = {j: low[i] for j, i in enumerate(index.tolist()) if i in low}
+    low = _renumber(low, index)
     h = h[index]
     # CKS Alg 2: V <- geometric with ratio exp(-1), and the sign B from the same word.
     m_v, negative = _split_word(rng.words(index.size))
@@ -543,7 +595,7 @@ def _exact_magnitude(big: _BigScale, h: int, lo: int, v: int) -> int:
     return ((h << big.shift) + lo + big.t * v) // big.s
 
 
-def _gaussian_big(plan: _GaussianPlan, big: _BigScale, n: int, rng: RandomSource) -> list[int]:
+def _gaussian_big(plan: _GaussianPlan, big: _BigScale, n: int, rng: RandomSource) -> ObjectArray:
     """``n`` U-candidates of CKS Alg 2+3 on the big path; returns the accepted values."""
     h, v, negative, low = _big_laplace_candidates(big, n, rng)
     # CKS Alg 2: if B = 1 and Y = 0 restart. Y = 0 needs H = 0, V = 0 and Lo = 0.
@@ -569,30 +621,19 @@ def _gaussian_big(plan: _GaussianPlan, big: _BigScale, n: int, rng: RandomSource
         magnitude = _exact_magnitude(big, hl[i], low[i], vl[i])
         lazy = LazyUniform(int(m_acc[i]), 53, rng)
         accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
-    index = np.flatnonzero(accepted).tolist()
-    fresh = iter(_low_parts(big, sum(1 for i in index if i not in low), rng))
-    out = []
-    negl = negative.tolist()
-    for i in index:
-        lo = low[i] if i in low else next(fresh)
-        magnitude = _exact_magnitude(big, hl[i], lo, vl[i])
-        out.append(-magnitude if negl[i] else magnitude)
-    return out
+    index = np.flatnonzero(accepted)
+    values = _magnitudes(big, h, v, low, index, rng)
+    signed: ObjectArray = np.where(negative[index], -values, values)
+    return signed
 
 
-def _laplace_big(big: _BigScale, n: int, rng: RandomSource) -> list[int]:
+def _laplace_big(big: _BigScale, n: int, rng: RandomSource) -> ObjectArray:
     """``n`` U-candidates of CKS Alg 2 on the big path; returns the kept values."""
     h, v, negative, low = _big_laplace_candidates(big, n, rng)
-    missing = [i for i in range(h.size) if i not in low]
-    for i, lo in zip(missing, _low_parts(big, len(missing), rng), strict=True):
-        low[i] = lo
-    out = []
-    for i, (hi, vi, neg) in enumerate(zip(h.tolist(), v.tolist(), negative.tolist(), strict=True)):
-        y = _exact_magnitude(big, hi, low[i], vi)
-        if neg and y == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
-            continue
-        out.append(-y if neg else y)
-    return out
+    y = _magnitudes(big, h, v, low, np.arange(h.size), rng)
+    keep = ~(negative & np.equal(y, 0).astype(np.bool_))  # CKS Alg 2: B = 1, Y = 0: restart
+    signed: ObjectArray = np.where(negative, -y, y)[keep]
+    return signed
 
 
 # ---------------------------------------------------------------------------
@@ -610,7 +651,7 @@ def _check_size(size: object) -> tuple[int, ...]:
 
 
 def _draw(
-    batch: Callable[[int], IntArray | list[int]],
+    batch: Callable[[int], IntArray | ObjectArray],
     n: int,
     acceptance: float,
     as_int64: bool,
@@ -624,7 +665,7 @@ def _draw(
     out: IntArray | npt.NDArray[np.object_] = np.empty(n, dtype=np.int64 if as_int64 else object)
     have = 0
 
-    def take(part: IntArray | list[int]) -> None:
+    def take(part: IntArray | ObjectArray) -> None:
         nonlocal have
         count = min(len(part), n - have)
         if count:
@@ -660,7 +701,7 @@ def _tiny(
     return np.array([draw() for _ in range(n)], dtype=np.int64)
 
 
-Batches = Callable[[int], IntArray | list[int]]
+Batches = Callable[[int], IntArray | ObjectArray]
 
 
 # Plans depend only on the parameter; caching them saves their exact arithmetic per call.
