@@ -85,7 +85,7 @@ def test_synth_writes_rows_and_charges_the_ledger(
     assert set(frame["a"]) <= {0, 1, 2}
     assert frame["x"].between(0, 10).all()
     (entry,) = Ledger(ledger).entries()
-    assert entry.rho == payload["report"]["rho"]
+    assert entry.event.rho == payload["report"]["rho"]  # type: ignore[union-attr]
     assert payload["report"]["epsilon"] <= 4.0
     assert len(payload["tree"]) == 2
     assert len(payload["quality"]) == 3 + 3 + 1
