@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--epochs-nonprivate", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=100)
     args = parser.parse_args()
+    # Small models: one thread avoids intra-op worker threads spinning on a busy machine
+    # (measured 15x faster here on 2 shared cores).
+    torch.set_num_threads(1)
 
     digits = load_digits()
     rng = np.random.default_rng(0)
