@@ -79,6 +79,7 @@ def test_table_release_audit_stays_below_the_certificate() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
+@pytest.mark.usefixtures("one_torch_thread")
 def test_dpsgd_canary_audit_is_positive_and_below_the_certificate() -> None:
     # Weak noise and one step: the canary is visible, so 10 held-out runs per world
     # give a positive bound; it must stay below the PLD-certified ε.

@@ -55,6 +55,7 @@ def test_violations_flag_only_provable_excess() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
     digits = datasets.load_digits()
     rng = np.random.default_rng(0)
