@@ -17,8 +17,10 @@ One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
 5. the noisy sum is divided by the *expected* batch size qN (dividing by the actual
    size would leak it) and the wrapped optimizer steps;
 6. the step is composed into a :class:`~gaussdp.accounting.PLDAccountant` as
-   ``Subsampled(Gaussian(sigma=σ), rate=q)`` (add/remove-one neighbours, both
-   directions accounted).
+   :attr:`DPOptimizer.step_event`, ``Subsampled(LatticeGaussian, rate=q)``
+   (add/remove-one neighbours, both directions accounted) — and, with
+   ``make_private(..., ledger=...)`` or ``filter=...``, charged there *before* the
+   noise is drawn (in blocks of steps, :mod:`gaussdp.ml._budget`).
 
 Usage::
 
@@ -39,13 +41,13 @@ gradients are computed at the step with ``torch.func`` from ∂loss/∂output
 ``loss_fn`` given to :func:`make_private`, is a faster path for a fixed loss. Models
 whose output on one example depends on the others (batch normalisation) are refused.
 
-Accounting note. The accountant composes each step as the subsampled *continuous*
-Gaussian with noise multiplier σ. What is released is the lattice mechanism of
+Accounting note. What is released is the lattice mechanism of
 :meth:`gaussdp.Gaussian.lattice`, whose output law is within e^{±a} (a < 10⁻⁷⁶ per
 coordinate) of a post-processing of a continuous Gaussian with noise multiplier at
-least σ (:class:`gaussdp.LatticeGaussian`, the smoothing argument); so
+least σ (:class:`gaussdp.LatticeGaussian`, the smoothing argument). The accountants
+compose the step event ``Subsampled(LatticeGaussian, q)`` by that argument, so
 :meth:`DPOptimizer.privacy_spent` reports ε_PLD(δe^{−A}) + 2A with A = steps × d × a,
-which is certified for the lattice noise (an ulp above the continuous figure).
+which is certified for the lattice noise (within an ulp or so of the continuous figure).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ sensitivity c.
 - :class:`DPAggregator` (central DP): the server clips each update, sums, and adds
   N(0, z²c²) per coordinate on the secure lattice path of :mod:`gaussdp.ml.noise`.
   Rounds with Poisson client sampling at rate q are accounted as
-  ``Subsampled(Gaussian(sigma=z), rate=q)`` by the PLD accountant (DP-FedAvg,
-  McMahan et al. 2018).
+  ``Subsampled(LatticeGaussian, rate=q)`` (the lattice mechanism of noise multiplier
+  z) by the PLD accountant (DP-FedAvg, McMahan et al. 2018).
+- Both take ``ledger=`` or ``filter=`` and charge each round there before it is
+  drawn (:class:`~gaussdp.errors.BudgetExceededError` when refused).
 - :class:`DistributedDiscreteGaussian` (KLS21 = Kairouz, Liu, Steinke 2021, "The
   Distributed Discrete Gaussian Mechanism for Federated Learning with Secure
   Aggregation", ICML): each client clips, rotates (randomised Hadamard), scales by
