@@ -103,8 +103,13 @@ def test_ledger_is_charged_in_blocks_and_committed(tmp_path: Path) -> None:
     assert entries[0].detail["runs"] == 4
     # The open block counts (a crash here over-counts, never under-counts).
     assert ledger.spent == PLDAccountant().compose(optimizer.step_event, 8).epsilon(DELTA).upper
-    optimizer.close()
-    assert [e.status for e in ledger.entries()] == ["committed", "committed"]
+    optimizer.close()  # the 2 steps of the open block never taken are given back
+    assert [(e.status, e.event) for e in ledger.entries()] == [
+        ("committed", SelfComposed(optimizer.step_event, 4)),
+        ("committed", SelfComposed(optimizer.step_event, 2)),
+    ]
+    assert ledger.spent == optimizer.privacy_spent(DELTA).upper
+    assert ledger.spent == PLDAccountant().compose(optimizer.step_event, 6).epsilon(DELTA).upper
 
 
 def test_resuming_with_a_ledger_does_not_charge_the_history_again(tmp_path: Path) -> None:

@@ -343,6 +343,24 @@ def test_kill_9_between_reserve_and_commit_stays_counted(tmp_path: Path) -> None
         ledger.reserve(DPSGD, label="would overspend")
 
 
+def test_commit_part_gives_back_the_runs_not_taken(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "b.db", total=Budget(rho=1.0))
+    block = SelfComposed(TENTH, 5)  # ρ = 0.5
+    r = ledger.reserve(block, label="five runs")
+    with pytest.raises(ValueError, match="count must be at most the 5 reserved"):
+        ledger.commit_part(r, 6)
+    with pytest.raises(ValueError, match="reservation must be a reservation of SelfComposed"):
+        ledger.commit_part(ledger.reserve(TENTH, label="one"), 1)
+    ledger.commit_part(r, 2)
+    (entry, _) = ledger.entries()
+    assert entry.status == "committed"
+    assert entry.event == SelfComposed(TENTH, 2)
+    assert ledger.spent == pytest.approx(0.3)  # 2 runs and the open single one
+    with pytest.raises(ValueError, match="an open reservation of this ledger"):
+        ledger.commit_part(r, 1)  # already committed: nothing changes
+    assert ledger.entries()[0].event == SelfComposed(TENTH, 2)
+
+
 def test_gaussian_entries_compose_exactly(tmp_path: Path) -> None:
     # Four entries of μ = 0.25 are one of μ = 0.5 (DRS Cor 3.3): they fit a total whose ε is
     # that of μ = 0.5, which the ρ composition (4·0.25²/2 = 0.125, CKS Cor 13) would overshoot.

@@ -18,8 +18,12 @@ ledger entry once the k runs are done. So
 When a block of k runs does not fit, blocks of ⌊k/2⌋, ⌊k/4⌋, …, 1 are tried, so
 every run that fits is admitted and exactly the first run that would exceed the
 budget is refused. Runs of a block that are never taken (training stopped
-mid-block) stay charged: over-counting is the safe side. Choose the block size
-(``reserve_steps`` of :func:`~gaussdp.ml.make_private`) to divide the run.
+mid-block) are returned to a ledger by :meth:`Charger.close`
+(``DPOptimizer.close()``), which commits the entry as the runs taken
+(:meth:`gaussdp.Ledger.commit_part`); until then, and forever after a crash, the
+whole block counts: over-counting is the safe side. An in-memory filter cannot
+give runs back, so with ``filter=`` choose the block size (``reserve_steps`` of
+:func:`~gaussdp.ml.make_private`) to divide the run.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class Charger:
         self._block = check_int("reserve_steps", block, minimum=1)
         self._label, self._what, self._detail = label, what, detail
         self._left = 0  # runs paid for and not yet taken
+        self._charged = 0  # runs in the open block
         self._open: Reservation | None = None
         budget = None if ledger is None and filter is None else self.budget
         if budget is not None:
@@ -134,7 +139,7 @@ class Charger:
                     raise
                 count //= 2
                 continue
-            self._left = count
+            self._left = self._charged = count
             return
 
     def after(self) -> None:
@@ -146,11 +151,21 @@ class Charger:
             self.close()
 
     def close(self) -> None:
-        """Commit the open ledger reservation (its untaken runs stay charged)."""
+        """Commit the open ledger reservation for the runs taken; return the untaken ones.
+
+        A ledger block of k runs of which j ≥ 1 were taken is committed as j runs
+        (:meth:`gaussdp.Ledger.commit_part`); with none taken (the run failed after
+        the reservation) the whole block stays charged. A filter cannot give back:
+        its untaken runs stay charged.
+        """
         if self._open is not None and self._ledger is not None:
-            self._ledger.commit(self._open)
+            taken = self._charged - self._left
+            if 1 <= taken < self._charged:
+                self._ledger.commit_part(self._open, taken)
+            else:
+                self._ledger.commit(self._open)
         self._open = None
-        self._left = 0
+        self._left = self._charged = 0
 
     @property
     def unused(self) -> int:

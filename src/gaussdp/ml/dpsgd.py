@@ -1329,11 +1329,13 @@ class DPOptimizer(torch.optim.Optimizer):
         return self._composed().epsilon(delta)
 
     def close(self) -> None:
-        """Commit the open ledger reservation (steps reserved but not taken stay charged).
+        """Commit the open ledger block as the steps taken; give back the others.
 
-        Training stopped mid-block leaves its block reserved, and reserved entries
-        count in the ledger, so this only changes the entry's status; call it when
-        a run ends. A later :meth:`step` reserves a new block.
+        Training stopped mid-block leaves its block reserved (it counts whole);
+        call this when a run ends to commit the entry as the steps actually taken
+        (:meth:`gaussdp.Ledger.commit_part`). With ``filter=`` the untaken steps
+        of the block stay charged (a filter cannot give back). A later
+        :meth:`step` reserves a new block.
         """
         if self._charger is not None:
             self._charger.close()
@@ -1590,13 +1592,16 @@ def make_private(
         first step draws noise and committed after their last; a step the ledger
         cannot admit raises :class:`~gaussdp.errors.BudgetExceededError` before
         its noise is drawn and before the parameters change. A crash leaves the
-        block reserved, so it stays counted (never under-counted).
+        block reserved, so it stays counted (never under-counted);
+        ``optimizer.close()`` at the end of a run gives back the steps of the
+        last block not taken.
     filter : gaussdp.accounting.PrivacyFilter, optional
         Charge every step to this in-memory filter the same way (at most one of
         ``ledger`` and ``filter``).
     reserve_steps : int, optional
         Steps charged at once (default: one pass, round(1/q) steps). Larger blocks
-        mean fewer ledger writes; the steps of a block never taken stay charged.
+        mean fewer ledger writes; the steps of a block never taken stay charged
+        until ``optimizer.close()`` (ledger) or for good (filter).
         When a block does not fit, halves are tried down to one step.
 
     Returns
