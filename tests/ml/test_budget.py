@@ -19,7 +19,6 @@ from gaussdp.accounting import (  # noqa: E402
     PrivacyFilter,
     RecordedCost,
     SelfComposed,
-    UnsupportedEventError,
     ZCDPAccountant,
 )
 from gaussdp.errors import BudgetExceededError  # noqa: E402
@@ -166,7 +165,11 @@ def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:
     assert entry.status == "committed"
     assert entry.event == ddg.round_event
     assert ledger.spent == ZCDPAccountant().compose(ddg.round_event).rho
-    with pytest.raises(UnsupportedEventError, match="RecordedCost"):
-        DistributedDiscreteGaussian(
-            1.0, 2.0, num_clients=3, dim=8, filter=PrivacyFilter(epsilon=1.0, delta=DELTA)
-        )
+    # An (ε, δ) budget takes it through zCDP (no PLD exists for a sum of discrete Gaussians).
+    spend = PrivacyFilter(epsilon=5.0, delta=DELTA)
+    other = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=3, dim=8, rng=ChaCha20Random(1), filter=spend
+    )
+    other.aggregate([torch.full((8,), 0.1) for _ in range(3)])
+    assert spend.spent == ZCDPAccountant().compose(other.round_event).epsilon(DELTA).upper
+    assert spend.spent == other.privacy_spent(DELTA).upper

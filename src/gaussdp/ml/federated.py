@@ -311,9 +311,9 @@ class DistributedDiscreteGaussian:
         draw on a ChaCha20 stream keyed from it.
     ledger, filter : gaussdp.Ledger or gaussdp.accounting.PrivacyFilter, optional
         Charge every round (:attr:`round_event`, a ρ-zCDP certificate) before it
-        encodes an update; at most one. Only a ρ budget can take it (the PLD
-        accountant of an ε budget has no privacy loss distribution for a sum of
-        discrete Gaussians and refuses it at construction).
+        encodes an update; at most one. A ρ budget adds the ρ's; an (ε, δ) budget
+        takes it through zCDP (there is no privacy loss distribution for a sum of
+        discrete Gaussians), a μ budget refuses it at construction.
 
     Examples
     --------
@@ -408,7 +408,8 @@ class DistributedDiscreteGaussian:
         """One round as an event: ρ-zCDP with ρ = :attr:`rho` (KLS21 Thm 1), no μ certificate.
 
         A ``RecordedCost(rho=ρ, mu=None, slack=0, delta=0)``: zCDP and RDP
-        accountants compose it by ρ; the PLD and GDP accountants refuse it.
+        accountants compose it by ρ (and so does an (ε, δ) budget, through zCDP);
+        the PLD and GDP accountants refuse it.
         """
         return RecordedCost(rho=self._rho, mu=None, slack=0.0, delta=0.0)
 
