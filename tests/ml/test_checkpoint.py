@@ -14,12 +14,15 @@ from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gaussdp.accounting import (  # noqa: E402
+    Composed,
     PLDAccountant,
     RDPAccountant,
+    SelfComposed,
     Subsampled,
     calibrate_noise_multiplier,
 )
-from gaussdp.mechanisms import Gaussian  # noqa: E402
+from gaussdp.accounting.events import event_from_json, event_to_json  # noqa: E402
+from gaussdp.mechanisms import Gaussian, LatticeGaussian  # noqa: E402
 from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.random import ChaCha20Random  # noqa: E402
 
@@ -92,41 +95,54 @@ def test_loading_without_the_history_is_refused() -> None:
     with pytest.raises(ValueError, match="state_dict must be a DPOptimizer.state_dict"):
         optimizer.load_state_dict(plain)
     broken = optimizer.state_dict()
-    broken["privacy"]["history"][0]["count"] = -1
-    with pytest.raises(ValueError, match="count must be"):
+    broken["privacy"]["steps"] = -1
+    with pytest.raises(ValueError, match="steps must be"):
         optimizer.load_state_dict(broken)
-    del broken["privacy"]["history"][0]["noise"]
-    with pytest.raises(ValueError, match=r"state_dict\['privacy'\] entry must be"):
+    broken = optimizer.state_dict()
+    broken["privacy"]["history"] = event_to_json(Gaussian(sigma=1.0))
+    with pytest.raises(ValueError, match=r"\['history'\] must be a Composed event"):
         optimizer.load_state_dict(broken)
+    old_format = {"format": 1, "accountant": "pld", "steps": 10, "history": []}
+    with pytest.raises(ValueError, match="format 1 .* is not read"):
+        optimizer.load_state_dict({"optimizer": plain, "privacy": old_format})
     assert optimizer.privacy_spent(DELTA) == before  # nothing changed
 
 
-def test_history_of_another_configuration_is_composed_as_its_own_events() -> None:
+def test_history_is_the_step_events_in_their_json_form() -> None:
     model, optimizer, loader = _setup(1, noise_multiplier=2.0)
     _train(model, optimizer, loader, 1)  # 10 steps at sigma 2
     _, other, other_loader = _setup(2, noise_multiplier=1.0)
     other.load_state_dict(optimizer.state_dict())
     _train(_, other, other_loader, 2)  # 20 steps at sigma 1
-    history = other.state_dict()["privacy"]["history"]
-    assert [(h["noise_multiplier"], h["count"]) for h in history] == [(2.0, 10), (1.0, 20)]
-    expected = (
+    first, second = optimizer.step_event, other.step_event
+    assert isinstance(first, Subsampled)
+    assert isinstance(first.mechanism, LatticeGaussian)
+    assert first.rate == 0.1
+    history = event_from_json(other.state_dict()["privacy"]["history"])
+    assert history == Composed((SelfComposed(first, 10), SelfComposed(second, 20)))
+    bounds = other.privacy_spent(DELTA)
+    assert bounds == PLDAccountant().compose(first, 10).compose(second, 20).epsilon(DELTA)
+    # The lattice steps cost what the continuous Gaussian steps do, to 1e-9.
+    continuous = (
         PLDAccountant()
         .compose(Subsampled(Gaussian(sigma=2.0), rate=0.1), 10)
         .compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 20)
+        .epsilon(DELTA)
     )
-    bounds, reference = other.privacy_spent(DELTA), expected.epsilon(DELTA)
-    assert reference.upper <= bounds.upper <= reference.upper * (1 + 1e-12)
+    assert bounds.upper == pytest.approx(continuous.upper, rel=1e-9)
 
 
 def test_rdp_accountant_reports_the_rdp_bound() -> None:
     model, optimizer, loader = _setup(1, accountant="rdp")
     _train(model, optimizer, loader, 2)
     bounds = optimizer.privacy_spent(DELTA)
-    reference = (
-        RDPAccountant().compose(Subsampled(Gaussian(sigma=1.2), rate=0.1), 20).epsilon(DELTA)
+    reference = RDPAccountant().compose(optimizer.step_event, 20).epsilon(DELTA)
+    assert bounds == reference
+    continuous = Subsampled(Gaussian(sigma=1.2), rate=0.1)
+    assert bounds.upper == pytest.approx(
+        RDPAccountant().compose(continuous, 20).epsilon(DELTA).upper, rel=1e-9
     )
     assert bounds.lower == 0
-    assert reference.upper <= bounds.upper <= reference.upper * (1 + 1e-12)
     assert isinstance(optimizer.accountant, RDPAccountant)
     assert optimizer.accountant_kind == "rdp"
 

@@ -6,7 +6,9 @@ import json
 import math
 import multiprocessing as mp
 import os
+import signal
 import sqlite3
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -256,6 +258,107 @@ def test_crash_between_reserve_and_commit_stays_counted(tmp_path: Path) -> None:
     assert ledger.spent == pytest.approx(0.3)
     with pytest.raises(BudgetExceededError):
         ledger.reserve(Gaussian(sigma=math.sqrt(5 / 3)), label="would overspend")
+
+
+# A release whose cost is close to that of a DP-SGD run (DPSGD), so that with an ε total
+# between the dearest three and the cheapest four entries any three fit and no four do.
+RELEASE = Gaussian(sigma=5.5)
+RACE_DELTA = 1e-5
+
+
+def _spend_event(path: str, event: str, barrier: mp.synchronize.Barrier, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    ledger = Ledger(path)
+    barrier.wait()
+    try:
+        r = ledger.reserve(event_from_json(event), label=f"pid {os.getpid()}")
+        ledger.commit(r)
+        out.put(True)
+    except BudgetExceededError:
+        out.put(False)
+
+
+def _race_epsilon(releases: int, runs: int) -> float:
+    acc = PLDAccountant()
+    if releases:
+        acc.compose(RELEASE, releases)
+    if runs:
+        acc.compose(DPSGD, runs)
+    return acc.epsilon(RACE_DELTA).upper
+
+
+def test_racing_releases_and_dpsgd_runs_never_overspend(tmp_path: Path) -> None:
+    dearest_three = max(_race_epsilon(a, 3 - a) for a in range(4))
+    cheapest_four = min(_race_epsilon(a, 4 - a) for a in range(5))
+    assert dearest_three < cheapest_four
+    total = Budget(epsilon=(dearest_three + cheapest_four) / 2, delta=RACE_DELTA)
+    path = tmp_path / "b.db"
+    Ledger(path, total=total)
+    ctx = mp.get_context("spawn")
+    n = 8
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    events = [event_to_json(RELEASE if i % 2 else DPSGD) for i in range(n)]
+    procs = [ctx.Process(target=_spend_event, args=(str(path), e, barrier, out)) for e in events]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    outcomes = [out.get(timeout=5) for _ in range(n)]
+    assert sum(outcomes) == 3
+    ledger = Ledger(path)
+    entries = ledger.entries()
+    assert len(entries) == 3
+    assert all(e.status == "committed" for e in entries)
+    assert {e.event for e in entries} <= {RELEASE, DPSGD}
+    assert ledger.spent <= total.epsilon  # type: ignore[operator]
+
+
+def _reserve_dpsgd_then_wait(path: str, reserved: mp.synchronize.Event) -> None:
+    Ledger(path).reserve(DPSGD, label="DP-SGD run killed before commit")
+    reserved.set()
+    time.sleep(300)  # killed here, between reserve and commit
+
+
+def test_kill_9_between_reserve_and_commit_stays_counted(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    Ledger(path, total=Budget(epsilon=0.8, delta=RACE_DELTA))  # one run fits (ε ≈ 0.72)
+    ctx = mp.get_context("spawn")
+    reserved = ctx.Event()
+    p = ctx.Process(target=_reserve_dpsgd_then_wait, args=(str(path), reserved))
+    p.start()
+    assert reserved.wait(timeout=120)
+    os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    p.join(timeout=60)
+    assert p.exitcode == -signal.SIGKILL
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        con.close()
+    ledger = Ledger(path)
+    (e,) = ledger.entries()
+    assert e.status == "reserved"
+    assert e.event == DPSGD
+    assert ledger.spent == PLDAccountant().compose(DPSGD).epsilon(RACE_DELTA).upper
+    with pytest.raises(BudgetExceededError, match=r"the ledger has ε = 0\.0791 left of 0\.8"):
+        ledger.reserve(DPSGD, label="would overspend")
+
+
+def test_commit_part_gives_back_the_runs_not_taken(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "b.db", total=Budget(rho=1.0))
+    block = SelfComposed(TENTH, 5)  # ρ = 0.5
+    r = ledger.reserve(block, label="five runs")
+    with pytest.raises(ValueError, match="count must be at most the 5 reserved"):
+        ledger.commit_part(r, 6)
+    with pytest.raises(ValueError, match="reservation must be a reservation of SelfComposed"):
+        ledger.commit_part(ledger.reserve(TENTH, label="one"), 1)
+    ledger.commit_part(r, 2)
+    (entry, _) = ledger.entries()
+    assert entry.status == "committed"
+    assert entry.event == SelfComposed(TENTH, 2)
+    assert ledger.spent == pytest.approx(0.3)  # 2 runs and the open single one
+    with pytest.raises(ValueError, match="an open reservation of this ledger"):
+        ledger.commit_part(r, 1)  # already committed: nothing changes
+    assert ledger.entries()[0].event == SelfComposed(TENTH, 2)
 
 
 def test_gaussian_entries_compose_exactly(tmp_path: Path) -> None:

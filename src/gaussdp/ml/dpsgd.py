@@ -17,8 +17,10 @@ One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
 5. the noisy sum is divided by the *expected* batch size qN (dividing by the actual
    size would leak it) and the wrapped optimizer steps;
 6. the step is composed into a :class:`~gaussdp.accounting.PLDAccountant` as
-   ``Subsampled(Gaussian(sigma=σ), rate=q)`` (add/remove-one neighbours, both
-   directions accounted).
+   :attr:`DPOptimizer.step_event`, ``Subsampled(LatticeGaussian, rate=q)``
+   (add/remove-one neighbours, both directions accounted) — and, with
+   ``make_private(..., ledger=...)`` or ``filter=...``, charged there *before* the
+   noise is drawn (in blocks of steps, :mod:`gaussdp.ml._budget`).
 
 Usage::
 
@@ -39,13 +41,13 @@ gradients are computed at the step with ``torch.func`` from ∂loss/∂output
 ``loss_fn`` given to :func:`make_private`, is a faster path for a fixed loss. Models
 whose output on one example depends on the others (batch normalisation) are refused.
 
-Accounting note. The accountant composes each step as the subsampled *continuous*
-Gaussian with noise multiplier σ. What is released is the lattice mechanism of
+Accounting note. What is released is the lattice mechanism of
 :meth:`gaussdp.Gaussian.lattice`, whose output law is within e^{±a} (a < 10⁻⁷⁶ per
 coordinate) of a post-processing of a continuous Gaussian with noise multiplier at
-least σ (:class:`gaussdp.LatticeGaussian`, the smoothing argument); so
+least σ (:class:`gaussdp.LatticeGaussian`, the smoothing argument). The accountants
+compose the step event ``Subsampled(LatticeGaussian, q)`` by that argument, so
 :meth:`DPOptimizer.privacy_spent` reports ε_PLD(δe^{−A}) + 2A with A = steps × d × a,
-which is certified for the lattice noise (an ulp above the continuous figure).
+which is certified for the lattice noise (within an ulp or so of the continuous figure).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -64,7 +66,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
 
-from gaussdp._validation import check_delta, check_finite, check_int, check_positive
+from gaussdp._validation import check_delta, check_int, check_positive
 from gaussdp.accounting import (
     Accountant,
     EpsilonBounds,
@@ -73,9 +75,18 @@ from gaussdp.accounting import (
     Subsampled,
     calibrate_noise_multiplier,
 )
-from gaussdp.accounting.events import check_rate
+from gaussdp.accounting.events import (
+    Composed,
+    Event,
+    SelfComposed,
+    check_rate,
+    event_from_json,
+    event_to_json,
+)
+from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import Gaussian, epsilon_with_slack
+from gaussdp.mechanisms import Gaussian, LatticeGaussian
+from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     LayerIO,
     LinearRecorder,
@@ -92,6 +103,9 @@ from gaussdp.ml.noise import (
     check_noise_multiplier,
 )
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+
+if TYPE_CHECKING:
+    from gaussdp.release.ledger import Ledger
 
 __all__ = [
     "AccountantKind",
@@ -1065,6 +1079,9 @@ class DPOptimizer(torch.optim.Optimizer):
         engine: _Engine,
         *,
         accountant: AccountantKind = "pld",
+        ledger: Ledger | None = None,
+        filter: PrivacyFilter | None = None,
+        reserve_steps: int = 1,
     ) -> None:
         # Optimizer.__init__ is not called: every optimizer attribute is the wrapped one's.
         self._optimizer = optimizer
@@ -1072,10 +1089,36 @@ class DPOptimizer(torch.optim.Optimizer):
         self._kind = check_accountant(accountant)
         self._accountant: Accountant = _new_accountant(self._kind)
         self._steps = 0
-        self._unaccounted = 0  # steps taken but not yet composed into the accountant
-        # Steps of earlier runs (load_state_dict), one entry per configuration; the
-        # steps of this run are counted in _steps and appended by _history().
-        self._loaded: list[dict[str, Any]] = []
+        self._unaccounted = 0  # private steps taken but not yet composed into the accountant
+        # Steps with σ = 0 (not private), this run's and loaded ones: ε is then infinite.
+        self._free_steps = 0
+        self._loaded_steps = 0
+        self._charger: Charger | None = None
+        if ledger is not None or filter is not None:
+            check_spender(ledger, filter)
+            if engine.noiser.noise_multiplier == 0:
+                raise ValueError(
+                    invalid(
+                        "noise_multiplier",
+                        "> 0 with a ledger or filter (a step without noise is not private)",
+                        0.0,
+                    )
+                )
+            self._charger = Charger(
+                self.step_event,
+                ledger=ledger,
+                filter=filter,
+                block=reserve_steps,
+                label="DP-SGD",
+                what="DP-SGD step",
+                detail={
+                    "kind": "dpsgd",
+                    "noise_multiplier": engine.noiser.noise_multiplier,
+                    "max_grad_norm": engine.max_grad_norm,
+                    "sample_rate": engine.sample_rate,
+                    "noise": engine.noiser.noise,
+                },
+            )
         self._grads: torch.Tensor | None = None  # one float32 buffer behind every param.grad
 
     @property
@@ -1138,7 +1181,7 @@ class DPOptimizer(torch.optim.Optimizer):
 
     @property
     def steps(self) -> int:
-        """The number of private steps taken."""
+        """The number of steps taken by this optimizer (not counting loaded ones)."""
         return self._steps
 
     @property
@@ -1154,7 +1197,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def _composed(self) -> Accountant:
         """The accountant with every step taken composed in (steps are composed in bulk)."""
         if self._unaccounted:
-            self._accountant.compose(self._event(), count=self._unaccounted)
+            self._accountant.compose(self.step_event, count=self._unaccounted)
             self._unaccounted = 0
         return self._accountant
 
@@ -1186,6 +1229,10 @@ class DPOptimizer(torch.optim.Optimizer):
             Nothing is drawn or accounted.
         ValueError
             If ``closure`` is given; nothing is drawn or accounted.
+        BudgetExceededError
+            If the ledger or filter of :func:`make_private` refuses the step: raised
+            before the noise is drawn and before the parameters change; the clipped
+            sum is kept (a later ``step()`` retries it).
         """
         engine = self._engine
         if closure is not None:
@@ -1210,6 +1257,10 @@ class DPOptimizer(torch.optim.Optimizer):
                 "optimizer.step() must follow loss.backward() on the private model's output "
                 "or model.backward(inputs, targets) (also for an empty batch)"
             )
+        # Kept until the noise is added, so a refused step loses nothing.
+        engine.pending = sums
+        if self._charger is not None:
+            self._charger.before()  # BudgetExceededError here: nothing drawn or changed
         if self._grads is None:
             self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
         # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
@@ -1224,89 +1275,107 @@ class DPOptimizer(torch.optim.Optimizer):
         self._steps += 1
         if engine.noiser.noise_multiplier > 0:
             self._unaccounted += 1
+        else:
+            self._free_steps += 1
+        if self._charger is not None:
+            self._charger.after()
 
-    def _event(self) -> Subsampled:
-        sigma = self._engine.noiser.noise_multiplier
+    @property
+    def step_event(self) -> Event:
+        """One step as the accountants, the filter and the ledger compose it.
+
+        ``Subsampled(LatticeGaussian, rate=q)`` on the secure path: the lattice
+        mechanism actually run on a Poisson sample (Abadi et al. 2016 §3.1), which
+        accountants take through the smoothing argument (μ-GDP plus its slack,
+        :class:`gaussdp.LatticeGaussian`); ``Subsampled(Gaussian(σ), q)`` for
+        ``noise="insecure-float"``.
+
+        Raises
+        ------
+        ValueError
+            With σ = 0: a step without noise is no privacy event (ε is infinite).
+        """
+        noiser = self._engine.noiser
+        mechanism: Gaussian | LatticeGaussian | None = noiser.lattice
+        if mechanism is None:
+            if noiser.noise_multiplier == 0:
+                raise ValueError(invalid("noise_multiplier", "> 0 for a privacy event", 0.0))
+            mechanism = Gaussian(sigma=noiser.noise_multiplier)
         # Abadi et al. 2016 §3.1: each step is the Poisson-subsampled Gaussian mechanism.
-        return Subsampled(Gaussian(sigma=sigma), rate=self._engine.sample_rate)
+        return Subsampled(mechanism, rate=self._engine.sample_rate)
+
+    @property
+    def history(self) -> Composed:
+        """Every private step taken, loaded ones included, as one event (what is charged).
+
+        One ``SelfComposed(step event, count)`` per configuration, in the order first
+        run, so a resumed run has the history of an uninterrupted one.
+        """
+        events = self._composed().events
+        return Composed(tuple(e if c == 1 else SelfComposed(e, c) for e, c in events))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta`` after the steps taken so far, loaded ones included.
 
-        ``upper`` is certified for the lattice noise actually added (the subsampled
-        Gaussian's bound from the accountant plus the lattice's smoothing slack of
-        every step, ε(δe^{−A}) + 2A as in :meth:`SumNoiser.privacy_bounds`); ``lower``
-        says how tight it is (always 0 with ``accountant="rdp"``). With any σ = 0 step
-        both are ∞; before any step both are 0.
+        The accountant's bounds on :attr:`history`: ``upper`` is certified for the
+        lattice noise actually added (the smoothing argument's slack A of every step
+        is in it, ε(δe^{−A}) + 2A); ``lower`` says how tight it is (always 0 with
+        ``accountant="rdp"``). With any σ = 0 step both are ∞; before any step both
+        are 0.
         """
         delta = check_delta("delta", delta)
-        history = self._history()
-        if any(h["noise_multiplier"] == 0 and h["count"] > 0 for h in history):
+        if self._free_steps:
             return EpsilonBounds(lower=math.inf, upper=math.inf)
-        accountant = self._composed()
-        bounds = accountant.epsilon(delta)
-        slack = math.fsum(h["count"] * h["smoothing_slack"] for h in history)
-        if slack == 0:
-            return bounds
-        upper = epsilon_with_slack(lambda d: accountant.epsilon(d).upper, delta, slack)
-        return EpsilonBounds(lower=min(bounds.lower, upper), upper=upper)
+        return self._composed().epsilon(delta)
 
-    def _history(self) -> list[dict[str, Any]]:
-        """Every step taken, loaded ones included: one JSON-able entry per configuration.
+    def close(self) -> None:
+        """Commit the open ledger block as the steps taken; give back the others.
 
-        An entry is ``{"mechanism": "subsampled_gaussian", "noise_multiplier": σ,
-        "sample_rate": q, "count": steps, "noise": "secure" | "insecure-float",
-        "smoothing_slack": A per step}``: ``count`` Poisson-subsampled Gaussian
-        steps (Abadi et al. 2016), each certified with the lattice slack A.
+        Training stopped mid-block leaves its block reserved (it counts whole);
+        call this when a run ends to commit the entry as the steps actually taken
+        (:meth:`gaussdp.Ledger.commit_part`). With ``filter=`` the untaken steps
+        of the block stay charged (a filter cannot give back). A later
+        :meth:`step` reserves a new block.
         """
-        history = [dict(h) for h in self._loaded]
-        if self._steps == 0:
-            return history
-        noiser = self._engine.noiser
-        current = {
-            "mechanism": "subsampled_gaussian",
-            "noise_multiplier": noiser.noise_multiplier,
-            "sample_rate": self._engine.sample_rate,
-            "noise": noiser.noise,
-            "smoothing_slack": 0.0 if noiser.lattice is None else noiser.lattice.smoothing_slack,
-        }
-        for entry in history:
-            if all(entry[k] == v for k, v in current.items()):
-                entry["count"] += self._steps
-                return history
-        history.append({**current, "count": self._steps})
-        return history
+        if self._charger is not None:
+            self._charger.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped optimizer's state and the privacy history, for a checkpoint.
 
-        ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 1,
-        "accountant": "pld" | "rdp", "steps": n, "history": [...]}}``; the privacy
-        part is plain JSON (see :meth:`_history` for its entries), so it can be stored
-        with the model or in a ledger. :meth:`load_state_dict` restores both.
+        ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 2,
+        "accountant": "pld" | "rdp", "steps": n, "non_private_steps": m,
+        "history": <JSON of the history event>}}``: the history is :attr:`history`
+        in the events' JSON form (:func:`gaussdp.accounting.events.event_to_json`),
+        the same form a :class:`gaussdp.Ledger` stores. :meth:`load_state_dict`
+        restores both.
         """
         return {
             "optimizer": self._optimizer.state_dict(),
             "privacy": {
                 "format": _CHECKPOINT_FORMAT,
                 "accountant": self._kind,
-                "steps": sum(h["count"] for h in self._history()),
-                "history": self._history(),
+                "steps": self._loaded_steps + self._steps,
+                "non_private_steps": self._free_steps,
+                "history": event_to_json(self.history),
             },
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`: the wrapped optimizer's state and the privacy history.
 
-        The steps of the checkpoint replace this optimizer's, and later steps add to
-        them, so ``privacy_spent`` continues from where the checkpoint stopped. A
-        state without the privacy history (e.g. a plain optimizer's) is refused: it
-        would silently restart ε at 0. Nothing is changed when the state is refused.
+        The history is composed into a fresh accountant, so :meth:`privacy_spent`
+        continues the ε of the checkpointed run (this run's steps so far are
+        replaced by it). It is not charged again to the ledger or filter of
+        :func:`make_private`: only steps taken from now on are. A state without the
+        privacy history (e.g. a plain optimizer's) is refused: it would restart ε
+        at 0.
 
         Raises
         ------
         ValueError
-            If the state lacks a valid privacy history.
+            If the state lacks a valid privacy history, or has the format 1 of
+            gaussdp before events. Nothing changes.
         """
         if not isinstance(state_dict, Mapping) or "privacy" not in state_dict:
             keys = sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict
@@ -1318,61 +1387,49 @@ class DPOptimizer(torch.optim.Optimizer):
                     keys,
                 )
             )
-        history = _check_history(state_dict["privacy"])
+        history, steps, free = _check_privacy(state_dict["privacy"])
         accountant = _new_accountant(self._kind)
-        for entry in history:
-            if entry["noise_multiplier"] > 0 and entry["count"] > 0:
-                event = Subsampled(
-                    Gaussian(sigma=entry["noise_multiplier"]), rate=entry["sample_rate"]
-                )
-                accountant.compose(event, count=entry["count"])
+        for event in history.events:
+            if isinstance(event, SelfComposed):
+                accountant.compose(event.event, event.count)
+            else:
+                accountant.compose(event)
         self._optimizer.load_state_dict(state_dict["optimizer"])
-        self._accountant, self._loaded = accountant, history
+        self._accountant = accountant
         self._steps = self._unaccounted = 0
+        self._loaded_steps, self._free_steps = steps, free
 
 
-_CHECKPOINT_FORMAT = 1
-_ENTRY_KEYS = ("mechanism", "noise_multiplier", "sample_rate", "count", "noise", "smoothing_slack")
+_CHECKPOINT_FORMAT = 2
 
 
-def _check_history(privacy: object) -> list[dict[str, Any]]:
-    """The validated history entries of a checkpoint's privacy part (module docs)."""
+def _check_privacy(privacy: object) -> tuple[Composed, int, int]:
+    """The history event, step count and σ = 0 step count of a checkpoint's privacy part."""
     constraint = (
-        f"a mapping with format {_CHECKPOINT_FORMAT} and a history of entries with keys "
-        f"{', '.join(_ENTRY_KEYS)} (from DPOptimizer.state_dict())"
+        f"a mapping with format {_CHECKPOINT_FORMAT}, an accountant, steps, "
+        "non_private_steps and the history event's JSON (from DPOptimizer.state_dict())"
     )
+    if isinstance(privacy, Mapping) and privacy.get("format") == 1:
+        raise ValueError(
+            invalid(
+                "state_dict['privacy']",
+                f"format {_CHECKPOINT_FORMAT}: format 1 (gaussdp before privacy events) is "
+                "not read; resume that run with the gaussdp that wrote it",
+                "format 1",
+            )
+        )
     if not (
         isinstance(privacy, Mapping)
         and privacy.get("format") == _CHECKPOINT_FORMAT
-        and isinstance(privacy.get("history"), list)
+        and isinstance(privacy.get("history"), str)
     ):
         raise ValueError(invalid("state_dict['privacy']", constraint, privacy))
-    history = []
-    for entry in privacy["history"]:
-        if not (
-            isinstance(entry, Mapping)
-            and set(entry) == set(_ENTRY_KEYS)
-            and entry["mechanism"] == "subsampled_gaussian"
-            and entry["noise"] in ("secure", "insecure-float")
-        ):
-            raise ValueError(invalid("state_dict['privacy'] entry", constraint, entry))
-        history.append(
-            {
-                "mechanism": "subsampled_gaussian",
-                "noise_multiplier": float(
-                    0.0
-                    if entry["noise_multiplier"] == 0
-                    else check_positive("noise_multiplier", entry["noise_multiplier"])
-                ),
-                "sample_rate": check_rate("sample_rate", entry["sample_rate"]),
-                "count": check_int("count", entry["count"], minimum=0),
-                "noise": entry["noise"],
-                "smoothing_slack": check_finite("smoothing_slack", entry["smoothing_slack"]),
-            }
-        )
-        if history[-1]["smoothing_slack"] < 0:
-            raise ValueError(invalid("smoothing_slack", ">= 0", entry["smoothing_slack"]))
-    return history
+    history = event_from_json(privacy["history"])
+    if not isinstance(history, Composed):
+        raise ValueError(invalid("state_dict['privacy']['history']", "a Composed event", history))
+    steps = check_int("steps", privacy.get("steps"), minimum=0)
+    free = check_int("non_private_steps", privacy.get("non_private_steps"), minimum=0)
+    return history, steps, free
 
 
 #: The accountant of :func:`make_private`: ``"pld"`` (tight, with a lower bound) or
@@ -1468,6 +1525,9 @@ def make_private(
     grad_sample_mode: GradSampleMode = "auto",
     accountant: AccountantKind = "pld",
     rng: RandomSource | None = None,
+    ledger: Ledger | None = None,
+    filter: PrivacyFilter | None = None,
+    reserve_steps: int | None = None,
 ) -> PrivateTraining:
     r"""Wrap a model, its optimizer and its data loader for DP-SGD (Abadi et al. 2016).
 
@@ -1526,6 +1586,23 @@ def make_private(
         Source of the sampling and noise randomness; ``None`` is the operating
         system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
         ChaCha20 streams keyed from it drive the loader and the noise.
+    ledger : gaussdp.Ledger, optional
+        Charge every step to this persistent filter: blocks of ``reserve_steps``
+        steps (``SelfComposed(optimizer.step_event, k)``) are reserved before their
+        first step draws noise and committed after their last; a step the ledger
+        cannot admit raises :class:`~gaussdp.errors.BudgetExceededError` before
+        its noise is drawn and before the parameters change. A crash leaves the
+        block reserved, so it stays counted (never under-counted);
+        ``optimizer.close()`` at the end of a run gives back the steps of the
+        last block not taken.
+    filter : gaussdp.accounting.PrivacyFilter, optional
+        Charge every step to this in-memory filter the same way (at most one of
+        ``ledger`` and ``filter``).
+    reserve_steps : int, optional
+        Steps charged at once (default: one pass, round(1/q) steps). Larger blocks
+        mean fewer ledger writes; the steps of a block never taken stay charged
+        until ``optimizer.close()`` (ledger) or for good (filter).
+        When a block does not fit, halves are tried down to one step.
 
     Returns
     -------
@@ -1604,6 +1681,15 @@ def make_private(
             UserWarning,
             stacklevel=2,
         )
+    check_spender(ledger, filter)
+    if (ledger is not None or filter is not None) and noise_multiplier == 0:
+        raise ValueError(
+            invalid(
+                "noise_multiplier",
+                "> 0 with a ledger or filter (a step without noise is not private)",
+                noise_multiplier,
+            )
+        )
     if target_epsilon is not None:
         if epochs is None:
             raise ValueError(invalid("epochs", "an integer >= 1 with target_epsilon", epochs))
@@ -1620,6 +1706,8 @@ def make_private(
             invalid("max_grad_norm", "finite when noise_multiplier > 0", max_grad_norm)
         )
     _check_optimizer_params(model, optimizer)
+    block = steps_per_epoch if reserve_steps is None else reserve_steps
+    block = check_int("reserve_steps", block, minimum=1)
     source = check_rng(rng)
     loader_rng = ChaCha20Random(source.random_bytes(32))
     noise_rng = ChaCha20Random(source.random_bytes(32))
@@ -1644,7 +1732,16 @@ def make_private(
         num_workers=data_loader.num_workers,
     )
     return PrivateTraining(
-        PrivateModule(engine), DPOptimizer(optimizer, engine, accountant=kind), loader
+        PrivateModule(engine),
+        DPOptimizer(
+            optimizer,
+            engine,
+            accountant=kind,
+            ledger=ledger,
+            filter=filter,
+            reserve_steps=block,
+        ),
+        loader,
     )
 
 

@@ -8,8 +8,10 @@ sensitivity c.
 - :class:`DPAggregator` (central DP): the server clips each update, sums, and adds
   N(0, z²c²) per coordinate on the secure lattice path of :mod:`gaussdp.ml.noise`.
   Rounds with Poisson client sampling at rate q are accounted as
-  ``Subsampled(Gaussian(sigma=z), rate=q)`` by the PLD accountant (DP-FedAvg,
-  McMahan et al. 2018).
+  ``Subsampled(LatticeGaussian, rate=q)`` (the lattice mechanism of noise multiplier
+  z) by the PLD accountant (DP-FedAvg, McMahan et al. 2018).
+- Both take ``ledger=`` or ``filter=`` and charge each round there before it is
+  drawn (:class:`~gaussdp.errors.BudgetExceededError` when refused).
 - :class:`DistributedDiscreteGaussian` (KLS21 = Kairouz, Liu, Steinke 2021, "The
   Distributed Discrete Gaussian Mechanism for Federated Learning with Secure
   Aggregation", ICML): each client clips, rotates (randomised Hadamard), scales by
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -31,15 +34,20 @@ import torch
 
 from gaussdp._validation import check_delta, check_int, check_positive, check_probability
 from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled
-from gaussdp.accounting.events import check_rate
+from gaussdp.accounting.events import Event, RecordedCost, check_rate
+from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian
+from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
 from gaussdp.privacy.zcdp import zcdp_epsilon
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
 from gaussdp.sampling import discrete_gaussian
 
 __all__ = ["DPAggregator", "DistributedDiscreteGaussian", "ddg_rho"]
+
+if TYPE_CHECKING:
+    from gaussdp.release.ledger import Ledger
 
 IntArray = npt.NDArray[np.int64]
 
@@ -82,6 +90,12 @@ class DPAggregator:
         As in :class:`~gaussdp.ml.SumNoiser`.
     rng : RandomSource, optional
         ``None`` is the operating system's CSPRNG.
+    ledger : gaussdp.Ledger, optional
+        Charge every round (:attr:`round_event`) to this persistent filter: reserved
+        before the round reads an update or draws noise, committed after; a
+        refused round raises :class:`~gaussdp.errors.BudgetExceededError`.
+    filter : gaussdp.accounting.PrivacyFilter, optional
+        Charge every round to this in-memory filter instead (at most one of the two).
 
     Examples
     --------
@@ -105,7 +119,10 @@ class DPAggregator:
         client_rate: float = 1.0,
         noise: NoiseMode = "secure",
         rng: RandomSource | None = None,
+        ledger: Ledger | None = None,
+        filter: PrivacyFilter | None = None,
     ) -> None:
+        check_spender(ledger, filter)
         self._clip = check_positive("clip_norm", clip_norm)
         self._sigma = check_positive("noise_multiplier", noise_multiplier)
         self._dim = check_int("dim", dim, minimum=1)
@@ -121,11 +138,38 @@ class DPAggregator:
         )
         self._accountant = PLDAccountant()
         self._rounds = 0
+        self._charger = Charger(
+            self.round_event,
+            ledger=ledger,
+            filter=filter,
+            block=1,
+            label="federated round",
+            what="federated round",
+            detail={
+                "kind": "federated",
+                "clip_norm": self._clip,
+                "noise_multiplier": self._sigma,
+                "client_rate": self._rate,
+            },
+        )
 
     @property
     def rounds(self) -> int:
         """The number of aggregated rounds."""
         return self._rounds
+
+    @property
+    def round_event(self) -> Event:
+        """One round as the accountant, the filter and the ledger compose it.
+
+        The lattice mechanism actually run (``LatticeGaussian``, accounted through
+        the smoothing argument) or ``Gaussian(σ)`` for ``noise="insecure-float"``,
+        wrapped in ``Subsampled(…, q)`` when ``client_rate`` q < 1 (DP-FedAvg,
+        McMahan et al. 2018).
+        """
+        lattice = self._noiser.lattice
+        mechanism = Gaussian(sigma=self._sigma) if lattice is None else lattice
+        return mechanism if self._rate == 1.0 else Subsampled(mechanism, rate=self._rate)
 
     @property
     def noise_std(self) -> float:
@@ -144,8 +188,15 @@ class DPAggregator:
 
         An empty round (no client sampled) still returns noise, as the accounting
         assumes. Divide by the expected number of clients (q times the population)
-        for a private average.
+        for a private average. With a ledger or filter the round is charged
+        (:attr:`round_event`) before anything is read or drawn.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the ledger or filter refuses the round; nothing is drawn.
         """
+        self._charger.before()
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
         if rows:
             stacked = torch.stack(rows)
@@ -156,17 +207,16 @@ class DPAggregator:
         sums = self._noiser.accumulate([stacked], factors)
         noisy = self._noiser.release(sums)[0]
         self._rounds += 1
-        mechanism = Gaussian(sigma=self._sigma)
-        # DP-FedAvg (McMahan et al. 2018): each round is the subsampled Gaussian mechanism.
-        self._accountant.compose(
-            mechanism if self._rate == 1.0 else Subsampled(mechanism, rate=self._rate)
-        )
+        self._accountant.compose(self.round_event)
+        self._charger.after()
         return noisy
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta`` after the rounds so far (PLD accountant, lattice slack)."""
         delta = check_delta("delta", delta)
-        return self._noiser.privacy_bounds(self._accountant.epsilon, delta, self._rounds)
+        if self._rounds == 0:
+            return EpsilonBounds(lower=0.0, upper=0.0)
+        return self._accountant.epsilon(delta)
 
 
 # -- distributed discrete Gaussian (KLS21) ------------------------------------------------
@@ -259,6 +309,11 @@ class DistributedDiscreteGaussian:
     rng : RandomSource, optional
         ``None`` is the operating system's CSPRNG. Each client's rounding and noise
         draw on a ChaCha20 stream keyed from it.
+    ledger, filter : gaussdp.Ledger or gaussdp.accounting.PrivacyFilter, optional
+        Charge every round (:attr:`round_event`, a ρ-zCDP certificate) before it
+        encodes an update; at most one. A ρ budget adds the ρ's; an (ε, δ) budget
+        takes it through zCDP (there is no privacy loss distribution for a sum of
+        discrete Gaussians), a μ budget refuses it at construction.
 
     Examples
     --------
@@ -285,7 +340,10 @@ class DistributedDiscreteGaussian:
         beta: float = math.exp(-0.5),
         k_stddevs: float = 4.0,
         rng: RandomSource | None = None,
+        ledger: Ledger | None = None,
+        filter: PrivacyFilter | None = None,
     ) -> None:
+        check_spender(ledger, filter)
         self._clip = check_positive("clip_norm", clip_norm)
         self._z = check_positive("noise_multiplier", noise_multiplier)
         self._n = check_int("num_clients", num_clients, minimum=1)
@@ -329,6 +387,31 @@ class DistributedDiscreteGaussian:
             )
         self._rho = ddg_rho(math.sqrt(self._delta2_sq), float(self._sigma2), self._n, d)
         self._rounds = 0
+        self._charger = Charger(
+            self.round_event,
+            ledger=ledger,
+            filter=filter,
+            block=1,
+            label="federated round (distributed discrete Gaussian)",
+            what="federated round",
+            detail={
+                "kind": "federated-ddg",
+                "clip_norm": self._clip,
+                "noise_multiplier": self._z,
+                "num_clients": self._n,
+                "dim": self._dim,
+            },
+        )
+
+    @property
+    def round_event(self) -> RecordedCost:
+        """One round as an event: ρ-zCDP with ρ = :attr:`rho` (KLS21 Thm 1), no μ certificate.
+
+        A ``RecordedCost(rho=ρ, mu=None, slack=0, delta=0)``: zCDP and RDP
+        accountants compose it by ρ (and so does an (ε, δ) budget, through zCDP);
+        the PLD and GDP accountants refuse it.
+        """
+        return RecordedCost(rho=self._rho, mu=None, slack=0.0, delta=0.0)
 
     @property
     def gamma(self) -> float:
@@ -417,13 +500,17 @@ class DistributedDiscreteGaussian:
         ------
         ValueError
             If fewer than ``num_clients`` updates are given (their noise would be missing).
+        BudgetExceededError
+            If the ledger or filter refuses the round; nothing is encoded or drawn.
         """
         if len(updates) < self._n:
             raise ValueError(
                 invalid("len(updates)", f"at least num_clients = {self._n}", len(updates))
             )
+        self._charger.before()  # BudgetExceededError here: nothing encoded or drawn
         messages = [self.encode(u) for u in updates]
         self._rounds += 1
+        self._charger.after()
         return self.decode(self.secure_sum(messages))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:

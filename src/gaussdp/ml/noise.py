@@ -43,16 +43,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import torch
 
 from gaussdp._validation import check_int, check_positive
-from gaussdp.accounting import EpsilonBounds
 from gaussdp.errors import invalid
-from gaussdp.mechanisms import Gaussian, LatticeGaussian, epsilon_with_slack
+from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.sampling.background import NoiseStream
 
@@ -213,25 +212,6 @@ class SumNoiser:
     def lattice(self) -> LatticeGaussian | None:
         """The lattice mechanism of the secure path (None for σ = 0 or float noise)."""
         return self._lattice
-
-    def privacy_bounds(
-        self, epsilon_at: Callable[[float], EpsilonBounds], delta: float, releases: int
-    ) -> EpsilonBounds:
-        """ε bounds at ``delta`` after ``releases`` releases, from the accountant's ``epsilon_at``.
-
-        The accountant charges each release as the continuous Gaussian with noise
-        multiplier σ. The secure path releases the lattice Gaussian, whose continuous
-        part has noise multiplier at least σ and whose output law is within
-        e^{±A} of a post-processing of it, A = releases × the lattice's smoothing
-        slack (:class:`gaussdp.LatticeGaussian`); so the certified upper bound is
-        ε_acc(δe^{−A}) + 2A, rounded up.
-        """
-        bounds = epsilon_at(delta)
-        if self._lattice is None or releases == 0:
-            return bounds
-        slack = releases * self._lattice.smoothing_slack
-        upper = epsilon_with_slack(lambda d: epsilon_at(d).upper, delta, slack)
-        return EpsilonBounds(lower=min(bounds.lower, upper), upper=upper)
 
     @property
     def noise_std(self) -> float:

@@ -52,12 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaussdp._validation import check_positive
+from gaussdp._validation import check_int, check_positive
 from gaussdp.accounting.accountants import Accountant
 from gaussdp.accounting.events import (
     Composed,
     Event,
     RecordedCost,
+    SelfComposed,
     UnknownEventError,
     check_event,
     describe,
@@ -453,6 +454,41 @@ class Ledger:
                 "UPDATE entries SET status = 'committed', committed_at = ?"
                 " WHERE id = ? AND status = 'reserved'",
                 (_now(), reservation.id),
+            )
+            if cur.rowcount != 1:
+                raise ValueError(
+                    invalid("reservation", "an open reservation of this ledger", reservation)
+                )
+
+    def commit_part(self, reservation: Reservation, count: int) -> None:
+        """Commit ``count`` of the k runs an open ``SelfComposed(event, k)`` reservation holds.
+
+        The entry becomes ``SelfComposed(event, count)`` (``event`` when ``count`` is
+        1): the runs never taken are returned. An entry can only shrink, so the
+        history stays within the total. DP-SGD reserves blocks of steps this way
+        (:func:`gaussdp.ml.make_private`); a process that dies before committing
+        leaves the whole block counted.
+
+        Raises
+        ------
+        ValueError
+            If the reservation is not an open ``SelfComposed`` reservation of this
+            ledger, or ``count`` is not in [1, k]. Nothing changes.
+        """
+        reserved = reservation.event
+        if not isinstance(reserved, SelfComposed):
+            raise ValueError(
+                invalid("reservation", "a reservation of SelfComposed(event, k)", reservation)
+            )
+        n = check_int("count", count, minimum=1)
+        if n > reserved.count:
+            raise ValueError(invalid("count", f"at most the {reserved.count} reserved", count))
+        used = reserved.event if n == 1 else SelfComposed(reserved.event, n)
+        with self._write() as con:
+            cur = con.execute(
+                "UPDATE entries SET status = 'committed', committed_at = ?, event = ?"
+                " WHERE id = ? AND status = 'reserved' AND event = ?",
+                (_now(), event_to_json(used), reservation.id, event_to_json(reserved)),
             )
             if cur.rowcount != 1:
                 raise ValueError(

@@ -1,0 +1,173 @@
+r"""Charging DP-SGD steps and federated rounds to a filter or a ledger before the noise.
+
+:class:`Charger` pays for runs of one fixed event (a DP-SGD step
+``Subsampled(LatticeGaussian, q)``, a federated round) *ahead* of them, in blocks:
+before the first run of a block it charges ``SelfComposed(event, k)`` to the
+:class:`~gaussdp.accounting.PrivacyFilter` (``accept``) or reserves it in the
+:class:`~gaussdp.Ledger` (one entry, ``BEGIN IMMEDIATE``), and commits the
+ledger entry once the k runs are done. So
+
+* nothing is drawn before it is paid for: a refusal raises
+  :class:`~gaussdp.errors.BudgetExceededError` before the noise and before the
+  parameters change;
+* a crash never under-counts: a reserved block stays counted in the ledger
+  (DESIGN decision 6), used or not;
+* many steps cost few writes: one ledger entry (one PLD evaluation of the whole
+  history) per block, not per step.
+
+When a block of k runs does not fit, blocks of ⌊k/2⌋, ⌊k/4⌋, …, 1 are tried, so
+every run that fits is admitted and exactly the first run that would exceed the
+budget is refused. Runs of a block that are never taken (training stopped
+mid-block) are returned to a ledger by :meth:`Charger.close`
+(``DPOptimizer.close()``), which commits the entry as the runs taken
+(:meth:`gaussdp.Ledger.commit_part`); until then, and forever after a crash, the
+whole block counts: over-counting is the safe side. An in-memory filter cannot
+give runs back, so with ``filter=`` choose the block size (``reserve_steps`` of
+:func:`~gaussdp.ml.make_private`) to divide the run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gaussdp._validation import check_int
+from gaussdp.accounting.events import Event, SelfComposed, describe
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
+from gaussdp.errors import BudgetExceededError, invalid
+
+if TYPE_CHECKING:
+    from gaussdp.release.ledger import Ledger, Reservation
+
+
+def check_spender(ledger: object, filter: object) -> None:
+    """Refuse a ledger that is not a :class:`~gaussdp.Ledger`, a bad filter, or both given."""
+    from gaussdp.release.ledger import Ledger
+
+    if ledger is not None and not isinstance(ledger, Ledger):
+        raise TypeError(invalid("ledger", "a gaussdp.Ledger or None", ledger))
+    if filter is not None and not isinstance(filter, PrivacyFilter):
+        raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter or None", filter))
+    if ledger is not None and filter is not None:
+        raise ValueError(invalid("ledger, filter", "at most one given", (ledger, filter)))
+
+
+class Charger:
+    """Pay for runs of ``event`` ahead, ``block`` runs at a time (module docs).
+
+    Parameters
+    ----------
+    event : Event
+        One run (a DP-SGD step, a federated round).
+    ledger, filter : Ledger or PrivacyFilter, optional
+        Where to charge (at most one; with neither nothing is charged).
+    block : int
+        Runs charged at once (≥ 1).
+    label : str
+        The ledger entry's label; ``what`` names one run in refusals.
+    detail : dict
+        JSON-ready description stored with each ledger entry.
+
+    Raises
+    ------
+    ValueError
+        If the budget's accountant cannot account for ``event``
+        (:class:`~gaussdp.accounting.UnsupportedEventError`), before anything is spent.
+    """
+
+    def __init__(
+        self,
+        event: Event,
+        *,
+        ledger: Ledger | None,
+        filter: PrivacyFilter | None,
+        block: int,
+        label: str,
+        what: str,
+        detail: dict[str, Any],
+    ) -> None:
+        check_spender(ledger, filter)
+        self.event = event
+        self._ledger, self._filter = ledger, filter
+        self._block = check_int("reserve_steps", block, minimum=1)
+        self._label, self._what, self._detail = label, what, detail
+        self._left = 0  # runs paid for and not yet taken
+        self._charged = 0  # runs in the open block
+        self._open: Reservation | None = None
+        budget = None if ledger is None and filter is None else self.budget
+        if budget is not None:
+            # Fails now (UnsupportedEventError) rather than at the first run.
+            budget_accountant(budget).compose(event)
+
+    @property
+    def active(self) -> bool:
+        """Whether runs are charged anywhere."""
+        return self._ledger is not None or self._filter is not None
+
+    @property
+    def budget(self) -> Any:
+        """The budget charged (the ledger's total or the filter's budget)."""
+        if self._ledger is not None:
+            return self._ledger.total
+        return None if self._filter is None else self._filter.budget
+
+    def _event(self, count: int) -> Event:
+        return self.event if count == 1 else SelfComposed(self.event, count)
+
+    def _charge(self, count: int) -> None:
+        event = self._event(count)
+        what = f"{count} {self._what}s" if count > 1 else f"the next {self._what}"
+        if self._filter is not None:
+            self._filter.accept(event, what=what)
+        elif self._ledger is not None:
+            detail = {**self._detail, "runs": count, "event": describe(self.event)}
+            self._open = self._ledger.reserve(event, label=self._label, detail=detail, what=what)
+
+    def before(self) -> None:
+        """Make sure the next run is paid for; raise ``BudgetExceededError`` if it cannot be.
+
+        Nothing is drawn or changed by the caller before this returns.
+        """
+        if not self.active or self._left > 0:
+            return
+        self.close()
+        count = self._block
+        while True:
+            try:
+                self._charge(count)
+            except BudgetExceededError:
+                if count == 1:
+                    raise
+                count //= 2
+                continue
+            self._left = self._charged = count
+            return
+
+    def after(self) -> None:
+        """Record that one paid-for run was taken; commit the ledger entry of a used-up block."""
+        if not self.active:
+            return
+        self._left -= 1
+        if self._left == 0:
+            self.close()
+
+    def close(self) -> None:
+        """Commit the open ledger reservation for the runs taken; return the untaken ones.
+
+        A ledger block of k runs of which j ≥ 1 were taken is committed as j runs
+        (:meth:`gaussdp.Ledger.commit_part`); with none taken (the run failed after
+        the reservation) the whole block stays charged. A filter cannot give back:
+        its untaken runs stay charged.
+        """
+        if self._open is not None and self._ledger is not None:
+            taken = self._charged - self._left
+            if 1 <= taken < self._charged:
+                self._ledger.commit_part(self._open, taken)
+            else:
+                self._ledger.commit(self._open)
+        self._open = None
+        self._left = self._charged = 0
+
+    @property
+    def unused(self) -> int:
+        """Runs paid for but not taken yet."""
+        return self._left

@@ -1,0 +1,175 @@
+"""DP-SGD steps and federated rounds are charged to a filter or a ledger before their noise."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from gaussdp import Budget, Ledger  # noqa: E402
+from gaussdp.accounting import (  # noqa: E402
+    PLDAccountant,
+    PrivacyFilter,
+    RecordedCost,
+    SelfComposed,
+    ZCDPAccountant,
+)
+from gaussdp.errors import BudgetExceededError  # noqa: E402
+from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+DELTA = 1e-5
+
+
+def _setup(seed: int = 0, **kwargs: object):  # type: ignore[no-untyped-def]
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(100, 4, generator=gen), torch.randint(0, 2, (100,)))
+    net = nn.Linear(4, 2)
+    options: dict[str, object] = {"noise_multiplier": 1.0, "rng": ChaCha20Random(seed)}
+    options.update(kwargs)
+    return make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        DataLoader(data, batch_size=10),  # q = 0.1, 10 steps per pass
+        loss_fn=nnf.cross_entropy,
+        max_grad_norm=1.0,
+        delta=DELTA,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _steps(model, optimizer, loader, n: int) -> None:  # type: ignore[no-untyped-def]
+    batches = iter(loader)
+    for _ in range(n):
+        x, y = next(batches)
+        optimizer.zero_grad()
+        model.backward(x, y)
+        optimizer.step()
+
+
+def _fits(event: object, epsilon: float) -> int:
+    """The most runs of ``event`` within ε at DELTA, by the PLD accountant (independent loop)."""
+    k = 0
+    while PLDAccountant().compose(event, k + 1).epsilon(DELTA).upper <= epsilon:  # type: ignore[arg-type]
+        k += 1
+    return k
+
+
+def test_filter_refuses_exactly_the_step_that_would_exceed() -> None:
+    budget = Budget(epsilon=2.2, delta=DELTA)
+    probe = _setup()[1].step_event
+    fits = _fits(probe, 2.2)  # 4 steps of σ = 1, q = 0.1
+    assert 1 <= fits < 10
+    spend = PrivacyFilter(budget)
+    model, optimizer, loader = _setup(filter=spend)  # blocks of 10 steps, halved on refusal
+    _steps(model, optimizer, loader, fits)
+    assert optimizer.steps == fits
+    params = [p.detach().clone() for p in model.module.parameters()]
+    batches = iter(loader)
+    x, y = next(batches)
+    optimizer.zero_grad()
+    model.backward(x, y)
+    with pytest.raises(BudgetExceededError, match="the next DP-SGD step costs ε = "):
+        optimizer.step()
+    # Refused before the noise: nothing moved, nothing more was charged.
+    assert optimizer.steps == fits
+    for before, after in zip(params, model.module.parameters(), strict=True):
+        assert torch.equal(before, after)
+    assert spend.spent == PLDAccountant().compose(probe, fits).epsilon(DELTA).upper
+    assert spend.spent == optimizer.privacy_spent(DELTA).upper <= 2.2
+
+
+def test_ledger_is_charged_in_blocks_and_committed(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(ledger=ledger, reserve_steps=4)
+    _steps(model, optimizer, loader, 6)  # a block of 4 committed, a block of 4 open
+    entries = ledger.entries()
+    assert [(e.status, e.event) for e in entries] == [
+        ("committed", SelfComposed(optimizer.step_event, 4)),
+        ("reserved", SelfComposed(optimizer.step_event, 4)),
+    ]
+    assert entries[0].label == "DP-SGD"
+    assert entries[0].detail is not None
+    assert entries[0].detail["noise_multiplier"] == 1.0
+    assert entries[0].detail["runs"] == 4
+    # The open block counts (a crash here over-counts, never under-counts).
+    assert ledger.spent == PLDAccountant().compose(optimizer.step_event, 8).epsilon(DELTA).upper
+    optimizer.close()  # the 2 steps of the open block never taken are given back
+    assert [(e.status, e.event) for e in ledger.entries()] == [
+        ("committed", SelfComposed(optimizer.step_event, 4)),
+        ("committed", SelfComposed(optimizer.step_event, 2)),
+    ]
+    assert ledger.spent == optimizer.privacy_spent(DELTA).upper
+    assert ledger.spent == PLDAccountant().compose(optimizer.step_event, 6).epsilon(DELTA).upper
+
+
+def test_resuming_with_a_ledger_does_not_charge_the_history_again(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(1, ledger=ledger, reserve_steps=5)
+    _steps(model, optimizer, loader, 5)
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)
+    fresh_model, fresh_optimizer, fresh_loader = _setup(2, ledger=ledger, reserve_steps=5)
+    fresh_model.load_state_dict(checkpoint["model"])
+    fresh_optimizer.load_state_dict(checkpoint["optimizer"])
+    assert len(ledger.entries()) == 1  # loading charged nothing
+    _steps(fresh_model, fresh_optimizer, fresh_loader, 5)
+    assert len(ledger.entries()) == 2
+    ten = PLDAccountant().compose(optimizer.step_event, 10).epsilon(DELTA)
+    assert fresh_optimizer.privacy_spent(DELTA) == ten
+    assert ledger.spent == ten.upper
+
+
+def test_bad_ledger_or_filter_arguments_are_refused(tmp_path: Path) -> None:
+    spend = PrivacyFilter(Budget(epsilon=1.0, delta=DELTA))
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=1.0, delta=DELTA))
+    with pytest.raises(ValueError, match="ledger, filter must be at most one given"):
+        _setup(ledger=ledger, filter=spend)
+    with pytest.raises(TypeError, match="ledger must be a gaussdp.Ledger"):
+        _setup(ledger=str(tmp_path / "budget.db"))
+    with pytest.raises(ValueError, match="noise_multiplier must be > 0 with a ledger"):
+        _setup(noise_multiplier=0.0, filter=spend)
+    with pytest.raises(ValueError, match="reserve_steps must be"):
+        _setup(filter=spend, reserve_steps=0)
+    assert spend.spent == 0
+    assert ledger.entries() == []
+
+
+def test_aggregator_round_is_charged_and_refused_before_noise() -> None:
+    agg = DPAggregator(1.0, 1.5, dim=4, rng=ChaCha20Random(0), filter=PrivacyFilter(rho=0.5))
+    agg.aggregate([torch.ones(4)])  # ρ ≈ 0.222 (the lattice's ρ, below the Gaussian's)
+    agg.aggregate([torch.ones(4)])
+    with pytest.raises(BudgetExceededError, match="the next federated round costs ρ = "):
+        agg.aggregate([torch.ones(4)])
+    assert agg.rounds == 2
+
+
+def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
+    ddg = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=3, dim=8, rng=ChaCha20Random(0), ledger=ledger
+    )
+    assert ddg.round_event == RecordedCost(rho=ddg.rho, mu=None, slack=0.0, delta=0.0)
+    ddg.aggregate([torch.full((8,), 0.1) for _ in range(3)])
+    (entry,) = ledger.entries()
+    assert entry.status == "committed"
+    assert entry.event == ddg.round_event
+    assert ledger.spent == ZCDPAccountant().compose(ddg.round_event).rho
+    # An (ε, δ) budget takes it through zCDP (no PLD exists for a sum of discrete Gaussians).
+    spend = PrivacyFilter(epsilon=5.0, delta=DELTA)
+    other = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=3, dim=8, rng=ChaCha20Random(1), filter=spend
+    )
+    other.aggregate([torch.full((8,), 0.1) for _ in range(3)])
+    assert spend.spent == ZCDPAccountant().compose(other.round_event).epsilon(DELTA).upper
+    assert spend.spent == other.privacy_spent(DELTA).upper
