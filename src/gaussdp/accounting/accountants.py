@@ -89,7 +89,7 @@ from gaussdp.privacy.zcdp import rdp_epsilon
 __all__ = [
     "DEFAULT_RDP_ORDERS",
     "Accountant",
-    "BestOfAccountant",
+    "FallbackAccountant",
     "GDPAccountant",
     "PLDAccountant",
     "RDPAccountant",
@@ -374,23 +374,25 @@ def _gaussian_mu(leaves: Counter[Event]) -> float:
 
 
 # --------------------------------------------------------------------------------------
-class BestOfAccountant(Accountant):
-    r"""The tightest of several accountants that can each account for the whole history.
+class FallbackAccountant(Accountant):
+    r"""The first of several accountants that can account for the whole history.
 
     Every member composes every event it supports; a member that cannot account
-    for one event drops out (its bound would miss that event). ε at δ is the
-    smallest upper bound among the remaining members and the largest lower bound
-    (each is a valid bound on the same composed mechanism). An event no remaining
-    member supports is refused and nothing changes. This is how an (ε, δ) budget
-    is checked: the PLD accountant, and zCDP for events known only by their ρ
-    (:class:`RecordedCost` without μ).
+    for one event drops out (its bound would miss that event). Queries are
+    answered by the first remaining member. An event no remaining member supports
+    is refused and nothing changes. This is how an (ε, δ) budget is checked: by
+    the PLD accountant, and by zCDP once an event is known only by its ρ
+    (:class:`RecordedCost` without μ: a migrated format-1 entry, a run certified in
+    ρ only).
 
     Examples
     --------
-    >>> acc = BestOfAccountant([PLDAccountant(), ZCDPAccountant()])
-    >>> acc.compose(Gaussian(2.0)).compose(RecordedCost(rho=0.1, mu=None, slack=0, delta=0))
-    BestOfAccountant(ZCDPAccountant)
-    >>> acc.epsilon(1e-6).upper == ZCDPAccountant().compose(acc.history).epsilon(1e-6).upper
+    >>> acc = FallbackAccountant([PLDAccountant(), ZCDPAccountant()])
+    >>> acc.compose(Gaussian(2.0))
+    FallbackAccountant(PLDAccountant, ZCDPAccountant)
+    >>> acc.compose(RecordedCost(rho=0.1, mu=None, slack=0, delta=0))
+    FallbackAccountant(ZCDPAccountant)
+    >>> acc.epsilon(1e-6) == ZCDPAccountant().compose(acc.history).epsilon(1e-6)
     True
     """
 
@@ -405,7 +407,7 @@ class BestOfAccountant(Accountant):
 
     def __repr__(self) -> str:
         names = ", ".join(type(m).__name__ for m in self._live())
-        return f"BestOfAccountant({names})"
+        return f"FallbackAccountant({names})"
 
     def _live(self) -> list[Accountant]:
         return [m for m, ok in zip(self._members, self._valid, strict=True) if ok]
@@ -442,23 +444,22 @@ class BestOfAccountant(Accountant):
 
     @property
     def slack(self) -> float:
-        return max(m.slack for m in self._live())
+        return self._live()[0].slack
 
     @property
     def extra_delta(self) -> float:
-        return max(m.extra_delta for m in self._live())
+        return self._live()[0].extra_delta
+
+    @property
+    def active(self) -> Accountant:
+        """The member that answers: the first that accounts for the whole history."""
+        return self._live()[0]
 
     def epsilon(self, delta: float) -> EpsilonBounds:
-        delta = check_delta("delta", delta)
-        bounds = [m.epsilon(delta) for m in self._live()]
-        upper = min(b.upper for b in bounds)
-        return EpsilonBounds(lower=min(upper, max(b.lower for b in bounds)), upper=upper)
+        return self._live()[0].epsilon(delta)
 
     def delta(self, epsilon: float) -> DeltaBounds:
-        epsilon = check_epsilon("epsilon", epsilon)
-        bounds = [m.delta(epsilon) for m in self._live()]
-        upper = min(b.upper for b in bounds)
-        return DeltaBounds(lower=min(upper, max(b.lower for b in bounds)), upper=upper)
+        return self._live()[0].delta(epsilon)
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:  # pragma: no cover - not used
         return self.epsilon(delta)

@@ -8,8 +8,8 @@ history unchanged. The whole history is evaluated by one accountant
 
 * an (ε, δ) budget by :class:`~gaussdp.accounting.PLDAccountant` — its certified
   upper ε at δ must be at most ε (exact μ-GDP when every event is Gaussian noise);
-  zCDP's bound is used instead where it is smaller or where an event is known only
-  by its ρ (:class:`~gaussdp.accounting.BestOfAccountant`);
+  zCDP's bound is used instead once an event is known only by its ρ
+  (:class:`~gaussdp.accounting.FallbackAccountant`);
 * a ρ budget by :class:`~gaussdp.accounting.ZCDPAccountant` — ρ's add (Bun &
   Steinke 2016 Lemma 2.3), and no δ may be spent;
 * a μ budget by :class:`~gaussdp.accounting.GDPAccountant` — μ = √Σμᵢ² (DRS Cor
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from gaussdp._validation import check_int
 from gaussdp.accounting.accountants import (
     Accountant,
-    BestOfAccountant,
+    FallbackAccountant,
     GDPAccountant,
     PLDAccountant,
     ZCDPAccountant,
@@ -59,8 +59,8 @@ def budget_accountant(budget: Budget) -> Accountant:
         return ZCDPAccountant()
     if budget.mu is not None:
         return GDPAccountant()
-    # The PLD bound, or zCDP's where an event is known only by its ρ (the smaller holds).
-    return BestOfAccountant([PLDAccountant(), ZCDPAccountant()])
+    # The PLD bound; zCDP's once an event is known only by its ρ.
+    return FallbackAccountant([PLDAccountant(), ZCDPAccountant()])
 
 
 @dataclass(frozen=True, slots=True)
