@@ -194,52 +194,6 @@ def test_racing_processes_never_overspend(tmp_path: Path) -> None:
     assert ledger.spent <= 0.35
 
 
-# A DP-SGD run and a release of about the same cost: any 3 fit a total of ε = 2.1 at 10⁻⁶,
-# no 4 do (checked in the test).
-RUN = SelfComposed(Subsampled(Gaussian(sigma=1.0).lattice(100), 0.02), 50)
-QUERY = Gaussian(sigma=3.85)
-
-
-def _spend_mixed(
-    path: str, event_json: str, barrier: mp.synchronize.Barrier, out: mp.Queue
-) -> None:  # type: ignore[type-arg]
-    ledger = Ledger(path)
-    barrier.wait()
-    try:
-        ledger.charge(event_from_json(event_json), label=f"pid {os.getpid()}")
-        out.put(True)
-    except BudgetExceededError:
-        out.put(False)
-
-
-def test_racing_releases_and_dpsgd_runs_never_overspend(tmp_path: Path) -> None:
-    def eps(events: list[object]) -> float:
-        acc = PLDAccountant()
-        for e in events:
-            acc.compose(e)  # type: ignore[arg-type]
-        return acc.epsilon(1e-6).upper
-
-    total = 2.1
-    assert max(eps([QUERY] * a + [RUN] * (3 - a)) for a in range(4)) <= total
-    assert min(eps([QUERY] * a + [RUN] * (4 - a)) for a in range(5)) > total
-    path = tmp_path / "b.db"
-    Ledger(path, total=Budget(epsilon=total, delta=1e-6))
-    ctx = mp.get_context("spawn")
-    n = 8
-    barrier, out = ctx.Barrier(n), ctx.Queue()
-    events = [event_to_json(QUERY if i % 2 else RUN) for i in range(n)]
-    procs = [ctx.Process(target=_spend_mixed, args=(str(path), e, barrier, out)) for e in events]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    outcomes = [out.get(timeout=5) for _ in range(n)]
-    assert sum(outcomes) == 3
-    ledger = Ledger(path)
-    assert len(ledger.entries()) == 3
-    assert ledger.spent <= total
-
-
 def _reserve_then_crash(path: str) -> None:
     Ledger(path).reserve(Gaussian(sigma=math.sqrt(5 / 3)), label="crashes before commit")
     os._exit(1)  # no commit, no cleanup
