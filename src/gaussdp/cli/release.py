@@ -134,16 +134,94 @@ def _interrupt_message(ledger: Path | None, label: str) -> str:
     )
 
 
-def _report_table(report: dict[str, Any]) -> Table:
+NUMERIC_COLUMNS = ("value", "std", "ci_low", "ci_high")
+#: Rows of the results printed by default (``--show head``); ``--show all`` prints every row.
+HEAD_ROWS = 15
+
+
+def fit_table(
+    title: str, header: list[tuple[str, bool]], rows: list[list[str]], width: int
+) -> Table:
+    """A table of ``rows`` (cells as text) that fits ``width`` columns without cutting a value.
+
+    ``header`` gives each column's name and whether it holds numbers. The first
+    layout whose minimum width fits is used: one column per field; then the text
+    fields stacked as ``name: value`` lines in one column; then also the numbers
+    as ``name=value`` items in one column, wrapped between items. Numbers are
+    never wrapped inside, and text is folded only where a single word is wider
+    than the whole column.
+    """
+    text = [i for i, (_, numeric) in enumerate(header) if not numeric]
+    numbers = [i for i, (_, numeric) in enumerate(header) if numeric]
+    table: Table | None = None
+    for stack_text, stack_numbers in ((False, False), (True, False), (True, True)):
+        table, needed = _layout(title, header, rows, text, numbers, stack_text, stack_numbers)
+        if needed <= width:
+            break
+    assert table is not None
+    # Each wrapping column may grow to its least width plus an equal share of what is left,
+    # so the columns always add up to at most `width` (rich then never cuts a cell).
+    flexible = [c for c in table.columns if not c.no_wrap]
+    share = max(0, width - needed) // max(1, len(flexible))
+    for column in flexible:
+        column.max_width = (column.min_width or 1) + share
+    return table
+
+
+def _longest_word(cells: list[str]) -> int:
+    return max((len(word) for cell in cells for word in cell.split()), default=1)
+
+
+def _layout(
+    title: str,
+    header: list[tuple[str, bool]],
+    rows: list[list[str]],
+    text: list[int],
+    numbers: list[int],
+    stack_text: bool,
+    stack_numbers: bool,
+) -> tuple[Table, int]:
+    """The table and the width it needs: every column at least its longest word (text) or
+    value (numbers), plus borders and padding (3 per column, 1 more)."""
     from rich.table import Table
 
+    table = Table(title=title, show_header=True, header_style="bold")
+    cells: list[list[str]] = [[] for _ in rows]
+    if stack_text:
+        table.add_column(" · ".join(header[i][0] for i in text), overflow="fold")
+        for out, row in zip(cells, rows, strict=True):
+            out.append(" · ".join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
+    else:
+        for i in text:
+            table.add_column(header[i][0], overflow="fold")
+            for out, row in zip(cells, rows, strict=True):
+                out.append(row[i])
+    if stack_numbers:
+        table.add_column("values", overflow="fold")
+        for out, row in zip(cells, rows, strict=True):
+            out.append("  ".join(f"{header[i][0]}={row[i]}" for i in numbers if row[i]))
+    else:
+        for i in numbers:
+            table.add_column(header[i][0], justify="right", no_wrap=True)
+            for out, row in zip(cells, rows, strict=True):
+                out.append(row[i])
+    for out in cells:
+        table.add_row(*out)
+    needed = 1
+    for j, column in enumerate(table.columns):
+        least = _longest_word([str(column.header), *(out[j] for out in cells)])
+        column.min_width = least
+        needed += least + 3
+    return table, needed
+
+
+def _report_table(report: dict[str, Any], width: int) -> Table:
     from gaussdp.budget import Budget
 
-    table = Table(title="privacy report", show_header=True, header_style="bold")
-    for name in ("query", "by", "part", "sensitivity", "γ", "σ", "μ", "ρ", "δ", "τ"):
-        table.add_column(name, justify="left" if name in ("query", "by", "part") else "right")
-    for c in report["costs"]:
-        table.add_row(
+    names = ("query", "by", "part", "sensitivity", "γ", "σ", "μ", "ρ", "δ", "τ")
+    header = [(name, name not in ("query", "by", "part")) for name in names]
+    rows = [
+        [
             c["query"],
             ", ".join(c["by"]) or "—",
             c["part"],
@@ -154,7 +232,10 @@ def _report_table(report: dict[str, Any]) -> Table:
             format_value(c["rho"]),
             format_value(c["delta"]) if c["delta"] else "—",
             format_value(c["threshold"]),
-        )
+        ]
+        for c in report["costs"]
+    ]
+    table = fit_table("privacy report", header, rows, width)
     eps = report["epsilon"]
     if report["mode"] == "gdp":
         totals = (
@@ -175,24 +256,58 @@ def _report_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def _frame_table(frame: Any) -> Table:
-    from rich.table import Table
+def group_columns(frame: Any) -> list[str]:
+    """The group columns of a results frame (the user's ``by`` names)."""
+    return [c for c in frame.columns if c not in ("bin", "statistic", *NUMERIC_COLUMNS)]
 
-    table = Table(title="release", show_header=True, header_style="bold")
-    for column in frame.columns:
-        table.add_column(
-            str(column),
-            justify="right" if column in ("value", "std", "ci_low", "ci_high") else "left",
-        )
-    for row in frame.itertuples(index=False):
-        table.add_row(*[_cell(v) for v in row])
-    return table
+
+def _frame_table(frame: Any, width: int, rows: int | None = None) -> Table:
+    """The results (the first ``rows`` of them if given) as a table that fits ``width``."""
+    shown = frame if rows is None else frame.head(rows)
+    header = [(str(c), c in NUMERIC_COLUMNS) for c in frame.columns]
+    cells = [[_cell(v) for v in row] for row in shown.itertuples(index=False)]
+    return fit_table("release", header, cells, width)
 
 
 def _cell(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return format_value(value)
+
+
+def summary_lines(
+    result: ReleaseResult, *, queries: int, engine: str, spent: str, left: str
+) -> list[str]:
+    """The short summary: queries, values and groups released, budget spent and left."""
+    frame = result.frame
+    keys = group_columns(frame)
+    groups = len(frame[keys].dropna(how="all").drop_duplicates()) if keys else 0
+    by = f" ({', '.join(keys)})" if keys else ""
+    return [
+        f"released {queries} quer{'y' if queries == 1 else 'ies'} on {engine}: "
+        f"{len(frame)} values, {groups} groups{by}",
+        f"budget: spent {spent}; left {left}",
+    ]
+
+
+def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
+    """(spent, left) in the budget's unit: the ledger's totals if one is used, else the
+    release's in-memory filter."""
+    from gaussdp.accounting.filter import budget_limit
+
+    if book is not None:
+        summary = book.summary()
+        unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
+        at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+        _, limit = budget_limit(summary.total)
+        return (
+            f"{unit} = {summary.spent:.6g}{at} in all (ledger {book.path})",
+            f"{unit} = {summary.remaining:.6g} of {limit:.6g}",
+        )
+    symbol, limit = budget_limit(release.budget)
+    at = f" at δ = {release.budget.delta:.3g}" if symbol == "ε" else ""
+    filt = release.filter
+    return f"{symbol} = {filt.spent:.6g}{at}", f"{symbol} = {filt.remaining:.6g} of {limit:.6g}"
 
 
 @handle_errors(RELEASE_OOM_HINT)
@@ -223,6 +338,14 @@ def release_command(
         Path | None,
         typer.Option("--report", help="Also write a self-contained HTML report to this file."),
     ] = None,
+    show: Annotated[
+        str,
+        typer.Option(
+            "--show",
+            help=f"head (default): the first {HEAD_ROWS} results and how many more; all: every "
+            "result. The full table goes to --out either way.",
+        ),
+    ] = "head",
     as_json: JsonOption = False,
 ) -> None:
     """Release private statistics from a table, as a TOML spec describes.
@@ -235,6 +358,8 @@ def release_command(
 
     Example: gaussdp release examples/visits.toml --data examples/visits.csv
     """
+    if show not in ("head", "all"):
+        fail(f"--show must be 'head' or 'all', got {show!r}")
     fmt = check_output(out) if out is not None else None
     from gaussdp.release import Ledger, load_spec, release_from_spec
 
@@ -273,8 +398,23 @@ def release_command(
     if as_json:
         typer.echo(json.dumps(_payload(result), indent=2, default=str))
     else:
-        console().print(_frame_table(result.frame))
-        console().print(_report_table(result.report.to_dict()))
+        screen = console()
+        width = screen.width
+        frame = result.frame
+        head = None if show == "all" or len(frame) <= HEAD_ROWS + 5 else HEAD_ROWS
+        screen.print(_frame_table(frame, width, head))
+        if head is not None:
+            where = f"all in {out}" if out is not None and failure is None else "--out FILE"
+            screen.print(
+                f"… {len(frame) - head} more rows (--show all prints them; {where})",
+                highlight=False,
+            )
+        screen.print(_report_table(result.report.to_dict(), width))
+        spent, left = _budget_lines(release, book)
+        for line in summary_lines(
+            result, queries=len(release.queries), engine=release.engine, spent=spent, left=left
+        ):
+            screen.print(line, highlight=False)
         if out is not None and failure is None and not is_quiet():
             typer.echo(f"results written to {out}", err=True)
     if report_file is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import re
 import shutil
@@ -417,7 +418,7 @@ class SparkEngine(Engine):
             from pyspark.sql import DataFrame, SparkSession
         except ImportError as error:
             raise MissingExtraError("the Spark engine", "spark") from error
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        spark = SparkSession.getActiveSession() or _new_session(SparkSession)
         self._spark = spark
         self._declared = {}
         if isinstance(source, DataFrame):
@@ -502,6 +503,45 @@ class SparkEngine(Engine):
         for view in self._views:
             self._spark.catalog.dropTempView(view)
         self._views.clear()
+
+
+_QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _new_session(session: Any) -> Any:
+    """The Spark session gaussdp starts when none is active (``session`` is ``SparkSession``).
+
+    Unless the ``gaussdp`` logger shows INFO (the CLI's ``--verbose``), Spark's
+    own log lines below ERROR (its log4j warnings, from the JVM's start on) and
+    its console progress bars are off. A session the caller made is used as is.
+    """
+    builder = session.builder
+    if logging.getLogger("gaussdp").isEnabledFor(logging.INFO):
+        return builder.getOrCreate()
+    # log4j reads its configuration when the JVM starts, within getOrCreate.
+    handle, config = tempfile.mkstemp(prefix="gaussdp-log4j2-", suffix=".properties")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(_QUIET_LOG4J)
+        spark = (
+            builder.config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{config}")
+            .getOrCreate()
+        )
+    finally:
+        os.unlink(config)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _to_pandas(source: Any) -> Any:

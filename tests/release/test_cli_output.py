@@ -1,0 +1,116 @@
+"""``gaussdp release`` output a person can read: 80 columns, no value cut, a short summary."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gaussdp.cli import release as cli_release
+from gaussdp.cli._output import format_value
+from gaussdp.release import load_spec, release_from_spec
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """gaussdp (test app)."""
+
+    cli_release.register(app)
+    return app
+
+
+def narrow(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """Route the tables to an 80-column console; return what it prints."""
+    text = io.StringIO()
+    screen = Console(width=80, file=text, force_terminal=False, color_system=None)
+    monkeypatch.setattr(cli_release, "console", lambda: screen)
+    return text
+
+
+def whole(token: str, output: str) -> bool:
+    """Whether ``token`` appears in ``output`` not as part of a longer number or word."""
+    return re.search(r"(?<![\w.+\-])" + re.escape(token) + r"(?![\w.])", output) is not None
+
+
+def release(app: typer.Typer, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
+    """Run the demo release, its results written to a CSV file; return those rows."""
+    out = tmp_path / "results.csv"
+    args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    r = CliRunner().invoke(app, [*args, "--out", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    rows: list[dict[str, object]] = pd.read_csv(out).to_dict(orient="records")
+    return [{k: v for k, v in row.items() if v == v} for row in rows]  # NaN: an empty cell
+
+
+def test_show_all_fits_80_columns_with_every_value_whole(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    screen = narrow(monkeypatch)
+    results = release(app, tmp_path, "--show", "all")
+    output = screen.getvalue()
+    assert max(len(line) for line in output.splitlines()) <= 80
+    assert "…" not in output  # rich's mark of a cut cell
+    # The report depends on the spec only (not on the data or the noise).
+    report = release_from_spec(load_spec(EXAMPLES / "visits.toml"), "-").report.to_dict()
+    assert len(results) > 20
+    for row in results:
+        for key, value in row.items():
+            for token in format_value(value).split():  # text may wrap between words only
+                assert whole(token, output), (key, token)
+    for cost in report["costs"]:
+        for key in ("sensitivity", "gamma", "sigma", "mu", "rho", "delta", "threshold"):
+            if cost[key]:
+                assert whole(format_value(cost[key]), output), (key, cost[key])
+
+
+def test_default_shows_head_and_summary(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    screen = narrow(monkeypatch)
+    results = release(app, tmp_path)
+    output = screen.getvalue()
+    more = len(results) - cli_release.HEAD_ROWS
+    assert f"… {more} more rows (--show all prints them; all in " in output
+    days = [str(r["day"]) for r in results if "day" in r]
+    # Day counts come last in the demo: beyond the head, so not printed.
+    assert days
+    assert not any(whole(day, output) for day in days)
+    queries = f"released 4 queries on duckdb: {len(results)} values"
+    assert queries in output
+    spent = re.search(r"budget: spent ε = (\S+) at δ = 1e-06; left ε = (\S+) of 1\b", output)
+    assert spent is not None, output
+    assert float(spent.group(1)) <= 1.0
+    assert float(spent.group(1)) + float(spent.group(2)) == pytest.approx(1.0, abs=2e-6)
+
+
+def test_show_refuses_unknown_value(app: typer.Typer, tmp_path: Path) -> None:
+    args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    r = CliRunner().invoke(app, [*args, "--show", "some"])
+    assert r.exit_code == 2
+    assert "--show must be 'head' or 'all', got 'some'" in r.output
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_fit_table_never_cuts_numbers(width: int) -> None:
+    header = [("group", False), ("label", False), *((f"number{i}", True) for i in range(6))]
+    numbers = ["-1.23457e+300", "3.80484e-07", "0.00520709", "207.846", "1", "-9"]
+    rows = [["a very long group name with words", "2026-03-02", *numbers]] * 3
+    table = cli_release.fit_table("t", header, rows, width)
+    text = io.StringIO()
+    Console(width=width, file=text, color_system=None).print(table)
+    output = text.getvalue()
+    assert max(len(line) for line in output.splitlines()) <= width
+    for token in [*numbers, "2026-03-02"]:
+        assert whole(token, output), token
