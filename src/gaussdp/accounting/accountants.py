@@ -29,6 +29,7 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from gaussdp._validation import check_delta, check_epsilon, check_int
+from gaussdp.accounting._adaptive import DEFAULT_TOLERANCE, AdaptivePLD, check_tolerance
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
     DiscreteGaussianL2,
@@ -331,9 +332,14 @@ class PLDAccountant(Accountant):
     Parameters
     ----------
     value_discretization : float, optional
-        Grid step h of the privacy loss, in nats. Default: 1e-4, made finer (∝ 1/√k)
-        for more than 2·10⁴ composed runs, to keep the upper bound within ~1e-4
-        relative of the truth.
+        Grid step h of the privacy loss, in nats. Default: chosen by ``tolerance``
+        (from the loss spread of one run, refined while the bracket is wider than
+        10·tolerance, within the memory bound; see ``docs/accounting.md``). Given
+        explicitly, it is used as is (refused if its grid cannot fit in memory).
+    tolerance : float, default 1e-4
+        Relative accuracy asked for ε's upper bound. Where the PLD cannot certify a
+        bound within it (its round-off allowance exceeds δ), the RDP bound is returned
+        when tighter, labelled ``method="rdp"``.
     exact_gaussian : bool, default True
         Use the exact μ-GDP formula when every event is a plain Gaussian.
     tail_mass : float, default 1e-15
@@ -356,14 +362,16 @@ class PLDAccountant(Accountant):
         value_discretization: float | None = None,
         exact_gaussian: bool = True,
         tail_mass: float = DEFAULT_TAIL_MASS,
+        tolerance: float = DEFAULT_TOLERANCE,
     ) -> None:
         super().__init__()
         if value_discretization is not None:
             value_discretization = check_value_discretization(value_discretization)
         self._h = value_discretization
+        self._tolerance = check_tolerance(tolerance)
+        self._adaptive: AdaptivePLD | None = None
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
-        self._cache: PrivacyLossDistribution | None = None
         self._single_cache: list[PrivacyLossDistribution] | None = None
 
     def __repr__(self) -> str:
@@ -374,10 +382,11 @@ class PLDAccountant(Accountant):
             value_discretization=self._h,
             exact_gaussian=self._exact_gaussian,
             tail_mass=self._tail_mass,
+            tolerance=self._tolerance,
         )
 
     def _invalidate(self) -> None:
-        self._cache = None
+        self._adaptive = None
         self._single_cache = None
 
     def supports(self, event: object) -> bool:
@@ -391,24 +400,29 @@ class PLDAccountant(Accountant):
 
     @property
     def value_discretization(self) -> float:
-        """The grid step h used for the current composition."""
+        """The grid step h of the current composition (the finest built so far)."""
         if self._h is not None:
             return self._h
-        # The upper bound's error grows like k·(h/s)², s the spread of one run's loss:
-        # keep h ≤ s/50 and shrink it like 1/√k past 2·10⁴ runs (measured in
-        # docs/accounting.md: ≤ 1e-4 relative on the DP-SGD and k-fold Gaussian cases).
-        k = max(1, self.count)
-        h = DEFAULT_VALUE_DISCRETIZATION * min(1.0, math.sqrt(2e4 / k))
+        if self._adaptive is not None:
+            return self._adaptive.value_discretization
+        # The connect-the-dots upper bound inflates each run's loss variance by at most
+        # h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
+        # h = 2√τ·s, and at most 1e-4·√(τ/1e-4). Refined per query (see _adaptive).
+        tol = self._tolerance
+        h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
         for event in self._events:
-            h = min(h, _loss_spread(event) / 50)
-        h = max(h, 1e-9)
+            h = min(h, 2.0 * math.sqrt(tol) * _loss_spread(event))
+        return self._snap(max(h, 1e-9))
+
+    def _snap(self, h: float) -> float:
+        """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
+        lattice: both bounds are then exact, on the fewest points (the FFT round-off
+        allowance grows with the number of points)."""
         if len(self._events) == 1:
-            # A lattice PLD (discrete Laplace, discrete Gaussian) is put on the grid
-            # exactly when h divides its lattice: both bounds are then exact.
             (event,) = self._events
             lattice = _loss_lattice(event)
-            if lattice is not None and lattice >= h:
-                return lattice / math.ceil(lattice / h)
+            if lattice is not None:
+                return lattice
         return h
 
     @property
@@ -420,12 +434,26 @@ class PLDAccountant(Accountant):
         return math.sqrt(math.fsum(c * e.mu**2 for e, c in self._events.items()))  # type: ignore[union-attr]
 
     def pld(self) -> PrivacyLossDistribution:
-        """The composed privacy loss distribution (computed once, then cached)."""
+        """The composed privacy loss distribution on the current grid (cached)."""
         if not self._events:
             raise ValueError(invalid("accountant", "non-empty to build a PLD", self))
-        if self._cache is not None:
-            return self._cache
-        h = self.value_discretization
+        built = self._grid().pld()
+        if not isinstance(built, PrivacyLossDistribution):  # pragma: no cover
+            raise TypeError(invalid("pld", "a PrivacyLossDistribution", built))
+        return built
+
+    def _grid(self) -> AdaptivePLD:
+        if self._adaptive is None:
+            self._adaptive = AdaptivePLD(
+                self._build,
+                self.value_discretization,
+                self._tolerance,
+                fixed=self._h is not None,
+                snap=self._snap,
+            )
+        return self._adaptive
+
+    def _build(self, h: float) -> PrivacyLossDistribution:
         parts = [
             _event_pld(event, h, self._tail_mass).self_compose(count)
             for event, count in self._events.items()
@@ -433,8 +461,16 @@ class PLDAccountant(Accountant):
         total = parts[0]
         for part in parts[1:]:
             total = total.compose(part)
-        self._cache = total
         return total
+
+    def _rdp(self) -> RDPAccountant | None:
+        """The same composition in an RDP accountant, if it supports every event."""
+        rdp = RDPAccountant()
+        if not all(rdp.supports(e) for e in self._events):
+            return None
+        for event, count in self._events.items():
+            rdp.compose(event, count)
+        return rdp
 
     def epsilon(self, delta: float) -> EpsilonBounds:
         delta = check_delta("delta", delta)
@@ -442,12 +478,22 @@ class PLDAccountant(Accountant):
             return EpsilonBounds(lower=0.0, upper=0.0)
         if self.is_exact:
             eps = gdp_epsilon(self._mu(), delta)  # DRS Cor 2.13 / Cor 3.3, rounded up
-            return EpsilonBounds(lower=eps, upper=eps)
+            return EpsilonBounds(lower=eps, upper=eps, method="gdp")
         single = self._single_l2_run()
         if single is not None:
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
-        return self.pld().epsilon(delta)
+        b = self._grid().epsilon(delta)
+        if b.note:
+            # The PLD could not certify within the tolerance (its allowances are too large
+            # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
+            rdp = self._rdp()
+            if rdp is not None:
+                r = rdp.epsilon(delta).upper
+                if r < b.upper:
+                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    return EpsilonBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
+        return b
 
     def delta(self, epsilon: float) -> DeltaBounds:
         epsilon = check_epsilon("epsilon", epsilon)
@@ -455,11 +501,19 @@ class PLDAccountant(Accountant):
             return DeltaBounds(lower=0.0, upper=0.0)
         if self.is_exact:
             d = gdp_delta(self._mu(), epsilon)  # DRS Cor 2.13 / Cor 3.3
-            return DeltaBounds(lower=d, upper=d)
+            return DeltaBounds(lower=d, upper=d, method="gdp")
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
-        return self.pld().delta(epsilon)
+        b = self._grid().delta(epsilon)
+        if b.note:
+            rdp = self._rdp()
+            if rdp is not None:
+                r = rdp.delta(epsilon).upper
+                if r < b.upper:
+                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    return DeltaBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
+        return b
 
     def _single_l2_run(self) -> list[PrivacyLossDistribution] | None:
         """The candidates' PLDs if the composition is one run of a DiscreteGaussianL2.
