@@ -231,14 +231,14 @@ class AdaptivePLD:
     def _note(self, lower: float, upper: float) -> str:
         if math.isfinite(upper) and upper - lower <= _GAP_FACTOR * self._tol * max(upper, 0.0):
             return ""
-        if self._coarsened:
-            return (
-                f"grid step {self._h:.3g} (coarsened to fit the memory bound of "
-                f"{MAX_GRID_POINTS} points): the bracket is wider than the tolerance"
-            )
         if not math.isfinite(upper):
             return (
                 "the PLD cannot certify an upper bound here (its mass at +inf and its "
                 "numerical allowances exceed delta)"
+            )
+        if self._coarsened:
+            return (
+                f"grid step {self._h:.3g} (coarsened to fit the memory bound of "
+                f"{MAX_GRID_POINTS} points): the bracket is wider than the tolerance"
             )
         return f"grid step {self._h:.3g}: the bracket is wider than the tolerance"

@@ -454,8 +454,14 @@ class PLDAccountant(Accountant):
         return self._adaptive
 
     def _build(self, h: float) -> PrivacyLossDistribution:
+        # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
+        # side): the composition then moves at most tail_mass per event.
         parts = [
-            _event_pld(event, h, self._tail_mass).self_compose(count)
+            _event_pld(
+                event,
+                h,
+                self._tail_mass / count if _subsampled(event) else self._tail_mass,
+            ).self_compose(count)
             for event, count in self._events.items()
         ]
         total = parts[0]
@@ -530,6 +536,10 @@ class PLDAccountant(Accountant):
                 value_discretization=self.value_discretization, tail_mass=self._tail_mass
             )
         return self._single_cache
+
+
+def _subsampled(event: Event) -> bool:
+    return isinstance(event, Subsampled) and event.rate < 1.0
 
 
 def _loss_lattice(event: Event) -> float | None:

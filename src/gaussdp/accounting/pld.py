@@ -66,7 +66,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 from scipy import fft as sp_fft
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
 
 from gaussdp._validation import (
     check_delta,
@@ -613,7 +613,9 @@ def _from_continuous(
     loss_hi = min(loss_hi, _LOSS_CAP)
     i0 = math.floor(loss_lo / h)
     i1 = max(math.ceil(loss_hi / h), i0 + 1)
-    check_grid_points(i1 - i0 + 1)
+    # Building one run's PMFs (CDFs, bins, both sides, the lower hull in long double)
+    # holds about three times the arrays of an FFT power per point.
+    check_grid_points(3 * (i1 - i0 + 1))
     t = np.arange(i0, i1 + 1, dtype=np.float64) * h
     p_le, p_gt, q_le, q_gt = cdfs(t)
     pb = _bin_masses(p_le, p_gt)
@@ -938,9 +940,17 @@ class PrivacyLossDistribution:
             q_gt, q_le = mixture(y)
             return ndtr(-y / sigma), ndtr(y / sigma), q_le, q_gt
 
-        y_lo, y_hi = -_Z_TRUNC * sigma, d + _Z_TRUNC * sigma
+        # Outputs beyond y_hi carry P-mass ≤ tail_mass/2: (1 − q)Φ̄(y_hi/σ) + qΦ̄(z) with
+        # both terms ≤ tail_mass/4. At small q the loss range shrinks a lot (σ = 0.6,
+        # q = 1e-5: 6.5 → 2.1 nats): the range, not the bulk, sets the grid's length.
+        # Remove: that mass goes to +∞ on the upper side (it is counted in δ). Add: it
+        # has the most negative losses and is rounded up to the lowest grid point.
+        z_mix = max(-float(ndtri(tail_mass / (4 * q))), -float(ndtri(tail_mass / 4)) - d / sigma)
+        z_rm = min(_Z_TRUNC, max(1.0, z_mix))
+        z_add = min(_Z_TRUNC, -float(ndtri(tail_mass / 2)))
+        y_lo, y_hi = -_Z_TRUNC * sigma, d + z_rm * sigma
         remove = _from_continuous(h, loss_of_y(y_lo), loss_of_y(y_hi), cdfs_remove)
-        add_lo = -loss_of_y(_Z_TRUNC * sigma)
+        add_lo = -loss_of_y(z_add * sigma)
         add_hi = -loss_of_y(-_Z_TRUNC * sigma)
         add = _from_continuous(h, add_lo, add_hi, cdfs_add)
         return cls._build(h, remove, add, tail_mass)
