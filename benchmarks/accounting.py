@@ -1,229 +1,246 @@
-"""Accounting benchmark: gaussdp against its peers, in one run.
+"""Accounting benchmark: gaussdp's PLD accountant against dp_accounting, in one run.
 
-Cases: Poisson-subsampled Gaussian (DP-SGD) at δ = 1e-5 —
-  * the reference case σ = 1.1, q = 256/60000, 14,063 steps (60 epochs of MNIST),
-  * σ = 0.8, q = 0.01, 1,000 steps,
-  * σ = 2, q = 0.001, 100,000 steps;
-the k-fold Gaussian against its closed form; and calibrating the noise multiplier for
-ε = 3 on the reference case. For each accountant: wall time (best of 3 runs: the
-machine is shared), ε with its bounds, and the ratio to the truth (the truths are
-Richardson extrapolations of dp_accounting's PLD at h = 1e-4 and 2e-5, see
-tests/accounting/test_pld.py).
+Every measurement runs in a fresh child process, which reports its CPU time
+(``time.process_time``, not wall time: the machine may be shared) and its peak RSS;
+rounds are interleaved (round 1 of every case and method, then round 2, ...) and the
+table shows the median CPU time with its range. Children are limited to 4 GB of address
+space and a time limit; a child over either is reported as failed.
 
-Peers are used when installed (the ``bench`` extra): dp_accounting (PLD at h = 1e-3
-and 1e-4, RDP), prv_accountant, Opacus (RDP, PRV, GDP). Run::
+Tables:
 
-    python benchmarks/accounting.py
+* headline cases (δ = 1e-5 unless stated): the DP-SGD reference (σ = 1.1,
+  q = 256/60000, 14,063 steps) at δ = 1e-5 and 1e-12, the small-q cases of issue 10,
+  the large-dataset run that used to exhaust memory (σ = 1, q = 2.56e-4, 39,063 steps,
+  δ = 1e-6), and mixes of 10 and 100 distinct events (subsampled Gaussians, discrete
+  Gaussians, discrete Laplace);
+* the sweep q ∈ {1e-5, 1e-4, 1e-3, 1e-2, 0.1} × steps ∈ {1e3, 1e4, 1e5, 1e6} ×
+  σ ∈ {0.6, 1, 2} at δ = 1e-5 (``--sweep``; one round; gaussdp only unless
+  ``--sweep-peers``).
+
+Peers: dp_accounting's PLD accountant at h = 1e-4 (the ``bench`` extra). Run::
+
+    python benchmarks/accounting.py [--rounds 3] [--sweep [--sweep-peers]] [--timeout 120]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import resource
+import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-from gaussdp.accounting import (
-    GDPAccountant,
-    PLDAccountant,
-    RDPAccountant,
-    Subsampled,
-    calibrate_noise_multiplier,
-)
-from gaussdp.mechanisms import Gaussian
-
-DELTA = 1e-5
-CASES = [
-    ("DP-SGD reference", 1.1, 256 / 60000, 14063, 2.381690),
-    ("σ=0.8 q=0.01 1k", 0.8, 0.01, 1000, 3.141014),
-    ("σ=2 q=0.001 100k", 2.0, 0.001, 100_000, 0.6037715),
-]
+MIX_DELTA = 1e-5
 
 
-@dataclass
-class Row:
-    case: str
-    method: str
-    seconds: float
-    epsilon: float
-    lower: float | None = None
-    upper: float | None = None
+def _mix(n: int) -> list[tuple[str, dict[str, float], int]]:
+    """``n`` distinct events in the proportions 5 : 3 : 2 (subsampled Gaussian, discrete
+    Gaussian, discrete Laplace), 20 runs each."""
+    out: list[tuple[str, dict[str, float], int]] = []
+    for i in range(n):
+        kind = i % 10
+        j = i // 10
+        if kind < 5:
+            out.append(("sg", {"sigma": 0.8 + 0.1 * kind + 0.01 * j, "q": 0.01 * (kind + 1)}, 20))
+        elif kind < 8:
+            out.append(("dg", {"sigma": 6.0 + 3.0 * (kind - 5) + 0.1 * j}, 20))
+        else:
+            out.append(("dl", {"scale": 8.0 + 4.0 * (kind - 8) + 0.1 * j}, 20))
+    return out
 
 
-def _timed(
-    fn: Callable[[], tuple[float, float | None, float | None]], repeats: int = 3
-) -> tuple[float, tuple[float, float | None, float | None]]:
-    """Best wall time of ``repeats`` runs (the machine is shared) and the result."""
-    best = math.inf
-    out: tuple[float, float | None, float | None] = (math.nan, None, None)
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+# -- one measurement (in the child) ----------------------------------------------------
+def _gaussdp(spec: dict[str, Any]) -> dict[str, Any]:
+    from fractions import Fraction
+
+    from gaussdp.accounting import PLDAccountant, Subsampled
+    from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
+
+    acc = PLDAccountant()
+    if spec["kind"] == "dpsgd":
+        acc.compose(Subsampled(Gaussian(spec["sigma"]), spec["q"]), spec["steps"])
+    else:
+        for kind, p, count in _mix(spec["n"]):
+            if kind == "sg":
+                acc.compose(Subsampled(Gaussian(p["sigma"]), p["q"]), count)
+            elif kind == "dg":
+                s2 = Fraction(p["sigma"]).limit_denominator(1000) ** 2
+                acc.compose(DiscreteGaussian(s2), count)
+            else:
+                acc.compose(DiscreteLaplace(Fraction(p["scale"]).limit_denominator(1000)), count)
+    b = acc.epsilon(spec["delta"])
+    return {"eps": b.upper, "lower": b.lower, "label": b.method}
 
 
-def gaussdp_methods(
-    sigma: float, q: float, k: int
-) -> dict[str, Callable[[], tuple[float, float | None, float | None]]]:
-    event = Subsampled(Gaussian(sigma), q)
+def _dp_accounting(spec: dict[str, Any]) -> dict[str, Any]:
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
 
-    def pld() -> tuple[float, float | None, float | None]:
-        b = PLDAccountant().compose(event, k).epsilon(DELTA)
-        return b.upper, b.lower, b.upper
+    h = 1e-4
+    if spec["kind"] == "dpsgd":
+        one = pldlib.from_gaussian_mechanism(
+            spec["sigma"], sampling_prob=spec["q"], value_discretization_interval=h
+        )
+        total = one.self_compose(spec["steps"])
+    else:
+        total = None
+        for kind, p, count in _mix(spec["n"]):
+            if kind == "sg":
+                one = pldlib.from_gaussian_mechanism(
+                    p["sigma"], sampling_prob=p["q"], value_discretization_interval=h
+                )
+            elif kind == "dg":
+                one = pldlib.from_discrete_gaussian_mechanism(
+                    p["sigma"], value_discretization_interval=h
+                )
+            else:
+                one = pldlib.from_discrete_laplace_mechanism(
+                    1.0 / p["scale"], value_discretization_interval=h
+                )
+            part = one.self_compose(count)
+            total = part if total is None else total.compose(part)
+    assert total is not None
+    return {"eps": total.get_epsilon_for_delta(spec["delta"]), "lower": None, "label": ""}
 
-    def rdp() -> tuple[float, float | None, float | None]:
-        return RDPAccountant().compose(event, k).epsilon(DELTA).upper, None, None
 
-    return {"gaussdp PLD (default)": pld, "gaussdp RDP": rdp}
+def _child(spec: dict[str, Any]) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    # Imports are not timed.
+    if spec["method"] == "gaussdp":
+        import gaussdp.accounting  # noqa: F401
+    else:
+        import dp_accounting.pld.privacy_loss_distribution  # noqa: F401
+    start = time.process_time()
+    out = _gaussdp(spec) if spec["method"] == "gaussdp" else _dp_accounting(spec)
+    out["cpu"] = time.process_time() - start
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
 
 
-def peer_methods(
-    sigma: float, q: float, k: int
-) -> dict[str, Callable[[], tuple[float, float | None, float | None]]]:
-    methods: dict[str, Callable[[], tuple[float, float | None, float | None]]] = {}
+# -- the parent --------------------------------------------------------------------------
+def _run(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     try:
-        import dp_accounting
-        from dp_accounting.pld import pld_privacy_accountant
-        from dp_accounting.rdp import rdp_privacy_accountant
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout:.0f} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": last[:60]}
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
-        event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
 
-        def dpa_pld(h: float) -> Callable[[], tuple[float, float | None, float | None]]:
-            def run() -> tuple[float, float | None, float | None]:
-                acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=h)
-                acc.compose(event, k)
-                return acc.get_epsilon(DELTA), None, None
+def _measure(
+    cases: list[tuple[str, dict[str, Any]]], methods: list[str], rounds: int, timeout: float
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for name, spec in cases:
+            for method in methods:
+                prior = results.setdefault((name, method), [])
+                if prior and "error" in prior[-1]:
+                    continue  # failed once: not retried
+                prior.append(_run({**spec, "method": method}, timeout))
+                print(f"  {name}, {method}: {prior[-1]}", file=sys.stderr, flush=True)
+    return results
 
-            return run
 
-        def dpa_rdp() -> tuple[float, float | None, float | None]:
-            acc = rdp_privacy_accountant.RdpAccountant()
-            acc.compose(event, k)
-            return acc.get_epsilon(DELTA), None, None
-
-        methods["dp_accounting PLD h=1e-3"] = dpa_pld(1e-3)
-        methods["dp_accounting PLD h=1e-4"] = dpa_pld(1e-4)
-        methods["dp_accounting RDP"] = dpa_rdp
-    except ImportError:
-        pass
-    try:
-        from prv_accountant.dpsgd import DPSGDAccountant
-
-        def prv() -> tuple[float, float | None, float | None]:
-            acc = DPSGDAccountant(
-                noise_multiplier=sigma, sampling_probability=q, max_steps=k, eps_error=0.01
+def _table(
+    title: str,
+    cases: list[tuple[str, dict[str, Any]]],
+    methods: list[str],
+    results: dict[tuple[str, str], list[dict[str, Any]]],
+) -> None:
+    print(f"\n{title}")
+    head = f"{'case':34} {'method':14} {'CPU s median [range]':24} {'peak RSS':>9} "
+    print(head + f"{'upper ε':>12} {'lower ε':>12} {'vs dp_acc':>10}  label")
+    for name, _ in cases:
+        ref = results.get((name, "dp_accounting"), [{}])[-1].get("eps")
+        for method in methods:
+            runs = results[(name, method)]
+            if any("error" in r for r in runs):
+                print(f"{name:34} {method:14} failed: {runs[-1]['error']}")
+                continue
+            cpu = [r["cpu"] for r in runs]
+            spread = f"{statistics.median(cpu):.3f} [{min(cpu):.3f}, {max(cpu):.3f}]"
+            rss = max(r["rss_mb"] for r in runs)
+            r = runs[-1]
+            low = "" if r["lower"] is None else f"{r['lower']:.6g}"
+            ratio = f"{r['eps'] / ref:.5f}" if ref and math.isfinite(r["eps"]) else ""
+            print(
+                f"{name:34} {method:14} {spread:24} {rss:7.0f}MB "
+                f"{r['eps']:12.6g} {low:>12} {ratio:>10}  {r['label']}"
             )
-            low, est, up = acc.compute_epsilon(delta=DELTA, num_steps=k)
-            return est, low, up
-
-        methods["prv_accountant (eps_error=0.01)"] = prv
-    except ImportError:
-        pass
-    try:
-        from opacus.accountants import GaussianAccountant, PRVAccountant
-        from opacus.accountants import RDPAccountant as OpacusRDPAccountant
-
-        def opacus(cls: type) -> Callable[[], tuple[float, float | None, float | None]]:
-            def run() -> tuple[float, float | None, float | None]:
-                acc = cls()
-                acc.history = [(sigma, q, k)]
-                return acc.get_epsilon(delta=DELTA), None, None
-
-            return run
-
-        methods["Opacus RDP"] = opacus(OpacusRDPAccountant)
-        methods["Opacus PRV"] = opacus(PRVAccountant)
-        methods["Opacus GDP (CLT)"] = opacus(GaussianAccountant)
-    except ImportError:
-        pass
-    return methods
 
 
 def main() -> None:
-    console = Console(width=170)
-    table = Table(title=f"Poisson-subsampled Gaussian, ε at δ = {DELTA:g}")
-    for col in ("case", "method", "time (s)", "ε", "lower", "upper", "ε/truth", "time/gaussdp"):
-        table.add_column(col, justify="right" if col not in ("case", "method") else "left")
-    for name, sigma, q, k, truth in CASES:
-        methods = {**gaussdp_methods(sigma, q, k), **peer_methods(sigma, q, k)}
-        base_time: float | None = None
-        for method, fn in methods.items():
-            try:
-                seconds, (eps, lower, upper) = _timed(fn)
-            except Exception as exc:  # a peer failing is reported, not fatal
-                table.add_row(name, method, "-", f"failed: {type(exc).__name__}", "", "", "", "")
-                continue
-            if base_time is None:
-                base_time = seconds
-            table.add_row(
-                name,
-                method,
-                f"{seconds:.3f}",
-                f"{eps:.6f}",
-                "" if lower is None else f"{lower:.6f}",
-                "" if upper is None else f"{upper:.6f}",
-                f"{eps / truth:.6f}",
-                f"{seconds / base_time:.1f}x",
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sweep", action="store_true", help="also run the 60-case sweep")
+    parser.add_argument("--no-headline", action="store_true", help="skip the headline cases")
+    parser.add_argument(
+        "--sweep-peers", action="store_true", help="run dp_accounting on the sweep too"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="per child, seconds")
+    args = parser.parse_args()
+    if args.child:
+        _child(json.loads(args.child))
+        return
+    methods = ["gaussdp", "dp_accounting"]
+    headline: list[tuple[str, dict[str, Any]]] = [
+        (
+            "DP-SGD ref δ=1e-5",
+            {"kind": "dpsgd", "sigma": 1.1, "q": 256 / 60000, "steps": 14063, "delta": 1e-5},
+        ),
+        (
+            "DP-SGD ref δ=1e-12",
+            {"kind": "dpsgd", "sigma": 1.1, "q": 256 / 60000, "steps": 14063, "delta": 1e-12},
+        ),
+        (
+            "σ=0.8 q=1e-3 1e4 steps δ=1e-6",
+            {"kind": "dpsgd", "sigma": 0.8, "q": 1e-3, "steps": 10_000, "delta": 1e-6},
+        ),
+        (
+            "σ=1 q=1e-4 1e3 steps δ=1e-6",
+            {"kind": "dpsgd", "sigma": 1.0, "q": 1e-4, "steps": 1000, "delta": 1e-6},
+        ),
+        (
+            "σ=0.8 q=1e-3 1e6 steps",
+            {"kind": "dpsgd", "sigma": 0.8, "q": 1e-3, "steps": 1_000_000, "delta": 1e-5},
+        ),
+        (
+            "OOM: σ=1 q=2.56e-4 39063 δ=1e-6",
+            {"kind": "dpsgd", "sigma": 1.0, "q": 2.56e-4, "steps": 39063, "delta": 1e-6},
+        ),
+        ("mix of 10 distinct events", {"kind": "mix", "n": 10, "delta": MIX_DELTA}),
+        ("mix of 100 distinct events", {"kind": "mix", "n": 100, "delta": MIX_DELTA}),
+    ]
+    if not args.no_headline:
+        results = _measure(headline, methods, args.rounds, args.timeout)
+        _table(f"Headline cases, {args.rounds} interleaved rounds", headline, methods, results)
+    if args.sweep:
+        sweep = [
+            (
+                f"q={q:g} k={k:g} σ={s:g}",
+                {"kind": "dpsgd", "sigma": s, "q": q, "steps": k, "delta": 1e-5},
             )
-        table.add_section()
-    console.print(table)
-
-    # k-fold Gaussian through the PLD path against the closed form (DRS Cor 3.3).
-    gauss = Table(title="k-fold Gaussian (PLD path forced) against μ√k, ε at δ = 1e-5")
-    for col in ("k", "μ total", "time (s)", "lower", "exact", "upper", "upper/exact − 1"):
-        gauss.add_column(col, justify="right")
-    for k in (10, 1000, 100_000):
-        for mu in (0.5, 1.0, 3.0):
-            sigma = math.sqrt(k) / mu
-            start = time.perf_counter()
-            b = PLDAccountant(exact_gaussian=False).compose(Gaussian(sigma), k).epsilon(DELTA)
-            seconds = time.perf_counter() - start
-            exact = GDPAccountant().compose(Gaussian(sigma), k).epsilon(DELTA).upper
-            gauss.add_row(
-                str(k),
-                f"{mu:g}",
-                f"{seconds:.3f}",
-                f"{b.lower:.7f}",
-                f"{exact:.7f}",
-                f"{b.upper:.7f}",
-                f"{b.upper / exact - 1:.2e}",
-            )
-    console.print(gauss)
-
-    # Calibration of the noise multiplier for ε = 3 on the reference case.
-    cal = Table(title="Noise multiplier for ε = 3, q = 256/60000, 14,063 steps, δ = 1e-5")
-    for col in ("method", "time (s)", "σ", "certified ε at σ"):
-        cal.add_column(col, justify="right" if col != "method" else "left")
-    start = time.perf_counter()
-    sigma = calibrate_noise_multiplier(3.0, DELTA, 256 / 60000, 14063)
-    seconds = time.perf_counter() - start
-    certified = PLDAccountant().compose(Subsampled(Gaussian(sigma), 256 / 60000), 14063)
-    eps_cal = certified.epsilon(DELTA).upper
-    cal.add_row("gaussdp (rtol 1e-3)", f"{seconds:.3f}", f"{sigma:.5f}", f"{eps_cal:.6f}")
-    try:
-        import dp_accounting
-        from dp_accounting.pld import pld_privacy_accountant
-
-        start = time.perf_counter()
-        s2 = dp_accounting.calibrate_dp_mechanism(
-            lambda: pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4),
-            lambda s: dp_accounting.SelfComposedDpEvent(
-                dp_accounting.PoissonSampledDpEvent(256 / 60000, dp_accounting.GaussianDpEvent(s)),
-                14063,
-            ),
-            3.0,
-            DELTA,
-            tol=1e-3,
-        )
-        seconds = time.perf_counter() - start
-        cal.add_row("dp_accounting PLD h=1e-4", f"{seconds:.3f}", f"{s2:.5f}", "")
-    except ImportError:
-        pass
-    console.print(cal)
+            for q in (1e-5, 1e-4, 1e-3, 1e-2, 0.1)
+            for k in (1000, 10_000, 100_000, 1_000_000)
+            for s in (0.6, 1.0, 2.0)
+        ]
+        sweep_methods = methods if args.sweep_peers else ["gaussdp"]
+        results = _measure(sweep, sweep_methods, 1, args.timeout)
+        _table("Sweep, δ = 1e-5, one round", sweep, sweep_methods, results)
 
 
 if __name__ == "__main__":

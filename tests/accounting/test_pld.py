@@ -25,7 +25,13 @@ def test_k_fold_gaussian_brackets_the_exact_answer(count: int, mu_total: float) 
         exact = gdp_epsilon(mu_total, delta)
         b = acc.epsilon(delta)
         assert b.lower <= exact <= b.upper
-        assert b.upper <= exact * (1 + 1e-4)  # upper within 0.01% of the truth
+        if delta >= 1e-5 or count <= 1000:
+            assert b.upper <= exact * (1 + 1e-4)  # upper within 0.01% of the truth
+        else:
+            # 10⁵ runs at δ = 1e-8: the proven round-off allowance (about k·150u,
+            # docs/accounting.md §3) is a sizeable part of δ; the answer says so.
+            assert b.upper <= exact * 1.02
+            assert b.note
     for eps in (0.5, 1.0, 2.0):
         exact_d = gdp_delta(mu_total, eps)
         d = acc.delta(eps)
@@ -250,7 +256,12 @@ def test_deep_tail_brackets(count: int, mu_total: float, kind: str, value: float
     else:
         exact = gdp_epsilon(mu_total, value)
         b = acc.epsilon(value)
-        assert b.lower <= exact <= b.upper <= exact * (1 + 2e-4)
+        assert b.lower <= exact <= b.upper
+        # Within 2e-4, unless the proven round-off allowance (about k·150u, docs §3) is
+        # a sizeable part of δ = 1e-9: then within 10 % and the answer says so, or, where
+        # it exceeds δ, the RDP bound is returned and labelled.
+        ok = b.upper <= exact * (1 + 2e-4) or (b.note and b.upper <= exact * 1.1)
+        assert ok or b.method == "rdp"  # the PLD certifies nothing there: labelled RDP
 
 
 def _discrete_gaussian_pmf_array(ys: np.ndarray, s2: float, shift: int = 0) -> np.ndarray:
@@ -323,3 +334,45 @@ def test_subsampled_laplace_against_mpmath() -> None:
     acc = PLDAccountant().compose(Subsampled(Laplace(scale=2.0), 0.9), 5)
     b = acc.epsilon(1e-6)
     assert b.lower <= b.upper <= 5 * 0.5  # never worse than basic composition of ε₀ = 1/2
+
+
+# -- (ε, δ)-DP steps: the worst-case pair composes to the KOV Thm 3.3 closed form -------
+def _kov_delta(eps0: float, delta0: float, k: int, i: int) -> float:
+    """KOV 2017 Thm 3.3: k-fold (ε0, δ0)-DP is ((k − 2i)ε0, 1 − (1 − δ0)^k (1 − δ_i))-DP,
+    δ_i = Σ_{l<i} C(k, l)(e^{(k−l)ε0} − e^{(k−2i+l)ε0}) / (1 + e^{ε0})^k, and no better."""
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    e = mp.mpf(eps0)
+    di = (
+        mp.fsum(
+            mp.binomial(k, j) * (mp.e ** ((k - j) * e) - mp.e ** ((k - 2 * i + j) * e))
+            for j in range(i)
+        )
+        / (1 + mp.e**e) ** k
+    )
+    return float(1 - (1 - mp.mpf(delta0)) ** k * (1 - di))
+
+
+@pytest.mark.parametrize("eps0", [0.1, 0.5, 1.0])
+@pytest.mark.parametrize("delta0", [0.0, 1e-6])
+@pytest.mark.parametrize("k", [1, 7, 40])
+def test_approx_dp_k_fold_equals_the_optimal_composition(
+    eps0: float, delta0: float, k: int
+) -> None:
+    pld = PrivacyLossDistribution.from_approx_dp(eps0, delta0).self_compose(k)
+    for i in range(0, k // 2 + 1, max(1, k // 8)):
+        eps = (k - 2 * i) * eps0
+        exact = _kov_delta(eps0, delta0, k, i)
+        b = pld.delta(eps)
+        assert b.lower - 1e-12 <= exact <= b.upper
+        assert b.upper <= exact * (1 + 1e-6) + 1e-9  # atoms on the grid: exact
+    if delta0 == 0.0:
+        assert PrivacyLossDistribution.from_approx_dp(eps0).delta(eps0).upper <= 1e-12
+
+
+def test_approx_dp_validates() -> None:
+    with pytest.raises(ValueError, match="^delta must be"):
+        PrivacyLossDistribution.from_approx_dp(1.0, 1.0)
+    with pytest.raises(ValueError, match="^epsilon must be"):
+        PrivacyLossDistribution.from_approx_dp(math.inf)

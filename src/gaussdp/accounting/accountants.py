@@ -56,6 +56,7 @@ from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
+from gaussdp.accounting._adaptive import DEFAULT_TOLERANCE, AdaptivePLD, check_tolerance
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
     ApproxDP,
@@ -330,7 +331,9 @@ class Accountant(ABC):
             # P within e^{±A} of P′: ε_P(δ) ≥ ε_P′(δe^A) − 2A.
             grown = min(up(delta * up(math.exp(slack))), down(1.0))
             lower = max(0.0, down(self._base_epsilon(grown).lower - 2 * slack))
-        return EpsilonBounds(lower=min(lower, upper), upper=upper)
+        return EpsilonBounds(
+            lower=min(lower, upper), upper=upper, method=base.method, note=base.note
+        )
 
     def delta(self, epsilon: float) -> DeltaBounds:
         """Bounds on the smallest δ such that the composition is (``epsilon``, δ)-DP."""
@@ -349,7 +352,9 @@ class Accountant(ABC):
         else:
             at = self._base_delta(up(epsilon + 2 * slack)).lower
             lower = down(at * down(math.exp(-slack)))
-        return DeltaBounds(lower=max(0.0, min(lower, upper)), upper=upper)
+        return DeltaBounds(
+            lower=max(0.0, min(lower, upper)), upper=upper, method=base.method, note=base.note
+        )
 
     @abstractmethod
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
@@ -706,9 +711,14 @@ class PLDAccountant(Accountant):
     Parameters
     ----------
     value_discretization : float, optional
-        Grid step h of the privacy loss, in nats. Default: 1e-4, made finer (∝ 1/√k)
-        for more than 2·10⁴ composed runs, to keep the upper bound within ~1e-4
-        relative of the truth.
+        Grid step h of the privacy loss, in nats. Default: chosen by ``tolerance``
+        (from the loss spread of one run, refined while the bracket is wider than
+        10·tolerance, within the memory bound; see ``docs/accounting.md``). Given
+        explicitly, it is used as is (refused if its grid cannot fit in memory).
+    tolerance : float, default 1e-4
+        Relative accuracy asked for ε's upper bound. Where the PLD cannot certify a
+        bound within it (its round-off allowance exceeds δ), the RDP bound is returned
+        when tighter, labelled ``method="rdp"``.
     exact_gaussian : bool, default True
         Use the exact μ-GDP formula when every leaf is a Gaussian.
     tail_mass : float, default 1e-15
@@ -730,14 +740,16 @@ class PLDAccountant(Accountant):
         value_discretization: float | None = None,
         exact_gaussian: bool = True,
         tail_mass: float = DEFAULT_TAIL_MASS,
+        tolerance: float = DEFAULT_TOLERANCE,
     ) -> None:
         super().__init__()
         if value_discretization is not None:
             value_discretization = check_value_discretization(value_discretization)
         self._h = value_discretization
+        self._tolerance = check_tolerance(tolerance)
+        self._adaptive: AdaptivePLD | None = None
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
-        self._cache: PrivacyLossDistribution | None = None
         self._single_cache: list[PrivacyLossDistribution] | None = None
 
     def __repr__(self) -> str:
@@ -748,10 +760,11 @@ class PLDAccountant(Accountant):
             value_discretization=self._h,
             exact_gaussian=self._exact_gaussian,
             tail_mass=self._tail_mass,
+            tolerance=self._tolerance,
         )
 
     def _invalidate(self) -> None:
-        self._cache = None
+        self._adaptive = None
         self._single_cache = None
 
     def _leaf_supported(self, event: Event) -> bool:
@@ -765,26 +778,29 @@ class PLDAccountant(Accountant):
 
     @property
     def value_discretization(self) -> float:
-        """The grid step h used for the current composition."""
+        """The grid step h of the current composition (the finest built so far)."""
         if self._h is not None:
             return self._h
-        # The upper bound's error grows like k·(h/s)², s the spread of one run's loss:
-        # keep h ≤ s/50 and shrink it like 1/√k past 2·10⁴ runs (measured in
-        # docs/accounting.md: ≤ 1e-4 relative on the DP-SGD and k-fold Gaussian cases).
-        k = max(1, sum(self._leaves.values()))
-        h = DEFAULT_VALUE_DISCRETIZATION * min(1.0, math.sqrt(2e4 / k))
+        if self._adaptive is not None:
+            return self._adaptive.value_discretization
+        # The connect-the-dots upper bound inflates each run's loss variance by at most
+        # h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
+        # h = 2√τ·s, and at most 1e-4·√(τ/1e-4). Refined per query (see _adaptive).
+        tol = self._tolerance
+        h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
         for event in self._leaves:
-            spread = _loss_spread(event)
-            if spread > 0:
-                h = min(h, spread / 50)
-        h = max(h, 1e-9)
+            h = min(h, 2.0 * math.sqrt(tol) * _loss_spread(event))
+        return self._snap(max(h, 1e-9))
+
+    def _snap(self, h: float) -> float:
+        """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
+        lattice: both bounds are then exact, on the fewest points (the FFT round-off
+        allowance grows with the number of points)."""
         if len(self._leaves) == 1:
-            # A lattice PLD (discrete Laplace, discrete Gaussian) is put on the grid
-            # exactly when h divides its lattice: both bounds are then exact.
             (event,) = self._leaves
             lattice = _loss_lattice(event)
-            if lattice is not None and lattice >= h:
-                return lattice / math.ceil(lattice / h)
+            if lattice is not None:
+                return lattice
         return h
 
     @property
@@ -793,40 +809,86 @@ class PLDAccountant(Accountant):
         return self._exact_gaussian and all(isinstance(e, Gaussian) for e in self._leaves)
 
     def pld(self) -> PrivacyLossDistribution:
-        """The composed privacy loss distribution of the leaves (computed once, then cached)."""
+        """The composed privacy loss distribution on the current grid (cached)."""
         if not self._leaves:
             raise ValueError(invalid("accountant", "non-empty to build a PLD", self))
-        if self._cache is not None:
-            return self._cache
-        h = self.value_discretization
+        built = self._grid().pld()
+        if not isinstance(built, PrivacyLossDistribution):  # pragma: no cover
+            raise TypeError(invalid("pld", "a PrivacyLossDistribution", built))
+        return built
+
+    def _grid(self) -> AdaptivePLD:
+        if self._adaptive is None:
+            self._adaptive = AdaptivePLD(
+                self._build,
+                self.value_discretization,
+                self._tolerance,
+                fixed=self._h is not None,
+                snap=self._snap,
+            )
+        return self._adaptive
+
+    def _build(self, h: float) -> PrivacyLossDistribution:
+        # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
+        # side): the composition then moves at most tail_mass per event.
         parts = [
-            _event_pld(event, h, self._tail_mass).self_compose(count)
+            _event_pld(
+                event,
+                h,
+                self._tail_mass / count if _subsampled(event) else self._tail_mass,
+            ).self_compose(count)
             for event, count in self._leaves.items()
         ]
         total = parts[0]
         for part in parts[1:]:
             total = total.compose(part)
-        self._cache = total
         return total
+
+    def _rdp(self) -> RDPAccountant | None:
+        """The same composition in an RDP accountant, if it supports every event."""
+        rdp = RDPAccountant()
+        if not all(rdp.supports(e) for e in self._leaves):
+            return None
+        for event, count in self._leaves.items():
+            rdp.compose(event, count)
+        return rdp
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
         if self.is_exact:
-            eps = gdp_epsilon(_gaussian_mu(self._leaves), delta)  # DRS Cor 2.13 / Cor 3.3
-            return EpsilonBounds(lower=eps, upper=eps)
+            eps = gdp_epsilon(_gaussian_mu(self._leaves), delta)  # DRS Cor 2.13 / 3.3, rounded up
+            return EpsilonBounds(lower=eps, upper=eps, method="gdp")
         single = self._single_l2_run()
         if single is not None:
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
-        return self.pld().epsilon(delta)
+        b = self._grid().epsilon(delta)
+        if b.note:
+            # The PLD could not certify within the tolerance (its allowances are too large
+            # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
+            rdp = self._rdp()
+            if rdp is not None:
+                r = rdp.epsilon(delta).upper
+                if r < b.upper:
+                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    return EpsilonBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
+        return b
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
         if self.is_exact:
             d = gdp_delta(_gaussian_mu(self._leaves), epsilon)  # DRS Cor 2.13 / Cor 3.3
-            return DeltaBounds(lower=d, upper=d)
+            return DeltaBounds(lower=d, upper=d, method="gdp")
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
-        return self.pld().delta(epsilon)
+        b = self._grid().delta(epsilon)
+        if b.note:
+            rdp = self._rdp()
+            if rdp is not None:
+                r = rdp.delta(epsilon).upper
+                if r < b.upper:
+                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    return DeltaBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
+        return b
 
     def _single_l2_run(self) -> list[PrivacyLossDistribution] | None:
         """The candidates' PLDs if the leaves are one run of a DiscreteGaussianL2.
@@ -843,6 +905,10 @@ class PLDAccountant(Accountant):
                 value_discretization=self.value_discretization, tail_mass=self._tail_mass
             )
         return self._single_cache
+
+
+def _subsampled(event: Event) -> bool:
+    return isinstance(event, Subsampled) and event.rate < 1.0
 
 
 def _loss_lattice(event: Event) -> float | None:

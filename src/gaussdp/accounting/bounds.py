@@ -14,7 +14,10 @@ class EpsilonBounds:
     ``upper`` is what gaussdp promises: the composition is (``upper``, δ)-DP. ``lower``
     says how tight that is: the composition is *not* (ε, δ)-DP for any ε < ``lower``
     (up to the accountant's stated numerical allowance). When an accountant is exact,
-    the two are equal.
+    the two are equal. ``method`` names the analysis that certified ``upper`` (``"pld"``,
+    ``"rdp"``, ...; empty when not stated) and ``note`` says why, when it is not the
+    accountant's own (e.g. the PLD round-off allowance exceeded δ and the RDP bound was
+    returned instead).
 
     Examples
     --------
@@ -25,6 +28,8 @@ class EpsilonBounds:
 
     lower: float
     upper: float
+    method: str = ""
+    note: str = ""
 
     @property
     def gap(self) -> float:
@@ -40,6 +45,7 @@ class DeltaBounds:
     """The δ of a composition at a fixed ε, bracketed by two bounds.
 
     ``upper`` is what gaussdp promises: the composition is (ε, ``upper``)-DP.
+    ``method`` and ``note`` as in :class:`EpsilonBounds`.
 
     Examples
     --------
@@ -49,6 +55,8 @@ class DeltaBounds:
 
     lower: float
     upper: float
+    method: str = ""
+    note: str = ""
 
     @property
     def gap(self) -> float:

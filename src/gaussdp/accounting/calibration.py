@@ -113,7 +113,9 @@ def calibrate_noise_multiplier(
 
     Each step is the Poisson-subsampled Gaussian mechanism with rate q and noise
     multiplier σ (noise standard deviation over the clipping norm). The returned σ
-    is certified: the PLD upper bound on ε is at most ``target_epsilon``.
+    is certified: the accountant's upper bound on ε is at most ``target_epsilon`` (the
+    PLD bound, or, where the PLD's round-off allowance exceeds δ, e.g. δ = 1e-12 on
+    long runs, the RDP bound it falls back to; see docs/accounting.md §4).
 
     Parameters
     ----------

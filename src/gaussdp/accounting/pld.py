@@ -31,18 +31,16 @@ discretisation interval*, in nats). Two discretisations of each mechanism are ke
 Composition is by FFT. The k-fold self-composition is computed by raising the
 discrete Fourier transform to the k-th power on a circular window of length N
 whose position and length are chosen from Chernoff bounds on both tails of the
-k-fold sum (in two stages, k ≈ k₁·k₂, past 2000 runs, to keep the relative
-round-off of φ^k, ≈ k·u, small). The mass that wraps around is at most the Chernoff bound η: on the
-upper side that bound is *added* to δ (mass from above the window wraps to lower
-losses) and mass from below the window only wraps to higher losses (pessimistic);
-on the lower side η is *subtracted* from δ. Floating-point round-off of the FFTs
-is bounded with the standard FFT error bound (c·log₂N·u relative, in ℓ2), carried
-through powers and convolutions in ℓ1 and ℓ2, and added to (upper) or subtracted
-from (lower) δ (see ``_clean``). Three steps of the k-fold power are heuristic (the
-per-coefficient DFT error taken as its rms value, earlier round-off spread evenly over
-the coefficients, the round-off of computing φ^k itself left out); they are checked
-against closed forms in the tests, and docs/accounting.md §3 measures what a fully
-rigorous bound would cost.
+k-fold sum (in ⌈k/20000⌉ stages past 20,000 runs). The mass that wraps around is at
+most the Chernoff bound η: on the upper side that bound is *added* to δ (mass from
+above the window wraps to lower losses) and mass from below the window only wraps to
+higher losses (pessimistic); on the lower side η is *subtracted* from δ.
+Floating-point round-off of the FFTs, the powers and their propagation is bounded by
+the proven lemmas of :mod:`gaussdp.accounting._roundoff` (componentwise DFT error,
+the power's own evaluation error, Young's inequality) and added to (upper) or
+subtracted from (lower) δ; docs/accounting.md §3 has the proofs. Where these
+allowances exceed δ the upper bound is ``inf`` (the accountant then falls back to a
+labelled RDP bound). Every grid is bounded (``_adaptive.MAX_GRID_POINTS``).
 
 References
 ----------
@@ -68,7 +66,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 from scipy import fft as sp_fft
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
 
 from gaussdp._validation import (
     check_delta,
@@ -76,6 +74,15 @@ from gaussdp._validation import (
     check_fraction,
     check_int,
     check_positive,
+)
+from gaussdp.accounting._adaptive import check_grid_points
+from gaussdp.accounting._roundoff import (
+    coefficient_error_l1,
+    fft_gamma,
+    full_weights,
+    power,
+    power_error,
+    propagated_power_error,
 )
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.errors import invalid
@@ -117,7 +124,7 @@ class _LossPMF:
     """Mass ``probs[j]`` at loss ``(start + j) * h``, plus ``inf_mass`` at +∞.
 
     ``slack`` is a δ allowance: added to every δ when ``upper``, subtracted otherwise.
-    ``fft_l1`` and ``fft_l2`` bound the ℓ1 and ℓ2 norms of the entrywise FFT round-off
+    ``fft_l1`` bounds the ℓ1 norm of the entrywise FFT round-off
     error; ``fft_l1`` is part of the δ allowance (see :func:`_clean`).
     """
 
@@ -128,7 +135,6 @@ class _LossPMF:
     slack: float
     upper: bool
     fft_l1: float = 0.0
-    fft_l2: float = 0.0
 
     @property
     def allowance(self) -> float:
@@ -211,23 +217,28 @@ class _LossPMF:
             raise ValueError("cannot compose PLDs on different grids or bound sides")
         n = self.probs.size + other.probs.size - 1
         size = sp_fft.next_fast_len(n, real=True)
-        conv = sp_fft.irfft(sp_fft.rfft(self.probs, size) * sp_fft.rfft(other.probs, size), size)[
-            :n
-        ]
-        # Δ(φ_a φ_b) = Δφ_a φ_b + φ_a Δφ_b, ‖Δφ‖₂ ≤ c·log₂N·u·√N·‖p‖₂, ‖φ‖_∞ ≤ mass ≤ 1:
-        a_l2 = _l2(self.probs)
-        b_l2 = _l2(other.probs)
-        coeff_error = _FFT_C * math.log2(size) * _U * math.sqrt(size) * (a_l2 + b_l2)
-        conv, new_l1, new_l2 = _clean(conv, self.upper, coeff_error)
+        check_grid_points(size)
+        fa = sp_fft.rfft(self.probs, size)
+        fb = sp_fft.rfft(other.probs, size)
         m1, m2 = self.mass, other.mass
+        # Lemma 1: |φ̃ − φ| ≤ γ(N)‖p‖₁; a product errs by ≤ e_a|φ_b| + e_b|φ_a| + e_a e_b
+        # plus its own rounding (< 3u|φ̃_aφ̃_b|); Lemma 4 turns that into an ℓ1 bound.
+        gamma = fft_gamma(size)
+        ea, eb = gamma * m1, gamma * m2
+        mod_a = np.abs(fa) * (1.0 + 2.01 * _U)
+        mod_b = np.abs(fb) * (1.0 + 2.01 * _U)
+        err = ea * mod_b + eb * mod_a + ea * eb + 3.0 * _U * mod_a * mod_b
+        prod = fa * fb
+        weights = full_weights(size, prod.size)
+        new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(prod, weights, size)
+        conv = _clean(sp_fft.irfft(prod, size)[:n], self.upper)
         inf_mass = self.inf_mass * (m2 + other.inf_mass) + other.inf_mass * m1
         slack = (self.slack + other.slack) * (1.0 + 1e-9)
-        # Young: ‖e_a * b‖ ≤ ‖e_a‖·‖b‖₁ in ℓ1 and ℓ2, masses ≤ 1 + tiny.
-        fft_l1 = (self.fft_l1 + other.fft_l1) * (1.0 + 1e-9) + new_l1
-        fft_l2 = (self.fft_l2 + other.fft_l2) * (1.0 + 1e-9) + new_l2
-        out = _LossPMF(
-            self.h, self.start + other.start, conv, inf_mass, slack, self.upper, fft_l1, fft_l2
-        )
+        # Lemma 5 (Young): earlier errors E_a, E_b carry over as E_a‖b‖₁ + E_b‖a‖₁ + E_aE_b.
+        fft_l1 = (self.fft_l1 * m2 + other.fft_l1 * m1 + self.fft_l1 * other.fft_l1) * (
+            1.0 + 1e-13
+        ) + new_l1
+        out = _LossPMF(self.h, self.start + other.start, conv, inf_mass, slack, self.upper, fft_l1)
         return out._truncated(tail_mass)
 
     def _truncated(self, tail_mass: float) -> _LossPMF:
@@ -258,7 +269,6 @@ class _LossPMF:
             self.slack,
             self.upper,
             self.fft_l1,
-            self.fft_l2,
         )
 
     def self_compose(self, count: int, tail_mass: float) -> _LossPMF:
@@ -276,19 +286,15 @@ class _LossPMF:
 
 
 def _stage_split(count: int) -> int:
-    """k₁ for p^{*k} = (p^{*k₁})^{*k₂} * p^{*r}: a divisor of k near √k if one keeps
-    both stages ≤ _SINGLE_STAGE_MAX (then r = 0 and one power is saved), else ⌊√k⌋."""
-    root = math.isqrt(count)
-    for d in range(root, 0, -1):
-        if count // d > _SINGLE_STAGE_MAX:
-            break
-        if count % d == 0:
-            return d
-    return root
+    """k₁ for p^{*k} = (p^{*k₁})^{*k₂} * p^{*r} with k₂ = ⌈k/_SINGLE_STAGE_MAX⌉ stages of
+    the largest k₁ (the round-off of the first stage is spread over the coefficients
+    that survive its power, fewer the larger k₁, and is then multiplied by k₂)."""
+    return count // -(-count // _SINGLE_STAGE_MAX)
 
 
-# Largest count raised to its power in one Fourier stage (relative round-off ≈ count·u).
-_SINGLE_STAGE_MAX = 2_000
+# Largest count raised to its power in one Fourier stage: Lemma 2's bound on the
+# round-off of φ^k grows like count·u.
+_SINGLE_STAGE_MAX = 20_000
 
 
 def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float) -> _LossPMF:
@@ -317,7 +323,7 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     # rare large losses dominate): search from 10⁻² up to 4λ0.
     # The window is placed with the MGF of a coarsened copy (cheap); the wrapped mass is
     # then bounded with the exact MGF at the best λ of each side (any λ gives a bound).
-    lams = np.geomspace(min(1e-2, lam0 / 64), 4 * lam0, 48)
+    lams = np.geomspace(min(1e-2, lam0 / 64), 4 * lam0, 32)
     pc, zc_hi, zc_lo = _coarsened(p, z)
     log_m_pos = count * _log_mgf(pc, zc_hi, lams)
     log_m_neg = count * _log_mgf(pc, -zc_lo, lams)
@@ -334,11 +340,29 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
         start += extra.start
     a_hi = min(float(np.min((log_m_pos - log_eta) / lams)), z_max)
     a_lo = max(float(np.max(-(log_m_neg - log_eta) / lams)), z_min)
+    # The block bounds widen the window by up to count·(block width): tighten both edges
+    # with the exact MGF near the best λ of each side (any λ gives a valid bound).
+    placed: dict[float, FloatArray] = {}
+    for sign, best in (
+        (1.0, int(np.argmin((log_m_pos - log_eta) / lams))),
+        (-1.0, int(np.argmin((log_m_neg - log_eta) / lams))),
+    ):
+        lam = lams[best] * np.array([0.7, 1.0, 1.4])
+        placed[sign] = lam
+        exact = count * _log_mgf(p, sign * z, lam)
+        if extra is not None:
+            exact = exact + _log_mgf(extra.probs, sign * extra.losses, lam)
+        edge = float(np.min((exact - log_eta) / lam))
+        if sign > 0:
+            a_hi = min(a_hi, edge)
+        else:
+            a_lo = max(a_lo, -edge)
     i_lo = math.floor(a_lo / h) - 1
     i_hi = math.ceil(a_hi / h) + 1
     size = sp_fft.next_fast_len(max(i_hi - i_lo + 1, p.size), real=True)
     if extra is not None:
         size = max(size, sp_fft.next_fast_len(extra.probs.size, real=True))
+    check_grid_points(size)
     i_hi = i_lo + size - 1
     # The wrapped mass: what lies above i_hi and below i_lo (exact MGF, best λ).
     a_top = (i_hi + 1) * h
@@ -346,104 +370,84 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     eta_hi = eta_lo = 0.0
     if a_top <= z_max:
         lam = lams[int(np.argmin(log_m_pos - lams * a_top))] * np.array([0.8, 1.0, 1.25])
+        lam = np.concatenate((lam, placed[1.0]))
         exact = count * _log_mgf(p, z, lam)
         if extra is not None:
             exact = exact + _log_mgf(extra.probs, extra.losses, lam)
         eta_hi = math.exp(min(0.0, float(np.min(exact - lam * a_top))))
     if a_bot >= z_min:
         lam = lams[int(np.argmin(log_m_neg + lams * a_bot))] * np.array([0.8, 1.0, 1.25])
+        lam = np.concatenate((lam, placed[-1.0]))
         exact = count * _log_mgf(p, -z, lam)
         if extra is not None:
             exact = exact + _log_mgf(extra.probs, -extra.losses, lam)
         eta_lo = math.exp(min(0.0, float(np.min(exact + lam * a_bot))))
+    # φ^k through its modulus and argument, with the proven bounds of _roundoff:
+    # Lemma 1 (the DFT), Lemmas 2–3 (the power and its input's error), Lemma 4 (back to
+    # the N outputs, in ℓ1).
+    gamma = fft_gamma(size)
     phi = sp_fft.rfft(p, size)
-    # φ^k through its modulus and argument (faster than a complex power).
-    with np.errstate(divide="ignore"):
-        modulus = np.exp(count * np.log(np.abs(phi)))
-    angle = count * np.angle(phi)
-    powered = np.empty_like(phi)
-    powered.real = modulus * np.cos(angle)
-    powered.imag = modulus * np.sin(angle)
+    powered, modulus, rho = power(phi, count)
+    err = power_error(modulus, rho, gamma * m, count)
     if extra is not None:
-        powered *= sp_fft.rfft(extra.probs, size)
+        chi = sp_fft.rfft(extra.probs, size)
+        e_x = gamma * extra.mass
+        mod_x = np.abs(chi) * (1.0 + 2.01 * _U)
+        mod_p = np.abs(powered) * (1.0 + 2.01 * _U)
+        # |ψ̃χ̃(1+θ) − φ^kχ| ≤ E(|χ̃| + e_x) + |φ^k|e_x + 3u|ψ̃||χ̃|, |φ^k| ≤ |ψ̃| + E.
+        err = err * (mod_x + e_x) + (mod_p + err) * e_x + 3.0 * _U * mod_p * mod_x
+        powered *= chi
+    weights = full_weights(size, powered.size)
+    new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(powered, weights, size)
     circ = sp_fft.irfft(powered, size)
     shift = i_lo - start  # relative index of the window's first point
-    # Round-off of the coefficients: |Δφ_j| ≲ c·log₂N·u·‖p‖₂ (rms), and the power
-    # multiplies it by k|φ_j|^{k−1}; over the spectrum (the half-spectrum twice):
-    #   ‖Δ(φ^k)‖₂ ≤ k·c·log₂N·u·‖p‖₂·(2 Σ_j |φ_j|^{2(k−1)})^{1/2}.
-    log_mod = np.log(np.maximum(np.abs(phi), 1e-300))
-    unit = _FFT_C * math.log2(size) * _U
-    spread = math.sqrt(2.0 * float(np.sum(np.exp(2.0 * (count - 1) * log_mod))))
-    coeff_error = count * unit * _l2(p) * spread
-    if extra is not None:
-        e_l2 = _l2(extra.probs)
-        coeff_error += unit * e_l2 * math.sqrt(2.0 * float(np.sum(np.exp(2.0 * count * log_mod))))
-    out, new_l1, new_l2 = _clean(np.roll(circ, -(shift % size)), base.upper, coeff_error)
+    out = _clean(np.roll(circ, -(shift % size)), base.upper)
     # Mass at +∞ and allowances, for (sub/super-)probability measures.
     total = m + base.inf_mass
     # (m + p∞)^k − m^k = m^k (e^{k ln(1 + p∞/m)} − 1), without cancellation.
     inf_mass = m**count * math.expm1(count * math.log1p(base.inf_mass / m)) if m > 0 else 0.0
     grow = max(1.0, total) ** count
     slack = count * base.slack * grow
-    # Round-off already in ``base`` (error e): the k-fold power carries k·e * p^{*(k−1)}.
-    # In ℓ1 that is at most k‖e‖₁ (Young); in the Fourier domain, spreading ‖e‖₂ evenly
-    # over the coefficients, at most k‖e‖₂·(2Σ_j|φ_j|^{2(k−1)})^{1/2}: the smaller is used.
-    fft_l1 = count * min(base.fft_l1, base.fft_l2 * spread) * grow + new_l1
-    fft_l2 = count * base.fft_l2 * grow + new_l2
+    # Round-off already in ``base``: Lemma 5 (Young), k(‖p‖₁ + E)^{k−1}E.
+    fft_l1 = propagated_power_error(m, base.fft_l1, count) + new_l1
     if extra is not None:
         e_total = extra.mass + extra.inf_mass
         inf_mass = inf_mass * e_total + extra.inf_mass * m**count
         widen = max(1.0, e_total)
         slack = slack * widen + extra.slack * grow
-        fft_l1 = fft_l1 * widen + extra.fft_l1 * grow
-        fft_l2 = fft_l2 * widen + extra.fft_l2 * grow
+        fft_l1 = (fft_l1 * widen + extra.fft_l1 * grow + fft_l1 * extra.fft_l1) * (1.0 + 1e-13)
     slack += eta_hi if base.upper else eta_lo
-    return _LossPMF(h, i_lo, out, inf_mass, slack, base.upper, fft_l1, fft_l2)._truncated(tail_mass)
+    return _LossPMF(h, i_lo, out, inf_mass, slack, base.upper, fft_l1)._truncated(tail_mass)
 
 
-# Constant of the FFT round-off bound ‖fl(FFT x) − FFT x‖₂ ≤ c·log₂N·u·‖FFT x‖₂.
-_FFT_C = 4.0
+def _inverse_own_l1(coeffs: npt.NDArray[np.complex128], weights: FloatArray, n: int) -> float:
+    """Lemma 4, second part: the inverse transform's own ℓ1 error, γ(N)·Σ_full|ψ̃_j|."""
+    total = float(np.sum(weights * np.abs(coeffs))) * (1.0 + 2.01 * _U)
+    return fft_gamma(n) * total * (1.0 + 1e-13)
 
 
-def _clean(values: FloatArray, upper: bool, coeff_error: float) -> tuple[FloatArray, float, float]:
-    """Remove FFT round-off noise; return the values and ℓ1, ℓ2 bounds on their error.
+def _clean(values: FloatArray, upper: bool) -> FloatArray:
+    """Remove FFT round-off noise (the callers bound the error in ℓ1, see _roundoff).
 
-    ``values`` = irfft(z) where the computed Fourier coefficients z carry an error of
-    ℓ2 norm at most ``coeff_error`` (see the callers). With the 1/N of the inverse
-    transform and Parseval, the ℓ2 error of the N outputs is at most
-    ``coeff_error``/√N plus the inverse transform's own c·log₂N·u·‖y‖₂, and by
-    Cauchy–Schwarz the ℓ1 error at most √N times that. The ℓ1 bound is a δ allowance
-    (added on the upper side, subtracted on the lower side); both propagate through
-    later convolutions and powers (see the callers). Negative entries are set to 0
-    (towards the exact value). On the lower side the noise amplitude (the most
+    Negative entries are set to 0, which moves each towards the exact (non-negative)
+    value, so the ℓ1 bound still holds. On the lower side the noise amplitude (the most
     negative entry) is also subtracted twice from every entry, which only lowers it.
     """
-    n = values.size
-    y_l2 = _l2(values)
-    own_l2 = _FFT_C * math.log2(max(n, 2)) * _U * y_l2
-    l2 = coeff_error / math.sqrt(n) + own_l2
-    l1 = coeff_error + math.sqrt(n) * own_l2
     if upper:
-        return np.maximum(values, 0.0), l1, l2
+        return np.maximum(values, 0.0)
     amp = max(0.0, -float(values.min()))
-    return np.maximum(values - 2.0 * amp, 0.0), l1, l2
-
-
-def _l2(x: FloatArray) -> float:
-    """‖x‖₂ without BLAS: OpenBLAS worker threads spin after each call and, on a
-    shared 2-core machine, slow every following numpy operation by up to 10×."""
-    return math.sqrt(float(np.sum(x * x)))
+    return np.maximum(values - 2.0 * amp, 0.0)
 
 
 def _coarsened(p: FloatArray, z: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """At most 16384 blocks: (block masses, largest loss, smallest loss of each block).
+    """At most 4096 blocks: (block masses, largest loss, smallest loss of each block).
 
     Σ_b m_b e^{λ max_b} ≥ M(λ) ≥ Σ_b m_b e^{λ min_b} for λ ≥ 0, so the coarse MGFs are
     upper bounds of the exact ones on both tails and the windows they place hold at
     least the mass the exact Chernoff bound promises (they are at most k·block wider).
     """
     n = p.size
-    block = max(1, math.ceil(n / 16384))
+    block = max(1, math.ceil(n / 4096))
     if block == 1:
         return p, z, z
     nb = math.ceil(n / block)
@@ -505,13 +509,13 @@ def _from_bins(
     G_j = max(g_{j−1}, g_j), where g_b bounds the gap between the chord and the curve
     on [x_b, x_{b+1}]. Only bin b's own part C_b of the curve is non-linear there, and
     C_b lies above its two tangents (slope −Q_b from (x_b, a_b), and 0), which meet at
-    x = P_b/Q_b; so g_b = a_b·b_b/(Q_b·Δx_b). The lowered interpolation is a hockey-stick
-    curve below the truth; masses that come out negative are removed by moving mass
-    downwards (a running minimum of the upper cumulative sums), which only lowers the
-    curve. If the cumulative sums go negative at the very top (only where δ ≈ 0), they
-    are clipped at 0 and the clipped amount r is carried as an additive δ allowance
-    (an additive excess r of one pair's curve adds at most r per run under composition,
-    by the product formula H_x(P×R‖Q×S) = E_R[H_{x·s/r}(P‖Q)]).
+    x = P_b/Q_b; so g_b = a_b·b_b/(Q_b·Δx_b). The lowered values (clipped at 0), with
+    the exact value H(0) = total mass, are replaced by their greatest convex minorant
+    (lower convex hull, kinks only at grid points): a convex, non-increasing, piecewise
+    linear curve below the truth, i.e. the curve of a non-negative PMF on the grid
+    (mass x_j·(slope change) at t_j), dominated by the true pair. Only the pointwise
+    inequality of curves is used under composition (δ of a composition is
+    E_R[H(x·e^{−L_R})]), so the implied Q-mass need not be exactly 1.
     """
     n = pb.size
     t = np.arange(i0, i0 + n + 1, dtype=np.float64) * h
@@ -526,47 +530,78 @@ def _from_bins(
     up = ctd.copy()
     up[0] += below  # rounded up to the lowest grid point
     upper = _LossPMF(h, i0, up, above, 0.0, True)
-    # -- lower: tangent-corrected interpolation ---------------------------------------
+    # -- lower: tangent-corrected chords, then the greatest convex minorant ------------
     base = ctd.copy()
     base[-1] += above  # moved down to t_n (optimistic); ``below`` is dropped
     dx = x[1:] - x[:-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         g = np.where(qb > 0, np.clip(ab, 0, None) * np.clip(bb, 0, None) / (qb * dx), 0.0)
     g = np.nan_to_num(g, nan=0.0, posinf=0.0)
-    # Near the top of the support the mass above a bin may be too small to absorb the
-    # lowering (the cumulative sums would go negative): there, round the bin down
-    # instead (g_b = 0, all its mass at t_b), which is also below the truth.
-    need = 2.0 * g / math.expm1(h)
-    for _ in range(4):
-        above_cum = np.concatenate((np.cumsum(base[::-1])[::-1], [0.0]))  # U_j, j = 0..n+1
-        bad = (g > 0) & (above_cum[2:] < need)
-        if not bad.any():
-            break
-        moved = np.where(bad, upper_part, 0.0)
-        base[:-1] += moved
-        base[1:] -= moved
-        upper_part = np.where(bad, 0.0, upper_part)
-        g = np.where(bad, 0.0, g)
     gpad = np.concatenate(([0.0], g, [0.0]))  # g_{−1} = g_n = 0
     big_g = np.maximum(gpad[:-1], gpad[1:])  # G_j for j = 0..n
-    # Extend the grid by one point on each side where G = 0.
-    xe = np.exp(np.arange(i0 - 1, i0 + n + 2, dtype=np.float64) * h)
-    ge = np.concatenate(([0.0], big_g, [0.0]))
-    dxe = xe[1:] - xe[:-1]
-    slope = (ge[1:] - ge[:-1]) / dxe
-    d2 = np.zeros(ge.size)
-    d2[1:-1] = slope[1:] - slope[:-1]
-    d2[0] = slope[0]
-    d2[-1] = -slope[-1]
-    low = np.concatenate(([0.0], base, [0.0])) - xe * d2
-    # Running minimum of the upper cumulative sums U_j = Σ_{i≥j} ω_i moves mass down.
-    upper_cum = np.cumsum(low[::-1])[::-1]
-    fixed = np.minimum.accumulate(upper_cum)
-    excess = max(0.0, -float(fixed.min()))
-    fixed = np.maximum(fixed, 0.0)
-    masses = fixed - np.concatenate((fixed[1:], [0.0]))
-    lower = _LossPMF(h, i0 - 1, np.maximum(masses, 0.0), 0.0, excess, False)
+    # Chord values H(x_j) = Σ_{i>j} base_i (1 − x_j e^{−t_i}) (suffix sums, long double).
+    ld = np.longdouble
+    bl = base.astype(ld)
+    s1 = np.concatenate((np.cumsum(bl[::-1])[::-1][1:], [ld(0)]))
+    s2 = np.concatenate((np.cumsum((bl * np.exp(-t.astype(ld)))[::-1])[::-1][1:], [ld(0)]))
+    chord = np.maximum(s1 - x.astype(ld) * s2, ld(0)).astype(np.float64)
+    total = float(np.sum(bl))
+    xs = np.concatenate(([0.0], x))
+    # Pass 1: the hull of the lowered chords f_j = H(x_j) − G_j (some may be < 0).
+    f = np.concatenate(([total], chord - big_g))
+    vertices = _lower_hull(xs, f)
+    hull_f = np.interp(xs, xs[vertices], f[vertices])
+    # The truth is ≥ max(hull, 0), but a zero crossing strictly inside a segment is not
+    # on the grid: the curve is set to 0 from the grid point before the first one where
+    # the hull is negative (a segment from a positive hull value down to 0 lies below the
+    # hull), which rounds that part of the mass down. If the hull is already negative at
+    # x_0, the whole lower curve is 0 (a valid, uninformative lower bound).
+    neg = np.nonzero(hull_f < 0)[0]
+    w = np.maximum(hull_f, 0.0)
+    if neg.size:
+        w[int(neg[0]) - 1 if neg[0] > 1 else 0 :] = 0.0
+    # Pass 2: the hull of these non-negative points; convex, non-increasing, below them.
+    keep = _lower_hull(xs, w)
+    hx, hw = xs[keep], w[keep]
+    slopes = np.concatenate(((hw[1:] - hw[:-1]) / (hx[1:] - hx[:-1]), [0.0]))
+    masses = np.zeros(n + 1)
+    # Vertex x_j > 0 carries x_j·(slope after − slope before); the vertex at 0 none.
+    masses[keep[1:] - 1] = np.maximum(hx[1:] * (slopes[1:] - slopes[:-1]), 0.0)
+    lower = _LossPMF(h, i0, masses * (1.0 - 1e-12), 0.0, 0.0, False)
     return upper, lower
+
+
+def _lower_hull(x: FloatArray, y: FloatArray) -> npt.NDArray[np.intp]:
+    """Indices of the lower convex hull of the points (x_i, y_i), x increasing.
+
+    A point strictly above the segment joining two other points of the set is not a
+    hull vertex (the hull lies below that segment). A few vectorised passes drop every
+    point above its current neighbours' segment; what remains (usually convex already)
+    goes through Andrew's monotone chain.
+    """
+    idx = np.arange(x.size)
+    for _ in range(4):
+        if idx.size <= 2:
+            return idx
+        xa, xb, xc = x[idx[:-2]], x[idx[1:-1]], x[idx[2:]]
+        ya, yb, yc = y[idx[:-2]], y[idx[1:-1]], y[idx[2:]]
+        above = (yb - ya) * (xc - xa) > (yc - ya) * (xb - xa)
+        if not above.any():
+            return idx
+        drop = np.zeros(idx.size, dtype=bool)
+        drop[1:-1] = above
+        idx = idx[~drop]
+    xs, ys = x[idx].tolist(), y[idx].tolist()
+    hull: list[int] = []
+    for i in range(len(xs)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (ys[b] - ys[a]) * (xs[i] - xs[a]) >= (ys[i] - ys[a]) * (xs[b] - xs[a]):
+                hull.pop()  # b is on or above the segment a–i
+            else:
+                break
+        hull.append(i)
+    return idx[np.asarray(hull, dtype=np.intp)]
 
 
 def _from_continuous(
@@ -578,6 +613,9 @@ def _from_continuous(
     loss_hi = min(loss_hi, _LOSS_CAP)
     i0 = math.floor(loss_lo / h)
     i1 = max(math.ceil(loss_hi / h), i0 + 1)
+    # Building one run's PMFs (CDFs, bins, both sides, the lower hull in long double)
+    # holds about three times the arrays of an FFT power per point.
+    check_grid_points(3 * (i1 - i0 + 1))
     t = np.arange(i0, i1 + 1, dtype=np.float64) * h
     p_le, p_gt, q_le, q_gt = cdfs(t)
     pb = _bin_masses(p_le, p_gt)
@@ -607,6 +645,8 @@ def _from_points(
     if high_mass > 0 or low_mass > 0:
         losses = np.concatenate((losses, [-_LOSS_CAP, _LOSS_CAP]))
         probs = np.concatenate((probs, [0.0, 0.0]))
+    lo_hi = np.floor(np.array([losses.min(), losses.max()]) / h)
+    check_grid_points(int(lo_hi[1] - lo_hi[0]) + 1)
     idx = np.floor(losses / h).astype(np.int64)
     i0 = int(idx.min())
     n = int(idx.max()) - i0 + 1
@@ -746,7 +786,7 @@ class PrivacyLossDistribution:
         Examples
         --------
         >>> b = PrivacyLossDistribution.from_laplace(1.0).delta(0.5)
-        >>> b.lower <= 0.221199 <= b.upper
+        >>> b.lower <= 1 - math.exp(-0.25) <= b.upper  # δ(ε) = 1 − e^{(ε − ε₀)/2}
         True
         """
         scale = check_positive("scale", scale)
@@ -900,9 +940,17 @@ class PrivacyLossDistribution:
             q_gt, q_le = mixture(y)
             return ndtr(-y / sigma), ndtr(y / sigma), q_le, q_gt
 
-        y_lo, y_hi = -_Z_TRUNC * sigma, d + _Z_TRUNC * sigma
+        # Outputs beyond y_hi carry P-mass ≤ tail_mass/2: (1 − q)Φ̄(y_hi/σ) + qΦ̄(z) with
+        # both terms ≤ tail_mass/4. At small q the loss range shrinks a lot (σ = 0.6,
+        # q = 1e-5: 6.5 → 2.1 nats): the range, not the bulk, sets the grid's length.
+        # Remove: that mass goes to +∞ on the upper side (it is counted in δ). Add: it
+        # has the most negative losses and is rounded up to the lowest grid point.
+        z_mix = max(-float(ndtri(tail_mass / (4 * q))), -float(ndtri(tail_mass / 4)) - d / sigma)
+        z_rm = min(_Z_TRUNC, max(1.0, z_mix))
+        z_add = min(_Z_TRUNC, -float(ndtri(tail_mass / 2)))
+        y_lo, y_hi = -_Z_TRUNC * sigma, d + z_rm * sigma
         remove = _from_continuous(h, loss_of_y(y_lo), loss_of_y(y_hi), cdfs_remove)
-        add_lo = -loss_of_y(_Z_TRUNC * sigma)
+        add_lo = -loss_of_y(z_add * sigma)
         add_hi = -loss_of_y(-_Z_TRUNC * sigma)
         add = _from_continuous(h, add_lo, add_hi, cdfs_add)
         return cls._build(h, remove, add, tail_mass)
@@ -1114,6 +1162,50 @@ class PrivacyLossDistribution:
         return candidates
 
     @classmethod
+    def from_approx_dp(
+        cls,
+        epsilon: float,
+        delta: float = 0.0,
+        *,
+        value_discretization: float | None = None,
+        tail_mass: float = DEFAULT_TAIL_MASS,
+    ) -> PrivacyLossDistribution:
+        r"""The worst-case PLD of an (ε, δ)-DP mechanism (δ = 0: pure ε-DP).
+
+        Every (ε, δ)-DP pair is dominated by the randomised-response-like pair
+        P = (δ, (1 − δ)e^ε/(1 + e^ε), (1 − δ)/(1 + e^ε), 0) and Q its mirror image
+        (Kairouz, Oh, Viswanath 2017, Thm 2.1 / Murtagh, Vadhan 2016): its loss is +∞
+        with mass δ, +ε with mass (1 − δ)e^ε/(1 + e^ε) and −ε with the rest, and both
+        neighbouring directions are the same. Composing k copies gives the optimal
+        k-fold composition bound (KOV Thm 3.3). With the default step h = ε both atoms
+        lie on the grid (of 3 points), and the k-fold result is exact up to the
+        round-off allowance; composed with other events, give their common step.
+
+        Examples
+        --------
+        >>> pld = PrivacyLossDistribution.from_approx_dp(0.5, 1e-6).self_compose(10)
+        >>> round(pld.delta(1.0).upper, 6)  # KOV Thm 3.3 with i = 4: 0.3316851...
+        0.331685
+        """
+        eps = check_epsilon("epsilon", epsilon)
+        if not math.isfinite(eps):
+            raise ValueError(invalid("epsilon", "finite", epsilon))
+        d = float(delta)
+        if isinstance(delta, bool) or not 0.0 <= d < 1.0:
+            raise ValueError(invalid("delta", "in [0, 1)", delta))
+        if value_discretization is None:
+            h = eps if eps > 0 else DEFAULT_VALUE_DISCRETIZATION
+        else:
+            h = check_value_discretization(value_discretization)
+        tail_mass = _check_tail(tail_mass)
+        a = 1.0 / (1.0 + math.exp(-eps))  # e^ε/(1 + e^ε)
+        losses = np.array([eps, -eps])
+        probs = np.array([(1.0 - d) * a, (1.0 - d) * (1.0 - a)])
+        # The mass δ at +∞ is kept on the upper side and dropped on the lower side
+        # (valid, and it keeps the grid to [−ε, ε]).
+        return cls._build(h, _from_points(h, losses, probs, d), None, tail_mass)
+
+    @classmethod
     def from_discrete_laplace(
         cls,
         scale: Fraction | float | int | str,
@@ -1234,6 +1326,31 @@ class PrivacyLossDistribution:
         return self.upper_add is self.upper_remove and self.lower_add is self.lower_remove
 
     # -- queries ----------------------------------------------------------------------
+    @property
+    def largest_grid(self) -> int:
+        """The number of points of the largest of the four discretised PMFs."""
+        return max(
+            pmf.probs.size
+            for pmf in (self.upper_remove, self.upper_add, self.lower_remove, self.lower_add)
+        )
+
+    def without_allowances(self) -> PrivacyLossDistribution:
+        """The same PLD with its additive δ allowances (round-off, wrapped mass) set to 0
+        (the mass at +∞ is kept): not certified, only used to tell the discretisation
+        error from the allowances when choosing a grid."""
+
+        def bare(pmf: _LossPMF) -> _LossPMF:
+            return _LossPMF(pmf.h, pmf.start, pmf.probs, pmf.inf_mass, 0.0, pmf.upper)
+
+        return PrivacyLossDistribution(
+            self.value_discretization,
+            bare(self.upper_remove),
+            bare(self.upper_add),
+            bare(self.lower_remove),
+            bare(self.lower_add),
+            self.tail_mass,
+        )
+
     def delta(self, epsilon: float) -> DeltaBounds:
         """Bounds on the smallest δ at ``epsilon`` (max over both directions).
 
@@ -1369,6 +1486,7 @@ def _envelope(pmfs: Sequence[_LossPMF]) -> _LossPMF:
     i_lo = min(p.start for p in pmfs)
     i_hi = max(p.start + p.probs.size - 1 for p in pmfs)
     n = i_hi - i_lo + 1
+    check_grid_points(n)
     ld = np.longdouble
     t = np.arange(i_lo, i_hi + 1, dtype=ld) * ld(h)
     env = np.zeros(n, dtype=ld)

@@ -1,0 +1,244 @@
+r"""PLD grids chosen by the accuracy asked for, within a memory bound.
+
+The accountant states a tolerance τ on ε (relative; default 10⁻⁴). The grid step h is
+first set from the loss spread s of one run (h = 2√τ·s: the connect-the-dots upper
+bound inflates the variance of each run's loss by at most h²/4, a relative error of
+about (h/s)²/8 in ε, see docs/accounting.md), then refined where the certified bracket
+shows that it is needed: while ``upper − lower`` exceeds 10τ·upper (the lower bound's
+discretisation error is about ten times the upper's), h is divided by
+√(gap / (10τ·upper))·1.2 (the errors are O(h²)) and the PLD rebuilt, at most
+:data:`_MAX_REFINEMENTS` times. ``upper`` is certified at every step; refinement only
+tightens it.
+
+Memory: every grid (one run's PMF, each FFT window, each composition) is at most
+:data:`MAX_GRID_POINTS` points (about 200 MB at the peak of a k-fold power). A build
+that would need more raises :class:`GridTooLargeError` before allocating; the automatic
+policy then coarsens h to fit (the result is still certified, only looser, and its
+``note`` says so), and an explicit ``value_discretization`` that cannot fit is refused
+with the step that would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+from gaussdp._validation import check_positive
+from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
+from gaussdp.errors import invalid
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "MAX_GRID_POINTS",
+    "AdaptivePLD",
+    "GridTooLargeError",
+    "check_grid_points",
+    "check_tolerance",
+]
+
+#: Default relative tolerance on ε of the PLD accountant's upper bound.
+DEFAULT_TOLERANCE = 1e-4
+#: Largest number of points of any grid the PLD code allocates.
+MAX_GRID_POINTS = 3_000_000
+# Largest number of rebuilds with a finer grid per query, and the largest grid a
+# refinement may build (refining is for accuracy; it stops where it gets expensive).
+_MAX_REFINEMENTS = 4
+_REFINE_POINTS = 1_500_000
+# The bracket's relative width that is accepted, in units of the tolerance.
+_GAP_FACTOR = 10.0
+
+
+class GridTooLargeError(ValueError):
+    """A grid of ``points`` points was requested, more than :data:`MAX_GRID_POINTS`."""
+
+    def __init__(self, points: int) -> None:
+        super().__init__(
+            invalid(
+                "value_discretization",
+                f"large enough for grids of at most {MAX_GRID_POINTS} points",
+                f"a grid of {points} points",
+            )
+        )
+        self.points = points
+
+
+def check_grid_points(points: int) -> None:
+    """Raise :class:`GridTooLargeError` if a grid of ``points`` points may not be allocated."""
+    if points > MAX_GRID_POINTS:
+        raise GridTooLargeError(points)
+
+
+def check_tolerance(value: object) -> float:
+    """Return ``value`` as a relative tolerance in (0, 0.1], else raise the shared template."""
+    tol = check_positive("tolerance", value)
+    if tol > 0.1:
+        raise ValueError(invalid("tolerance", "in (0, 0.1]", value))
+    return tol
+
+
+class _Built(Protocol):
+    """What :class:`AdaptivePLD` builds: any object with ``epsilon`` and ``delta``."""
+
+    def epsilon(self, delta: float) -> EpsilonBounds: ...
+
+    def delta(self, epsilon: float) -> DeltaBounds: ...
+
+    def without_allowances(self) -> _Built: ...
+
+
+class AdaptivePLD:
+    """Builds a composition's PLD at grid steps chosen by the accuracy asked for.
+
+    Parameters
+    ----------
+    build : callable
+        ``build(h)`` returns the composition's PLD on grid step ``h``.
+    h0 : float
+        The first grid step (from the loss spread, see the module docstring).
+    tolerance : float
+        Relative tolerance τ on ε.
+    fixed : bool
+        True when the user gave the grid step: no refinement, no coarsening; a grid
+        that does not fit is refused.
+    snap : callable
+        Maps a wanted step to the step used (e.g. one dividing a loss lattice).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[float], _Built],
+        h0: float,
+        tolerance: float,
+        *,
+        fixed: bool,
+        snap: Callable[[float], float],
+    ) -> None:
+        self._build = build
+        self._tol = tolerance
+        self._fixed = fixed
+        self._snap = snap
+        self._h = h0
+        self._pld: _Built | None = None
+        self._coarsened = False
+
+    @property
+    def value_discretization(self) -> float:
+        """The finest grid step built so far (the first one before any query)."""
+        return self._h
+
+    def pld(self) -> _Built:
+        """The PLD on the current (finest so far) grid."""
+        if self._pld is None:
+            self._pld = self._build_fitting(self._h)
+        return self._pld
+
+    def _build_fitting(self, h: float) -> _Built:
+        for _ in range(4):
+            try:
+                built = self._build(h)
+            except GridTooLargeError as exc:
+                if self._fixed:
+                    need = h * exc.points / MAX_GRID_POINTS
+                    raise ValueError(
+                        invalid(
+                            "value_discretization",
+                            f"at least {need:.3g} for this composition to fit the memory "
+                            f"bound of {MAX_GRID_POINTS} grid points (or use a larger "
+                            "tolerance and no explicit step, or RDPAccountant)",
+                            h,
+                        )
+                    ) from None
+                h = self._snap(h * exc.points / MAX_GRID_POINTS * 1.25)
+                self._coarsened = True
+                continue
+            self._h = h
+            return built
+        raise ValueError(  # pragma: no cover - each retry coarsens by the missing factor
+            invalid("tolerance", "reachable within the memory bound", self._tol)
+        )
+
+    def epsilon(self, delta: float) -> EpsilonBounds:
+        """Bounds on ε at ``delta``, refining the grid until the bracket is narrow."""
+        lower, upper = self._refine(lambda pld: pld.epsilon(delta))
+        return EpsilonBounds(lower, upper, method="pld", note=self._note(lower, upper))
+
+    def delta(self, epsilon: float) -> DeltaBounds:
+        """Bounds on δ at ``epsilon``, refining the grid until the bracket is narrow."""
+        lower, upper = self._refine(lambda pld: pld.delta(epsilon))
+        return DeltaBounds(lower, upper, method="pld", note=self._note(lower, upper))
+
+    def _refine(
+        self, query: Callable[[_Built], EpsilonBounds | DeltaBounds]
+    ) -> tuple[float, float]:
+        """The bracket of ``query``, intersected over the grids built: every grid's
+        bounds are certified, so the largest lower and the smallest upper are too. Stops
+        when the bracket is narrow, the grid cannot grow, or two finer grids in a row did
+        not narrow it by 5 % (the allowances, not the discretisation, dominate)."""
+        pld = self.pld()
+        b = query(pld)
+        lower, upper = b.lower, b.upper
+        stalled = 0
+        for _ in range(_MAX_REFINEMENTS):
+            # The allowances (round-off, wrapped mass) do not shrink with h: the step is
+            # refined only while the discretisation alone leaves the bracket too wide.
+            bare = query(pld.without_allowances())
+            factor = self._refinement(bare.lower, bare.upper)
+            if factor is None:
+                break
+            finer = self._finer(factor)
+            if finer is None:
+                break
+            pld = finer
+            b = query(finer)
+            old_gap = upper - lower
+            lower, upper = max(lower, b.lower), min(upper, b.upper)
+            stalled = stalled + 1 if upper - lower > old_gap * 0.95 else 0
+            if stalled == 2:
+                break
+        return min(lower, upper), upper
+
+    def _refinement(self, lower: float, upper: float) -> float | None:
+        """The factor to divide h by, or None when the bracket is narrow enough."""
+        if self._fixed or not math.isfinite(upper) or upper <= 0.0:
+            return None
+        target = _GAP_FACTOR * self._tol * upper
+        gap = upper - lower
+        if gap <= target:
+            return None
+        return min(16.0, max(1.5, 1.2 * math.sqrt(gap / target)))
+
+    def _finer(self, factor: float) -> _Built | None:
+        h = self._snap(self._h / factor)
+        if h >= self._h:
+            return None
+        size = getattr(self._pld, "largest_grid", None)
+        if isinstance(size, int) and size * self._h / h > _REFINE_POINTS:
+            return None
+        before = self._coarsened
+        self._coarsened = False
+        try:
+            built = self._build(h)
+        except GridTooLargeError:
+            self._coarsened = True
+            return None
+        finally:
+            self._coarsened = self._coarsened or before
+        self._h = h
+        self._pld = built
+        return built
+
+    def _note(self, lower: float, upper: float) -> str:
+        if math.isfinite(upper) and upper - lower <= _GAP_FACTOR * self._tol * max(upper, 0.0):
+            return ""
+        if not math.isfinite(upper):
+            return (
+                "the PLD cannot certify an upper bound here (its mass at +inf and its "
+                "numerical allowances exceed delta)"
+            )
+        if self._coarsened:
+            return (
+                f"grid step {self._h:.3g} (coarsened to fit the memory bound of "
+                f"{MAX_GRID_POINTS} points): the bracket is wider than the tolerance"
+            )
+        return f"grid step {self._h:.3g}: the bracket is wider than the tolerance"

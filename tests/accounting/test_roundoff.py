@@ -1,0 +1,134 @@
+"""Each round-off lemma of gaussdp.accounting._roundoff against mpmath (exact sums)."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+from scipy import fft as sp_fft
+
+from gaussdp.accounting._roundoff import (
+    U,
+    coefficient_error_l1,
+    fft_gamma,
+    full_weights,
+    power,
+    power_error,
+)
+from gaussdp.accounting.pld import _LossPMF, _power
+
+mp.mp.dps = 50
+
+
+def _exact_dft(x: np.ndarray) -> list[mp.mpc]:
+    """(DFT x)_j = Σ_i x_i e^{−2πi·ij/N} for j ≤ N/2, in 50-digit arithmetic."""
+    n = x.size
+    xs = [mp.mpf(float(v)) for v in x]
+    out = []
+    for j in range(n // 2 + 1):
+        out.append(mp.fsum(xs[i] * mp.expjpi(mp.mpf(-2 * ((i * j) % n)) / n) for i in range(n)))
+    return out
+
+
+@pytest.mark.parametrize("n", [60, 96, 125, 128])
+@pytest.mark.parametrize("signed", [False, True])
+def test_lemma_1_componentwise_forward_dft(n: int, signed: bool) -> None:
+    rng = np.random.default_rng(n)
+    x = rng.random(n) ** 4  # uneven magnitudes
+    if signed:
+        x -= x.mean()
+    exact = _exact_dft(x)
+    computed = sp_fft.rfft(x)
+    bound = fft_gamma(n) * float(np.sum(np.abs(x)))
+    errors = [abs(mp.mpc(complex(c)) - e) for c, e in zip(computed, exact, strict=True)]
+    assert max(errors) <= bound
+    assert max(errors) > 0  # the check is not vacuous: round-off happens
+
+
+@pytest.mark.parametrize("n", [60, 96, 128])
+def test_lemma_1_componentwise_inverse_dft(n: int) -> None:
+    rng = np.random.default_rng(7 + n)
+    half = n // 2 + 1
+    y = (rng.standard_normal(half) + 1j * rng.standard_normal(half)) * rng.random(half) ** 3
+    y[0] = y[0].real
+    if n % 2 == 0:
+        y[-1] = y[-1].real
+    computed = sp_fft.irfft(y, n)
+    w = full_weights(n, half)
+    bound = fft_gamma(n) * float(np.sum(w * np.abs(y))) / n
+    ys = [mp.mpc(complex(v)) for v in y]
+    for i in range(n):
+        # x_i = (1/N) Σ_full y_j e^{2πi·ij/N} = (1/N)[y_0 + 2 Re Σ_{0<j<N/2} ... + y_{N/2}(−1)^i]
+        total = mp.mpf(0)
+        for j in range(half):
+            term = ys[j] * mp.expjpi(mp.mpf(2 * ((i * j) % n)) / n)
+            total += term.real if w[j] == 1 else 2 * term.real
+        assert abs(mp.mpf(float(computed[i])) - total / n) <= bound
+
+
+@pytest.mark.parametrize("k", [2, 37, 1000, 20_000])
+def test_lemma_2_power_evaluation(k: int) -> None:
+    rng = np.random.default_rng(k)
+    modulus = 1.0 - rng.random(200) ** 2 * (5.0 / k)  # |φ|^k between e^{−5} and 1
+    phi = modulus * np.exp(2j * math.pi * rng.random(200))
+    powered, _, rho = power(phi, k)
+    assert np.all(np.isfinite(rho))
+    for c, r, p in zip(phi, rho, powered, strict=True):
+        exact = mp.mpc(complex(c)) ** k  # the computed coefficient, raised exactly
+        assert abs(mp.mpc(complex(p)) - exact) <= r * abs(mp.mpc(complex(c))) ** k
+
+
+@pytest.mark.parametrize("k", [3, 500])
+def test_lemma_3_power_of_a_perturbed_coefficient(k: int) -> None:
+    rng = np.random.default_rng(11 * k)
+    e = 1e-13
+    exact = (1.0 - rng.random(100) * (3.0 / k)) * np.exp(2j * math.pi * rng.random(100))
+    shift = e * rng.random(100) * np.exp(2j * math.pi * rng.random(100))
+    computed = exact + shift  # |φ̃ − φ| ≤ e
+    powered, mod, rho = power(computed, k)
+    bound = power_error(mod, rho, e, k)
+    for x, p, b in zip(exact, powered, bound, strict=True):
+        assert abs(mp.mpc(complex(p)) - mp.mpc(complex(x)) ** k) <= b
+
+
+def _exact_power(p: np.ndarray, k: int) -> list[mp.mpf]:
+    out = [mp.mpf(1)]
+    ps = [mp.mpf(float(v)) for v in p]
+    for _ in range(k):
+        nxt = [mp.mpf(0)] * (len(out) + len(ps) - 1)
+        for i, a in enumerate(out):
+            for j, b in enumerate(ps):
+                nxt[i + j] += a * b
+        out = nxt
+    return out
+
+
+@pytest.mark.parametrize("upper", [True, False])
+def test_lemmas_4_and_5_end_to_end_k_fold_power(upper: bool) -> None:
+    # A k-fold power through _power: the ℓ1 distance to the exact convolution power,
+    # plus the mass outside the window, is within the allowance it reports.
+    rng = np.random.default_rng(3)
+    p = rng.random(12)
+    p /= p.sum()
+    k = 9
+    base = _LossPMF(1e-2, -5, p, 0.0, 0.0, upper)
+    out = _power(base, k, None, 1e-30)
+    exact = _exact_power(p, k)
+    offset = out.start - k * base.start
+    inside = sum(
+        abs(mp.mpf(float(v)) - exact[offset + i])
+        for i, v in enumerate(out.probs)
+        if 0 <= offset + i < len(exact)
+    )
+    outside = mp.fsum(exact[j] for j in range(len(exact)) if not 0 <= j - offset < out.probs.size)
+    assert inside + outside <= out.fft_l1 + out.slack
+    assert out.fft_l1 < 1e-12
+
+
+def test_coefficient_error_l1_is_parseval_over_the_full_spectrum() -> None:
+    err = np.array([1.0, 2.0, 2.0, 1.0])
+    w = full_weights(6, 4)
+    assert coefficient_error_l1(err, w) == pytest.approx(math.sqrt(1 + 8 + 8 + 1))
+    assert fft_gamma(1024) < 200 * U
