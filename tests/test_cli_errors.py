@@ -123,6 +123,24 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         "error: event[0] (gaussian): sigma must be a finite positive real number, got -1",
     ),
     (
+        "account: a Laplace composition past the PLD's float range",
+        lambda p: [
+            "account",
+            _events(p, '[[event]]\nmechanism = "laplace"\nscale = 0.0001\ncount = 100000\n'),
+        ],
+        2,
+        "error: event[0] must be within the PLD accountant's floating-point range",
+    ),
+    (
+        "account: a discrete Laplace composition past the PLD's float range",
+        lambda p: [
+            "account",
+            _events(p, '[[event]]\nmechanism = "discrete_laplace"\nscale = "0.01"\ncount = 1000\n'),
+        ],
+        2,
+        "error: event[0] must be within the PLD accountant's floating-point range",
+    ),
+    (
         "account: an unknown key",
         lambda p: ["account", _events(p, '[[event]]\nmechanism = "laplace"\nscale = 1\nk = 2\n')],
         2,

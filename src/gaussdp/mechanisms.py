@@ -35,6 +35,7 @@ from gaussdp._validation import (
 )
 from gaussdp.errors import invalid
 from gaussdp.privacy.discrete import (
+    _to_float_or_inf,
     discrete_gaussian_delta,
     discrete_gaussian_pmf,
     discrete_gaussian_sf,
@@ -611,7 +612,7 @@ class DiscreteGaussian:
     @property
     def rho(self) -> float:
         """Δ²/(2σ²): the mechanism is ρ-zCDP (CKS Thm 4)."""
-        return float(Fraction(self.sensitivity**2) / (2 * self.sigma2))
+        return _to_float_or_inf(Fraction(self.sensitivity**2) / (2 * self.sigma2))
 
     def rdp(self, order: float) -> float:
         """Rényi divergence bound at ``order`` α > 1: αρ (CKS Thm 4)."""
@@ -800,13 +801,13 @@ class LatticeGaussian:
 
     @property
     def effective_sensitivity(self) -> float:
-        """The same bound in the query's units: at most Δ + γ√d."""
-        return float(self.lattice_sensitivity * Fraction(self.gamma))
+        """The same bound in the query's units: at most Δ + γ√d (∞ past the float range)."""
+        return _to_float_or_inf(self.lattice_sensitivity * Fraction(self.gamma))
 
     @property
     def rho(self) -> float:
         """ρ-zCDP of the release, L²/(2σ_Z²) (CKS Thm 14)."""
-        return float(self.lattice_sensitivity**2 / (2 * self.sigma2))
+        return _to_float_or_inf(self.lattice_sensitivity**2 / (2 * self.sigma2))
 
     @property
     def mu(self) -> float:
@@ -888,12 +889,12 @@ class DiscreteLaplace:
     @property
     def pure_epsilon(self) -> float:
         """Δ/t: the mechanism is (Δ/t, 0)-DP (CKS §4)."""
-        return float(Fraction(self.sensitivity) / self.scale)
+        return _to_float_or_inf(Fraction(self.sensitivity) / self.scale)
 
     @property
     def rho(self) -> float:
         """ε²/2 with ε = Δ/t: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4)."""
-        return self.pure_epsilon**2 / 2
+        return self.pure_epsilon * self.pure_epsilon / 2  # ∞, not OverflowError, past 1e154
 
     def rdp(self, order: float) -> float:
         """A Rényi divergence bound at ``order`` α > 1: min(αρ, ε) (Bun & Steinke 2016)."""
@@ -976,7 +977,7 @@ class Laplace:
     @property
     def rho(self) -> float:
         """ε²/2 with ε = Δ/b (Bun & Steinke 2016 Prop 1.4)."""
-        return self.pure_epsilon**2 / 2
+        return self.pure_epsilon * self.pure_epsilon / 2  # ∞, not OverflowError, past 1e154
 
     def delta(self, epsilon: float) -> float:
         """Exact smallest δ at this ε: 1 − e^{(ε − ε₀)/2} for ε < ε₀ = Δ/b, else 0.
@@ -997,4 +998,4 @@ class Laplace:
     @property
     def variance(self) -> float:
         """Variance of the noise, 2b²."""
-        return 2 * self.scale**2
+        return 2 * self.scale * self.scale  # ∞, not OverflowError, past 1e154

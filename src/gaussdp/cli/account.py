@@ -137,6 +137,16 @@ def _compose(factory: Callable[[], Accountant], events: list[tuple[Event, int]])
     return acc
 
 
+def _pld_in_range(
+    factory: Callable[[], Accountant], event: tuple[Event, int], delta: float
+) -> bool:
+    try:
+        _compose(factory, [event]).epsilon(delta)
+    except (OverflowError, ZeroDivisionError):
+        return False
+    return True
+
+
 def account_rows(
     events: list[tuple[Event, int]],
     delta: float,
@@ -146,8 +156,26 @@ def account_rows(
     """The rows of ``gaussdp account``."""
     from gaussdp.accounting import GDPAccountant, PLDAccountant, RDPAccountant
 
-    pld = _compose(lambda: PLDAccountant(value_discretization=value_discretization), events)
-    bounds = pld.epsilon(delta)
+    def pld_accountant() -> Accountant:
+        return PLDAccountant(value_discretization=value_discretization)
+
+    pld = _compose(pld_accountant, events)
+    try:
+        bounds = pld.epsilon(delta)
+    except (OverflowError, ZeroDivisionError) as error:
+        # A numerical limit of the PLD, not bad input as such: name the event that hits it.
+        culprit = next(
+            (i for i, e in enumerate(events) if not _pld_in_range(pld_accountant, e, delta)),
+            None,
+        )
+        name = "events" if culprit is None else f"event[{culprit}]"
+        raise ValueError(
+            invalid(
+                name,
+                "within the PLD accountant's floating-point range (use more noise or fewer runs)",
+                f"{type(error).__name__}: {error}",
+            )
+        ) from error
     rows: list[tuple[str, str, object]] = [
         ("events", "events", len(events)),
         ("mechanism runs", "runs", sum(c for _, c in events)),

@@ -171,6 +171,10 @@ def _array_k(k: object) -> NDArray[np.object_] | FloatArray:
     raise TypeError(invalid("k", _K_CONSTRAINT, k))
 
 
+#: Integers (and ratios) above this overflow float products: paths that meet them take care.
+_HUGE_INDEX = 2**1000
+
+
 def _to_float_or_inf(x: Fraction) -> float:
     """``float(x)`` for ``x >= 0``, or ``inf`` when it exceeds the float range."""
     try:
@@ -525,6 +529,12 @@ def _direct_sum(m: int, s: Fraction, c: float | None, b: float) -> float:
     """
     sf = float(s)
     z0 = max(m, 0)
+    ratio = Fraction(z0) / s
+    if ratio > 100 and (z0 > _HUGE_INDEX or ratio > _HUGE_INDEX):
+        # The exponents below would overflow; the terms after the first are below
+        # e^{-(2 z0 + 1)/(2s)} < e^{-200} each and shrink geometrically, so the first
+        # term is the sum to double precision.
+        return 1.0 if c is None else -math.expm1(-c)
     two_z0 = float(2 * z0)
     inv_2s = 1.0 / (2.0 * sf)
     start = m
@@ -578,9 +588,12 @@ def _upper_tail(m: int, s: Fraction, z: float) -> tuple[Fraction, float]:
     x = m²/(2s) (exact) and r = Σ_{y>=m} e^{-(y²-m²)/(2s)} / Z.
     """
     x = Fraction(m * m) / (2 * s)
+    if m > _HUGE_INDEX and math.isinf(_to_float_or_inf(x)):
+        # e^{-x} is 0 in floats; r <= (1 + ∫_m^∞ e^{-(y²-m²)/(2s)} dy) / Z <= (1 + s/m) / Z.
+        return x, (1.0 + _to_float_or_inf(s / m)) / z
     if s >= _EM_MIN_SIGMA2:
         sf = float(s)
-        u = float(m) / math.sqrt(2.0 * sf)
+        u = math.sqrt(float(x)) if m > _HUGE_INDEX else float(m) / math.sqrt(2.0 * sf)
         for p in range(1, _EM_MAX_ORDER + 1):
             if _em_remainder_log_factor(p, u, sf) < _LOG_EM_TOL:
                 # Euler-Maclaurin: Σ_{y>=m} f = ∫_m^∞ f + f(m)/2

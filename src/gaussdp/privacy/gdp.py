@@ -638,6 +638,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     sigma = sensitivity / mu
     if not math.isfinite(sigma):  # ε = 0 and δ below ~1e-306: σ overflows
         return math.inf
+    # A tiny Δ over a huge μ underflows to 0; start the upward search at the least float.
+    sigma = max(sigma, math.ulp(0.0))
     # Balle & Wang 2018 Thm 8 at μ = Δ/σ, re-checked after the division rounds.
     return _nudge(
         sigma,
