@@ -513,3 +513,12 @@ def test_extreme_inputs_terminate_safely() -> None:
     mu = gdp_mu(5e-324, 5e-324)
     assert 0.0 < mu < 1e-322
     assert analytic_gaussian_sigma(0.0, 1e-310) == math.inf  # σ ≈ 4e309 overflows
+
+
+def test_importing_the_mechanisms_does_not_import_scipy_optimize() -> None:
+    # brentq is imported where it is used: scipy.optimize costs ~1 s of start-up.
+    import subprocess
+    import sys
+
+    code = "import sys, gaussdp.mechanisms; assert 'scipy.optimize' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

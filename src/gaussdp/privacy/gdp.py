@@ -53,7 +53,6 @@ from typing import overload
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import brentq
 from scipy.special import erf, erfcx, erfinv, ndtr, ndtri
 
 from gaussdp._validation import check_delta, check_epsilon, check_positive
@@ -166,6 +165,10 @@ def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
     Brent's method; bisection where it cannot converge (brackets of subnormal
     floats). The caller moves the result to the safe side with :func:`_nudge`.
     """
+    # Imported here: scipy.optimize costs about a second of import time that
+    # `import gaussdp` (and `gaussdp calibrate` in the common case) need not pay.
+    from scipy.optimize import brentq
+
     try:
         return float(brentq(f, lo, hi, xtol=_TINY, rtol=_RTOL, maxiter=200))
     except RuntimeError:
