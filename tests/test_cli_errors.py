@@ -272,6 +272,7 @@ def test_missing_extra_names_the_checkout_install(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "pyspark.sql", None)
     result = invoke("release", SPEC, "--data", "visits", "--engine", "spark")
     assert_one_line(result, 4, "pip install '.[spark]'")
+    assert result.stderr.count("from a gaussdp checkout") == 1  # phrased once, in gaussdp.errors
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,9 @@ def test_domain_errors_subclass_builtins() -> None:
     error = MissingExtraError("Spark release", "spark")
     assert isinstance(error, ImportError)
     assert "pip install 'gaussdp[spark]'" in str(error)
+    # gaussdp is not on a package index: the message also gives the checkout install, once.
+    assert str(error).count("pip install '.[spark]'") == 2  # plain and .venv/bin/pip
+    assert str(error).count("from a gaussdp checkout") == 1
 
 
 def test_accepted_values_are_normalised() -> None:

@@ -46,8 +46,11 @@ class MissingExtraError(ImportError):
     """An optional integration was used without its extra installed."""
 
     def __init__(self, feature: str, extra: str) -> None:
+        # gaussdp is not on a package index: the checkout form is the one that works today.
         super().__init__(
-            f"{feature} needs the optional extra {extra!r}: pip install 'gaussdp[{extra}]'"
+            f"{feature} needs the optional extra {extra!r}: pip install 'gaussdp[{extra}]' "
+            f"(from a gaussdp checkout: pip install '.[{extra}]', or .venv/bin/pip install "
+            f"'.[{extra}]' without activating .venv)"
         )
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,17 +126,6 @@ def _interrupted(error: BaseException) -> bool:
     return False
 
 
-def _missing_extra(message: str) -> str:
-    match = re.search(r"gaussdp\[(\w+)\]", message)
-    if match is None:
-        return message
-    extra = match.group(1)
-    return (
-        f"{message} — from a gaussdp checkout: pip install '.[{extra}]' "
-        f"(with .venv activated, or .venv/bin/pip install '.[{extra}]')"
-    )
-
-
 def classify(error: BaseException, *, oom_hint: str) -> tuple[int, str, str]:
     """The exit status, prefix and one-line message for ``error``."""
     from gaussdp.errors import BudgetExceededError, EngineError, LedgerError, MissingExtraError
@@ -150,7 +138,7 @@ def classify(error: BaseException, *, oom_hint: str) -> tuple[int, str, str]:
         # The filters' messages already begin with "refused: ".
         return EXIT_REFUSED, "refused:", str(error).removeprefix("refused: ")
     if isinstance(error, MissingExtraError):
-        return EXIT_FAILURE, "error:", _missing_extra(str(error))
+        return EXIT_FAILURE, "error:", str(error)  # it names the checkout install too
     if isinstance(error, MemoryError):
         detail = str(error) or "an allocation failed"
         return EXIT_FAILURE, "out of memory:", f"{detail}; {oom_hint}"
