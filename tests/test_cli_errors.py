@@ -188,7 +188,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
             DATA,
         ],
         2,
-        "error: columns must be 1 column(s) for mean",
+        "error: query[0] (mean): columns must be 1 column(s) for mean",
     ),
     (
         "ledger show: not a ledger",

@@ -305,7 +305,11 @@ def test_spec_round_trip_and_errors(tmp_path: Path) -> None:
     assert [q.statistic for q in release.queries] == ["count", "mean", "histogram", "count"]
     assert release.report.epsilon <= 1.0
     bad = {**spec, "query": [{"statistic": "sum", "column": "minutes"}]}
-    with pytest.raises(ValueError, match="bounds"):
+    with pytest.raises(ValueError, match=r"^query\[0\] \(sum\): .*bounds"):
+        release_from_spec(bad, None)
+    # The failing query is named by its index and statistic, not only by what is wrong.
+    bad = {**spec, "query": [{"statistic": "count"}, {"statistic": "mean"}]}
+    with pytest.raises(ValueError, match=r"^query\[1\] \(mean\): columns must be 1 column"):
         release_from_spec(bad, None)
     bad = {**spec, "query": [{"statistic": "count", "bye": "page"}]}
     with pytest.raises(ValueError, match="bye"):

@@ -149,19 +149,25 @@ def release_from_spec(
         statistic = _required(where, table, "statistic")
         if "column" in table and "columns" in table:
             raise ValueError(invalid(where, "given column or columns, not both", sorted(table)))
-        columns = table.get("columns", [table["column"]] if "column" in table else [])
-        by = table.get("by", [])
-        keys = table.get("keys")
-        release.add(
-            Query(
-                statistic,
-                tuple(columns) if isinstance(columns, list) else columns,
-                (by,) if isinstance(by, str) else tuple(by),
-                bounds=table.get("bounds"),
-                bins=tuple(table["bins"]) if "bins" in table else None,
-                norm=table.get("norm"),
-                keys=key_tuples(keys),
-                weight=table.get("weight", 1.0),
-            )
-        )
+        try:
+            release.add(_query(table, statistic))
+        except (ValueError, TypeError) as error:
+            # Name the query, as the events file's errors name the event.
+            message = f"query[{i}] ({statistic}): {error}"
+            raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from error
     return release
+
+
+def _query(table: Mapping[str, Any], statistic: Any) -> Query:
+    columns = table.get("columns", [table["column"]] if "column" in table else [])
+    by = table.get("by", [])
+    return Query(
+        statistic,
+        tuple(columns) if isinstance(columns, list) else columns,
+        (by,) if isinstance(by, str) else tuple(by),
+        bounds=table.get("bounds"),
+        bins=tuple(table["bins"]) if "bins" in table else None,
+        norm=table.get("norm"),
+        keys=key_tuples(table.get("keys")),
+        weight=table.get("weight", 1.0),
+    )
