@@ -515,10 +515,24 @@ def test_extreme_inputs_terminate_safely() -> None:
     assert analytic_gaussian_sigma(0.0, 1e-310) == math.inf  # σ ≈ 4e309 overflows
 
 
-def test_importing_the_mechanisms_does_not_import_scipy_optimize() -> None:
-    # brentq is imported where it is used: scipy.optimize costs ~1 s of start-up.
+def test_calibrating_does_not_import_scipy_optimize() -> None:
+    # gaussdp calibrate's path: scipy.optimize would cost a large part of its start-up.
     import subprocess
     import sys
 
-    code = "import sys, gaussdp.mechanisms; assert 'scipy.optimize' not in sys.modules"
+    code = (
+        "import sys\n"
+        "from gaussdp.cli.calibrate import calibrate_rows\n"
+        "calibrate_rows(1.0, 1e-6, 1.0)\n"
+        "assert 'scipy.optimize' not in sys.modules, 'scipy.optimize imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(1e-6, 0.5), (1.0, 1e-6), (50.0, 1e-300)])
+def test_root_finder_meets_delta_and_is_tight(epsilon: float, delta: float) -> None:
+    # The root (Illinois regula falsi) is nudged to the safe side; it must land within a few
+    # ulps of the exact threshold: one step up from the returned μ already exceeds δ.
+    mu = gdp_mu(epsilon, delta)
+    assert gdp_delta(mu, epsilon) <= delta
+    assert gdp_delta(mu * (1 + 1e-12), epsilon) > delta * (1 - 2e-10)
