@@ -367,8 +367,8 @@ def test_usage_errors_exit_2_without_traceback() -> None:
 
 
 @pytest.mark.slow
-def test_out_of_memory_in_the_accountant_is_one_line(tmp_path: Path) -> None:
-    """A real MemoryError: a PLD grid too large for a 1 GiB address space (a subprocess)."""
+def test_a_large_composition_fits_a_1_gib_address_space(tmp_path: Path) -> None:
+    """The composition that used to die with MemoryError now fits (bounded PLD grid)."""
     events = _events(
         tmp_path,
         '[[event]]\nmechanism = "gaussian"\nsigma = 0.5\nsample_rate = 0.5\ncount = 100000\n',
@@ -378,16 +378,49 @@ def test_out_of_memory_in_the_accountant_is_one_line(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "gaussdp", "account", events],
+        [sys.executable, "-m", "gaussdp", "account", events, "--json"],
         capture_output=True,
         text=True,
         preexec_fn=limit_memory,
         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
-        timeout=300,
+        timeout=600,
         check=False,
     )
-    assert proc.returncode == 4, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert isinstance(payload["epsilon_upper"], float)
+    assert payload["epsilon_lower"] <= payload["epsilon_upper"]
+
+
+def test_a_grid_too_fine_for_memory_is_bad_input(tmp_path: Path) -> None:
+    events = _events(
+        tmp_path,
+        '[[event]]\nmechanism = "gaussian"\nsigma = 0.5\nsample_rate = 0.5\ncount = 100000\n',
+    )
+    result = invoke("account", events, "--value-discretization", "1e-9")
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "value_discretization" in lines[0]
+    assert "memory" in lines[0]
+
+
+def test_out_of_memory_in_the_accountant_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaussdp.accounting import PLDAccountant
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(PLDAccountant, "_build", no_memory)
+    events = _events(
+        tmp_path,
+        '[[event]]\nmechanism = "gaussian"\nsigma = 0.5\nsample_rate = 0.5\ncount = 1000\n',
+    )
+    result = invoke("account", events)
+    assert result.exit_code == 4, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
     assert lines[0].startswith("out of memory:")
     assert "--value-discretization" in lines[0]
