@@ -35,6 +35,7 @@ from typing import Any
 
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
+from gaussdp.release.spec import _required, _unknown
 from gaussdp.synth.core import Synthesizer
 from gaussdp.synth.domain import Categorical, Column, Numeric
 
@@ -53,18 +54,6 @@ _TOP = {
 _CATEGORICAL = {"name", "categories", "other"}
 _NUMERIC = {"name", "bounds", "bins", "integer", "other"}
 _BUDGET = {"epsilon", "delta", "rho"}
-
-
-def _unknown(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(table) - allowed)
-    if extra:
-        raise ValueError(invalid(f"{where} keys", f"among {sorted(allowed)}", extra))
-
-
-def _required(where: str, table: Mapping[str, Any], key: str) -> Any:
-    if key not in table:
-        raise ValueError(invalid(f"{where}.{key}", "given", None))
-    return table[key]
 
 
 def _column(where: str, table: object) -> Column:
