@@ -48,6 +48,10 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     assert payload["report"]["mode"] == "gdp"
     assert {"statistic", "value", "std", "ci_low", "ci_high"} <= set(payload["results"][0])
     assert len(pd.read_csv(out)) == len(payload["results"])
+    # Dates are ISO strings, not pandas' default epoch milliseconds.
+    days = [row["day"] for row in payload["results"] if row.get("day") is not None]
+    assert days
+    assert all(isinstance(d, str) and d[:4] == "2026" and d[4] == "-" for d in days)
     # A second run would exceed the ledger's total: refused with exit code 3.
     r = runner.invoke(app, args)
     assert r.exit_code == 3

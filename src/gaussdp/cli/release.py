@@ -82,7 +82,8 @@ def check_output(out: Path) -> str:
 
 def _payload(result: ReleaseResult) -> dict[str, Any]:
     return {
-        "results": json.loads(result.frame.to_json(orient="records")),
+        # ISO dates (pandas writes epoch milliseconds by default).
+        "results": json.loads(result.frame.to_json(orient="records", date_format="iso")),
         "report": result.report.to_dict(),
     }
 
