@@ -104,3 +104,27 @@ def test_an_explicit_step_that_cannot_fit_is_refused_with_the_step_that_would() 
 def test_tolerance_validates(bad: float) -> None:
     with pytest.raises(ValueError, match="^tolerance must be"):
         PLDAccountant(tolerance=bad)
+
+
+@pytest.mark.parametrize("scale", [0.4, 0.999, 1.0])
+def test_a_lattice_coarser_than_one_nat_is_divided_evenly(scale: float) -> None:
+    """A discrete Laplace of scale < 1 has a loss lattice 1/t > 1 nat: the grid divides it.
+
+    Reference: δ(ε) of k sensitivity-1 discrete Laplace queries is a binomial sum
+    (the loss is ±1/t per query, CKS §4; Kairouz–Oh–Viswanath), computed here
+    independently of the PLD.
+    """
+    k, eps = 10, 2.5
+    e0 = 1.0 / scale
+    p = 1.0 / (1.0 + math.exp(-e0))
+    exact = math.fsum(
+        math.comb(k, i) * p**i * (1 - p) ** (k - i) * -math.expm1(eps - (2 * i - k) * e0)
+        for i in range(k + 1)
+        if (2 * i - k) * e0 > eps
+    )
+    acc = PLDAccountant().compose(DiscreteLaplace(scale), k)
+    assert acc.value_discretization <= 1.0
+    b = acc.delta(eps)
+    assert b.lower <= exact * (1 + 1e-9) + 1e-15
+    assert exact <= b.upper * (1 + 1e-9) + 1e-15
+    assert b.upper - b.lower <= 1e-6 * max(exact, 1e-12) + 1e-12

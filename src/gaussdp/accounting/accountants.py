@@ -800,7 +800,9 @@ class PLDAccountant(Accountant):
             (event,) = self._leaves
             lattice = _loss_lattice(event)
             if lattice is not None:
-                return lattice
+                # A grid step is at most 1 nat: a coarser lattice is divided evenly,
+                # which keeps every loss value on the grid (both bounds stay exact).
+                return lattice if lattice <= 1.0 else lattice / math.ceil(lattice)
         return h
 
     @property

@@ -37,8 +37,13 @@ def _coarse_then_fine(
     rtol: float,
     fine_h: float,
 ) -> float:
-    """Search on a grid 4x coarser (fast), then finish on the accountant's grid."""
-    coarse = _smallest_scale(lambda s: eps_of(s, 4 * fine_h), target, start, rtol / 2)
+    """Search on a grid 4x coarser (fast), then finish on the accountant's grid.
+
+    The coarse step is capped at 1 nat, the largest grid step a PLD takes; the
+    accountant's own grid may be coarser (a lone lattice event on its lattice).
+    """
+    coarse_h = min(4 * fine_h, 1.0)
+    coarse = _smallest_scale(lambda s: eps_of(s, coarse_h), target, start, rtol / 2)
     return _smallest_scale(lambda s: eps_of(s, None), target, coarse, rtol, step=1 + rtol)
 
 
