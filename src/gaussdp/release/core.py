@@ -455,6 +455,7 @@ class Release:
         ledger: Ledger | None = None,
         label: str | None = None,
         filter: PrivacyFilter | None = None,
+        raw: bool = False,
     ) -> ReleaseResult:
         """Bound, aggregate, add noise, post-process; every run is charged to a filter.
 
@@ -478,6 +479,14 @@ class Release:
         grouping), then the noise — so ``ChaCha20Random(seed)`` replays a
         release exactly; the default is a fresh :class:`~gaussdp.random.SystemRandom`.
 
+        ``raw=True`` skips the clamping of counts at 0: count and histogram
+        values (and their interval ends) are the noisy integers as drawn —
+        bounded count + N_Z(0, σ²), unbiased and possibly negative. For
+        estimators that combine measurements (e.g. least squares over noisy
+        marginals in :mod:`gaussdp.synth`), which clamping would bias. Either
+        way the values are post-processing of the same noisy integers: the
+        privacy guarantee and the charge are the same.
+
         Raises
         ------
         ValueError, TypeError
@@ -495,6 +504,8 @@ class Release:
             charge stays counted.
         """
         source = check_rng(rng)
+        if not isinstance(raw, bool):
+            raise TypeError(invalid("raw", "a bool", raw))
         if ledger is not None and filter is not None:
             raise ValueError(invalid("filter", "None when a ledger is given", filter))
         if filter is not None and not isinstance(filter, PrivacyFilter):
@@ -528,7 +539,7 @@ class Release:
             aggregates = [engine.query(sql) for sql in sqls]
         finally:
             engine.close()
-        frame = _results(self, plan, typed, aggregates, source, noise)
+        frame = _results(self, plan, typed, aggregates, source, noise, raw=raw)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         return ReleaseResult(frame, report, sqls)
@@ -827,6 +838,8 @@ def _results(
     aggregates: list[list[tuple[Any, ...]]],
     rng: RandomSource,
     noise: dict[Fraction, _Noise],
+    *,
+    raw: bool = False,
 ) -> pd.DataFrame:
     """Noise and post-processing, vectorised over cells (no per-cell Python loop)."""
     import pandas as pd
@@ -863,7 +876,7 @@ def _results(
             )
             base["bin"] = labels[keys[-1].astype(np.intp)] if n else labels[:0]
         for qi in g.queries:
-            per_query[qi] = _frame_for(queries[qi], qi, n, base, noisy)
+            per_query[qi] = _frame_for(queries[qi], qi, n, base, noisy, raw=raw)
     columns = [
         *group_columns,
         *(["bin"] if has_bins else []),
@@ -887,8 +900,13 @@ def _frame_for(
     n: int,
     base: dict[str, Any],
     noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]],
+    *,
+    raw: bool = False,
 ) -> pd.DataFrame:
-    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major)."""
+    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major).
+
+    ``raw``: counts are not clamped at 0 (see :meth:`Release.run`).
+    """
     import pandas as pd
 
     def floats(raw: _Ints) -> np.ndarray[Any, Any]:
@@ -909,16 +927,17 @@ def _frame_for(
     stat = q.statistic
     if stat in ("count", "histogram"):
         v, _, nz = noisy[(qi, "count")]
-        raw = floats(v)
-        # Post-processing: a count is ≥ 0; so is its interval.
+        counts = floats(v)
+        # Post-processing: a count is ≥ 0; so is its interval (unless raw values are asked for).
+        floor = -np.inf if raw else 0.0
         return frame(
             [
                 (
                     q.name,
-                    np.maximum(raw, 0),
+                    np.maximum(counts, floor),
                     nz.std,
-                    np.maximum(raw - nz.half, 0),
-                    np.maximum(raw + nz.half, 0),
+                    np.maximum(counts - nz.half, floor),
+                    np.maximum(counts + nz.half, floor),
                 )
             ]
         )
