@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,18 +22,19 @@ from gaussdp.cli._output import (
     EXIT_INTERRUPTED,
     CliError,
     console,
+    error_console,
     fail,
     format_value,
     handle_errors,
     is_interrupt,
     is_quiet,
-    progress,
 )
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from gaussdp.release import ReleaseResult
+    from gaussdp.release.core import RunProgress
 
 __all__ = ["register"]
 
@@ -311,6 +316,56 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
     return f"{symbol} = {filt.spent:.6g}{at}", f"{symbol} = {filt.remaining:.6g} of {limit:.6g}"
 
 
+@contextlib.contextmanager
+def stdin_csv() -> Iterator[Path]:
+    """Standard input copied, in chunks, to a private temporary ``.csv`` file (removed after).
+
+    The release reads its input more than once (validation, then one pass per
+    grouping), so a pipe is kept on disk, readable by this user only, for the run.
+    """
+    fd, name = tempfile.mkstemp(prefix="gaussdp-stdin-", suffix=".csv")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            shutil.copyfileobj(sys.stdin.buffer, handle, 2**20)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _describe(step: RunProgress, engine: str) -> str:
+    """One progress line: the stage, the pass, rows read (estimated) of the table's rows."""
+    text = f"{step.stage} on {engine} (pass {step.step} of {step.passes})"
+    if step.stage == "adding noise":
+        return f"adding noise (after {step.passes} passes on {engine})"
+    if step.rows is not None and step.done is not None:
+        text += f": ~{round(step.done * step.rows):,} of {step.rows:,} rows read"
+    elif step.rows is not None:
+        text += f": {step.rows:,} rows"
+    return text + "…"
+
+
+@contextlib.contextmanager
+def run_progress(engine: str, *, as_json: bool) -> Iterator[Callable[[RunProgress], None] | None]:
+    """A transient progress line on a terminal's stderr — stage, rows read, elapsed time —
+    fed by :meth:`Release.run`'s ``progress``; nothing (``None``) under ``--quiet``,
+    ``--json`` or when stderr is not a terminal."""
+    screen = error_console()
+    if as_json or is_quiet() or not screen.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=screen, transient=True) as bar:
+        task = bar.add_task(f"opening the data on {engine}…", total=None)
+
+        def update(step: RunProgress) -> None:
+            bar.update(task, description=_describe(step, engine))
+
+        yield update
+
+
 @handle_errors(RELEASE_OOM_HINT)
 def release_command(
     spec: Annotated[
@@ -318,7 +373,11 @@ def release_command(
     ],
     data: Annotated[
         str,
-        typer.Option("--data", help="CSV or Parquet file (or, with --engine spark, a table name)."),
+        typer.Option(
+            "--data",
+            help="CSV or Parquet file, directory or glob; - for CSV on standard input (or, "
+            "with --engine spark, a table name).",
+        ),
     ],
     engine: Annotated[
         str | None, typer.Option("--engine", help="duckdb (default) or spark; overrides the spec.")
@@ -362,15 +421,36 @@ def release_command(
     if show not in ("head", "all"):
         fail(f"--show must be 'head' or 'all', got {show!r}")
     fmt = check_output(out) if out is not None else None
-    from gaussdp.release import Ledger, load_spec, release_from_spec
+    from gaussdp.release import load_spec, release_from_spec
 
-    release = release_from_spec(load_spec(spec), data, engine=engine)
+    parsed = load_spec(spec)
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(stdin_csv()) if data == "-" else data
+        release = release_from_spec(parsed, source, engine=engine)
+        if data == "-" and release.engine != "duckdb":
+            fail("--data - (CSV on standard input) needs the duckdb engine")
+        _release(release, spec, data, ledger, out, fmt, report_file, show, as_json)
+
+
+def _release(
+    release: Any,
+    spec: Path,
+    data: str,
+    ledger: Path | None,
+    out: Path | None,
+    fmt: str | None,
+    report_file: Path | None,
+    show: str,
+    as_json: bool,
+) -> None:
+    from gaussdp.release import Ledger
+
     book = Ledger(ledger) if ledger is not None else None
-    label = f"{spec.name} on {data}"
+    label = f"{spec.name} on {'standard input' if data == '-' else data}"
     log.info("releasing %s on %s (ledger: %s)", spec, release.engine, ledger or "in memory")
     try:
-        with progress(f"bounding and aggregating on {release.engine}…", as_json=as_json):
-            result = release.run(ledger=book, label=label)
+        with run_progress(release.engine, as_json=as_json) as update:
+            result = release.run(ledger=book, label=label, progress=update)
     except BaseException as error:
         if is_interrupt(error):
             message = _interrupt_message(ledger, label)
