@@ -146,7 +146,12 @@ HEAD_ROWS = 15
 
 
 def fit_table(
-    title: str, header: list[tuple[str, bool]], rows: list[list[str]], width: int
+    title: str,
+    header: list[tuple[str, bool]],
+    rows: list[list[str]],
+    width: int,
+    *,
+    separator: str = " · ",
 ) -> Table:
     """A table of ``rows`` (cells as text) that fits ``width`` columns without cutting a value.
 
@@ -155,13 +160,15 @@ def fit_table(
     fields stacked as ``name: value`` lines in one column; then also the numbers
     as ``name=value`` items in one column, wrapped between items. Numbers are
     never wrapped inside, and text is folded only where a single word is wider
-    than the whole column.
+    than the whole column. Stacked text fields are joined by ``separator``.
     """
     text = [i for i, (_, numeric) in enumerate(header) if not numeric]
     numbers = [i for i, (_, numeric) in enumerate(header) if numeric]
     table: Table | None = None
     for stack_text, stack_numbers in ((False, False), (True, False), (True, True)):
-        table, needed = _layout(title, header, rows, text, numbers, stack_text, stack_numbers)
+        table, needed = _layout(
+            title, header, rows, text, numbers, stack_text, stack_numbers, separator
+        )
         if needed <= width:
             break
     assert table is not None
@@ -186,6 +193,7 @@ def _layout(
     numbers: list[int],
     stack_text: bool,
     stack_numbers: bool,
+    separator: str = " · ",
 ) -> tuple[Table, int]:
     """The table and the width it needs: every column at least its longest word (text) or
     value (numbers), plus borders and padding (3 per column, 1 more)."""
@@ -196,7 +204,7 @@ def _layout(
     if stack_text:
         table.add_column(" · ".join(header[i][0] for i in text), overflow="fold")
         for out, row in zip(cells, rows, strict=True):
-            out.append(" · ".join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
+            out.append(separator.join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
     else:
         for i in text:
             table.add_column(header[i][0], overflow="fold")
@@ -552,7 +560,6 @@ def ledger_show(
 
     Example: gaussdp ledger show budget.db
     """
-    from rich.table import Table
 
     from gaussdp.release import Ledger
 
@@ -593,11 +600,12 @@ def ledger_show(
             )
         )
         return
-    table = Table(title=f"ledger {path}", show_header=True, header_style="bold")
-    for name in ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed"):
-        table.add_column(name)
-    for r in summary.rows:
-        table.add_row(
+    # Every value whole at any width: the text fields are stacked one per line when the
+    # columns do not fit (the event description is long), never cut.
+    names = ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed")
+    header = [(name, name == f"{unit} alone") for name in names]
+    rows = [
+        [
             str(r.id),
             r.status,
             format_value(r.cost),
@@ -606,13 +614,17 @@ def ledger_show(
             r.who,
             r.when,
             r.committed_at or "—",
-        )
+        ]
+        for r in summary.rows
+    ]
+    screen = console()
+    table = fit_table(f"ledger {path}", header, rows, screen.width, separator="\n")
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
         f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at}"
         f" (lower bound {summary.spent_lower:.6g}); remaining {unit} = {summary.remaining:.6g}"
     )
-    console().print(table)
+    screen.print(table)
 
 
 def register(app: typer.Typer) -> None:
