@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from gaussdp.release.ledger import Ledger
 
-__all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult"]
+__all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult", "RunProgress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +179,25 @@ class ReleaseResult:
     frame: pd.DataFrame
     report: PrivacyReport
     sql: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a :meth:`Release.run` is, for a progress display (``run(progress=...)``).
+
+    A run reads the table ``passes`` times: once to validate it, then once
+    per grouping. ``done`` is the engine's estimate of the fraction of the
+    current pass done (``None`` where the engine cannot tell, e.g. Spark);
+    ``rows`` the number of rows with a privacy unit, known after the
+    validation pass. These describe the input, not the release: they reach
+    the operator's own callback only and are never part of the result.
+    """
+
+    stage: str
+    step: int
+    passes: int
+    done: float | None = None
+    rows: int | None = None
 
 
 def _bin_label(edges: tuple[float, ...], j: int) -> str:
@@ -456,6 +475,7 @@ class Release:
         label: str | None = None,
         filter: PrivacyFilter | None = None,
         raw: bool = False,
+        progress: Callable[[RunProgress], None] | None = None,
     ) -> ReleaseResult:
         """Bound, aggregate, add noise, post-process; every run is charged to a filter.
 
@@ -486,6 +506,10 @@ class Release:
         marginals in :mod:`gaussdp.synth`), which clamping would bias. Either
         way the values are post-processing of the same noisy integers: the
         privacy guarantee and the charge are the same.
+
+        ``progress``, if given, is called with a :class:`RunProgress` as each
+        pass over the data starts and, on DuckDB, a few times a second during
+        it (from another thread); it cannot change the run.
 
         Raises
         ------
@@ -525,7 +549,9 @@ class Release:
         except EngineError as error:  # an unreadable input is bad input: nothing reserved
             raise ValueError(str(error)) from error.__cause__
         try:
-            typed, sqls = _prepare(self, plan, engine, source)
+            tracker = _Tracker(progress, engine, len(plan.groupings) + 1)
+            tracker.stage("reading the data")
+            typed, sqls = _prepare(self, plan, engine, source, tracker)
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
@@ -536,9 +562,13 @@ class Release:
                 )
             else:
                 spend_to.accept(event, what="this release")
-            aggregates = [engine.query(sql) for sql in sqls]
+            aggregates = []
+            for sql in sqls:
+                tracker.stage("bounding and aggregating")
+                aggregates.append(engine.query(sql))
         finally:
             engine.close()
+        tracker.stage("adding noise")
         frame = _results(self, plan, typed, aggregates, source, noise, raw=raw)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
@@ -584,8 +614,36 @@ def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
     return out
 
 
+class _Tracker:
+    """Feeds :class:`RunProgress` to a callback: stages from the run, fractions from the engine."""
+
+    def __init__(
+        self, callback: Callable[[RunProgress], None] | None, engine: Engine, passes: int
+    ) -> None:
+        self.callback = callback
+        self.state = RunProgress("", 0, passes)
+        if callback is not None:
+            engine.on_progress = self.done
+
+    def stage(self, name: str) -> None:
+        """A new pass over the data starts (or, for ``'adding noise'``, the passes are over)."""
+        s = self.state
+        step = s.step if name == "adding noise" else s.step + 1
+        self.state = replace(s, stage=name, step=step, done=None)
+        if self.callback is not None:
+            self.callback(self.state)
+
+    def done(self, fraction: float) -> None:
+        if self.callback is not None:
+            self.callback(replace(self.state, done=fraction))
+
+
 def _prepare(
-    release: Release, plan: Plan, engine: Engine, rng: RandomSource
+    release: Release,
+    plan: Plan,
+    engine: Engine,
+    rng: RandomSource,
+    tracker: _Tracker | None = None,
 ) -> tuple[list[tuple[KeyTuple, ...] | None], tuple[str, ...]]:
     """Every check that reads the input, before anything is reserved; the SQL to run.
 
@@ -609,6 +667,8 @@ def _prepare(
         engine.check_columns(dict.fromkeys(needs, False))  # they exist
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))
+        if tracker is not None:
+            tracker.state = replace(tracker.state, rows=counts.get("pu"))
         empty = {plan.internal[c] for c, n in counts.items() if n == 0}
         engine.check_columns(needs, empty)
         schema = engine.schema
