@@ -1373,12 +1373,12 @@ class PrivacyLossDistribution:
         lr = self.lower_remove.compose(other.lower_remove, tm)
         ua = (
             ur
-            if self._symmetric and other._symmetric
+            if self.symmetric and other.symmetric
             else self.upper_add.compose(other.upper_add, tm)
         )
         la = (
             lr
-            if self._symmetric and other._symmetric
+            if self.symmetric and other.symmetric
             else self.lower_add.compose(other.lower_add, tm)
         )
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
@@ -1400,12 +1400,13 @@ class PrivacyLossDistribution:
         tm = self.tail_mass
         ur = self.upper_remove.self_compose(count, tm)
         lr = self.lower_remove.self_compose(count, tm)
-        ua = ur if self._symmetric else self.upper_add.self_compose(count, tm)
-        la = lr if self._symmetric else self.lower_add.self_compose(count, tm)
+        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm)
+        la = lr if self.symmetric else self.lower_add.self_compose(count, tm)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     @property
-    def _symmetric(self) -> bool:
+    def symmetric(self) -> bool:
+        """True when both neighbouring directions are the same PMFs (half the work)."""
         return self.upper_add is self.upper_remove and self.lower_add is self.lower_remove
 
     # -- queries ----------------------------------------------------------------------
