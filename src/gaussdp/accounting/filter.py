@@ -8,7 +8,8 @@ history unchanged. The whole history is evaluated by one accountant
 
 * an (ε, δ) budget by :class:`~gaussdp.accounting.PLDAccountant` — its certified
   upper ε at δ must be at most ε (exact μ-GDP when every event is Gaussian noise);
-  zCDP's bound is used instead once an event is known only by its ρ
+  zCDP's bound is used instead once an event is known only by its ρ, and RDP's
+  once an event has no PLD (sampling without replacement)
   (:class:`~gaussdp.accounting.FallbackAccountant`);
 * a ρ budget by :class:`~gaussdp.accounting.ZCDPAccountant` — ρ's add (Bun &
   Steinke 2016 Lemma 2.3), and no δ may be spent;
@@ -36,6 +37,7 @@ from gaussdp.accounting.accountants import (
     FallbackAccountant,
     GDPAccountant,
     PLDAccountant,
+    RDPAccountant,
     ZCDPAccountant,
 )
 from gaussdp.accounting.events import Composed, Event, check_event
@@ -59,8 +61,9 @@ def budget_accountant(budget: Budget) -> Accountant:
         return ZCDPAccountant()
     if budget.mu is not None:
         return GDPAccountant()
-    # The PLD bound; zCDP's once an event is known only by its ρ.
-    return FallbackAccountant([PLDAccountant(), ZCDPAccountant()])
+    # The PLD bound; zCDP's once an event is known only by its ρ; RDP's once an event
+    # has no PLD (sampling without replacement).
+    return FallbackAccountant([PLDAccountant(), ZCDPAccountant(), RDPAccountant()])
 
 
 @dataclass(frozen=True, slots=True)
