@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -114,3 +115,31 @@ def test_fit_table_never_cuts_numbers(width: int) -> None:
     assert max(len(line) for line in output.splitlines()) <= width
     for token in [*numbers, "2026-03-02"]:
         assert whole(token, output), token
+
+
+def test_ledger_show_fits_80_columns_with_every_value_whole(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = tmp_path / "budget.db"
+    runner = CliRunner()
+    r = runner.invoke(app, ["ledger", "init", str(ledger), "--epsilon", "3", "--delta", "1e-5"])
+    assert r.exit_code == 0, r.output
+    args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]
+    for _ in range(2):
+        r = runner.invoke(app, [*args, "--ledger", str(ledger), "--json"])
+        assert r.exit_code == 0, r.output
+    entries = json.loads(runner.invoke(app, ["ledger", "show", str(ledger), "--json"]).stdout)
+    screen = narrow(monkeypatch)
+    r = runner.invoke(app, ["ledger", "show", str(ledger)])
+    assert r.exit_code == 0, r.output
+    output = screen.getvalue()
+    assert max(len(line) for line in output.splitlines()) <= 80
+    rows = entries["entries"]
+    assert len(rows) == 2
+    for row in rows:
+        # The long event description is wrapped between its words, never cut.
+        assert len(row["event"]) > 200
+        for key in ("id", "status", "what", "event", "who", "reserved_at", "committed_at"):
+            for token in str(row[key]).split():
+                assert token in output, (key, token)
+        assert whole(format_value(row["cost"]), output)

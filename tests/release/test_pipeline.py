@@ -222,6 +222,35 @@ def test_empty_table_releases_noise_only(tmp_path: Path) -> None:
     assert list(result.frame["page"]) == ["a", "b"]
 
 
+def test_raw_counts_are_the_unclamped_noisy_integers(tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("user,page,minutes\n")
+    keys = [f"k{i}" for i in range(40)]
+
+    def run(**kwargs: Any) -> pd.DataFrame:
+        release = Release(
+            path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+        ).count(by="page", keys=keys)
+        return release.run(rng=ChaCha20Random(3), **kwargs).frame
+
+    clamped, raw = run(), run(raw=True)
+    # Pure noise on an empty table: about half the raw counts are negative, integers all.
+    values = raw["value"].to_numpy()
+    assert 5 < int((values < 0).sum()) < 35
+    assert np.array_equal(values, np.rint(values))
+    # The same draws; the default clamps them (and their intervals) at 0.
+    assert np.array_equal(clamped["value"].to_numpy(), np.maximum(values, 0))
+    assert np.array_equal(clamped["ci_low"].to_numpy(), np.maximum(raw["ci_low"].to_numpy(), 0))
+    half = raw["value"] - raw["ci_low"]
+    assert np.allclose(raw["ci_high"] - raw["value"], half)
+    assert (half > 0).all()
+    assert np.array_equal(raw["std"].to_numpy(), clamped["std"].to_numpy())
+    with pytest.raises(TypeError, match="raw must be a bool"):
+        Release(
+            path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+        ).count().run(raw="yes")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("build", "error", "match"),
     [

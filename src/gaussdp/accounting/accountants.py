@@ -57,6 +57,7 @@ from scipy.special import gammaln, logsumexp
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
 from gaussdp.accounting._adaptive import DEFAULT_TOLERANCE, AdaptivePLD, check_tolerance
+from gaussdp.accounting._bounded_range import bounded_range_pld
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
     ApproxDP,
@@ -64,6 +65,7 @@ from gaussdp.accounting.events import (
     DiscreteGaussianL2,
     DiscreteGaussianVector,
     Event,
+    ExponentialMechanism,
     LatticeNoise,
     PartitionSelection,
     PureDP,
@@ -518,7 +520,8 @@ class ZCDPAccountant(Accountant):
 
     Accepts every event with a ρ-zCDP guarantee: Gaussian (ρ = Δ²/(2σ²)), discrete
     Gaussian noise of every kind, lattice noise (exact, CKS Thm 14), and pure ε-DP
-    steps (ε²/2, Bun & Steinke 2016 Prop 1.4); partition selection's δ is carried
+    steps (ε²/2, Bun & Steinke 2016 Prop 1.4), ε-bounded-range steps
+    (:class:`ExponentialMechanism`, ε²/8, Cesar & Rogers 2021); partition selection's δ is carried
     on top (approximate zCDP, Lemma 8.3). Subsampling is refused (zCDP does not
     amplify). ``lower`` is always 0.
 
@@ -561,6 +564,7 @@ _RHO_TYPES: tuple[type, ...] = (
     LatticeGaussian,
     LatticeNoise,
     PureDP,
+    ExponentialMechanism,
     RecordedCost,
 )
 
@@ -658,6 +662,9 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
     if isinstance(event, PureDP):
         # Pure ε-DP: D_α ≤ D_∞ = ε, and ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4).
         return np.minimum(orders * event.rho, event.epsilon)
+    if isinstance(event, ExponentialMechanism):
+        # ε-BR: ε-DP, so D_α ≤ D_∞ = ε; and ε²/8-zCDP, D_α ≤ αε²/8 (Cesar & Rogers 2021, §3).
+        return np.minimum(orders * event.rho, event.epsilon)
     if isinstance(event, DiscreteLaplace):
         return np.asarray([event.rdp(float(a)) for a in orders], dtype=np.float64)
     # Gaussian (Mironov 2017 Prop 7); discrete Gaussian noise of every kind, lattice noise
@@ -706,7 +713,8 @@ class PLDAccountant(Accountant):
     its smoothing argument) the composition is accounted exactly by μ = √Σμᵢ²
     (DRS Cor 3.3). :class:`PureDP` and :class:`ApproxDP` steps are composed through
     their worst-case pairs (Kairouz, Oh & Viswanath 2015 Thm 2.1), which gives the
-    optimal composition (KOV Thm 3.3) up to the grid.
+    optimal composition (KOV Thm 3.3) up to the grid; an :class:`ExponentialMechanism`
+    (ε-bounded-range) as the pure ε-DP step it also is.
 
     Parameters
     ----------
@@ -774,7 +782,7 @@ class PLDAccountant(Accountant):
             return float(event.sigma2) <= _MAX_DG_SIGMA2
         if isinstance(event, DiscreteLaplace):
             return float(event.scale) <= _MAX_DL_SCALE
-        return isinstance(event, (Gaussian, Laplace, PureDP, ApproxDP))
+        return isinstance(event, (Gaussian, Laplace, PureDP, ApproxDP, ExponentialMechanism))
 
     @property
     def value_discretization(self) -> float:
@@ -864,14 +872,14 @@ class PLDAccountant(Accountant):
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
         b = self._grid().epsilon(delta)
-        if b.note:
+        if b.note or self._bounded_range:
             # The PLD could not certify within the tolerance (its allowances are too large
             # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
             rdp = self._rdp()
             if rdp is not None:
                 r = rdp.epsilon(delta).upper
                 if r < b.upper:
-                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    note = _rdp_note(b.note)
                     return EpsilonBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
         return b
 
@@ -883,14 +891,20 @@ class PLDAccountant(Accountant):
         if single is not None:
             return max_delta_bounds(single, epsilon)
         b = self._grid().delta(epsilon)
-        if b.note:
+        if b.note or self._bounded_range:
             rdp = self._rdp()
             if rdp is not None:
                 r = rdp.delta(epsilon).upper
                 if r < b.upper:
-                    note = f"{b.note}; the RDP bound (CKS Prop 12) is tighter"
+                    note = _rdp_note(b.note)
                     return DeltaBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
         return b
+
+    @property
+    def _bounded_range(self) -> bool:
+        """Whether a leaf is ε-bounded-range: its dominating PLD is not tight under
+        composition, and the RDP bound (ε²/8-zCDP, Cesar & Rogers 2021) often beats it."""
+        return any(isinstance(e, ExponentialMechanism) for e in self._leaves)
 
     def _single_l2_run(self) -> list[PrivacyLossDistribution] | None:
         """The candidates' PLDs if the leaves are one run of a DiscreteGaussianL2.
@@ -907,6 +921,12 @@ class PLDAccountant(Accountant):
                 value_discretization=self.value_discretization, tail_mass=self._tail_mass
             )
         return self._single_cache
+
+
+def _rdp_note(note: str) -> str:
+    """Why the RDP bound was returned instead of the PLD's."""
+    why = "the RDP bound (CKS Prop 12) is tighter"
+    return f"{note}; {why}" if note else why
 
 
 def _subsampled(event: Event) -> bool:
@@ -935,7 +955,7 @@ def _loss_spread(event: Event) -> float:
         rate, mech = event.rate, event.mechanism
     if isinstance(mech, (DiscreteLaplace, Laplace)):
         base = mech.pure_epsilon
-    elif isinstance(mech, (PureDP, ApproxDP)):
+    elif isinstance(mech, (PureDP, ApproxDP, ExponentialMechanism)):
         base = mech.epsilon
     elif isinstance(mech, (Gaussian, DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
         base = math.sqrt(2 * mech.rho)  # Δ/σ
@@ -981,6 +1001,9 @@ def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribut
         return PrivacyLossDistribution.from_laplace(
             mech.scale, mech.sensitivity, sample_rate=rate, **kw
         )
+    if isinstance(mech, ExponentialMechanism):
+        # A pair dominating every ε-bounded-range pair (proof in _bounded_range).
+        return bounded_range_pld(mech.epsilon, **kw)
     if isinstance(mech, PureDP):
         # Randomised response dominates every ε-DP mechanism (KOV 2015 Thm 2.1).
         e = math.exp(-mech.epsilon)

@@ -7,7 +7,8 @@ the mechanism every real-valued release actually runs) and the classes here:
 
 * noise: :class:`LatticeNoise` (lattice noise on a part of a table release),
   :class:`DiscreteGaussianVector`, :class:`DiscreteGaussianL2`;
-* generic steps: :class:`PureDP`, :class:`ApproxDP`, :class:`PartitionSelection`,
+* generic steps: :class:`PureDP`, :class:`ApproxDP`, :class:`ExponentialMechanism`
+  (ε-bounded-range), :class:`PartitionSelection`,
   :class:`RecordedCost` (a format-2 ledger entry);
 * structure: :class:`Subsampled` (Poisson, or a fixed batch without replacement,
   with the neighbouring relation stated), :class:`SelfComposed` and
@@ -57,6 +58,7 @@ __all__ = [
     "DiscreteGaussianL2",
     "DiscreteGaussianVector",
     "Event",
+    "ExponentialMechanism",
     "LatticeNoise",
     "Mechanism",
     "PartitionSelection",
@@ -561,6 +563,59 @@ class ApproxDP:
 
 
 @dataclass(frozen=True, slots=True)
+class ExponentialMechanism:
+    r"""An ε-bounded-range step: the exponential mechanism (or any ε-BR selection).
+
+    A mechanism M is ε-*bounded-range* (ε-BR; Durfee & Rogers 2019, "range-bounded")
+    if for all neighbours D, D′ its privacy loss ln(P[M(D) = y]/P[M(D′) = y])
+    ranges over an interval of width at most ε. The exponential mechanism that selects y
+    with probability ∝ exp(ε·u(D, y)/(2Δ)), for a utility u of sensitivity Δ, is
+    ε-BR: its loss is ε(u(D, y) − u(D′, y))/(2Δ) − ln(Z(D)/Z(D′)), and the first
+    term lies in [−ε/2, ε/2] and the second does not depend on y (the argument of
+    Durfee & Rogers 2019 for the exponential mechanism). So is the
+    exponential mechanism with exp(ε·u/Δ) when u is monotone (every score moves in
+    the same direction between neighbours), and the report-noisy-max with Gumbel
+    noise (which equals the exponential mechanism).
+
+    An ε-BR mechanism is
+
+    * ε-DP: the loss has Q-mean E_Q[e^L] = 1, so its range contains 0 and each end
+      is within ε of it;
+    * ε²/8-zCDP (Cesar & Rogers 2021; the proof is in ``docs/accounting.md``:
+      the cumulant generating function of a loss confined to an interval of width ε
+      has curvature at most ε²/4, as in Hoeffding's lemma), a quarter of the
+      pure-DP ε²/2.
+
+    Accountants: zCDP (ρ = ε²/8), RDP (min(αε²/8, ε) at each order α), PLD (a pair
+    dominating every ε-BR pair, :mod:`gaussdp.accounting._bounded_range`: exact for
+    one run, tighter than the pure ε-DP worst case, not the optimal composition of
+    Dong, Durfee & Rogers 2020; the RDP bound is returned, labelled, where it is
+    tighter). GDP refuses it.
+
+    Parameters
+    ----------
+    epsilon : float
+        The range ε ≥ 0 of the privacy loss (the ε of the exponential mechanism),
+        finite.
+
+    Examples
+    --------
+    >>> ExponentialMechanism(1.0).rho
+    0.125
+    """
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon("epsilon", self.epsilon))
+
+    @property
+    def rho(self) -> float:
+        """ε²/8 rounded up: ε-BR implies ε²/8-zCDP (Cesar & Rogers 2021, §3)."""
+        return fraction_up(Fraction(self.epsilon) ** 2 / 8)
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionSelection:
     r"""Private partition selection by Gaussian thresholding, with its noise and its δ.
 
@@ -763,6 +818,7 @@ Event = (
     | DiscreteGaussianL2
     | PureDP
     | ApproxDP
+    | ExponentialMechanism
     | PartitionSelection
     | RecordedCost
     | SelfComposed
@@ -783,6 +839,7 @@ EVENT_TYPES: dict[str, type] = {
         DiscreteGaussianL2,
         PureDP,
         ApproxDP,
+        ExponentialMechanism,
         PartitionSelection,
         RecordedCost,
         SelfComposed,
@@ -828,7 +885,7 @@ def check_event(event: object) -> Event:
             "event",
             "a mechanism (Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace, "
             "LatticeGaussian) or an event of gaussdp.accounting (Subsampled, Composed, "
-            "SelfComposed, PureDP, ApproxDP, ...)",
+            "SelfComposed, PureDP, ApproxDP, ExponentialMechanism, ...)",
             event,
         )
     )

@@ -196,11 +196,12 @@ def progress(message: str, *, as_json: bool = False) -> Any:
 
     if as_json or is_quiet():
         return contextlib.nullcontext()
-    return _error_console().status(message)
+    return error_console().status(message)
 
 
 @functools.cache
-def _error_console() -> Console:
+def error_console() -> Console:
+    """The rich console on stderr (progress, errors)."""
     from rich.console import Console
 
     return Console(stderr=True)

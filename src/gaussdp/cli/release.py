@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,18 +22,19 @@ from gaussdp.cli._output import (
     EXIT_INTERRUPTED,
     CliError,
     console,
+    error_console,
     fail,
     format_value,
     handle_errors,
     is_interrupt,
     is_quiet,
-    progress,
 )
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from gaussdp.release import ReleaseResult
+    from gaussdp.release.core import RunProgress
 
 __all__ = ["register"]
 
@@ -141,7 +146,12 @@ HEAD_ROWS = 15
 
 
 def fit_table(
-    title: str, header: list[tuple[str, bool]], rows: list[list[str]], width: int
+    title: str,
+    header: list[tuple[str, bool]],
+    rows: list[list[str]],
+    width: int,
+    *,
+    separator: str = " · ",
 ) -> Table:
     """A table of ``rows`` (cells as text) that fits ``width`` columns without cutting a value.
 
@@ -150,13 +160,15 @@ def fit_table(
     fields stacked as ``name: value`` lines in one column; then also the numbers
     as ``name=value`` items in one column, wrapped between items. Numbers are
     never wrapped inside, and text is folded only where a single word is wider
-    than the whole column.
+    than the whole column. Stacked text fields are joined by ``separator``.
     """
     text = [i for i, (_, numeric) in enumerate(header) if not numeric]
     numbers = [i for i, (_, numeric) in enumerate(header) if numeric]
     table: Table | None = None
     for stack_text, stack_numbers in ((False, False), (True, False), (True, True)):
-        table, needed = _layout(title, header, rows, text, numbers, stack_text, stack_numbers)
+        table, needed = _layout(
+            title, header, rows, text, numbers, stack_text, stack_numbers, separator
+        )
         if needed <= width:
             break
     assert table is not None
@@ -181,6 +193,7 @@ def _layout(
     numbers: list[int],
     stack_text: bool,
     stack_numbers: bool,
+    separator: str = " · ",
 ) -> tuple[Table, int]:
     """The table and the width it needs: every column at least its longest word (text) or
     value (numbers), plus borders and padding (3 per column, 1 more)."""
@@ -191,7 +204,7 @@ def _layout(
     if stack_text:
         table.add_column(" · ".join(header[i][0] for i in text), overflow="fold")
         for out, row in zip(cells, rows, strict=True):
-            out.append(" · ".join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
+            out.append(separator.join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
     else:
         for i in text:
             table.add_column(header[i][0], overflow="fold")
@@ -311,6 +324,56 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
     return f"{symbol} = {filt.spent:.6g}{at}", f"{symbol} = {filt.remaining:.6g} of {limit:.6g}"
 
 
+@contextlib.contextmanager
+def stdin_csv() -> Iterator[Path]:
+    """Standard input copied, in chunks, to a private temporary ``.csv`` file (removed after).
+
+    The release reads its input more than once (validation, then one pass per
+    grouping), so a pipe is kept on disk, readable by this user only, for the run.
+    """
+    fd, name = tempfile.mkstemp(prefix="gaussdp-stdin-", suffix=".csv")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            shutil.copyfileobj(sys.stdin.buffer, handle, 2**20)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _describe(step: RunProgress, engine: str) -> str:
+    """One progress line: the stage, the pass, rows read (estimated) of the table's rows."""
+    text = f"{step.stage} on {engine} (pass {step.step} of {step.passes})"
+    if step.stage == "adding noise":
+        return f"adding noise (after {step.passes} passes on {engine})"
+    if step.rows is not None and step.done is not None:
+        text += f": ~{round(step.done * step.rows):,} of {step.rows:,} rows read"
+    elif step.rows is not None:
+        text += f": {step.rows:,} rows"
+    return text + "…"
+
+
+@contextlib.contextmanager
+def run_progress(engine: str, *, as_json: bool) -> Iterator[Callable[[RunProgress], None] | None]:
+    """A transient progress line on a terminal's stderr — stage, rows read, elapsed time —
+    fed by :meth:`Release.run`'s ``progress``; nothing (``None``) under ``--quiet``,
+    ``--json`` or when stderr is not a terminal."""
+    screen = error_console()
+    if as_json or is_quiet() or not screen.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=screen, transient=True) as bar:
+        task = bar.add_task(f"opening the data on {engine}…", total=None)
+
+        def update(step: RunProgress) -> None:
+            bar.update(task, description=_describe(step, engine))
+
+        yield update
+
+
 @handle_errors(RELEASE_OOM_HINT)
 def release_command(
     spec: Annotated[
@@ -318,7 +381,11 @@ def release_command(
     ],
     data: Annotated[
         str,
-        typer.Option("--data", help="CSV or Parquet file (or, with --engine spark, a table name)."),
+        typer.Option(
+            "--data",
+            help="CSV or Parquet file, directory or glob; - for CSV on standard input (or, "
+            "with --engine spark, a table name).",
+        ),
     ],
     engine: Annotated[
         str | None, typer.Option("--engine", help="duckdb (default) or spark; overrides the spec.")
@@ -362,15 +429,36 @@ def release_command(
     if show not in ("head", "all"):
         fail(f"--show must be 'head' or 'all', got {show!r}")
     fmt = check_output(out) if out is not None else None
-    from gaussdp.release import Ledger, load_spec, release_from_spec
+    from gaussdp.release import load_spec, release_from_spec
 
-    release = release_from_spec(load_spec(spec), data, engine=engine)
+    parsed = load_spec(spec)
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(stdin_csv()) if data == "-" else data
+        release = release_from_spec(parsed, source, engine=engine)
+        if data == "-" and release.engine != "duckdb":
+            fail("--data - (CSV on standard input) needs the duckdb engine")
+        _release(release, spec, data, ledger, out, fmt, report_file, show, as_json)
+
+
+def _release(
+    release: Any,
+    spec: Path,
+    data: str,
+    ledger: Path | None,
+    out: Path | None,
+    fmt: str | None,
+    report_file: Path | None,
+    show: str,
+    as_json: bool,
+) -> None:
+    from gaussdp.release import Ledger
+
     book = Ledger(ledger) if ledger is not None else None
-    label = f"{spec.name} on {data}"
+    label = f"{spec.name} on {'standard input' if data == '-' else data}"
     log.info("releasing %s on %s (ledger: %s)", spec, release.engine, ledger or "in memory")
     try:
-        with progress(f"bounding and aggregating on {release.engine}…", as_json=as_json):
-            result = release.run(ledger=book, label=label)
+        with run_progress(release.engine, as_json=as_json) as update:
+            result = release.run(ledger=book, label=label, progress=update)
     except BaseException as error:
         if is_interrupt(error):
             message = _interrupt_message(ledger, label)
@@ -472,7 +560,6 @@ def ledger_show(
 
     Example: gaussdp ledger show budget.db
     """
-    from rich.table import Table
 
     from gaussdp.release import Ledger
 
@@ -513,11 +600,12 @@ def ledger_show(
             )
         )
         return
-    table = Table(title=f"ledger {path}", show_header=True, header_style="bold")
-    for name in ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed"):
-        table.add_column(name)
-    for r in summary.rows:
-        table.add_row(
+    # Every value whole at any width: the text fields are stacked one per line when the
+    # columns do not fit (the event description is long), never cut.
+    names = ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed")
+    header = [(name, name == f"{unit} alone") for name in names]
+    rows = [
+        [
             str(r.id),
             r.status,
             format_value(r.cost),
@@ -526,13 +614,17 @@ def ledger_show(
             r.who,
             r.when,
             r.committed_at or "—",
-        )
+        ]
+        for r in summary.rows
+    ]
+    screen = console()
+    table = fit_table(f"ledger {path}", header, rows, screen.width, separator="\n")
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
         f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at}"
         f" (lower bound {summary.spent_lower:.6g}); remaining {unit} = {summary.remaining:.6g}"
     )
-    console().print(table)
+    screen.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -18,19 +18,19 @@ from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
-from gaussdp.release import _noise
+from gaussdp.release import _noise, tree
 from gaussdp.release.engines import DECLARABLE, Engine, open_engine
 from gaussdp.release.keys import typed_keys
 from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
-from gaussdp.release.queries import KeyTuple, Query, key_tuples
-from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql
+from gaussdp.release.queries import KeyTuple, Query, Statistic, key_tuples
+from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql, tree_sql
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from gaussdp.release.ledger import Ledger
 
-__all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult"]
+__all__ = ["PrivacyReport", "QueryCost", "Release", "ReleaseResult", "RunProgress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +181,25 @@ class ReleaseResult:
     sql: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a :meth:`Release.run` is, for a progress display (``run(progress=...)``).
+
+    A run reads the table ``passes`` times: once to validate it, then once
+    per grouping. ``done`` is the engine's estimate of the fraction of the
+    current pass done (``None`` where the engine cannot tell, e.g. Spark);
+    ``rows`` the number of rows with a privacy unit, known after the
+    validation pass. These describe the input, not the release: they reach
+    the operator's own callback only and are never part of the result.
+    """
+
+    stage: str
+    step: int
+    passes: int
+    done: float | None = None
+    rows: int | None = None
+
+
 def _bin_label(edges: tuple[float, ...], j: int) -> str:
     close = "]" if j == len(edges) - 2 else ")"
     return f"[{edges[j]:g}, {edges[j + 1]:g}{close}"
@@ -189,10 +208,11 @@ def _bin_label(edges: tuple[float, ...], j: int) -> str:
 class Release:
     """A declarative differentially private release over one table.
 
-    Build it with :meth:`count`, :meth:`sum`, :meth:`mean`, :meth:`histogram`,
-    :meth:`vector_sum`, :meth:`vector_mean` (each returns the release, so calls
-    chain), inspect :attr:`report` (known before the data are read), then
-    :meth:`run`.
+    Build it with :meth:`count`, :meth:`distinct_units`, :meth:`sum`,
+    :meth:`mean`, :meth:`variance`, :meth:`std`, :meth:`quantile`,
+    :meth:`median`, :meth:`histogram`, :meth:`vector_sum`, :meth:`vector_mean`
+    (each returns the release, so calls chain), inspect :attr:`report` (known
+    before the data are read), then :meth:`run`.
 
     Parameters
     ----------
@@ -340,10 +360,26 @@ class Release:
         *,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
-        """Count rows (each unit's rows per group capped at ``max_rows_per_group``)."""
-        keys_t = key_tuples(keys)
-        return self.add(Query("count", (), self._by(by), keys=keys_t, weight=weight))
+        """Count rows (each unit's rows per group capped at ``max_rows_per_group``).
+
+        Every statistic takes ``max_groups_per_unit``/``max_rows_per_group`` to
+        state its own L0/L∞ instead of the release's (see :class:`Query`).
+        """
+        return self._query("count", (), by, keys, weight, max_groups_per_unit, max_rows_per_group)
+
+    def distinct_units(
+        self,
+        by: str | Sequence[str] | None = None,
+        *,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+    ) -> Release:
+        """Count the distinct privacy units per group (each unit in at most L0 groups)."""
+        return self._query("distinct_units", (), by, keys, weight, max_groups_per_unit, None)
 
     def sum(
         self,
@@ -353,11 +389,19 @@ class Release:
         by: str | Sequence[str] | None = None,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
         """Sum ``column`` with each value clamped to ``bounds`` (required, never from the data)."""
-        keys_t = key_tuples(keys)
-        return self.add(
-            Query("sum", (column,), self._by(by), bounds=bounds, keys=keys_t, weight=weight)
+        return self._query(
+            "sum",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bounds=bounds,
         )
 
     def mean(
@@ -368,11 +412,121 @@ class Release:
         by: str | Sequence[str] | None = None,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
         """Mean of ``column`` clamped to ``bounds``: a noisy sum over a noisy count."""
-        keys_t = key_tuples(keys)
-        return self.add(
-            Query("mean", (column,), self._by(by), bounds=bounds, keys=keys_t, weight=weight)
+        return self._query(
+            "mean",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bounds=bounds,
+        )
+
+    def variance(
+        self,
+        column: str,
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Release:
+        """Variance (÷ N) of ``column`` clamped to ``bounds``, from a noisy count, sum and sum
+        of squares of the centred values (docs/release.md states the estimator and its bias)."""
+        return self._query(
+            "variance",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bounds=bounds,
+        )
+
+    def std(
+        self,
+        column: str,
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Release:
+        """Standard deviation of ``column`` clamped to ``bounds``: √ of :meth:`variance`'s value."""
+        return self._query(
+            "std",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bounds=bounds,
+        )
+
+    def quantile(
+        self,
+        column: str,
+        q: float | Sequence[float],
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        resolution: int = 1024,
+        branching: int = 4,
+        weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Release:
+        """Quantiles at levels ``q`` of ``column`` clamped to ``bounds``, from one noisy
+        hierarchical histogram (``resolution`` leaves, ``branching`` children per node) with
+        consistent post-processing (:mod:`gaussdp.release.tree`)."""
+        levels = (q,) if isinstance(q, int | float) else tuple(q)
+        return self._query(
+            "quantile",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bounds=bounds,
+            quantiles=levels,
+            resolution=resolution,
+            branching=branching,
+        )
+
+    def median(
+        self,
+        column: str,
+        *,
+        bounds: tuple[float, float],
+        by: str | Sequence[str] | None = None,
+        keys: Sequence[object] | None = None,
+        weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Release:
+        """The median: :meth:`quantile` at 0.5 with the default tree."""
+        return self.quantile(
+            column,
+            0.5,
+            bounds=bounds,
+            by=by,
+            keys=keys,
+            weight=weight,
+            max_groups_per_unit=max_groups_per_unit,
+            max_rows_per_group=max_rows_per_group,
         )
 
     def histogram(
@@ -383,18 +537,19 @@ class Release:
         by: str | Sequence[str] | None = None,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
         """Rows per bin of ``column`` (edges ``bins``; values outside go to the end bins)."""
-        keys_t = key_tuples(keys)
-        return self.add(
-            Query(
-                "histogram",
-                (column,),
-                self._by(by),
-                bins=tuple(bins),
-                keys=keys_t,
-                weight=weight,
-            )
+        return self._query(
+            "histogram",
+            (column,),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            bins=tuple(bins),
         )
 
     def vector_sum(
@@ -405,11 +560,19 @@ class Release:
         by: str | Sequence[str] | None = None,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
         """Sum of the vectors ``columns`` with each row clipped to L2 norm ``norm``."""
-        keys_t = key_tuples(keys)
-        return self.add(
-            Query("vector_sum", tuple(columns), self._by(by), norm=norm, keys=keys_t, weight=weight)
+        return self._query(
+            "vector_sum",
+            tuple(columns),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            norm=norm,
         )
 
     def vector_mean(
@@ -420,12 +583,42 @@ class Release:
         by: str | Sequence[str] | None = None,
         keys: Sequence[object] | None = None,
         weight: float = 1.0,
+        max_groups_per_unit: int | None = None,
+        max_rows_per_group: int | None = None,
     ) -> Release:
         """Mean of the vectors ``columns`` (rows clipped to ``norm``): noisy sum / noisy count."""
-        keys_t = key_tuples(keys)
+        return self._query(
+            "vector_mean",
+            tuple(columns),
+            by,
+            keys,
+            weight,
+            max_groups_per_unit,
+            max_rows_per_group,
+            norm=norm,
+        )
+
+    def _query(
+        self,
+        statistic: Statistic,
+        columns: tuple[str, ...],
+        by: str | Sequence[str] | None,
+        keys: Sequence[object] | None,
+        weight: float,
+        l0: int | None,
+        linf: int | None,
+        **options: Any,
+    ) -> Release:
         return self.add(
             Query(
-                "vector_mean", tuple(columns), self._by(by), norm=norm, keys=keys_t, weight=weight
+                statistic,
+                columns,
+                self._by(by),
+                keys=key_tuples(keys),
+                weight=weight,
+                max_groups_per_unit=l0,
+                max_rows_per_group=linf,
+                **options,
             )
         )
 
@@ -455,6 +648,8 @@ class Release:
         ledger: Ledger | None = None,
         label: str | None = None,
         filter: PrivacyFilter | None = None,
+        raw: bool = False,
+        progress: Callable[[RunProgress], None] | None = None,
     ) -> ReleaseResult:
         """Bound, aggregate, add noise, post-process; every run is charged to a filter.
 
@@ -478,6 +673,18 @@ class Release:
         grouping), then the noise — so ``ChaCha20Random(seed)`` replays a
         release exactly; the default is a fresh :class:`~gaussdp.random.SystemRandom`.
 
+        ``raw=True`` skips the clamping of counts at 0: count and histogram
+        values (and their interval ends) are the noisy integers as drawn —
+        bounded count + N_Z(0, σ²), unbiased and possibly negative. For
+        estimators that combine measurements (e.g. least squares over noisy
+        marginals in :mod:`gaussdp.synth`), which clamping would bias. Either
+        way the values are post-processing of the same noisy integers: the
+        privacy guarantee and the charge are the same.
+
+        ``progress``, if given, is called with a :class:`RunProgress` as each
+        pass over the data starts and, on DuckDB, a few times a second during
+        it (from another thread); it cannot change the run.
+
         Raises
         ------
         ValueError, TypeError
@@ -495,6 +702,8 @@ class Release:
             charge stays counted.
         """
         source = check_rng(rng)
+        if not isinstance(raw, bool):
+            raise TypeError(invalid("raw", "a bool", raw))
         if ledger is not None and filter is not None:
             raise ValueError(invalid("filter", "None when a ledger is given", filter))
         if filter is not None and not isinstance(filter, PrivacyFilter):
@@ -514,7 +723,9 @@ class Release:
         except EngineError as error:  # an unreadable input is bad input: nothing reserved
             raise ValueError(str(error)) from error.__cause__
         try:
-            typed, sqls = _prepare(self, plan, engine, source)
+            tracker = _Tracker(progress, engine, len(plan.groupings) + 1)
+            tracker.stage("reading the data")
+            typed, sqls = _prepare(self, plan, engine, source, tracker)
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
@@ -525,10 +736,14 @@ class Release:
                 )
             else:
                 spend_to.accept(event, what="this release")
-            aggregates = [engine.query(sql) for sql in sqls]
+            aggregates = []
+            for sql in sqls:
+                tracker.stage("bounding and aggregating")
+                aggregates.append(engine.query(sql))
         finally:
             engine.close()
-        frame = _results(self, plan, typed, aggregates, source, noise)
+        tracker.stage("adding noise")
+        frame = _results(self, plan, typed, aggregates, source, noise, raw=raw)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         return ReleaseResult(frame, report, sqls)
@@ -573,8 +788,36 @@ def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
     return out
 
 
+class _Tracker:
+    """Feeds :class:`RunProgress` to a callback: stages from the run, fractions from the engine."""
+
+    def __init__(
+        self, callback: Callable[[RunProgress], None] | None, engine: Engine, passes: int
+    ) -> None:
+        self.callback = callback
+        self.state = RunProgress("", 0, passes)
+        if callback is not None:
+            engine.on_progress = self.done
+
+    def stage(self, name: str) -> None:
+        """A new pass over the data starts (or, for ``'adding noise'``, the passes are over)."""
+        s = self.state
+        step = s.step if name == "adding noise" else s.step + 1
+        self.state = replace(s, stage=name, step=step, done=None)
+        if self.callback is not None:
+            self.callback(self.state)
+
+    def done(self, fraction: float) -> None:
+        if self.callback is not None:
+            self.callback(replace(self.state, done=fraction))
+
+
 def _prepare(
-    release: Release, plan: Plan, engine: Engine, rng: RandomSource
+    release: Release,
+    plan: Plan,
+    engine: Engine,
+    rng: RandomSource,
+    tracker: _Tracker | None = None,
 ) -> tuple[list[tuple[KeyTuple, ...] | None], tuple[str, ...]]:
     """Every check that reads the input, before anything is reserved; the SQL to run.
 
@@ -598,6 +841,8 @@ def _prepare(
         engine.check_columns(dict.fromkeys(needs, False))  # they exist
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))
+        if tracker is not None:
+            tracker.state = replace(tracker.state, rows=counts.get("pu"))
         empty = {plan.internal[c] for c, n in counts.items() if n == 0}
         engine.check_columns(needs, empty)
         schema = engine.schema
@@ -608,24 +853,33 @@ def _prepare(
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
         unit_type = schema[release.privacy_unit].lower()
         unit_nan = unit_type in ("float", "double", "real")
-        return typed, _sqls(plan, view, release.max_rows_per_group, rng, unit_nan=unit_nan)
+        return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:
         raise ValueError(str(error)) from error.__cause__
 
 
-def _sqls(
-    plan: Plan, view: str, linf: int, rng: RandomSource, *, unit_nan: bool = False
-) -> tuple[str, ...]:
-    """One query per grouping; each L0 salt is 62 bits drawn from ``rng`` (issue 11 item 5)."""
+def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: bool = False) -> tuple[str, ...]:
+    """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
+    ``rng`` (issue 11 item 5)."""
     return tuple(
-        grouping_sql(
+        tree_sql(
+            source=view,
+            keys=g.by,
+            tree=g.tree,
+            l0=g.l0,
+            linf=g.linf,
+            salt=rng.randbits(62),
+            unit_nan=unit_nan,
+        )
+        if g.tree is not None
+        else grouping_sql(
             source=view,
             keys=g.by,
             histogram=g.histogram,
             values=tuple(g.values),
             outputs=tuple(g.outputs),
             l0=g.l0,
-            linf=linf,
+            linf=g.linf,
             salt=rng.randbits(62),
             unit_nan=unit_nan,
         )
@@ -738,6 +992,7 @@ class _Noise:
         self.std = math.sqrt(dg.variance)
         self.half = dg.confidence_interval(confidence).high
         self.half_bonferroni = dg.confidence_interval((1 + confidence) / 2).high
+        self.half_third = dg.confidence_interval(1 - (1 - confidence) / 3).high
 
 
 _Ints = np.ndarray[Any, Any]  # int64, or object (Python ints) beyond int64
@@ -808,6 +1063,91 @@ def _cells(
     return key_columns, [pick(a) for a in aggs], pick(units)
 
 
+def _tree_cells(
+    g: Grouping, resolution: int, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
+) -> tuple[list[_Ints], list[_Ints], _Ints]:
+    """Key columns, the leaf counts (one array per leaf) and distinct units, one entry per group.
+
+    The engine's rows are (keys…, leaf, units, count), ordered by keys and leaf
+    (:func:`gaussdp.release.sql.tree_sql`); a group's units are the sum of its
+    rows' ``units``. Public keys (or the one group of an ungrouped query) all
+    appear, missing ones with zero counts.
+    """
+    width = len(g.by)
+    index: dict[KeyTuple, int] = {}
+    found: list[KeyTuple] = []
+    leaf_rows: list[int] = []
+    leaf_cols: list[int] = []
+    counts: list[int] = []
+    unit_parts: list[int] = []
+    for row in rows:
+        key = tuple(row[:width])
+        position = index.setdefault(key, len(found))
+        if position == len(found):
+            found.append(key)
+        leaf_rows.append(position)
+        leaf_cols.append(int(row[width]))
+        unit_parts.append(int(row[width + 1]))
+        counts.append(int(row[width + 2]))
+    leaves = np.zeros((len(found), resolution), dtype=np.int64)
+    np.add.at(leaves, (np.array(leaf_rows, np.intp), np.array(leaf_cols, np.intp)), counts)
+    units = np.zeros(len(found), dtype=np.int64)
+    np.add.at(units, np.array(leaf_rows, np.intp), unit_parts)
+    if g.by and g.keys is None:  # private partition selection happens later
+        wanted, at = found, np.arange(len(found))
+    else:
+        public = g.keys if g.keys is not None else ((),)
+        values = typed if typed is not None else public
+        wanted = list(public)
+        at = np.array([index.get(v, -1) for v in values], dtype=np.intp)
+    hit = at >= 0
+    take = np.where(hit, at, 0)
+    leaves = (
+        np.where(hit[:, None], leaves[take], 0) if len(found) else np.zeros((len(at), resolution))
+    ).astype(np.int64)
+    units = np.where(hit, units[take], 0) if len(found) else np.zeros(len(at), np.int64)
+    key_columns = [np.array([k[j] for k in wanted], dtype=object) for j in range(width)]
+    return key_columns, [leaves[:, j] for j in range(resolution)], units
+
+
+def _tree_frame(
+    q: Query,
+    base: dict[str, Any],
+    leaves: _Ints,
+    m: Measure,
+    confidence: float,
+    rng: RandomSource,
+) -> pd.DataFrame:
+    """One quantile query: noisy tree, consistent leaves, monotone inversion, intervals.
+
+    Noise is drawn level by level, root first (:mod:`gaussdp.release.tree`). The
+    ``std`` column is NaN: a quantile's error is stated by its interval.
+    """
+    import pandas as pd
+
+    lo, hi = q.bounds or (0.0, 0.0)
+    levels_q = q.quantiles or ()
+    branching, resolution = q.branching or 2, q.resolution or 1
+    groups = leaves.shape[0]
+    noisy = []
+    for level in tree.node_counts(leaves.reshape(groups, resolution), branching):
+        z = np.asarray(_noise.draw(m.sigma2, level.size, rng))
+        noisy.append(np.asarray(_add(level.reshape(-1), z), dtype=np.float64).reshape(level.shape))
+    consistent = tree.consistent_leaves(noisy, branching)
+    values = tree.invert(consistent, levels_q, lo, hi)
+    h = tree.rank_halfwidth(math.sqrt(m.sigma2), resolution, branching, 1 - confidence)
+    low, high = tree.quantile_intervals(consistent, levels_q, lo, hi, h)
+    d = len(levels_q)
+    data: dict[str, Any] = {c: np.repeat(v, d) for c, v in base.items()}
+    labels = np.array([f"quantile({q.columns[0]}, {level:g})" for level in levels_q], object)
+    data["statistic"] = np.tile(labels, groups)
+    data["value"] = values.reshape(-1)
+    data["std"] = np.full(groups * d, np.nan)
+    data["ci_low"] = low.reshape(-1)
+    data["ci_high"] = high.reshape(-1)
+    return pd.DataFrame(data)
+
+
 def _add(exact: _Ints, z: np.ndarray[Any, Any]) -> _Ints:
     """exact + z, in int64 when it cannot overflow, else in Python ints."""
     small = 2**62
@@ -827,6 +1167,8 @@ def _results(
     aggregates: list[list[tuple[Any, ...]]],
     rng: RandomSource,
     noise: dict[Fraction, _Noise],
+    *,
+    raw: bool = False,
 ) -> pd.DataFrame:
     """Noise and post-processing, vectorised over cells (no per-cell Python loop)."""
     import pandas as pd
@@ -840,7 +1182,10 @@ def _results(
     has_bins = any(q.statistic == "histogram" for q in queries)
     per_query: dict[int, pd.DataFrame] = {}
     for g, g_typed, rows in zip(plan.groupings, typed, aggregates, strict=True):
-        keys, aggs, units = _cells(g, g_typed, rows)
+        if g.tree is not None:
+            keys, aggs, units = _tree_cells(g, g.tree.resolution, g_typed, rows)
+        else:
+            keys, aggs, units = _cells(g, g_typed, rows)
         if g.selection is not None:
             s = g.selection
             z = _noise.draw(s.sigma2, len(units), rng)
@@ -849,13 +1194,19 @@ def _results(
             aggs = [a[keep] for a in aggs]
             units = units[keep]
         n = len(units)
+        base: dict[str, Any] = {
+            plan.internal[k]: column for k, column in zip(g.by, keys, strict=False)
+        }
+        if g.tree is not None:
+            for m in g.measures:  # one noisy tree per quantile query
+                per_query[m.query] = _tree_frame(
+                    queries[m.query], base, np.stack(aggs, axis=1), m, release.confidence, rng
+                )
+            continue
         noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]] = {}
         for m in g.measures:
             z = _noise.draw(m.sigma2, n, rng)
             noisy[(m.query, m.role)] = (_add(aggs[m.output], np.asarray(z)), m, noise[m.sigma2])
-        base: dict[str, Any] = {
-            plan.internal[k]: column for k, column in zip(g.by, keys, strict=False)
-        }
         if g.histogram is not None:
             labels = np.array(
                 [_bin_label(g.histogram[1], j) for j in range(len(g.histogram[1]) - 1)],
@@ -863,7 +1214,7 @@ def _results(
             )
             base["bin"] = labels[keys[-1].astype(np.intp)] if n else labels[:0]
         for qi in g.queries:
-            per_query[qi] = _frame_for(queries[qi], qi, n, base, noisy)
+            per_query[qi] = _frame_for(queries[qi], qi, n, base, noisy, raw=raw)
     columns = [
         *group_columns,
         *(["bin"] if has_bins else []),
@@ -887,8 +1238,13 @@ def _frame_for(
     n: int,
     base: dict[str, Any],
     noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]],
+    *,
+    raw: bool = False,
 ) -> pd.DataFrame:
-    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major)."""
+    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major).
+
+    ``raw``: counts are not clamped at 0 (see :meth:`Release.run`).
+    """
     import pandas as pd
 
     def floats(raw: _Ints) -> np.ndarray[Any, Any]:
@@ -907,18 +1263,19 @@ def _frame_for(
         return pd.DataFrame(data)
 
     stat = q.statistic
-    if stat in ("count", "histogram"):
+    if stat in ("count", "histogram", "distinct_units"):
         v, _, nz = noisy[(qi, "count")]
-        raw = floats(v)
-        # Post-processing: a count is ≥ 0; so is its interval.
+        counts = floats(v)
+        # Post-processing: a count is ≥ 0; so is its interval (unless raw values are asked for).
+        floor = -np.inf if raw else 0.0
         return frame(
             [
                 (
                     q.name,
-                    np.maximum(raw, 0),
+                    np.maximum(counts, floor),
                     nz.std,
-                    np.maximum(raw - nz.half, 0),
-                    np.maximum(raw + nz.half, 0),
+                    np.maximum(counts - nz.half, floor),
+                    np.maximum(counts + nz.half, floor),
                 )
             ]
         )
@@ -933,6 +1290,27 @@ def _frame_for(
         vc, _, nzc = noisy[(qi, "count")]
         s = floats(vs) * ms.gamma
         return frame([(q.name, *_ratio(s, floats(vc), nzs, nzc, ms.gamma, lo, hi))])
+    if stat in ("variance", "std"):
+        lo, hi = q.bounds or (0.0, 0.0)
+        vs, ms, nzs = noisy[(qi, "sum")]
+        vq, mq, nzq = noisy[(qi, "sumsq")]
+        vc, _, nzc = noisy[(qi, "count")]
+        value, std, low, high = _variance(
+            floats(vs) * ms.gamma,
+            floats(vq) * mq.gamma,
+            floats(vc),
+            (nzs.std * ms.gamma, nzq.std * mq.gamma, nzc.std),
+            (nzs.half_third * ms.gamma, nzq.half_third * mq.gamma, nzc.half_third),
+            (hi - lo) / 2,
+        )
+        if stat == "std":
+            # sd = √var; its std by the delta method, capped at the largest possible sd.
+            sd = np.sqrt(value)
+            radius = (hi - lo) / 2
+            safe = np.where(sd > 0, sd, 1.0)
+            std = np.where(sd > 0, np.minimum(std / (2 * safe), radius), radius)
+            value, low, high = sd, np.sqrt(low), np.sqrt(high)
+        return frame([(q.name, value, std, low, high)])
     stats: list[tuple[Any, ...]] = []
     norm = q.norm or 0.0
     for a, column in enumerate(q.columns):
@@ -968,4 +1346,54 @@ def _ratio(
     ratios = np.stack([(s - hs) / safe_lo, (s - hs) / c_hi, (s + hs) / safe_lo, (s + hs) / c_hi])
     low = np.where(usable, np.clip(ratios.min(axis=0), lo, hi), lo)
     high = np.where(usable, np.clip(ratios.max(axis=0), lo, hi), hi)
+    return value, std, low, high
+
+
+def _variance(
+    s: np.ndarray[Any, Any],
+    q: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    stds: tuple[float, float, float],
+    halves: tuple[float, float, float],
+    radius: float,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    r"""The variance of the bounded values from noisy centred sum S, sum of squares Q, count N.
+
+    Estimate: (Q − (S² − Var S)/N)/N with N = max(noisy count, 1) (values in
+    the statistic's units; Var S the sum's exact noise variance, subtracted so
+    that S²'s noise does not bias it), clamped to [0, r²], r = (hi − lo)/2 (the
+    largest variance of values in [lo, hi]). The noise-free value it estimates
+    is the population variance (÷ N) of the bounded, grid-rounded values:
+    Q₀/N₀ − (S₀/N₀)². std: delta method. Interval: each of S, Q, N in its exact
+    discrete interval at level 1 − α/3 (Bonferroni), the variance's extreme
+    values over that box (for fixed N it grows with Q and falls with |S|; in N,
+    f(N) = Q/N − S²/N² has one maximum at N = 2S²/Q), clamped to [0, r²];
+    [0, r²] when N's interval reaches below 1.
+    """
+    std_s, std_q, std_c = stds
+    hs, hq, hc = halves
+    n = np.maximum(c, 1.0)
+    top = radius * radius
+    value = np.clip((q - (s * s - std_s * std_s) / n) / n, 0.0, top)
+    mean = s / n
+    grad_n = (-q + 2 * s * mean) / (n * n)
+    std = np.sqrt((std_q / n) ** 2 + (2 * mean * std_s / n) ** 2 + (grad_n * std_c) ** 2)
+    s_lo, s_hi = s - hs, s + hs
+    s_small = np.where((s_lo <= 0) & (s_hi >= 0), 0.0, np.minimum(np.abs(s_lo), np.abs(s_hi)))
+    s_big = np.maximum(np.abs(s_lo), np.abs(s_hi))
+    q_lo, q_hi = np.maximum(q - hq, 0.0), q + hq
+    n_lo, n_hi = c - hc, c + hc
+    usable = n_lo >= 1
+    n_lo = np.where(usable, n_lo, 1.0)
+
+    def f(qq: np.ndarray[Any, Any], ss: np.ndarray[Any, Any], nn: np.ndarray[Any, Any]) -> Any:
+        return qq / nn - (ss / nn) ** 2
+
+    low = np.minimum(f(q_lo, s_big, n_lo), f(q_lo, s_big, n_hi))
+    peak = np.clip(2 * s_small**2 / np.maximum(q_hi, 1e-300), n_lo, n_hi)
+    high = np.maximum.reduce(
+        [f(q_hi, s_small, n_lo), f(q_hi, s_small, n_hi), f(q_hi, s_small, peak)]
+    )
+    low = np.where(usable, np.clip(low, 0.0, top), 0.0)
+    high = np.where(usable, np.clip(high, 0.0, top), top)
     return value, std, low, high

@@ -17,9 +17,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +162,16 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
 
 
 class Engine(ABC):
-    """An opened input on one engine."""
+    """An opened input on one engine.
+
+    ``on_progress``, if set, is called (from another thread) with the engine's
+    estimate of the fraction of the running query done, in [0, 1], a few
+    times a second; engines that cannot tell never call it.
+    """
 
     name: str
     _declared: dict[str, str]
+    on_progress: Callable[[float], None] | None = None
 
     @property
     def schema(self) -> dict[str, str]:
@@ -389,8 +396,37 @@ class DuckDBEngine(Engine):
     def query(
         self, sql: str, *, action: str = "running the release query"
     ) -> list[tuple[Any, ...]]:
-        with self.failures(action):
+        with self.failures(action), self._watch():
             return [tuple(row) for row in self._con.execute(sql).fetchall()]
+
+    @contextlib.contextmanager
+    def _watch(self) -> Iterator[None]:
+        """Report DuckDB's progress estimate to :attr:`on_progress` while a query runs."""
+        report = self.on_progress
+        if report is None:
+            yield
+            return
+        if self._owned:  # never change the settings of a caller's connection
+            self._con.execute("SET enable_progress_bar = true")
+            self._con.execute("SET enable_progress_bar_print = false")
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.wait(0.2):
+                try:
+                    percent = self._con.query_progress()
+                    if percent >= 0:
+                        report(min(percent, 100.0) / 100.0)
+                except Exception:  # a display only: a failing callback must not touch the run
+                    return
+
+        watcher = threading.Thread(target=poll, name="gaussdp-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
 
     def close(self) -> None:
         if self._owned:

@@ -91,7 +91,7 @@ from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import LatticeGaussian
 from gaussdp.release.queries import KeyTuple, Query
-from gaussdp.release.sql import Output, ScalarValue, VectorValue
+from gaussdp.release.sql import Output, ScalarValue, Tree, VectorValue
 
 __all__ = [
     "Grouping",
@@ -110,7 +110,7 @@ _TAU2 = LatticeGaussian.SMOOTHING_TAU2
 #: A-priori bound on the candidate groups of a privately selected grouping.
 _MAX_GROUPS = 2**64
 
-PartKind = Literal["count", "sum", "vector", "distinct units"]
+PartKind = Literal["count", "sum", "sum of squares", "vector", "tree", "distinct units"]
 
 
 def grid_step(bound: float) -> float:
@@ -235,12 +235,19 @@ class Selection:
 
 @dataclass(slots=True)
 class Grouping:
-    """Queries that share group keys (and bins): one SQL pass, one L0 bounding."""
+    """Queries that share group keys (and bins or a tree) and L0, L∞: one SQL pass.
+
+    ``tree`` is set for quantile queries, whose SQL returns leaf counts
+    (:func:`gaussdp.release.sql.tree_sql`); the others use
+    :func:`gaussdp.release.sql.grouping_sql`.
+    """
 
     by: tuple[str, ...]
     keys: tuple[KeyTuple, ...] | None
     histogram: tuple[str, tuple[float, ...]] | None
     l0: int
+    linf: int
+    tree: Tree | None = None
     queries: list[int] = field(default_factory=list)
     values: list[ScalarValue | VectorValue] = field(default_factory=list)
     outputs: list[Output] = field(default_factory=list)
@@ -347,10 +354,39 @@ def _threshold(sigma2: Fraction, l0: int, delta: float, cells: int) -> tuple[int
 
 
 def _coordinates(q: Query) -> int:
-    """Noisy coordinates per cell of a query: 1, 2 for a mean, d (+1) for vectors."""
+    """Noisy coordinates per cell of a query: 1, 2 for a mean, 3 for a variance, d (+1) for
+    vectors, the nodes of a quantile tree."""
     if q.statistic in ("vector_sum", "vector_mean"):
         return len(q.columns) + (1 if q.statistic == "vector_mean" else 0)
-    return 2 if q.statistic == "mean" else 1
+    if q.statistic == "quantile":
+        return tree_nodes(q.resolution or 1, q.branching or 2)
+    return {"mean": 2, "variance": 3, "std": 3}.get(q.statistic, 1)
+
+
+def tree_levels(resolution: int, branching: int) -> int:
+    """Levels of a complete tree with ``resolution`` leaves, the root included.
+
+    Examples
+    --------
+    >>> tree_levels(1024, 4)
+    6
+    """
+    levels, width = 1, 1
+    while width < resolution:
+        width *= branching
+        levels += 1
+    return levels
+
+
+def tree_nodes(resolution: int, branching: int) -> int:
+    """Nodes of a complete tree with ``resolution`` leaves: 1 + b + b² + … + resolution.
+
+    Examples
+    --------
+    >>> tree_nodes(16, 4)
+    21
+    """
+    return sum(branching**level for level in range(tree_levels(resolution, branching)))
 
 
 def make_plan(
@@ -382,15 +418,21 @@ def make_plan(
     for qi, q in enumerate(queries):
         keys_internal = tuple(name("k", c) for c in q.by)
         histogram = (name("x", q.columns[0]), q.bins or ()) if q.statistic == "histogram" else None
+        tree = None
+        if q.statistic == "quantile":
+            lo, hi = q.bounds or (0.0, 0.0)
+            tree = Tree(name("x", q.columns[0]), lo, hi, q.resolution or 1)
         grouped = bool(q.by) or histogram is not None
+        # Each query's own L0 and L∞ if it states them (its sensitivity uses them).
+        l0 = (q.max_groups_per_unit or max_groups_per_unit) if grouped else 1
+        linf = q.max_rows_per_group or max_rows_per_group
+        shape = (keys_internal, q.keys, histogram, l0, linf, tree)
         found = None
         for g in groupings:
-            if g.by == keys_internal and g.keys == q.keys and g.histogram == histogram:
+            if (g.by, g.keys, g.histogram, g.l0, g.linf, g.tree) == shape:
                 found = g
         if found is None:
-            found = Grouping(
-                keys_internal, q.keys, histogram, max_groups_per_unit if grouped else 1
-            )
+            found = Grouping(*shape)
             groupings.append(found)
         found.queries.append(qi)
 
@@ -434,7 +476,6 @@ def make_plan(
             name,
             budget=budget,
             capacity=capacity * (1 - k * 1e-12),
-            linf=max_rows_per_group,
             sel_delta=sel_delta,
             selection_count=selection_count,
             selection_weight=selection_weight,
@@ -474,7 +515,6 @@ def _split(
     *,
     budget: Budget,
     capacity: float,
-    linf: int,
     sel_delta: float,
     selection_count: int,
     selection_weight: float,
@@ -490,14 +530,37 @@ def _split(
         g.measures = []
         g.selection = None
         noise = _Noise(g, gi, accounting, parts)
-        l0 = g.l0
+        l0, linf = g.l0, g.linf
         for qi in g.queries:
             q = queries[qi]
             share = total * Fraction(q.weight) / weights
             if q.statistic in ("mean", "vector_mean"):
                 share /= 2  # a sum part and a count part share the query's weight
+            elif q.statistic in ("variance", "std"):
+                share /= 3  # a count, a sum and a sum of squares share it
             if q.statistic in ("count", "histogram"):
                 noise.count(qi, g.output_index(Output("rows")), linf, share)
+            elif q.statistic == "distinct_units":
+                # A unit is in at most L0 groups and counts once in each: Δ² = L0.
+                out = g.output_index(Output("units"))
+                noise.add(qi, "distinct units", 1.0, Fraction(l0), share, [("count", out)])
+            elif q.statistic in ("variance", "std"):
+                _variance(noise, qi, q, name("x", q.columns[0]), linf, share)
+            elif q.statistic == "quantile":
+                # Every row is in one node per level; a unit's bounded rows in one group are
+                # a non-negative leaf vector of total ≤ L∞ (sql.tree_sql), so its node
+                # counts at each level have L2 norm ≤ L1 ≤ L∞: Δ² = L0·levels·L∞².
+                resolution, branching = q.resolution or 1, q.branching or 2
+                levels = tree_levels(resolution, branching)
+                noise.add(
+                    qi,
+                    "tree",
+                    1.0,
+                    Fraction(l0 * levels * linf * linf),
+                    share,
+                    [("tree", 0)],
+                    coordinates=tree_nodes(resolution, branching),
+                )
             elif q.statistic in ("sum", "mean"):
                 lo, hi = q.bounds or (0.0, 0.0)
                 # Rows are put on the grid one by one (FLOOR(v/γ + ½) of the clamped
@@ -578,13 +641,49 @@ class _Noise:
         sensitivity2: Fraction,
         share: Fraction,
         roles: list[tuple[str, int]],
+        *,
+        coordinates: int = 1,
     ) -> None:
         sigma2 = _sigma2(sensitivity2, share, self.accounting)
         for role, out in roles:
             self.grouping.measures.append(Measure(qi, role, out, gamma, sigma2))
-        cells = self.grouping.cells * len(roles)
+        cells = self.grouping.cells * len(roles) * coordinates
         self.parts.append(Part(qi, self.index, kind, gamma, sensitivity2, sigma2, cells))
 
     def count(self, qi: int, out: int, linf: int, share: Fraction) -> None:
         l0 = self.grouping.l0
         self.add(qi, "count", 1.0, Fraction(l0 * linf * linf), share, [("count", out)])
+
+
+def _variance(noise: _Noise, qi: int, q: Query, column: str, linf: int, share: Fraction) -> None:
+    r"""A variance's three parts: valid rows N, sum S and sum of squares Q of centred values.
+
+    Each row's clamped value minus the centre m = (lo + hi)/2 is put on the grid
+    γ = :func:`grid_step`\ ((hi − lo)/2) per row: an integer y in [r_lo, r_hi]
+    (monotone rounding, as for sums), |y| ≤ R = max(|r_lo|, |r_hi|) ≤ 512. A
+    unit's cell adds ≤ L∞ to N, [L∞·r_lo, L∞·r_hi] to S and [0, L∞·R²] to Q
+    (rescaled to L∞ rows like sums; the SQL clamps each cell to these ranges),
+    so the parts' L2 sensitivities are √L0·L∞, √L0·L∞·R and √L0·L∞·R² grid units.
+    One unit with all its rows at a bound attains all three at once, so the
+    three parts' composition (μ² and ρ add) is exactly the joint Gaussian
+    vector's guarantee with its coordinates' own σ's: nothing is lost by
+    accounting them as parts.
+    """
+    g, l0 = noise.grouping, noise.grouping.l0
+    lo, hi = q.bounds or (0.0, 0.0)
+    center, radius = lo / 2 + hi / 2, hi / 2 - lo / 2
+    gamma = grid_step(radius)
+    # The SQL computes FLOOR((clamped − m)/γ + ½) per row in doubles; the same operations.
+    r_lo = _round_half_up((lo - center) / gamma)
+    r_hi = _round_half_up((hi - center) / gamma)
+    total_lo, total_hi = linf * min(r_lo, 0), linf * max(r_hi, 0)
+    k_sum = max(-total_lo, total_hi)
+    k_sq = linf * max(r_lo * r_lo, r_hi * r_hi)
+    i = g.value_index(ScalarValue(column, lo, hi, gamma, center))
+    out_sum = g.output_index(Output("sum", i, -1, total_lo, total_hi))
+    out_sq = g.output_index(Output("sumsq", i, -1, 0, k_sq))
+    noise.add(qi, "sum", gamma, Fraction(l0 * k_sum * k_sum), share, [("sum", out_sum)])
+    noise.add(
+        qi, "sum of squares", gamma * gamma, Fraction(l0 * k_sq * k_sq), share, [("sumsq", out_sq)]
+    )
+    noise.count(qi, g.output_index(Output("valid", i)), linf, share)

@@ -13,12 +13,32 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from gaussdp._validation import check_finite, check_positive
+from gaussdp._validation import check_finite, check_int, check_positive, check_probability
 from gaussdp.errors import invalid
+from gaussdp.release.sql import MAX_ROWS_PER_GROUP
 
-__all__ = ["STATISTICS", "KeyTuple", "Query", "Statistic", "key_tuples"]
+__all__ = [
+    "BOUNDED",
+    "MAX_RESOLUTION",
+    "STATISTICS",
+    "KeyTuple",
+    "Query",
+    "Statistic",
+    "key_tuples",
+]
 
-Statistic = Literal["count", "sum", "mean", "histogram", "vector_sum", "vector_mean"]
+Statistic = Literal[
+    "count",
+    "sum",
+    "mean",
+    "histogram",
+    "vector_sum",
+    "vector_mean",
+    "variance",
+    "std",
+    "quantile",
+    "distinct_units",
+]
 STATISTICS: tuple[Statistic, ...] = (
     "count",
     "sum",
@@ -26,7 +46,15 @@ STATISTICS: tuple[Statistic, ...] = (
     "histogram",
     "vector_sum",
     "vector_mean",
+    "variance",
+    "std",
+    "quantile",
+    "distinct_units",
 )
+#: Statistics of one value column clamped to ``bounds``.
+BOUNDED: tuple[Statistic, ...] = ("sum", "mean", "variance", "std", "quantile")
+#: Largest number of leaves of a quantile tree (the engine returns one row per group and leaf).
+MAX_RESOLUTION = 2**16
 
 KeyTuple = tuple[object, ...]
 
@@ -103,18 +131,22 @@ class Query:
 
     Parameters
     ----------
-    statistic : {'count', 'sum', 'mean', 'histogram', 'vector_sum', 'vector_mean'}
-        ``count`` counts rows; ``sum``/``mean`` use ``columns[0]`` clamped to
+    statistic : str
+        One of :data:`STATISTICS`. ``count`` counts rows; ``sum``, ``mean``,
+        ``variance``, ``std`` and ``quantile`` use ``columns[0]`` clamped to
         ``bounds``; ``histogram`` counts rows per bin of ``columns[0]``
         (``bins`` are the edges); ``vector_sum``/``vector_mean`` use all
-        ``columns`` as one vector clipped to L2 norm ``norm`` per row.
+        ``columns`` as one vector clipped to L2 norm ``norm`` per row;
+        ``distinct_units`` counts the privacy units of each group.
     columns : tuple of str
-        Value columns: none for ``count``, one for ``sum``, ``mean``,
-        ``histogram``, at least one for the vector statistics.
+        Value columns: none for ``count`` and ``distinct_units``, one for the
+        scalar statistics and ``histogram``, at least one for the vector
+        statistics.
     by : tuple of str
         Group-by columns (empty: one global group).
     bounds : (float, float), optional
-        Required for ``sum``/``mean``: finite ``lo < hi``. Never taken from the data.
+        Required for ``sum``, ``mean``, ``variance``, ``std``, ``quantile``:
+        finite ``lo < hi``. Never taken from the data.
     bins : tuple of float, optional
         Required for ``histogram``: at least two finite, strictly increasing edges.
     norm : float, optional
@@ -125,6 +157,16 @@ class Query:
         chosen by private partition selection.
     weight : float
         Relative share of the release's budget, > 0.
+    quantiles : tuple of float, optional
+        Required for ``quantile``: the levels q, each in [0, 1], strictly increasing.
+    resolution, branching : int, optional
+        ``quantile`` only: the tree has ``resolution`` equal-width leaves over
+        ``bounds`` (default 1024, at most 2¹⁶), ``branching`` children per node
+        (default 4; ``resolution`` must be a power of it).
+    max_groups_per_unit, max_rows_per_group : int, optional
+        This query's own L0 and L∞, instead of the release's; its sensitivity
+        and the accounting use them. L0 only for grouped queries (``by`` or a
+        histogram's bins).
 
     Examples
     --------
@@ -140,6 +182,11 @@ class Query:
     norm: float | None = None
     keys: tuple[KeyTuple, ...] | None = None
     weight: float = 1.0
+    quantiles: tuple[float, ...] | None = None
+    resolution: int | None = None
+    branching: int | None = None
+    max_groups_per_unit: int | None = None
+    max_rows_per_group: int | None = None
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
@@ -151,12 +198,12 @@ class Query:
         object.__setattr__(self, "keys", _keys(self.keys, len(by)))
         object.__setattr__(self, "weight", check_positive("weight", self.weight))
         stat = self.statistic
-        expected = {"count": 0, "sum": 1, "mean": 1, "histogram": 1}
+        expected = {"count": 0, "distinct_units": 0, "histogram": 1} | dict.fromkeys(BOUNDED, 1)
         if stat in expected and len(columns) != expected[stat]:
             raise ValueError(invalid("columns", f"{expected[stat]} column(s) for {stat}", columns))
         if stat.startswith("vector") and not columns:
             raise ValueError(invalid("columns", f"at least one column for {stat}", columns))
-        if stat in ("sum", "mean"):
+        if stat in BOUNDED:
             object.__setattr__(self, "bounds", _bounds(self.bounds, stat))
         elif self.bounds is not None:
             raise ValueError(invalid("bounds", f"omitted for {stat}", self.bounds))
@@ -175,12 +222,62 @@ class Query:
         overlap = set(by) & set(columns)
         if overlap:
             raise ValueError(invalid("by", "disjoint from the value columns", sorted(overlap)))
+        self._check_tree()
+        self._check_bounds_per_unit()
+
+    def _check_tree(self) -> None:
+        if self.statistic != "quantile":
+            for name in ("quantiles", "resolution", "branching"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        invalid(name, f"omitted for {self.statistic}", getattr(self, name))
+                    )
+            return
+        object.__setattr__(self, "quantiles", _levels(self.quantiles))
+        branching = check_int("branching", 4 if self.branching is None else self.branching)
+        if not 2 <= branching <= 64:
+            raise ValueError(invalid("branching", "an integer in [2, 64]", self.branching))
+        resolution = check_int("resolution", 1024 if self.resolution is None else self.resolution)
+        power = branching
+        while power < resolution:
+            power *= branching
+        if power != resolution or resolution > MAX_RESOLUTION:
+            raise ValueError(
+                invalid(
+                    "resolution",
+                    f"a power of branching = {branching} (>= it, <= {MAX_RESOLUTION})",
+                    self.resolution,
+                )
+            )
+        object.__setattr__(self, "branching", branching)
+        object.__setattr__(self, "resolution", resolution)
+
+    def _check_bounds_per_unit(self) -> None:
+        if self.max_groups_per_unit is not None:
+            if not self.by and self.statistic != "histogram":
+                raise ValueError(
+                    invalid(
+                        "max_groups_per_unit",
+                        "given only for a grouped query (by or a histogram's bins): an "
+                        "ungrouped query has one group",
+                        self.max_groups_per_unit,
+                    )
+                )
+            l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
+            object.__setattr__(self, "max_groups_per_unit", l0)
+        if self.max_rows_per_group is not None:
+            linf = check_int("max_rows_per_group", self.max_rows_per_group, minimum=1)
+            if linf > MAX_ROWS_PER_GROUP:
+                raise ValueError(
+                    invalid("max_rows_per_group", f"at most {MAX_ROWS_PER_GROUP}", linf)
+                )
+            object.__setattr__(self, "max_rows_per_group", linf)
 
     @property
     def name(self) -> str:
         """A short label such as ``count``, ``mean(minutes)`` or ``vector_sum(x, y)``."""
-        if self.statistic == "count":
-            return "count"
+        if not self.columns:
+            return self.statistic
         return f"{self.statistic}({', '.join(self.columns)})"
 
 
@@ -209,6 +306,18 @@ def _bounds(value: object, stat: str) -> tuple[float, float]:
         raise ValueError(invalid("bounds", constraint, value))
     _magnitude("bounds", max(abs(lo), abs(hi)), constraint)
     return (lo, hi)
+
+
+def _levels(value: object) -> tuple[float, ...]:
+    constraint = "a non-empty list of strictly increasing levels in [0, 1]"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = (value,)
+    if value is None or isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise ValueError(invalid("quantiles", constraint, value))
+    levels = tuple(check_probability("quantiles", v) for v in value)
+    if any(not a < b for a, b in itertools.pairwise(levels)):
+        raise ValueError(invalid("quantiles", constraint, value))
+    return levels
 
 
 def _bins(value: object) -> tuple[float, ...]:

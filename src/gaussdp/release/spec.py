@@ -19,12 +19,24 @@ A spec::
     delta = 1e-6
 
     [[query]]
-    statistic = "mean"           # count, sum, mean, histogram, vector_sum, vector_mean
+    statistic = "mean"           # count, distinct_units, sum, mean, variance, std, quantile,
+                                 # histogram, vector_sum, vector_mean
     column = "minutes"           # `columns = [...]` for vector statistics
-    bounds = [0, 120]            # sum, mean;  `bins = [...]` for histogram; `norm` for vectors
+    bounds = [0, 120]            # sum, mean, variance, std, quantile; `bins = [...]` for
+                                 # histogram; `norm` for vectors
     by = ["page"]                # optional
     keys = ["home", "search"]    # optional public keys; else private partition selection
     weight = 1.0                 # optional
+    max_groups_per_unit = 2      # optional: this query's own L0 (grouped queries)
+    max_rows_per_group = 1       # optional: this query's own L∞
+
+    [[query]]
+    statistic = "quantile"
+    column = "minutes"
+    bounds = [0, 120]
+    quantiles = [0.25, 0.5, 0.75]
+    resolution = 1024            # optional: leaves of the tree (a power of branching)
+    branching = 4                # optional
 
 Unknown keys anywhere are an error (a typo never silently changes a release).
 """
@@ -58,7 +70,22 @@ _TOP = {
     "column_types",
     "query",
 }
-_QUERY = {"statistic", "column", "columns", "by", "bounds", "bins", "norm", "keys", "weight"}
+_QUERY = {
+    "statistic",
+    "column",
+    "columns",
+    "by",
+    "bounds",
+    "bins",
+    "norm",
+    "keys",
+    "weight",
+    "quantiles",
+    "resolution",
+    "branching",
+    "max_groups_per_unit",
+    "max_rows_per_group",
+}
 _BUDGET = {"epsilon", "delta", "rho", "mu"}
 
 
@@ -161,6 +188,7 @@ def release_from_spec(
 def _query(table: Mapping[str, Any], statistic: Any) -> Query:
     columns = table.get("columns", [table["column"]] if "column" in table else [])
     by = table.get("by", [])
+    levels = table.get("quantiles")
     return Query(
         statistic,
         tuple(columns) if isinstance(columns, list) else columns,
@@ -170,4 +198,9 @@ def _query(table: Mapping[str, Any], statistic: Any) -> Query:
         norm=table.get("norm"),
         keys=key_tuples(table.get("keys")),
         weight=table.get("weight", 1.0),
+        quantiles=tuple(levels) if isinstance(levels, list) else levels,
+        resolution=table.get("resolution"),
+        branching=table.get("branching"),
+        max_groups_per_unit=table.get("max_groups_per_unit"),
+        max_rows_per_group=table.get("max_rows_per_group"),
     )

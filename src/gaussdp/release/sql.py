@@ -58,11 +58,14 @@ from dataclasses import dataclass
 __all__ = [
     "MAX_ROWS_PER_GROUP",
     "TEMPLATE",
+    "TREE_TEMPLATE",
     "Output",
     "ScalarValue",
+    "Tree",
     "VectorValue",
     "double",
     "grouping_sql",
+    "tree_sql",
 ]
 
 #: Largest L∞ accepted: with per-row integers |r| ≤ 2⁹·√d, the exact rescaling's
@@ -116,12 +119,17 @@ def double(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ScalarValue:
-    """A value column clamped to ``[lo, hi]``, each row rounded to the grid ``gamma``."""
+    """A value column clamped to ``[lo, hi]``, each row rounded to the grid ``gamma``.
+
+    With ``center`` the row's integer is that of ``clamped − center`` (for
+    variances, which also sum the squares of these integers).
+    """
 
     column: str
     lo: float
     hi: float
     gamma: float
+    center: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +149,9 @@ class Output:
     ``kind``: ``'rows'`` (rows per cell, capped at L∞), ``'valid'`` (rows with a
     valid value ``value``, capped), ``'sum'`` (scalar value ``value``'s grid
     integers, per-cell contribution clamped to ``[total_lo, total_hi]`` grid
-    steps) or ``'coord'`` (coordinate ``coord`` of vector value ``value``).
+    steps), ``'sumsq'`` (the squares of those integers, rescaled and clamped
+    alike), ``'coord'`` (coordinate ``coord`` of vector value ``value``) or
+    ``'units'`` (distinct units per group after L0 bounding).
     """
 
     kind: str
@@ -160,20 +170,26 @@ def _on_grid(expr: str, gamma: float) -> str:
     return f"CAST(FLOOR({expr} / {double(gamma)} + {_HALF}) AS BIGINT)"
 
 
-def _rescaled(n: str, s: str, linf: int) -> str:
-    """⌊S·L/n + ½⌋ when n > L (else S), in exact integer arithmetic.
+def _floor_div(num: str, den: str) -> str:
+    """⌊num/den⌋ of BIGINT expressions (den > 0), exactly, in both engines' SQL.
 
-    With num = 2·S·L + n and den = 2n the value is ⌊num/den⌋. A DOUBLE quotient
-    q₀ is within one of it (|num/den| ≤ L·2⁹√d + 1 ≪ 2⁵⁰, relative error
-    ≤ 3·2⁻⁵³), and two integer comparisons correct q₀ to the exact floor.
+    A DOUBLE quotient q₀ is within one of it while |num/den| ≪ 2⁵⁰ (relative
+    error ≤ 3·2⁻⁵³), and two integer comparisons correct q₀ to the exact floor.
     """
-    num = f"(2 * {s} * {linf} + {n})"
-    den = f"(2 * {n})"
     q0 = f"CAST(FLOOR(CAST({num} AS DOUBLE) / CAST({den} AS DOUBLE)) AS BIGINT)"
-    exact = (
+    return (
         f"{q0} - CASE WHEN {q0} * {den} > {num} THEN 1 ELSE 0 END"
         f" + CASE WHEN ({q0} + 1) * {den} <= {num} THEN 1 ELSE 0 END"
     )
+
+
+def _rescaled(n: str, s: str, linf: int) -> str:
+    """⌊S·L/n + ½⌋ when n > L (else S), in exact integer arithmetic.
+
+    With num = 2·S·L + n and den = 2n the value is ⌊num/den⌋ (:func:`_floor_div`;
+    |num/den| ≤ L·2¹⁸ + 1 ≪ 2⁵⁰ for sums and sums of squares of grid integers).
+    """
+    exact = _floor_div(f"(2 * {s} * {linf} + {n})", f"(2 * {n})")
     return f"CASE WHEN {n} > {linf} THEN {exact} ELSE {s} END"
 
 
@@ -242,11 +258,15 @@ def grouping_sql(
             clamped = (
                 f"LEAST(GREATEST(CAST({x} AS DOUBLE), {double(value.lo)}), {double(value.hi)})"
             )
+            if value.center is not None:
+                clamped = f"({clamped} - {double(value.center)})"
             value_select += (
                 f",\n    CASE WHEN {x} IS NULL OR {_is_nan(x)} THEN NULL"
                 f" ELSE {_on_grid(clamped, value.gamma)} END AS v{i}"
             )
             cell_aggs += f", COUNT(v{i}) AS n{i}, COALESCE(CAST(SUM(v{i}) AS BIGINT), 0) AS s{i}"
+            if value.center is not None:
+                cell_aggs += f", COALESCE(CAST(SUM(v{i} * v{i}) AS BIGINT), 0) AS q{i}"
         else:
             valid = " AND ".join(
                 f"{x} IS NOT NULL AND NOT {_is_nan(x)}"
@@ -292,6 +312,12 @@ def grouping_sql(
             i = out.value
             contribution = _rescaled(f"n{i}", f"s{i}", linf)
             expr = f"SUM(LEAST(GREATEST({contribution}, {out.total_lo}), {out.total_hi}))"
+        elif out.kind == "sumsq":
+            i = out.value
+            contribution = _rescaled(f"n{i}", f"q{i}", linf)
+            expr = f"SUM(LEAST(GREATEST({contribution}, {out.total_lo}), {out.total_hi}))"
+        elif out.kind == "units":
+            expr = "COUNT(*)"
         elif out.kind == "coord":
             i, a = out.value, out.coord
             expr = f"SUM({_rescaled(f'n{i}', f's{i}_{a}', linf)})"
@@ -318,4 +344,122 @@ def grouping_sql(
         group_by=(
             f"\nGROUP BY {', '.join(all_keys)}\nORDER BY {', '.join(all_keys)}" if all_keys else ""
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """The leaves of a quantile tree: ``column`` clamped to ``[lo, hi]``, cut into
+    ``resolution`` equal-width leaves (leaf ⌊(v − lo)/w⌋, w = (hi − lo)/resolution,
+    the last leaf closed)."""
+
+    column: str
+    lo: float
+    hi: float
+    resolution: int
+
+
+TREE_TEMPLATE = """\
+WITH raw AS (
+  SELECT *
+  FROM {source}
+  WHERE pu IS NOT NULL{key_filter} AND {x} IS NOT NULL AND NOT {x_nan}
+),
+base AS (
+  SELECT pu{key_select},
+    CAST(LEAST(GREATEST(FLOOR((LEAST(GREATEST(CAST({x} AS DOUBLE), {lo}), {hi}) - {lo}) / {width}),
+         0), {last}) AS BIGINT) AS lf
+  FROM raw
+),
+ranked AS (
+  {ranked}
+),
+leaves AS (
+  SELECT pu{keys}, lf, COUNT(*) AS c
+  FROM ranked
+  GROUP BY pu{keys}, lf
+),
+totals AS (
+  SELECT *, SUM(c) OVER (PARTITION BY pu{keys}) AS n
+  FROM leaves
+),
+floored AS (
+  SELECT *, CASE WHEN n > {linf} THEN {floor} ELSE c END AS b
+  FROM totals
+),
+ordered AS (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY pu{keys} ORDER BY c * {linf} - b * n DESC, lf) AS rk,
+         SUM(b) OVER (PARTITION BY pu{keys}) AS bs
+  FROM floored
+)
+SELECT {final_keys}lf, CAST(SUM(CASE WHEN rk = 1 THEN 1 ELSE 0 END) AS BIGINT) AS units,
+       CAST(SUM(CASE WHEN n > {linf} AND rk <= {linf} - bs THEN b + 1 ELSE b END) AS BIGINT) AS cnt
+FROM ordered
+GROUP BY {final_keys}lf
+ORDER BY {final_keys}lf"""
+
+
+def tree_sql(
+    *,
+    source: str,
+    keys: tuple[str, ...],
+    tree: Tree,
+    l0: int,
+    linf: int,
+    salt: int,
+    unit_nan: bool = False,
+) -> str:
+    """The leaf counts of a quantile tree per group, each unit bounded to L0 groups, L∞ rows.
+
+    Rows with a NULL or NaN value are ignored. L0 is applied to the groups as in
+    :data:`TEMPLATE` (the leaf is not a group). A unit with ``n > L∞`` rows in a
+    group has its leaf counts ``c_j`` apportioned to L∞ rows by largest
+    remainders: ``⌊c_j·L∞/n⌋`` each, plus one for the ``L∞ − Σ⌊…⌋`` leaves with
+    the largest remainders ``c_j·L∞ mod n`` (ties: the lower leaf) — integers,
+    each ≤ ``c_j``, summing to L∞ exactly, a function of the unit's own rows.
+    So a unit adds a non-negative integer vector of total ≤ L∞ to the leaves of
+    each of its ≤ L0 groups.
+
+    Returns
+    -------
+    str
+        The SQL; its result columns are the keys, ``lf`` (leaf), ``units`` (per
+        group, the sum over its leaves is the distinct units after bounding) and
+        ``cnt`` (the bounded rows in the leaf), ordered by keys and leaf.
+
+    Examples
+    --------
+    >>> sql = tree_sql(source="v", keys=("k0",), tree=Tree("x0", 0.0, 1.0, 16), l0=2,
+    ...                linf=3, salt=5)
+    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "ROW_NUMBER()" in sql
+    True
+    """
+    if not 0 <= salt < 2**62:
+        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
+    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
+        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
+    keys_csv = "".join(f", {k}" for k in keys)
+    key_filter = (" AND NOT isnan(pu)" if unit_nan else "") + "".join(
+        f" AND {k} IS NOT NULL" for k in keys
+    )
+    ranked = (
+        RANKED_L0.format(keys=keys_csv, salt=int(salt), l0=l0, bin_filter="")
+        if keys
+        else RANKED_ALL.format(bin_filter="")
+    )
+    return TREE_TEMPLATE.format(
+        source=source,
+        key_filter=key_filter,
+        x=tree.column,
+        x_nan=_is_nan(tree.column),
+        key_select=keys_csv,
+        lo=double(tree.lo),
+        hi=double(tree.hi),
+        width=double((tree.hi - tree.lo) / tree.resolution),
+        last=tree.resolution - 1,
+        ranked=ranked,
+        keys=keys_csv,
+        linf=linf,
+        floor=_floor_div(f"c * {linf}", "n"),
+        final_keys="".join(f"{k}, " for k in keys),
     )

@@ -647,7 +647,9 @@ class Synthesizer:
     ) -> list[Any]:
         from gaussdp.synth.model import Measurement
 
-        result = release.run(rng=source)
+        # Raw noisy counts (not clamped at 0): Private-PGM's least squares and its
+        # total estimate assume unbiased measurements.
+        result = release.run(rng=source, raw=True)
         values = result.frame["value"].to_numpy(dtype=np.float64)
         stds = result.frame["std"].to_numpy(dtype=np.float64)
         sizes = self.sizes
