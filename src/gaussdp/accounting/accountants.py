@@ -117,6 +117,8 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = (
     1024.0,
 )
 
+# Unit round-off of float64.
+_UNIT = 2.0**-53
 # Largest σ² of a discrete Gaussian the PLD accountant enumerates (±10σ support).
 _MAX_DG_SIGMA2 = 3.9e10
 _MAX_DL_SCALE = 3.0e4
@@ -262,7 +264,7 @@ class Accountant(ABC):
             inner = self._smoothed(event.mechanism, event, count, where, out)
             leaf = Subsampled(inner, event.rate, event.scheme)
         if not self._leaf_supported(leaf):
-            raise self._unsupported(event, where)
+            raise self._unsupported(event, where, self._refusal_reason(leaf))
         out.leaves[leaf] += count
 
     def _smoothed(
@@ -294,6 +296,10 @@ class Accountant(ABC):
     @abstractmethod
     def _leaf_supported(self, event: Event) -> bool:
         """Whether a reduced event (no structure left) is accounted by this accountant."""
+
+    def _refusal_reason(self, event: Event) -> str | None:
+        """What to tell the user about a refused leaf (``None``: nothing beyond its name)."""
+        return None
 
     def _invalidate(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached results after a composition."""
@@ -584,7 +590,10 @@ class RDPAccountant(Accountant):
     RDP curves add under composition; the conversion to (ε, δ) is CKS Prop 12
     minimised over the orders. The Poisson-subsampled Gaussian uses the integer-order
     binomial expansion of Mironov et al. 2019 (valid for both neighbouring
-    directions). ``lower`` is always 0: RDP gives no lower bound.
+    directions); other Poisson-subsampled mechanisms the general bound of Zhu & Wang
+    2019 (Thm 6), and sampling without replacement (replace-one neighbours) that of
+    Wang, Balle & Kasiviswanath 2019 (Thm 9), both at integer orders from the
+    mechanism's RDP curve. ``lower`` is always 0: RDP gives no lower bound.
 
     Parameters
     ----------
@@ -614,7 +623,10 @@ class RDPAccountant(Accountant):
 
     def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
-            return event.scheme == "poisson" and isinstance(event.mechanism, Gaussian)
+            # Any base with an RDP curve at integer orders: Mironov et al. 2019 for the
+            # Poisson Gaussian, Zhu & Wang 2019 Thm 6 for other Poisson-subsampled
+            # mechanisms, Wang, Balle & Kasiviswanath 2019 Thm 9 without replacement.
+            return isinstance(event.mechanism, _RHO_TYPES)
         return isinstance(event, _RHO_TYPES)
 
     def _empty_like(self) -> Self:
@@ -648,9 +660,11 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
     """RDP of one run of ``event`` at each order."""
     if isinstance(event, Subsampled):
         mech = event.mechanism
-        if not isinstance(mech, Gaussian):  # pragma: no cover - refused by _leaf_supported
-            raise ValueError(invalid("event", "a subsampled Gaussian", event))
-        return _subsampled_gaussian_rdp(event.rate, mech.sigma / mech.sensitivity, orders)
+        if event.rate == 1.0:  # the whole dataset: the mechanism itself
+            return _event_rdp(mech, orders)
+        if event.scheme == "poisson" and isinstance(mech, Gaussian):
+            return _subsampled_gaussian_rdp(event.rate, mech.sigma / mech.sensitivity, orders)
+        return _subsampled_rdp(event, orders)
     if isinstance(event, Laplace):
         # Mironov 2017 Prop 6: Laplace RDP, b = scale/Δ.
         e0 = event.pure_epsilon
@@ -698,8 +712,90 @@ def _subsampled_gaussian_rdp(
             + k * math.log(q)
             + (k * k - k) / (2 * sigma**2)
         )
-        out[i] = max(0.0, float(logsumexp(terms)) / (alpha - 1))
+        out[i] = max(0.0, _log_sum_up(terms) / (alpha - 1))
     return out
+
+
+def _subsampled_rdp(event: Subsampled, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    r"""RDP of a subsampled mechanism at integer orders, from the mechanism's RDP curve.
+
+    With ε(j) the mechanism's RDP at order j, γ the rate and α ≥ 2 an integer:
+
+    * Poisson (add/remove neighbours, both directions), Zhu & Wang 2019 Thm 6:
+      (α − 1)ε′(α) ≤ ln[(1 − γ)^{α−1}(αγ − γ + 1) + C(α, 2)γ²(1 − γ)^{α−2}e^{ε(2)}
+      + 3 Σ_{j=3}^{α} C(α, j)(1 − γ)^{α−j}γ^j e^{(j−1)ε(j)}];
+    * without replacement (replace-one neighbours; ε(j) for replace-one), Wang, Balle
+      & Kasiviswanath 2019 Thm 9: (α − 1)ε′(α) ≤ ln[1 + γ²C(α, 2)
+      min(4(e^{ε(2)} − 1), e^{ε(2)} min(2, (e^{ε(∞)} − 1)²))
+      + Σ_{j=3}^{α} γ^j C(α, j) e^{(j−1)ε(j)} min(2, (e^{ε(∞)} − 1)^j)],
+      ε(∞) the mechanism's pure ε (∞ unless it is a Laplace mechanism).
+
+    Non-integer orders get ``inf``.
+    """
+    q = event.rate
+    mech = event.mechanism
+    integer = np.asarray([float(a).is_integer() for a in orders])
+    out = np.full(orders.shape, np.inf)
+    if not integer.any():
+        return out
+    top = int(orders[integer].max())
+    eps_j = np.zeros(top + 1)
+    eps_j[2:] = _event_rdp(mech, np.arange(2, top + 1, dtype=np.float64))
+    log_q, log_1mq = math.log(q), math.log1p(-q)
+    pure = getattr(mech, "pure_epsilon", math.inf)
+    # ln min(2, (e^{ε(∞)} − 1)^j) for j = 0..top (WBK Thm 9).
+    j_all = np.arange(top + 1, dtype=np.float64)
+    log_cap = np.full(top + 1, math.log(2.0))
+    if pure < 700:
+        log_cap = np.minimum(log_cap, j_all * math.log(math.expm1(pure)))
+    for i, a in enumerate(orders):
+        if not integer[i]:
+            continue
+        alpha = int(a)
+        j = j_all[: alpha + 1]
+        log_binom = gammaln(alpha + 1) - gammaln(j + 1) - gammaln(alpha - j + 1)
+        e2 = float(eps_j[2])
+        if event.scheme == "poisson":
+            # Zhu & Wang 2019 Thm 6.
+            head = [
+                (alpha - 1) * log_1mq + math.log(alpha * q - q + 1),
+                float(log_binom[2]) + 2 * log_q + (alpha - 2) * log_1mq + e2,
+            ]
+            rest = (
+                math.log(3.0)
+                + log_binom[3:]
+                + (alpha - j[3:]) * log_1mq
+                + j[3:] * log_q
+                + (j[3:] - 1) * eps_j[3 : alpha + 1]
+            )
+        else:
+            # Wang, Balle & Kasiviswanath 2019 Thm 9.
+            log_4expm1 = math.log(4.0) + (math.log(math.expm1(e2)) if e2 < 700 else e2)
+            second = min(log_4expm1, e2 + float(log_cap[2]))
+            head = [0.0, float(log_binom[2]) + 2 * log_q + second]
+            rest = (
+                j[3:] * log_q
+                + log_binom[3:]
+                + (j[3:] - 1) * eps_j[3 : alpha + 1]
+                + log_cap[3 : alpha + 1]
+            )
+        terms = np.concatenate((head, rest))
+        out[i] = max(0.0, _log_sum_up(terms) / (alpha - 1))
+    return out
+
+
+def _log_sum_up(terms: npt.NDArray[np.float64]) -> float:
+    """A float ≥ ln Σ e^{t_i} for exponents t_i computed in floating point.
+
+    Each t_i is a sum of a few correctly rounded terms, off by at most 8u(1 + |t_i|)
+    (u = 2⁻⁵³), and logsumexp's own sum of n terms by n·u relative: the log-sum moves by
+    at most 64u(n + max|t_i|), which is added, and the result rounded up.
+    """
+    finite = terms[np.isfinite(terms)]
+    total = float(logsumexp(terms))
+    if not math.isfinite(total) or finite.size == 0:
+        return total
+    return up(total + 64 * _UNIT * (terms.size + float(np.max(np.abs(finite)))))
 
 
 # --------------------------------------------------------------------------------------
@@ -783,6 +879,14 @@ class PLDAccountant(Accountant):
         if isinstance(event, DiscreteLaplace):
             return float(event.scale) <= _MAX_DL_SCALE
         return isinstance(event, (Gaussian, Laplace, PureDP, ApproxDP, ExponentialMechanism))
+
+    def _refusal_reason(self, event: Event) -> str | None:
+        if isinstance(event, Subsampled) and event.scheme == "without_replacement":
+            return (
+                "no proven PLD for sampling without replacement; use RDPAccountant "
+                "(Wang, Balle & Kasiviswanath 2019 Thm 9)"
+            )
+        return None
 
     @property
     def value_discretization(self) -> float:

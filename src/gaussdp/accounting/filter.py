@@ -8,7 +8,8 @@ history unchanged. The whole history is evaluated by one accountant
 
 * an (ε, δ) budget by :class:`~gaussdp.accounting.PLDAccountant` — its certified
   upper ε at δ must be at most ε (exact μ-GDP when every event is Gaussian noise);
-  zCDP's bound is used instead once an event is known only by its ρ
+  zCDP's bound is used instead once an event is known only by its ρ, and RDP's
+  once an event has no PLD (sampling without replacement)
   (:class:`~gaussdp.accounting.FallbackAccountant`);
 * a ρ budget by :class:`~gaussdp.accounting.ZCDPAccountant` — ρ's add (Bun &
   Steinke 2016 Lemma 2.3), and no δ may be spent;
@@ -28,6 +29,7 @@ The same check (:func:`refusal`) serves the persistent filter,
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 from gaussdp._validation import check_int
@@ -36,6 +38,7 @@ from gaussdp.accounting.accountants import (
     FallbackAccountant,
     GDPAccountant,
     PLDAccountant,
+    RDPAccountant,
     ZCDPAccountant,
 )
 from gaussdp.accounting.events import Composed, Event, check_event
@@ -59,8 +62,9 @@ def budget_accountant(budget: Budget) -> Accountant:
         return ZCDPAccountant()
     if budget.mu is not None:
         return GDPAccountant()
-    # The PLD bound; zCDP's once an event is known only by its ρ.
-    return FallbackAccountant([PLDAccountant(), ZCDPAccountant()])
+    # The PLD bound; zCDP's once an event is known only by its ρ; RDP's once an event
+    # has no PLD (sampling without replacement).
+    return FallbackAccountant([PLDAccountant(), ZCDPAccountant(), RDPAccountant()])
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +190,12 @@ class PrivacyFilter:
     ValueError
         If no budget, more than one, or an invalid value is given.
 
+    Notes
+    -----
+    Thread-safe: :meth:`accept` checks and records under one lock, so threads
+    sharing a filter never admit more than the budget together; queries take the
+    same lock (an accountant caches what it computes).
+
     Examples
     --------
     >>> from gaussdp.mechanisms import Gaussian
@@ -227,6 +237,7 @@ class PrivacyFilter:
             raise ValueError(invalid("budget", "given once (a Budget or keywords)", budget))
         self._budget = budget
         self._accountant = budget_accountant(budget)
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"PrivacyFilter({self._budget}, spent={self.spent:.6g})"
@@ -239,17 +250,20 @@ class PrivacyFilter:
     @property
     def history(self) -> Composed:
         """The admitted events, in order, as one event."""
-        return self._accountant.history
+        with self._lock:
+            return self._accountant.history
 
     @property
     def accountant(self) -> Accountant:
         """A copy of the accountant holding the admitted history."""
-        return self._accountant.copy()
+        with self._lock:
+            return self._accountant.copy()
 
     @property
     def spent(self) -> float:
         """Privacy spent so far: certified ε at the budget's δ, or ρ, or μ."""
-        return spent(self._budget, self._accountant).value
+        with self._lock:
+            return spent(self._budget, self._accountant).value
 
     @property
     def remaining(self) -> float:
@@ -260,7 +274,8 @@ class PrivacyFilter:
     @property
     def slack(self) -> float:
         """The smoothing slack of the lattice noise admitted (a μ budget is met up to it)."""
-        return self._accountant.slack
+        with self._lock:
+            return self._accountant.slack
 
     def cost(self, event: Event, count: int = 1) -> float:
         """What ``count`` runs of ``event`` alone cost in the budget's unit."""
@@ -272,7 +287,8 @@ class PrivacyFilter:
         """Whether :meth:`accept` would admit ``count`` runs of ``event`` now."""
         check_event(event)
         n = check_int("count", count, minimum=1)
-        return refusal(self._budget, self._accountant, event, n)[0] is None
+        with self._lock:
+            return refusal(self._budget, self._accountant, event, n)[0] is None
 
     def accept(self, event: Event, count: int = 1, *, what: str = "this") -> None:
         """Admit ``count`` runs of ``event`` if the budget allows, else raise.
@@ -289,9 +305,10 @@ class PrivacyFilter:
         """
         check_event(event)
         n = check_int("count", count, minimum=1)
-        message, after = refusal(self._budget, self._accountant, event, n, what=what)
-        if message is not None:
-            raise BudgetExceededError(message)
-        self._accountant = after
+        with self._lock:  # the check and the record are one step
+            message, after = refusal(self._budget, self._accountant, event, n, what=what)
+            if message is not None:
+                raise BudgetExceededError(message)
+            self._accountant = after
 
     charge = accept
