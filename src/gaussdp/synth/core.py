@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,6 +50,7 @@ from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import Release
 from gaussdp.synth.aim import ALPHA, Round, run_rounds, workload_cliques, workload_weights
+from gaussdp.synth.compress import compress, compressed_sizes, expand, recode
 from gaussdp.synth.domain import Categorical, Column, Numeric
 from gaussdp.synth.quality import marginal, total_variation
 from gaussdp.synth.select import exponential_mechanism
@@ -163,7 +164,9 @@ class SynthResult:
     ``tree`` lists the selected marginals (MST: the tree's pairs; AIM: each
     round's choice, in order); ``measurements`` the noisy marginals
     (:class:`gaussdp.synth.model.Measurement`, cell codes in C order);
-    ``model`` is the ``mbi`` model.
+    ``model`` is the ``mbi`` model. ``merged`` names, per compressed column,
+    the domain cells merged into its last model cell (domain compression);
+    the model, ``measurements`` and ``tv_measured`` are in the compressed cells.
     """
 
     frame: pd.DataFrame
@@ -172,6 +175,7 @@ class SynthResult:
     tree: tuple[tuple[str, ...], ...]
     measurements: tuple[Any, ...]
     model: Any
+    merged: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Synthesizer:
@@ -210,6 +214,13 @@ class Synthesizer:
     max_model_size : float
         AIM only: the largest model (junction-tree cells × 8 bytes) in MB
         (default 80, the paper's).
+    compress : bool
+        Merge each column's rare cells — those whose noisy 1-way count is
+        below ``compress_threshold``·σ — into one before selecting and
+        measuring more (MST's domain compression; post-processing of the
+        1-way marginals). Default on.
+    compress_threshold : float
+        The threshold in noise standard deviations (default 3, MST's).
 
     Examples
     --------
@@ -240,6 +251,8 @@ class Synthesizer:
         workload: int | Sequence[Sequence[str]] | None = None,
         rounds: int | None = None,
         max_model_size: float = 80.0,
+        compress: bool = True,
+        compress_threshold: float = 3.0,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise TypeError(invalid("privacy_unit", "a column name (str)", privacy_unit))
@@ -283,6 +296,10 @@ class Synthesizer:
         d = len(names)
         self.rounds = 16 * d if rounds is None else check_int("rounds", rounds, minimum=d)
         self.max_model_size = check_positive("max_model_size", max_model_size)
+        if not isinstance(compress, bool):
+            raise TypeError(invalid("compress", "a bool", compress))
+        self.compress = compress
+        self.compress_threshold = check_positive("compress_threshold", compress_threshold)
         self._plan = self._make_plan()
 
     # -- planning ---------------------------------------------------------------------
@@ -339,10 +356,20 @@ class Synthesizer:
             release.count(by=c.name, keys=list(range(c.size)))
         return release
 
-    def _marginals(self, source: object, rho: float, cliques: Sequence[Sequence[str]]) -> Release:
-        """A release counting every cell of each clique (ρ shared equally)."""
+    def _marginals(
+        self,
+        source: object,
+        rho: float,
+        cliques: Sequence[Sequence[str]],
+        sizes: Mapping[str, int] | None = None,
+    ) -> Release:
+        """A release counting every cell of each clique (ρ shared equally).
+
+        ``sizes``: the cells of each column (default the domains'; after
+        compression, fewer). A count's cost does not depend on its keys.
+        """
         release = self._release(source, rho)
-        sizes = self.sizes
+        sizes = self.sizes if sizes is None else sizes
         for clique in cliques:
             cells = itertools.product(*(range(sizes[a]) for a in clique))
             if len(clique) == 1:
@@ -543,38 +570,52 @@ class Synthesizer:
             )
         # 1. 1-way marginals.
         one = self._one_way(coded, self._plan[0])
-        measurements = self._measure(one, [(n,) for n in names], source)
+        measurements = self._measure(one, [(n,) for n in names], source, sizes)
+        truth = {n: coded[n].to_numpy(dtype=np.int64) for n in names} if evaluate else None
+        merged: dict[str, tuple[int, ...]] = {}
+        if self.compress:
+            # Post-processing of the noisy 1-way marginals: merge each column's rare cells.
+            merged, measurements = compress(measurements, self.compress_threshold)
+            coded = recode(coded, sizes, merged)
+        cells = compressed_sizes(sizes, merged)
         if self.method == "aim":
-            selected, report, model = self._run_aim(coded, one, measurements, source)
+            selected, report, model = self._run_aim(coded, cells, one, measurements, source)
         else:
-            selected, report = self._run_mst(coded, one, measurements, source)
+            selected, report = self._run_mst(coded, cells, one, measurements, source)
             model = None
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         # 4. Post-processing: fit, sample, decode.
         if model is None:
-            model = fit_model(sizes, measurements, iters=self.iters)
+            model = fit_model(cells, measurements, iters=self.iters)
         n_out = rows if rows is not None else max(round(float(model.total)), 0)
         gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
-        codes = sample_codes(model, n_out, gen)
+        model_codes = sample_codes(model, n_out, gen)
+        codes = expand(model_codes, sizes, merged, gen)
         frame = pd.DataFrame({c.name: c.decode(codes[c.name], gen) for c in self.columns})
-        truth = {n: coded[n].to_numpy(dtype=np.int64) for n in names} if evaluate else None
-        quality = _quality(codes, sizes, measurements, truth)
-        return SynthResult(frame, report, quality, tuple(selected), tuple(measurements), model)
+        quality = _quality(model_codes, cells, measurements, codes, sizes, truth)
+        return SynthResult(
+            frame, report, quality, tuple(selected), tuple(measurements), model, merged
+        )
 
     def _run_mst(
-        self, coded: pd.DataFrame, one: Release, measurements: list[Any], source: RandomSource
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        one: Release,
+        measurements: list[Any],
+        source: RandomSource,
     ) -> tuple[list[tuple[str, ...]], SynthReport]:
         """MST's selection and 2-way measurements (``measurements`` is extended)."""
         _, _, rho3, eps_sel = self._plan
-        names = list(self.sizes)
+        names = list(sizes)
         d = len(names)
         tree: list[tuple[str, ...]] = []
         two = None
         if d > 1:
             # 2. Kruskal with the exponential mechanism (McKenna et al. 2021, Alg. 1).
             pairs = list(itertools.combinations(names, 2))
-            scores = self._scores(coded, pairs, measurements, source)
+            scores = self._scores(coded, sizes, pairs, measurements, source)
             parent = {n: n for n in names}
 
             def find(a: str) -> str:
@@ -597,24 +638,29 @@ class Synthesizer:
                 tree.append((a, b))
                 parent[find(a)] = find(b)
             # 3. The chosen 2-way marginals.
-            two = self._marginals(coded, rho3, tree)
-            measurements += self._measure(two, tree, source)
+            two = self._marginals(coded, rho3, tree, sizes)
+            measurements += self._measure(two, tree, source, sizes)
         return tree, self._report(one, two, tree)
 
     def _run_aim(
-        self, coded: pd.DataFrame, one: Release, measurements: list[Any], source: RandomSource
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        one: Release,
+        measurements: list[Any],
+        source: RandomSource,
     ) -> tuple[list[tuple[str, ...]], SynthReport, Any]:
         """AIM's rounds (:mod:`gaussdp.synth.aim`); ``measurements`` is extended."""
         from gaussdp.synth.model import fit_model
 
         l0, linf = self.max_groups_per_unit, self.max_rows_per_group
         weights = workload_weights(self.workload)
-        truth = self._bounded(coded, list(weights), source)
+        truth = self._bounded(coded, sizes, list(weights), source)
         used = sum((_measure_rho(l0, linf, p.sigma2) for p in one.plan().parts), Fraction(0))
 
         def measure(clique: tuple[str, ...], rho: float) -> tuple[Any, Release, Fraction]:
-            release = self._marginals(coded, rho, [clique])
-            (m,) = self._measure(release, [clique], source)
+            release = self._marginals(coded, rho, [clique], sizes)
+            (m,) = self._measure(release, [clique], source, sizes)
             (part,) = release.plan().parts
             return m, release, _measure_rho(l0, linf, part.sigma2)
 
@@ -623,10 +669,10 @@ class Synthesizer:
             return math.sqrt(part.sigma2)
 
         def fit(ms: list[Any], warm: Any) -> Any:
-            return fit_model(self.sizes, ms, iters=self.iters, warm_start=warm)
+            return fit_model(sizes, ms, iters=self.iters, warm_start=warm)
 
         rounds, model, _ = run_rounds(
-            sizes=self.sizes,
+            sizes=sizes,
             weights=weights,
             truth=truth,
             measurements=measurements,
@@ -643,7 +689,11 @@ class Synthesizer:
         return [r.clique for r in rounds], self._report_aim(one, rounds), model
 
     def _measure(
-        self, release: Release, cliques: Sequence[tuple[str, ...]], source: RandomSource
+        self,
+        release: Release,
+        cliques: Sequence[tuple[str, ...]],
+        source: RandomSource,
+        sizes: Mapping[str, int],
     ) -> list[Any]:
         from gaussdp.synth.model import Measurement
 
@@ -652,7 +702,6 @@ class Synthesizer:
         result = release.run(rng=source, raw=True)
         values = result.frame["value"].to_numpy(dtype=np.float64)
         stds = result.frame["std"].to_numpy(dtype=np.float64)
-        sizes = self.sizes
         out = []
         start = 0
         for clique in cliques:
@@ -662,7 +711,11 @@ class Synthesizer:
         return out
 
     def _bounded(
-        self, coded: pd.DataFrame, cliques: Sequence[tuple[str, ...]], source: RandomSource
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        cliques: Sequence[tuple[str, ...]],
+        source: RandomSource,
     ) -> dict[tuple[str, ...], npt.NDArray[np.int64]]:
         """The exact bounded counts of each clique (C order), as the engine bounds them.
 
@@ -671,8 +724,7 @@ class Synthesizer:
         """
         from gaussdp.release.core import _aggregate
 
-        sizes = self.sizes
-        _, rows = _aggregate(self._marginals(coded, 1.0, cliques), source)
+        _, rows = _aggregate(self._marginals(coded, 1.0, cliques, sizes), source)
         out: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
         for clique, grouping_rows in zip(cliques, rows, strict=True):
             k = len(clique)
@@ -685,6 +737,7 @@ class Synthesizer:
     def _scores(
         self,
         coded: pd.DataFrame,
+        sizes: Mapping[str, int],
         pairs: Sequence[tuple[str, str]],
         measurements: Sequence[Any],
         source: RandomSource,
@@ -696,7 +749,7 @@ class Synthesizer:
             a: (v / v.sum() if v.sum() > 0 else np.full(len(v), 1 / len(v)))
             for a, v in ones.items()
         }
-        bounded = self._bounded(coded, pairs, source)
+        bounded = self._bounded(coded, sizes, pairs, source)
         scores = []
         for a, b in pairs:
             estimate = np.rint(total * np.outer(probs[a], probs[b])).astype(np.int64)
@@ -710,11 +763,15 @@ def _measure_rho(l0: int, linf: int, sigma2: Fraction) -> Fraction:
 
 
 def _quality(
+    model_codes: Mapping[str, npt.NDArray[np.int64]],
+    cells: Mapping[str, int],
+    measurements: Sequence[Any],
     codes: Mapping[str, npt.NDArray[np.int64]],
     sizes: Mapping[str, int],
-    measurements: Sequence[Any],
     truth: Mapping[str, npt.NDArray[np.int64]] | None,
 ) -> pd.DataFrame:
+    """TV per 1-, 2-, 3-way marginal: vs the measurements (in the model's, compressed,
+    cells) and vs the true data (in the domains' cells)."""
     import pandas as pd
 
     measured = {m.clique: m.values for m in measurements}
@@ -722,16 +779,19 @@ def _quality(
     names = list(sizes)
     for order in (1, 2, 3):
         for clique in itertools.combinations(names, order):
-            synth = marginal(codes, sizes, clique)
             noisy = measured.get(clique)
             records.append(
                 {
                     "clique": ",".join(clique),
                     "order": order,
-                    "tv_measured": math.nan if noisy is None else total_variation(synth, noisy),
+                    "tv_measured": math.nan
+                    if noisy is None
+                    else total_variation(marginal(model_codes, cells, clique), noisy),
                     "tv_true": math.nan
                     if truth is None
-                    else total_variation(synth, marginal(truth, sizes, clique)),
+                    else total_variation(
+                        marginal(codes, sizes, clique), marginal(truth, sizes, clique)
+                    ),
                 }
             )
     return pd.DataFrame.from_records(records, columns=["clique", "order", "tv_measured", "tv_true"])

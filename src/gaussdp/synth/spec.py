@@ -12,6 +12,8 @@ A spec::
     workload = 2                  # optional, AIM: an order, or [["age", "sex"], ...]
     rounds = 48                   # optional, AIM: T (default 16 × columns)
     max_model_size = 80           # optional, AIM: model size limit in MB
+    compress = true               # optional: merge rare cells (noisy 1-way count < 3σ)
+    compress_threshold = 3.0      # optional: that threshold, in σ
 
     [budget]                      # epsilon + delta, or rho
     epsilon = 1.0
@@ -57,6 +59,8 @@ _TOP = {
     "workload",
     "rounds",
     "max_model_size",
+    "compress",
+    "compress_threshold",
     "column",
 }
 _CATEGORICAL = {"name", "categories", "other"}
@@ -129,4 +133,6 @@ def synthesizer_from_spec(spec: Mapping[str, Any], source: object) -> Synthesize
         workload=spec.get("workload"),
         rounds=spec.get("rounds"),
         max_model_size=spec.get("max_model_size", 80.0),
+        compress=spec.get("compress", True),
+        compress_threshold=spec.get("compress_threshold", 3.0),
     )
