@@ -63,7 +63,7 @@ def test_workload_default_orders_and_lists() -> None:
 
 
 def test_weights_count_the_overlap_with_every_workload_marginal() -> None:
-    # AIM §4.2: w_r = Σ_s |r ∩ s|; checked by hand on W = {ab, bc}.
+    # AIM, workload weights: w_r = Σ_s |r ∩ s|; checked by hand on W = {ab, bc}.
     w = workload_weights([("a", "b"), ("b", "c")])
     assert w == {("a",): 1, ("b",): 2, ("c",): 1, ("a", "b"): 3, ("b", "c"): 3}
 
@@ -91,7 +91,7 @@ def test_planned_report_caps_the_rounds_at_the_budget() -> None:
     capacity = budget.rho_capacity()
     assert report.method == "AIM"
     assert [e.kind for e in report.events] == ["measure"] * 4 + ["rounds"]
-    # Each 1-way marginal gets α·ρ/T with T = 16d (AIM §4.4), Δ = 1: σ² = T/(2αρ) rounded up.
+    # Each 1-way marginal gets α·ρ/T with T = 16d (AIM Alg. 1), Δ = 1: σ² = T/(2αρ) rounded up.
     for e in report.events[:4]:
         assert e.rho == pytest.approx(0.9 * capacity / 64, rel=1e-9)
         assert e.rho <= 0.9 * capacity / 64

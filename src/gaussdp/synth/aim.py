@@ -6,7 +6,7 @@ After the 1-way marginals are measured, each round
    keeps the model within ``(ρ_used/ρ)·max_model_size`` MB (those already
    covered by the model's cliques are free);
 2. chooses one by the exponential mechanism (exact, :func:`exponential_mechanism`)
-   with the score of AIM's Eq. (4),
+   with AIM's quality score,
 
        q_r = w_r·(‖M_r(D) − round(M_r(p̂))‖₁ − round(√(2/π)·σ·n_r)),
 
@@ -18,10 +18,10 @@ After the 1-way marginals are measured, each round
    the score's sensitivity is max_r w_r·L0·L∞ over the candidates;
 3. measures the chosen marginal through a :class:`~gaussdp.release.Release`
    (exact discrete Gaussian noise) and re-fits the model, warm-started;
-4. anneals (AIM §4.4): if the model's marginal on r moved by at most
+4. anneals (AIM Alg. 1, budget annealing): if the model's marginal on r moved by at most
    √(2/π)·σ·n_r, the next rounds use σ/2 and 2ε (4× the ρ per round).
 
-Budget (AIM §4.4–4.5): with T rounds (default 16d) and α = 0.9, a round
+Budget (AIM Alg. 1, budget annealing): with T rounds (default 16d) and α = 0.9, a round
 costs ρ/T at first, α of it for the measurement (ρ_m = Δ²/(2σ²)) and 1 − α for
 the selection (ε²/8, Cesar & Rogers 2021 Lemma 3.2). When less than two rounds'
 cost is left, the last round spends exactly the rest. ρ_used is the exact sum
@@ -29,7 +29,7 @@ of the *realised* costs (σ² rounded up, ε rounded down), so the total never
 exceeds ρ. The number of rounds and each round's parameters depend on the
 data, so the guarantee is that of a zCDP privacy filter: a sequence of
 adaptively chosen ρᵢ-zCDP steps stopped before Σρᵢ exceeds ρ is ρ-zCDP
-(AIM §4, its privacy analysis; the Rényi filter of Feldman & Zrnic 2021 at
+(AIM, its privacy analysis; the Rényi filter of Feldman & Zrnic 2021 at
 every Rényi order, zCDP being RDP of order a with a·ρ).
 """
 
@@ -52,7 +52,7 @@ from gaussdp.synth.select import exponential_mechanism
 
 __all__ = ["ALPHA", "Round", "run_rounds", "workload_cliques", "workload_weights"]
 
-#: The share of each round's ρ spent on the measurement (AIM §4.4: α = 0.9).
+#: The share of each round's ρ spent on the measurement (AIM Alg. 1, budget annealing: α = 0.9).
 ALPHA = Fraction(9, 10)
 
 Clique = tuple[str, ...]
@@ -99,7 +99,7 @@ def workload_cliques(names: Sequence[str], workload: object) -> tuple[Clique, ..
 
 
 def workload_weights(workload: Sequence[Clique]) -> dict[Clique, int]:
-    """w_r = Σ_{s ∈ W} |r ∩ s| for every r in the downward closure of W (AIM §4.2).
+    """w_r = Σ_{s ∈ W} |r ∩ s| for every r in the downward closure of W (AIM, workload weights).
 
     Examples
     --------
@@ -167,7 +167,8 @@ def run_rounds(
     domain = mbi.Domain(tuple(sizes), tuple(sizes.values()))
     cells = {r: math.prod(sizes[a] for a in r) for r in weights}
     bias_factor = math.sqrt(2 / math.pi)  # E|Z| = σ√(2/π) for Z ~ N(0, σ²)
-    round_rho = capacity / rounds  # AIM §4.4: σ₀ = √(T/(2αρ)), ε₀ = √(8(1 − α)ρ/T)
+    # AIM Alg. 1: σ₀ = √(T/(2αρ)), ε₀ = √(8(1 − α)ρ/T), so a round costs ρ/T at first.
+    round_rho = capacity / rounds
     rho_m, rho_s = ALPHA * round_rho, (1 - ALPHA) * round_rho
     model = fit(measurements, None)
     done: list[Round] = []
@@ -179,7 +180,7 @@ def run_rounds(
         epsilon = _largest_epsilon(rho_s)
         rho_measure = fraction_down(rho_m)
         sigma = sigma_of(rho_measure)
-        # Model-size filter (AIM §4.3): cliques the model already covers are free.
+        # AIM Alg. 1's model-size filter: cliques the model already covers are free.
         limit = max_model_size * float((used + rho_m + rho_s) / capacity)
         model_cliques = [tuple(c) for c in model.cliques]
         free = _subsets(model_cliques, list(sizes))
@@ -210,7 +211,7 @@ def run_rounds(
         done.append(Round(chosen, epsilon, sensitivity, measurement, release, annealed))
         if last:
             return done, model, used
-        if annealed:  # AIM §4.4: σ/2 and 2ε, so 4× the ρ of each part.
+        if annealed:  # AIM Alg. 1, budget annealing: σ/2 and 2ε, so 4× the ρ of each part.
             rho_m, rho_s = 4 * rho_m, 4 * rho_s
 
 

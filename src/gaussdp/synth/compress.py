@@ -1,8 +1,8 @@
 r"""Domain compression: merge each column's rare cells, read from its noisy 1-way marginal.
 
-MST's step (McKenna, Miklau & Sheldon 2021, §4, "compress domain"): a cell
-whose noisy 1-way count y is below 3σ carries little signal and multiplies the
-size of every marginal the column enters. All such cells of a column (when
+MST's domain-compression step (McKenna, Miklau & Sheldon 2021): a cell whose
+noisy 1-way count y is below 3σ carries little signal and multiplies the size
+of every marginal the column enters. All such cells of a column (when
 there are at least two) become one cell; the 1-way measurement over the new
 cells is the supported cells' y and the merged cell's Σy, whose noise has
 variance m·σ² for m merged cells. This is post-processing of the 1-way

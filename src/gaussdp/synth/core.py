@@ -73,7 +73,7 @@ _ACCOUNTING = (
 _ACCOUNTING_AIM = _ACCOUNTING.replace(
     "rho's add (Bun & Steinke 2016 Lemma 2.3)",
     "AIM's adaptive rounds stop before the rho's sum exceeds the budget's rho, a zCDP "
-    "filter (AIM section 4; the Renyi filter of Feldman & Zrnic 2021), so the run is "
+    "filter (AIM's privacy analysis; the Renyi filter of Feldman & Zrnic 2021), so the run is "
     "rho-zCDP for that rho",
 )
 
@@ -329,7 +329,7 @@ class Synthesizer:
         rho2 = rho3 = 0.0 if d == 1 else capacity / 3
         eps_sel = 0.0
         if self.method == "aim":
-            # AIM §4.4: each 1-way marginal gets α·ρ/T (σ₀ = √(T/(2αρ))); the rest is the rounds'.
+            # AIM Alg. 1: each 1-way marginal gets α·ρ/T (σ₀ = √(T/(2αρ))); the rest: the rounds.
             rho1 = fraction_down(Fraction(capacity) * ALPHA * d / self.rounds)
             rho2, rho3 = capacity - rho1, 0.0
         elif d > 1:
@@ -442,7 +442,7 @@ class Synthesizer:
                     )
                 )
                 events.extend(self._events(r.release, [r.clique]))
-        # A zCDP filter: the rounds stop before the sum exceeds the capacity (AIM §4).
+        # A zCDP filter: the rounds stop before the sum exceeds the capacity (AIM's analysis).
         rho = float(capacity)
         return SynthReport(
             tuple(events),
