@@ -19,7 +19,9 @@ __all__ = ["register"]
 def _report_table(report: dict[str, Any]) -> Table:
     from rich.table import Table
 
-    table = Table(title="privacy report (MST)", show_header=True, header_style="bold")
+    table = Table(
+        title=f"privacy report ({report['method']})", show_header=True, header_style="bold"
+    )
     for name in ("event", "marginal", "sensitivity", "σ", "ε", "ρ"):
         table.add_column(name, justify="left" if name in ("event", "marginal") else "right")
     for e in report["events"]:
@@ -83,13 +85,14 @@ def synth_command(
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
 ) -> None:
-    """Private synthetic data: MST on noisy marginals, a graphical model, sampled rows.
+    """Private synthetic data: MST or AIM on noisy marginals, a graphical model, sampled rows.
 
-    Measures the 1-way marginals and a spanning tree of 2-way marginals with
-    exact discrete Gaussian noise (each person bounded in the engine), chooses
-    the tree with an exactly sampled exponential mechanism, fits a graphical
-    model (Private-PGM) and writes sampled rows; prints the privacy report and
-    the marginals' total-variation errors.
+    Measures the 1-way marginals and then (MST) a spanning tree of 2-way
+    marginals or (AIM, `method = "aim"` in the spec) a workload's marginals
+    round by round, with exact discrete Gaussian noise (each person bounded in
+    the engine), chosen by an exactly sampled exponential mechanism; fits a
+    graphical model (Private-PGM) and writes sampled rows; prints the privacy
+    report and the marginals' total-variation errors.
     """
     from gaussdp.release import Ledger, load_spec
     from gaussdp.synth import synthesizer_from_spec

@@ -1,4 +1,6 @@
-r"""MST synthesis (McKenna, Miklau & Sheldon 2021) on gaussdp's release pipeline.
+r"""MST (McKenna, Miklau & Sheldon 2021) and AIM (McKenna et al. 2022) on the release pipeline.
+
+``method="mst"``:
 
 1. **Measure** every 1-way marginal with a third of the ρ budget: a
    :class:`~gaussdp.release.Release` count per column, grouped by the column
@@ -20,6 +22,11 @@ r"""MST synthesis (McKenna, Miklau & Sheldon 2021) on gaussdp's release pipeline
 The run is ρ-zCDP with ρ = Σ Δᵢ²/(2σᵢ²) + Σ εⱼ²/8 (Bun & Steinke 2016 Lemma
 2.3), reported as ε at δ by CKS Cor 13. The report is known before the data
 are read; a ledger is charged once for the whole run.
+
+``method="aim"``: the 1-way marginals, then adaptive rounds of selection and
+measurement over a workload's marginals until the budget is spent
+(:mod:`gaussdp.synth.aim`); the run is ρ-zCDP by a zCDP filter, ρ the whole
+budget's capacity.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,12 +42,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from gaussdp._search import fraction_down, fraction_up
 from gaussdp._validation import check_int, check_positive
 from gaussdp.accounting import DiscreteGaussianVector
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import Release
+from gaussdp.synth.aim import ALPHA, Round, run_rounds, workload_cliques, workload_weights
+from gaussdp.synth.compress import compress, compressed_sizes, expand, recode
 from gaussdp.synth.domain import Categorical, Column, Numeric
 from gaussdp.synth.quality import marginal, total_variation
 from gaussdp.synth.select import exponential_mechanism
@@ -52,11 +62,19 @@ if TYPE_CHECKING:
 
 __all__ = ["SynthEvent", "SynthReport", "SynthResult", "Synthesizer"]
 
+Method = Literal["mst", "aim"]
+
 _ACCOUNTING = (
     "rho-zCDP: each marginal is exact discrete Gaussian noise N_Z(0, sigma^2) on bounded counts, "
     "rho = Delta^2/(2 sigma^2) (CKS Thm 4/14); each exponential-mechanism choice is "
     "epsilon-bounded-range, epsilon^2/8-zCDP (Cesar & Rogers 2021 Lemma 3.2); rho's add "
     "(Bun & Steinke 2016 Lemma 2.3); epsilon at delta by CKS Cor 13"
+)
+_ACCOUNTING_AIM = _ACCOUNTING.replace(
+    "rho's add (Bun & Steinke 2016 Lemma 2.3)",
+    "AIM's adaptive rounds stop before the rho's sum exceeds the budget's rho, a zCDP "
+    "filter (AIM's privacy analysis; the Renyi filter of Feldman & Zrnic 2021), so the run is "
+    "rho-zCDP for that rho",
 )
 
 
@@ -67,10 +85,12 @@ class SynthEvent:
     ``kind`` is ``'measure'`` (a noisy marginal: ``clique``, exact ``sigma2``
     in counts, L2 ``sensitivity`` √L0·L∞, ``rho`` = Δ²/(2σ²)) or ``'select'``
     (one exponential-mechanism choice: ``epsilon``, score ``sensitivity``
-    L0·L∞, ``rho`` = ε²/8; ``clique`` is the chosen pair, empty before the run).
+    — L0·L∞ for MST, max w_r·L0·L∞ for AIM — ``rho`` = ε²/8; ``clique`` is the
+    chosen marginal, empty before the run) or, in AIM's report before the run,
+    ``'rounds'``: the adaptive rounds, together at most ``rho``.
     """
 
-    kind: Literal["measure", "select"]
+    kind: Literal["measure", "select", "rounds"]
     clique: tuple[str, ...]
     rho: float
     sensitivity: float
@@ -91,8 +111,10 @@ class SynthEvent:
 class SynthReport:
     """What a synthesis run spends (known before any data are read).
 
-    ``rho`` is the sum of the events' ρ (rounded up), ``epsilon`` the ε at
-    ``delta`` of ρ-zCDP (CKS Cor 13), ``None`` without δ.
+    ``rho`` is the run's ρ-zCDP: for MST the sum of the events' ρ (rounded
+    up); for AIM the budget's ρ capacity, which the adaptive rounds' sum never
+    exceeds (a zCDP filter). ``epsilon`` is the ε at ``delta`` of ρ-zCDP (CKS
+    Cor 13), ``None`` without δ.
     """
 
     events: tuple[SynthEvent, ...]
@@ -105,7 +127,7 @@ class SynthReport:
     @property
     def accounting(self) -> str:
         """How the run is accounted, with the results cited."""
-        return _ACCOUNTING
+        return _ACCOUNTING_AIM if self.method == "AIM" else _ACCOUNTING
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -139,21 +161,25 @@ class SynthResult:
     ``order``, ``tv_measured`` (TV distance of the synthetic marginal to the
     noisy measurement, for measured marginals) and ``tv_true`` (to the true
     data, only with ``evaluate=True``: outside the budget, for evaluation).
-    ``tree`` lists the selected pairs; ``measurements`` the noisy marginals
+    ``tree`` lists the selected marginals (MST: the tree's pairs; AIM: each
+    round's choice, in order); ``measurements`` the noisy marginals
     (:class:`gaussdp.synth.model.Measurement`, cell codes in C order);
-    ``model`` is the ``mbi`` model.
+    ``model`` is the ``mbi`` model. ``merged`` names, per compressed column,
+    the domain cells merged into its last model cell (domain compression);
+    the model, ``measurements`` and ``tv_measured`` are in the compressed cells.
     """
 
     frame: pd.DataFrame
     report: SynthReport
     quality: pd.DataFrame
-    tree: tuple[tuple[str, str], ...]
+    tree: tuple[tuple[str, ...], ...]
     measurements: tuple[Any, ...]
     model: Any
+    merged: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Synthesizer:
-    r"""Differentially private synthetic data by MST on the release pipeline.
+    r"""Differentially private synthetic data by MST or AIM on the release pipeline.
 
     Parameters
     ----------
@@ -176,6 +202,25 @@ class Synthesizer:
         The largest noise standard deviation (in rows) of a 1-way marginal
         cell that still counts as a measurement; a budget that gives more is
         refused as too small (default 10⁴).
+    method : {"mst", "aim"}
+        MST (a spanning tree of 2-way marginals, McKenna, Miklau & Sheldon
+        2021) or AIM (adaptive rounds over a workload, McKenna et al. 2022).
+    workload : int or list of column lists, optional
+        AIM only: the marginals the synthetic data should preserve — an order
+        k (all k-way marginals) or a list of cliques; default all 3-way (all
+        d-way with d < 3 columns).
+    rounds : int, optional
+        AIM only: T ≥ d, the budget is planned for T rounds (default 16·d).
+    max_model_size : float
+        AIM only: the largest model (junction-tree cells × 8 bytes) in MB
+        (default 80, the paper's).
+    compress : bool
+        Merge each column's rare cells — those whose noisy 1-way count is
+        below ``compress_threshold``·σ — into one before selecting and
+        measuring more (MST's domain compression; post-processing of the
+        1-way marginals). Default on.
+    compress_threshold : float
+        The threshold in noise standard deviations (default 3, MST's).
 
     Examples
     --------
@@ -202,6 +247,12 @@ class Synthesizer:
         max_rows_per_group: int,
         iters: int = 1000,
         max_sigma: float = 1e4,
+        method: Method = "mst",
+        workload: int | Sequence[Sequence[str]] | None = None,
+        rounds: int | None = None,
+        max_model_size: float = 80.0,
+        compress: bool = True,
+        compress_threshold: float = 3.0,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise TypeError(invalid("privacy_unit", "a column name (str)", privacy_unit))
@@ -238,6 +289,17 @@ class Synthesizer:
         self.max_rows_per_group = check_int("max_rows_per_group", max_rows_per_group, minimum=1)
         self.iters = check_int("iters", iters, minimum=1)
         self.max_sigma = check_positive("max_sigma", max_sigma)
+        if method not in ("mst", "aim"):
+            raise ValueError(invalid("method", "'mst' or 'aim'", method))
+        self.method: Method = method
+        self.workload = workload_cliques(names, workload)
+        d = len(names)
+        self.rounds = 16 * d if rounds is None else check_int("rounds", rounds, minimum=d)
+        self.max_model_size = check_positive("max_model_size", max_model_size)
+        if not isinstance(compress, bool):
+            raise TypeError(invalid("compress", "a bool", compress))
+        self.compress = compress
+        self.compress_threshold = check_positive("compress_threshold", compress_threshold)
         self._plan = self._make_plan()
 
     # -- planning ---------------------------------------------------------------------
@@ -266,7 +328,11 @@ class Synthesizer:
         rho1 = capacity if d == 1 else capacity / 3
         rho2 = rho3 = 0.0 if d == 1 else capacity / 3
         eps_sel = 0.0
-        if d > 1:
+        if self.method == "aim":
+            # AIM Alg. 1: each 1-way marginal gets α·ρ/T (σ₀ = √(T/(2αρ))); the rest: the rounds.
+            rho1 = fraction_down(Fraction(capacity) * ALPHA * d / self.rounds)
+            rho2, rho3 = capacity - rho1, 0.0
+        elif d > 1:
             # ε with (d − 1) ε²/8 ≤ ρ₂ exactly (Cesar & Rogers 2021 Lemma 3.2), rounded down.
             eps_sel = math.sqrt(8 * rho2 / (d - 1))
             while Fraction(eps_sel) ** 2 * (d - 1) / 8 > Fraction(rho2):
@@ -290,12 +356,26 @@ class Synthesizer:
             release.count(by=c.name, keys=list(range(c.size)))
         return release
 
-    def _two_way(self, source: object, rho: float, pairs: Sequence[tuple[str, str]]) -> Release:
+    def _marginals(
+        self,
+        source: object,
+        rho: float,
+        cliques: Sequence[Sequence[str]],
+        sizes: Mapping[str, int] | None = None,
+    ) -> Release:
+        """A release counting every cell of each clique (ρ shared equally).
+
+        ``sizes``: the cells of each column (default the domains'; after
+        compression, fewer). A count's cost does not depend on its keys.
+        """
         release = self._release(source, rho)
-        sizes = self.sizes
-        for a, b in pairs:
-            keys = [list(k) for k in itertools.product(range(sizes[a]), range(sizes[b]))]
-            release.count(by=(a, b), keys=keys)
+        sizes = self.sizes if sizes is None else sizes
+        for clique in cliques:
+            cells = itertools.product(*(range(sizes[a]) for a in clique))
+            if len(clique) == 1:
+                release.count(by=clique[0], keys=[k[0] for k in cells])
+            else:
+                release.count(by=tuple(clique), keys=[list(k) for k in cells])
         return release
 
     def _events(self, release: Release, cliques: Sequence[tuple[str, ...]]) -> list[SynthEvent]:
@@ -305,7 +385,7 @@ class Synthesizer:
                 "measure",
                 clique,
                 # Δ²/(2σ²) with Δ² = L0·L∞² (CKS Thm 14), exact, rounded up.
-                _up(Fraction(l0 * linf * linf) / (2 * part.sigma2)),
+                fraction_up(_measure_rho(l0, linf, part.sigma2)),
                 cost.sensitivity,
                 sigma2=part.sigma2,
                 l0=l0,
@@ -317,13 +397,13 @@ class Synthesizer:
         ]
 
     def _report(
-        self, one: Release, two: Release | None, tree: Sequence[tuple[str, str]]
+        self, one: Release, two: Release | None, tree: Sequence[tuple[str, ...]]
     ) -> SynthReport:
         _, _, _, eps_sel = self._plan
         events = self._events(one, [(c.name,) for c in self.columns])
         d = len(self.columns)
         delta_q = self.max_groups_per_unit * self.max_rows_per_group
-        rho_sel = _up(Fraction(eps_sel) ** 2 / 8)  # Cesar & Rogers 2021 Lemma 3.2
+        rho_sel = fraction_up(Fraction(eps_sel) ** 2 / 8)  # Cesar & Rogers 2021 Lemma 3.2
         for j in range(d - 1):
             events.append(
                 SynthEvent(
@@ -338,19 +418,51 @@ class Synthesizer:
             # Before the run the pairs are unknown; their cost is not.
             events.extend(self._events(two, list(tree) or [()] * (d - 1)))
         # ρ's add (Bun & Steinke 2016 Lemma 2.3); summed exactly, rounded up.
-        rho = _up(sum((Fraction(e.rho) for e in events), Fraction(0)))
+        rho = fraction_up(sum((Fraction(e.rho) for e in events), Fraction(0)))
         return SynthReport(
             tuple(events), rho, self.budget.delta, self.budget.epsilon_at(rho), self.budget
+        )
+
+    def _report_aim(self, one: Release, rounds: Sequence[Round] | None) -> SynthReport:
+        """AIM's report: the 1-way events, then each round's (or, before the run, their cap)."""
+        events = self._events(one, [(c.name,) for c in self.columns])
+        capacity = Fraction(self.budget.rho_capacity())
+        if rounds is None:
+            spent = sum((Fraction(e.rho) for e in events), Fraction(0))
+            events.append(SynthEvent("rounds", (), fraction_down(capacity - spent), 0.0))
+        else:
+            for r in rounds:
+                events.append(
+                    SynthEvent(
+                        "select",
+                        r.clique,
+                        fraction_up(Fraction(r.epsilon) ** 2 / 8),  # Cesar & Rogers 2021 L3.2
+                        float(r.sensitivity),
+                        epsilon=r.epsilon,
+                    )
+                )
+                events.extend(self._events(r.release, [r.clique]))
+        # A zCDP filter: the rounds stop before the sum exceeds the capacity (AIM's analysis).
+        rho = float(capacity)
+        return SynthReport(
+            tuple(events),
+            rho,
+            self.budget.delta,
+            self.budget.epsilon_at(rho),
+            self.budget,
+            method="AIM",
         )
 
     @property
     def report(self) -> SynthReport:
         """The privacy report, computed before any data are read."""
         rho1, _, rho3, _ = self._plan
+        if self.method == "aim":
+            return self._report_aim(self._one_way(None, rho1), None)
         d = len(self.columns)
         # Any d − 1 pairs: a count's cost does not depend on its keys.
         pair = tuple(c.name for c in self.columns[:2])
-        two = self._two_way(None, rho3, [(pair[0], pair[-1])] * (d - 1)) if d > 1 else None
+        two = self._marginals(None, rho3, [(pair[0], pair[-1])] * (d - 1)) if d > 1 else None
         return self._report(self._one_way(None, rho1), two, ())
 
     # -- running ----------------------------------------------------------------------
@@ -438,17 +550,14 @@ class Synthesizer:
         import pandas as pd
 
         from gaussdp.accounting import RecordedCost
-        from gaussdp.release.core import _aggregate
         from gaussdp.synth.model import fit_model, sample_codes
 
         if rows is not None:
             rows = check_int("rows", rows, minimum=0)
         source = check_rng(rng)
-        rho1, _, rho3, eps_sel = self._plan
         coded = self.encode()
         sizes = self.sizes
         names = list(sizes)
-        d = len(names)
         planned = self.report
         reservation = None
         if ledger is not None:
@@ -456,18 +565,57 @@ class Synthesizer:
             # exponential mechanism's selections, in ρ).
             reservation = ledger.reserve(
                 RecordedCost(rho=planned.rho, mu=None, slack=0.0, delta=0.0),
-                label=label or f"synth MST of {', '.join(names)}",
+                label=label or f"synth {planned.method} of {', '.join(names)}",
                 detail=planned.to_dict(),
             )
         # 1. 1-way marginals.
-        one = self._one_way(coded, rho1)
-        measurements = self._measure(one, [(n,) for n in names], source)
-        tree: list[tuple[str, str]] = []
+        one = self._one_way(coded, self._plan[0])
+        measurements = self._measure(one, [(n,) for n in names], source, sizes)
+        truth = {n: coded[n].to_numpy(dtype=np.int64) for n in names} if evaluate else None
+        merged: dict[str, tuple[int, ...]] = {}
+        if self.compress:
+            # Post-processing of the noisy 1-way marginals: merge each column's rare cells.
+            merged, measurements = compress(measurements, self.compress_threshold)
+            coded = recode(coded, sizes, merged)
+        cells = compressed_sizes(sizes, merged)
+        if self.method == "aim":
+            selected, report, model = self._run_aim(coded, cells, one, measurements, source)
+        else:
+            selected, report = self._run_mst(coded, cells, one, measurements, source)
+            model = None
+        if ledger is not None and reservation is not None:
+            ledger.commit(reservation)
+        # 4. Post-processing: fit, sample, decode.
+        if model is None:
+            model = fit_model(cells, measurements, iters=self.iters)
+        n_out = rows if rows is not None else max(round(float(model.total)), 0)
+        gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
+        model_codes = sample_codes(model, n_out, gen)
+        codes = expand(model_codes, sizes, merged, gen)
+        frame = pd.DataFrame({c.name: c.decode(codes[c.name], gen) for c in self.columns})
+        quality = _quality(model_codes, cells, measurements, codes, sizes, truth)
+        return SynthResult(
+            frame, report, quality, tuple(selected), tuple(measurements), model, merged
+        )
+
+    def _run_mst(
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        one: Release,
+        measurements: list[Any],
+        source: RandomSource,
+    ) -> tuple[list[tuple[str, ...]], SynthReport]:
+        """MST's selection and 2-way measurements (``measurements`` is extended)."""
+        _, _, rho3, eps_sel = self._plan
+        names = list(sizes)
+        d = len(names)
+        tree: list[tuple[str, ...]] = []
         two = None
         if d > 1:
             # 2. Kruskal with the exponential mechanism (McKenna et al. 2021, Alg. 1).
             pairs = list(itertools.combinations(names, 2))
-            scores = self._scores(coded, pairs, measurements, _aggregate, source)
+            scores = self._scores(coded, sizes, pairs, measurements, source)
             parent = {n: n for n in names}
 
             def find(a: str) -> str:
@@ -490,23 +638,62 @@ class Synthesizer:
                 tree.append((a, b))
                 parent[find(a)] = find(b)
             # 3. The chosen 2-way marginals.
-            two = self._two_way(coded, rho3, tree)
-            measurements += self._measure(two, tree, source)
-        report = self._report(one, two, tree)
-        if ledger is not None and reservation is not None:
-            ledger.commit(reservation)
-        # 4. Post-processing: fit, sample, decode.
-        model = fit_model(sizes, measurements, iters=self.iters)
-        n_out = rows if rows is not None else max(round(float(model.total)), 0)
-        gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
-        codes = sample_codes(model, n_out, gen)
-        frame = pd.DataFrame({c.name: c.decode(codes[c.name], gen) for c in self.columns})
-        truth = {n: coded[n].to_numpy(dtype=np.int64) for n in names} if evaluate else None
-        quality = _quality(codes, sizes, measurements, truth)
-        return SynthResult(frame, report, quality, tuple(tree), tuple(measurements), model)
+            two = self._marginals(coded, rho3, tree, sizes)
+            measurements += self._measure(two, tree, source, sizes)
+        return tree, self._report(one, two, tree)
+
+    def _run_aim(
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        one: Release,
+        measurements: list[Any],
+        source: RandomSource,
+    ) -> tuple[list[tuple[str, ...]], SynthReport, Any]:
+        """AIM's rounds (:mod:`gaussdp.synth.aim`); ``measurements`` is extended."""
+        from gaussdp.synth.model import fit_model
+
+        l0, linf = self.max_groups_per_unit, self.max_rows_per_group
+        weights = workload_weights(self.workload)
+        truth = self._bounded(coded, sizes, list(weights), source)
+        used = sum((_measure_rho(l0, linf, p.sigma2) for p in one.plan().parts), Fraction(0))
+
+        def measure(clique: tuple[str, ...], rho: float) -> tuple[Any, Release, Fraction]:
+            release = self._marginals(coded, rho, [clique], sizes)
+            (m,) = self._measure(release, [clique], source, sizes)
+            (part,) = release.plan().parts
+            return m, release, _measure_rho(l0, linf, part.sigma2)
+
+        def sigma_of(rho: float) -> float:
+            (part,) = self._marginals(None, rho, [self.workload[0]]).plan().parts
+            return math.sqrt(part.sigma2)
+
+        def fit(ms: list[Any], warm: Any) -> Any:
+            return fit_model(sizes, ms, iters=self.iters, warm_start=warm)
+
+        rounds, model, _ = run_rounds(
+            sizes=sizes,
+            weights=weights,
+            truth=truth,
+            measurements=measurements,
+            capacity=Fraction(self.budget.rho_capacity()),
+            used=used,
+            rounds=self.rounds,
+            max_model_size=self.max_model_size,
+            unit_sensitivity=l0 * linf,
+            measure=measure,
+            sigma_of=sigma_of,
+            fit=fit,
+            source=source,
+        )
+        return [r.clique for r in rounds], self._report_aim(one, rounds), model
 
     def _measure(
-        self, release: Release, cliques: Sequence[tuple[str, ...]], source: RandomSource
+        self,
+        release: Release,
+        cliques: Sequence[tuple[str, ...]],
+        source: RandomSource,
+        sizes: Mapping[str, int],
     ) -> list[Any]:
         from gaussdp.synth.model import Measurement
 
@@ -515,7 +702,6 @@ class Synthesizer:
         result = release.run(rng=source, raw=True)
         values = result.frame["value"].to_numpy(dtype=np.float64)
         stds = result.frame["std"].to_numpy(dtype=np.float64)
-        sizes = self.sizes
         out = []
         start = 0
         for clique in cliques:
@@ -524,46 +710,68 @@ class Synthesizer:
             start += n
         return out
 
+    def _bounded(
+        self,
+        coded: pd.DataFrame,
+        sizes: Mapping[str, int],
+        cliques: Sequence[tuple[str, ...]],
+        source: RandomSource,
+    ) -> dict[tuple[str, ...], npt.NDArray[np.int64]]:
+        """The exact bounded counts of each clique (C order), as the engine bounds them.
+
+        No noise is drawn: only the selection's scores use them. The bounding's
+        salt comes from ``source``.
+        """
+        from gaussdp.release.core import _aggregate
+
+        _, rows = _aggregate(self._marginals(coded, 1.0, cliques, sizes), source)
+        out: dict[tuple[str, ...], npt.NDArray[np.int64]] = {}
+        for clique, grouping_rows in zip(cliques, rows, strict=True):
+            k = len(clique)
+            counts = np.zeros(tuple(sizes[a] for a in clique), dtype=np.int64)
+            for row in grouping_rows:  # the keys, the units, then the bounded row count
+                counts[tuple(int(v) for v in row[:k])] += int(row[k + 1] or 0)
+            out[tuple(clique)] = counts.ravel()
+        return out
+
     def _scores(
         self,
         coded: pd.DataFrame,
+        sizes: Mapping[str, int],
         pairs: Sequence[tuple[str, str]],
         measurements: Sequence[Any],
-        aggregate: Any,
         source: RandomSource,
     ) -> list[int]:
         """‖M_ab − round(M̂_ab)‖₁ per pair: bounded true counts against the public estimate."""
-        sizes = self.sizes
         ones = {m.clique[0]: np.clip(m.values, 0.0, None) for m in measurements}
         total = float(np.mean([v.sum() for v in ones.values()]))
         probs = {
             a: (v / v.sum() if v.sum() > 0 else np.full(len(v), 1 / len(v)))
             for a, v in ones.items()
         }
-        # The exact bounded counts, as the engine bounds them (no noise is drawn here).
-        _, rows = aggregate(self._two_way(coded, 1.0, pairs), source)  # salt from rng
+        bounded = self._bounded(coded, sizes, pairs, source)
         scores = []
-        for (a, b), grouping_rows in zip(pairs, rows, strict=True):
-            counts = np.zeros((sizes[a], sizes[b]), dtype=np.int64)
-            for row in grouping_rows:
-                counts[int(row[0]), int(row[1])] += int(row[3] or 0)
+        for a, b in pairs:
             estimate = np.rint(total * np.outer(probs[a], probs[b])).astype(np.int64)
-            scores.append(int(np.abs(counts - estimate).sum()))
+            scores.append(int(np.abs(bounded[(a, b)] - estimate.ravel()).sum()))
         return scores
 
 
-def _up(x: Fraction) -> float:
-    """The smallest float ≥ ``x``."""
-    f = float(x)
-    return math.nextafter(f, math.inf) if Fraction(f) < x else f
+def _measure_rho(l0: int, linf: int, sigma2: Fraction) -> Fraction:
+    """Δ²/(2σ²) with Δ² = L0·L∞²: the exact ρ of a noisy marginal (CKS Thm 14)."""
+    return Fraction(l0 * linf * linf) / (2 * sigma2)
 
 
 def _quality(
+    model_codes: Mapping[str, npt.NDArray[np.int64]],
+    cells: Mapping[str, int],
+    measurements: Sequence[Any],
     codes: Mapping[str, npt.NDArray[np.int64]],
     sizes: Mapping[str, int],
-    measurements: Sequence[Any],
     truth: Mapping[str, npt.NDArray[np.int64]] | None,
 ) -> pd.DataFrame:
+    """TV per 1-, 2-, 3-way marginal: vs the measurements (in the model's, compressed,
+    cells) and vs the true data (in the domains' cells)."""
     import pandas as pd
 
     measured = {m.clique: m.values for m in measurements}
@@ -571,16 +779,19 @@ def _quality(
     names = list(sizes)
     for order in (1, 2, 3):
         for clique in itertools.combinations(names, order):
-            synth = marginal(codes, sizes, clique)
             noisy = measured.get(clique)
             records.append(
                 {
                     "clique": ",".join(clique),
                     "order": order,
-                    "tv_measured": math.nan if noisy is None else total_variation(synth, noisy),
+                    "tv_measured": math.nan
+                    if noisy is None
+                    else total_variation(marginal(model_codes, cells, clique), noisy),
                     "tv_true": math.nan
                     if truth is None
-                    else total_variation(synth, marginal(truth, sizes, clique)),
+                    else total_variation(
+                        marginal(codes, sizes, clique), marginal(truth, sizes, clique)
+                    ),
                 }
             )
     return pd.DataFrame.from_records(records, columns=["clique", "order", "tv_measured", "tv_true"])

@@ -10,7 +10,7 @@ settings of JAX, made once.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,16 +19,41 @@ import numpy.typing as npt
 
 from gaussdp.errors import MissingExtraError, invalid
 
-__all__ = ["Measurement", "fit_model", "sample_codes"]
+__all__ = ["Measurement", "estimate_total", "fit_model", "sample_codes"]
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """A noisy marginal: counts over the cells of ``clique`` (C order), noise std ``std``."""
+    """A noisy marginal: counts over the cells of ``clique`` (C order), noise std ``std``.
+
+    ``cells`` (after domain compression) gives the number of domain cells
+    summed in each value, whose noise std is then ``std``·√cells.
+    """
 
     clique: tuple[str, ...]
     values: npt.NDArray[np.float64]
     std: float
+    cells: npt.NDArray[np.int64] | None = None
+
+
+def estimate_total(measurements: Sequence[Measurement]) -> float:
+    """The minimum-variance unbiased combination of the measurements' totals (≥ 1).
+
+    Each measurement's Σ values estimates the total with variance std²·(its
+    domain cells); the inverse-variance weighted mean is the minimum-variance
+    unbiased combination (as ``mbi.estimation.minimum_variance_unbiased_total``,
+    which does not count compressed measurements).
+    """
+    estimates = np.array([float(m.values.sum()) for m in measurements])
+    variances = np.array(
+        [
+            m.std**2 * (m.values.size if m.cells is None else float(m.cells.sum()))
+            for m in measurements
+        ]
+    )
+    if not len(estimates):
+        return 1.0
+    return max(1.0, float(np.average(estimates, weights=1.0 / variances)))
 
 
 def _mbi() -> Any:
@@ -42,30 +67,66 @@ def _mbi() -> Any:
 
 
 def fit_model(
-    sizes: dict[str, int],
+    sizes: Mapping[str, int],
     measurements: Sequence[Measurement],
     *,
     iters: int,
+    warm_start: Any = None,
 ) -> Any:
     """Fit a Markov random field to ``measurements`` by mirror descent (Private-PGM).
 
     Each measurement enters the L2 loss weighted by 1/std (McKenna et al. 2019,
     Algorithm 1, as implemented by ``mbi.estimation.MirrorDescent``); the total
-    is ``mbi``'s minimum-variance combination of the measurements' totals.
+    is :func:`estimate_total`.
+    ``warm_start`` (a model fitted to a subset of the measurements) starts
+    from its potentials.
     """
     mbi = _mbi()
     domain = mbi.Domain(tuple(sizes), tuple(sizes.values()))
-    linear = [
-        mbi.LinearMeasurement(np.asarray(m.values, dtype=np.float64), m.clique, stddev=m.std)
-        for m in measurements
-    ]
-    total = max(float(mbi.estimation.minimum_variance_unbiased_total(linear)), 1.0)
-    return mbi.estimation.MirrorDescent().estimate(domain, linear, known_total=total, iters=iters)
+    linear = []
+    for m in measurements:
+        values = np.asarray(m.values, dtype=np.float64)
+        if m.cells is None:
+            linear.append(mbi.LinearMeasurement(values, m.clique, stddev=m.std))
+        else:
+            # A merged cell's noise has std σ√m: scaled by 1/√m, every entry has std σ.
+            w = 1.0 / np.sqrt(m.cells.astype(np.float64))
+            query = mbi.WeightedQuery(w)
+            linear.append(mbi.LinearMeasurement(values * w, m.clique, stddev=m.std, query=query))
+    total = estimate_total(measurements)
+    return mbi.estimation.MirrorDescent().estimate(
+        domain, linear, known_total=total, iters=iters, warm_start=warm_start
+    )
 
 
 def model_marginal(model: Any, clique: Sequence[str]) -> npt.NDArray[np.float64]:
-    """The model's marginal over ``clique`` (an array with one axis per attribute)."""
-    return np.asarray(model.project(tuple(clique)).datavector(flatten=False), dtype=np.float64)
+    """The model's marginal over ``clique`` (an array with one axis per attribute).
+
+    Computed in numpy from the potentials: the model is p(x) ∝ exp(Σ_C θ_C(x_C))
+    (McKenna et al. 2019 §3), so the marginal is the sum over the other
+    attributes of the product of exp(θ_C − max θ_C) — one ``numpy.einsum``
+    whose greedy contraction order eliminates variables one by one —
+    normalised to the model's total. This avoids compiling a JAX program for
+    every marginal of every model (AIM asks for many); ``mbi``'s variable
+    elimination is the fallback if the product underflows.
+    """
+    domain = model.domain
+    attrs = list(domain.attributes)
+    index = {a: i for i, a in enumerate(attrs)}
+    operands: list[Any] = []
+    covered: set[str] = set()
+    for c in model.potentials.cliques:
+        theta = np.asarray(model.potentials.tables[c].values, dtype=np.float64)
+        operands += [np.exp(theta - theta.max()), [index[a] for a in c]]
+        covered.update(c)
+    for a in clique:  # an attribute no potential mentions is uniform
+        if a not in covered:
+            operands += [np.ones(domain[a]), [index[a]]]
+    out = np.einsum(*operands, [index[a] for a in clique], optimize="greedy")
+    norm = out.sum()
+    if not (np.isfinite(norm) and norm > 0):  # pragma: no cover - underflow of a degenerate model
+        return np.asarray(model.project(tuple(clique)).datavector(flatten=False), dtype=np.float64)
+    return np.asarray(out * (float(model.total) / norm), dtype=np.float64)
 
 
 def sample_codes(

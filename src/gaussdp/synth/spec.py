@@ -8,6 +8,12 @@ A spec::
     rows = 10000                  # optional: synthetic rows (default: the estimated total)
     iters = 1000                  # optional: model-fit iterations
     max_sigma = 1e4               # optional: refuse budgets noisier than this per 1-way cell
+    method = "aim"                # optional: "mst" (default) or "aim"
+    workload = 2                  # optional, AIM: an order, or [["age", "sex"], ...]
+    rounds = 48                   # optional, AIM: T (default 16 × columns)
+    max_model_size = 80           # optional, AIM: model size limit in MB
+    compress = true               # optional: merge rare cells (noisy 1-way count < 3σ)
+    compress_threshold = 3.0      # optional: that threshold, in σ
 
     [budget]                      # epsilon + delta, or rho
     epsilon = 1.0
@@ -49,6 +55,12 @@ _TOP = {
     "rows",
     "iters",
     "max_sigma",
+    "method",
+    "workload",
+    "rounds",
+    "max_model_size",
+    "compress",
+    "compress_threshold",
     "column",
 }
 _CATEGORICAL = {"name", "categories", "other"}
@@ -117,4 +129,10 @@ def synthesizer_from_spec(spec: Mapping[str, Any], source: object) -> Synthesize
         max_rows_per_group=_required("spec", spec, "max_rows_per_group"),
         iters=spec.get("iters", 1000),
         max_sigma=spec.get("max_sigma", 1e4),
+        method=spec.get("method", "mst"),
+        workload=spec.get("workload"),
+        rounds=spec.get("rounds"),
+        max_model_size=spec.get("max_model_size", 80.0),
+        compress=spec.get("compress", True),
+        compress_threshold=spec.get("compress_threshold", 3.0),
     )
