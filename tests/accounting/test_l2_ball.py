@@ -27,7 +27,7 @@ from gaussdp.accounting.events import (
 )
 from gaussdp.mechanisms import Gaussian
 
-mpmath.mp.dps = 40
+MPMATH_DPS = 40  # the mpmath precision of every test here (conftest.py)
 # Outputs |y_j| ≤ _B (plus the shift) are summed. With σ² ≤ 3/2 the P-mass left out is
 # below 4·e^{−_B²/(2σ²)} ≈ 1e-20, far below the PLD brackets' width checked here.
 _B = 11

@@ -342,7 +342,7 @@ def _kov_delta(eps0: float, delta0: float, k: int, i: int) -> float:
     δ_i = Σ_{l<i} C(k, l)(e^{(k−l)ε0} − e^{(k−2i+l)ε0}) / (1 + e^{ε0})^k, and no better."""
     import mpmath as mp
 
-    mp.mp.dps = 40
+    mp.mp.dps = 40  # restored after the test (conftest.py)
     e = mp.mpf(eps0)
     di = (
         mp.fsum(

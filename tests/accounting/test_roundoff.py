@@ -19,7 +19,7 @@ from gaussdp.accounting._roundoff import (
 )
 from gaussdp.accounting.pld import _LossPMF, _power
 
-mp.mp.dps = 50
+MPMATH_DPS = 50  # the mpmath precision of every test here (conftest.py)
 
 
 def _exact_dft(x: np.ndarray) -> list[mp.mpc]:

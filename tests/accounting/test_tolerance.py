@@ -43,7 +43,7 @@ def test_small_q_upper_within_the_tolerance_of_the_truth() -> None:
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:
     """Both directions of Poisson-subsampled DLap(t), Δ = 1, k-fold, in 40 digits: the
     loss takes two values per run (y ≤ 0 or y ≥ 1), so the k-fold loss is binomial."""
-    mp.mp.dps = 40
+    mp.mp.dps = 40  # restored after the test (conftest.py)
     qq, e = mp.mpf(q), mp.mpf(eps)
     r = mp.e ** (-mp.mpf(1) / t)
     c = mp.tanh(mp.mpf(1) / (2 * t))

@@ -33,7 +33,7 @@ from gaussdp.audit.one_run import (
 from gaussdp.random import ChaCha20Random
 from gaussdp.release import Budget, Release
 
-mpmath.mp.dps = 40
+MPMATH_DPS = 40  # the mpmath precision of every test here (conftest.py)
 
 
 def _mp_tail(r: int, u: int, p: mpmath.mpf) -> mpmath.mpf:

@@ -29,7 +29,7 @@ ALPHAS = np.concatenate([[0.0], np.geomspace(1e-8, 0.999, 60), [1.0]])
 
 
 def _g_mp(mu: float, alpha: float) -> float:
-    mp.mp.dps = 40
+    mp.mp.dps = 40  # restored after the test (conftest.py)
     # DRS Def 2.6: G_μ(α) = Φ(Φ⁻¹(1 − α) − μ), Φ⁻¹ by mpmath's erfinv
     z = mp.sqrt(2) * mp.erfinv(1 - 2 * mp.mpf(alpha))
     return float(mp.ncdf(z - mu))

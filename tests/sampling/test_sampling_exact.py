@@ -14,7 +14,7 @@ from sampling_stats import Z_CRIT
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
 
-mpmath.mp.dps = 120
+MPMATH_DPS = 120  # the mpmath precision of every test here (conftest.py)
 
 CASES = [
     Fraction(0),
