@@ -10,8 +10,9 @@ Tables:
 
 * headline cases (δ = 1e-5 unless stated): the DP-SGD reference (σ = 1.1,
   q = 256/60000, 14,063 steps) at δ = 1e-5 and 1e-12, the small-q cases of issue 10,
-  the large-dataset run that used to exhaust memory (σ = 1, q = 2.56e-4, 39,063 steps,
-  δ = 1e-6), and mixes of 10 and 100 distinct events (subsampled Gaussians, discrete
+  a long run at small δ (σ = 1, q = 1e-3, 10⁵ steps, δ = 1e-9: the round-off allowance
+  matters), the large-dataset run that used to exhaust memory (σ = 1, q = 2.56e-4,
+  39,063 steps, δ = 1e-6), and mixes of 10 and 100 distinct events (subsampled Gaussians, discrete
   Gaussians, discrete Laplace);
 * the sweep q ∈ {1e-5, 1e-4, 1e-3, 1e-2, 0.1} × steps ∈ {1e3, 1e4, 1e5, 1e6} ×
   σ ∈ {0.6, 1, 2} at δ = 1e-5 (``--sweep``; one round; gaussdp only unless
@@ -217,6 +218,10 @@ def main() -> None:
         (
             "σ=0.8 q=1e-3 1e6 steps",
             {"kind": "dpsgd", "sigma": 0.8, "q": 1e-3, "steps": 1_000_000, "delta": 1e-5},
+        ),
+        (
+            "σ=1 q=1e-3 1e5 steps δ=1e-9",
+            {"kind": "dpsgd", "sigma": 1.0, "q": 1e-3, "steps": 100_000, "delta": 1e-9},
         ),
         (
             "OOM: σ=1 q=2.56e-4 39063 δ=1e-6",

@@ -74,16 +74,28 @@ def test_subsampled_discrete_laplace_lower_bound_is_informative() -> None:
     assert b.upper <= exact * (1 + 1e-4)
 
 
-def test_small_delta_falls_back_to_the_labelled_rdp_bound() -> None:
+def test_small_delta_is_certified_by_the_pld_in_extended_precision() -> None:
+    # δ = 1e-12: the float64 round-off allowance (4.6e-10) exceeds δ; the long double one
+    # (2.2e-13) does not. dp_accounting's PLD (no round-off bound) says 4.2059.
     acc = PLDAccountant().compose(REFERENCE, 14063)
     b = acc.epsilon(1e-12)
     rdp = RDPAccountant().compose(REFERENCE, 14063).epsilon(1e-12).upper
-    assert acc.pld().epsilon(1e-12).upper == math.inf  # the round-off allowance > δ
+    assert b.method == "pld"
+    assert 4.1 < b.lower <= b.upper <= 4.2059 * (1 + 1e-3)
+    assert b.upper < rdp
+    assert acc.epsilon(1e-5).method == "pld"
+
+
+def test_smaller_delta_falls_back_to_the_labelled_rdp_bound() -> None:
+    # δ = 1e-14 is below even the extended-precision allowance: the RDP bound, labelled.
+    acc = PLDAccountant().compose(REFERENCE, 14063)
+    b = acc.epsilon(1e-14)
+    rdp = RDPAccountant().compose(REFERENCE, 14063).epsilon(1e-14).upper
+    assert acc.pld().epsilon(1e-14).upper == math.inf
     assert b.method == "rdp"
-    assert b.upper == rdp < 4.4
+    assert b.upper == rdp
     assert "RDP" in b.note
     assert 3.0 < b.lower < b.upper
-    assert acc.epsilon(1e-5).method == "pld"
 
 
 def test_calibration_at_small_delta_succeeds() -> None:

@@ -47,6 +47,9 @@ _MAX_REFINEMENTS = 4
 _REFINE_POINTS = 1_500_000
 # The bracket's relative width that is accepted, in units of the tolerance.
 _GAP_FACTOR = 10.0
+# The share of the tolerance on ε that the numerical allowances may take before the
+# PLD is rebuilt with its FFTs in extended precision.
+_ALLOWANCE_SHARE = 0.5
 
 
 class GridTooLargeError(ValueError):
@@ -93,7 +96,8 @@ class AdaptivePLD:
     Parameters
     ----------
     build : callable
-        ``build(h)`` returns the composition's PLD on grid step ``h``.
+        ``build(h, extended)`` returns the composition's PLD on grid step ``h``, its FFTs
+        in extended precision (long double) if ``extended``.
     h0 : float
         The first grid step (from the loss spread, see the module docstring).
     tolerance : float
@@ -107,7 +111,7 @@ class AdaptivePLD:
 
     def __init__(
         self,
-        build: Callable[[float], _Built],
+        build: Callable[[float, bool], _Built],
         h0: float,
         tolerance: float,
         *,
@@ -121,6 +125,7 @@ class AdaptivePLD:
         self._h = h0
         self._pld: _Built | None = None
         self._coarsened = False
+        self._extended = False
 
     @property
     def value_discretization(self) -> float:
@@ -136,7 +141,7 @@ class AdaptivePLD:
     def _build_fitting(self, h: float) -> _Built:
         for _ in range(4):
             try:
-                built = self._build(h)
+                built = self._build(h, self._extended)
             except GridTooLargeError as exc:
                 if self._fixed:
                     need = h * exc.points / MAX_GRID_POINTS
@@ -160,29 +165,40 @@ class AdaptivePLD:
 
     def epsilon(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta``, refining the grid until the bracket is narrow."""
-        lower, upper = self._refine(lambda pld: pld.epsilon(delta))
+        lower, upper = self._refine(lambda pld: pld.epsilon(delta), _ALLOWANCE_SHARE * self._tol)
         return EpsilonBounds(lower, upper, method="pld", note=self._note(lower, upper))
 
     def delta(self, epsilon: float) -> DeltaBounds:
         """Bounds on δ at ``epsilon``, refining the grid until the bracket is narrow."""
-        lower, upper = self._refine(lambda pld: pld.delta(epsilon))
+        lower, upper = self._refine(lambda pld: pld.delta(epsilon), self._tol)
         return DeltaBounds(lower, upper, method="pld", note=self._note(lower, upper))
 
     def _refine(
-        self, query: Callable[[_Built], EpsilonBounds | DeltaBounds]
+        self, query: Callable[[_Built], EpsilonBounds | DeltaBounds], share: float
     ) -> tuple[float, float]:
         """The bracket of ``query``, intersected over the grids built: every grid's
         bounds are certified, so the largest lower and the smallest upper are too. Stops
         when the bracket is narrow, the grid cannot grow, or two finer grids in a row did
-        not narrow it by 5 % (the allowances, not the discretisation, dominate)."""
+        not narrow it by 5 % (the allowances, not the discretisation, dominate).
+
+        First, if the numerical allowances (round-off, wrapped mass) move the upper
+        bound by more than ``share``·upper (or make it infinite), the PLD is rebuilt on
+        the same grid with its FFTs in extended precision (once; later grids keep it)."""
         pld = self.pld()
         b = query(pld)
         lower, upper = b.lower, b.upper
+        bare: EpsilonBounds | DeltaBounds | None = query(pld.without_allowances())
+        if not self._extended and bare is not None and upper - bare.upper > share * bare.upper:
+            self._extended = True
+            pld = self._pld = self._build(self._h, True)
+            b = query(pld)
+            lower, upper = max(lower, b.lower), min(upper, b.upper)
         stalled = 0
         for _ in range(_MAX_REFINEMENTS):
             # The allowances (round-off, wrapped mass) do not shrink with h: the step is
-            # refined only while the discretisation alone leaves the bracket too wide.
-            bare = query(pld.without_allowances())
+            # refined only while the discretisation alone leaves the bracket too wide
+            # (the same grid's bare bracket is reused).
+            bare = bare if bare is not None else query(pld.without_allowances())
             factor = self._refinement(bare.lower, bare.upper)
             if factor is None:
                 break
@@ -190,6 +206,7 @@ class AdaptivePLD:
             if finer is None:
                 break
             pld = finer
+            bare = None
             b = query(finer)
             old_gap = upper - lower
             lower, upper = max(lower, b.lower), min(upper, b.upper)
@@ -218,7 +235,7 @@ class AdaptivePLD:
         before = self._coarsened
         self._coarsened = False
         try:
-            built = self._build(h)
+            built = self._build(h, self._extended)
         except GridTooLargeError:
             self._coarsened = True
             return None

@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "U_EXTENDED",
     "U",
     "coefficient_error_l1",
     "fft_gamma",
@@ -52,10 +53,13 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
-ComplexArray = npt.NDArray[np.complex128]
+ComplexArray = npt.NDArray[np.complexfloating]
 
 #: Unit round-off of float64.
 U = float(np.finfo(np.float64).eps) / 2
+#: Unit round-off of ``np.longdouble`` (2⁻⁶⁴ for x87 extended precision; equal to U
+#: where long double is double, e.g. on ARM macOS: the bounds then stay valid).
+U_EXTENDED = float(np.finfo(np.longdouble).eps) / 2
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -71,10 +75,11 @@ def _prime_factors(n: int) -> list[int]:
     return out
 
 
-def fft_gamma(n: int) -> float:
-    """γ(N) of Lemma 1: |fl(DFT x)_j − (DFT x)_j| ≤ γ(N)·‖x‖₁ for every j."""
+def fft_gamma(n: int, unit: float = U) -> float:
+    """γ(N) of Lemma 1: |fl(DFT x)_j − (DFT x)_j| ≤ γ(N)·‖x‖₁ for every j, for a
+    transform computed with unit round-off ``unit`` (U: float64; U_EXTENDED: long double)."""
     total = sum(r + 6 for r in _prime_factors(max(n, 2))) + 1
-    return math.expm1(total * U) * (1.0 + 1e-12)
+    return math.expm1(total * unit) * (1.0 + 1e-12)
 
 
 def full_weights(n: int, half: int) -> FloatArray:
@@ -86,11 +91,14 @@ def full_weights(n: int, half: int) -> FloatArray:
     return w
 
 
-def power(phi: ComplexArray, k: int) -> tuple[ComplexArray, FloatArray, FloatArray]:
+def power(
+    phi: ComplexArray, k: int, unit: float = U
+) -> tuple[ComplexArray, FloatArray, FloatArray]:
     """φ^k computed as exp(k ln|φ|)·cis(k arg φ), with |φ| and ρ of Lemma 2.
 
-    Returns the powers, |φ̃| as computed and the relative error bound ρ_j (``inf``
-    where the bound does not apply, ρ > 0.01).
+    Computed in ``phi``'s precision (complex128, or clongdouble with ``unit`` =
+    U_EXTENDED). Returns the powers, |φ̃| as computed and the relative error bound ρ_j
+    (``inf`` where the bound does not apply, ρ > 0.01).
     """
     modulus = np.abs(phi)
     with np.errstate(divide="ignore"):
@@ -101,21 +109,30 @@ def power(phi: ComplexArray, k: int) -> tuple[ComplexArray, FloatArray, FloatArr
     powered.real = out_mod * np.cos(angle)
     powered.imag = out_mod * np.sin(angle)
     with np.errstate(invalid="ignore"):
-        rho = k * U * (3.0 * np.abs(log_mod) + 3.0 * math.pi + 3.0) + 8.0 * U
+        log_f = np.abs(log_mod).astype(np.float64)
+        rho = k * unit * (3.0 * log_f + 3.0 * math.pi + 3.0) + 8.0 * unit
     rho = np.where(modulus > 0, rho, 0.0)  # φ̃ = 0 gives ψ̃ = 0 exactly
     rho = np.where(rho <= 0.01, rho * 1.01, np.inf)
     return powered, modulus, rho
 
 
-def power_error(modulus: FloatArray, rho: FloatArray, e: float, k: int) -> FloatArray:
-    """Bound on |ψ̃_j − φ_j^k| (Lemmas 2 and 3) given |φ̃_j − φ_j| ≤ e.
+def power_error(
+    modulus: npt.NDArray[np.floating],
+    rho: FloatArray,
+    e: float | FloatArray,
+    k: int,
+    unit: float = U,
+) -> FloatArray:
+    """Bound on |ψ̃_j − φ_j^k| (Lemmas 2 and 3) given |φ̃_j − φ_j| ≤ e (or e_j).
 
-    ``modulus`` is |φ̃| as computed (within 2u of the exact modulus, so M = modulus·(1 +
-    2.01u) bounds it). The bound k(M + e)^{k−1}e + ρM^k is evaluated through logarithms;
-    that evaluation's own relative error, ≤ 4ku(|ln M| + 2), is added, and 1e-300
-    covers a power that underflows to 0.
+    ``modulus`` is |φ̃| as computed (within 2·``unit`` of the exact modulus, and maybe
+    rounded to float64 after that, so M = modulus·(1 + 2.01·unit + 1.01u) bounds it).
+    The bound k(M + e)^{k−1}e + ρM^k is evaluated in float64 through logarithms; that
+    evaluation's own relative error, ≤ 4ku(|ln M| + 2), is added, and 1e-300 covers a
+    power that underflows to 0.
     """
-    big_m = modulus * (1.0 + 2.01 * U)
+    modulus = np.asarray(modulus, dtype=np.float64)
+    big_m = modulus * (1.0 + 2.01 * unit + (1.01 * U if unit != U else 0.0))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         log_m = np.log(big_m)
         log_me = np.log(big_m + e)

@@ -942,22 +942,23 @@ class PLDAccountant(Accountant):
             )
         return self._adaptive
 
-    def _build(self, h: float) -> PrivacyLossDistribution:
+    def _build(self, h: float, extended: bool = False) -> PrivacyLossDistribution:
         # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
-        # side): the composition then moves at most tail_mass per event.
+        # side): the composition then moves at most tail_mass per event. ``extended``:
+        # FFTs in long double (smaller round-off allowances; for small δ).
         parts = [
             _event_pld(
                 event,
                 h,
                 self._tail_mass / count if _subsampled(event) else self._tail_mass,
-            ).self_compose(count)
+            ).self_compose(count, extended_precision=extended)
             for event, count in self._leaves.items()
         ]
         # Composed pairwise, smallest grids first (a balanced tree: each level costs
         # about one FFT of the final length, instead of one per event); symmetric PLDs
         # (one direction, half the work) among themselves first.
         groups = [[p for p in parts if p.symmetric], [p for p in parts if not p.symmetric]]
-        return _compose_tree([_compose_tree(g) for g in groups if g])
+        return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
 
     def _rdp(self) -> RDPAccountant | None:
         """The same composition in an RDP accountant, if it supports every event."""
@@ -1034,11 +1035,14 @@ def _rdp_note(note: str) -> str:
     return f"{note}; {why}" if note else why
 
 
-def _compose_tree(parts: list[PrivacyLossDistribution]) -> PrivacyLossDistribution:
+def _compose_tree(parts: list[PrivacyLossDistribution], extended: bool) -> PrivacyLossDistribution:
     """The composition of ``parts``, pairwise, the two smallest grids at a time."""
     while len(parts) > 1:
         parts = sorted(parts, key=lambda pld: pld.largest_grid)
-        paired = [parts[i].compose(parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        paired = [
+            parts[i].compose(parts[i + 1], extended_precision=extended)
+            for i in range(0, len(parts) - 1, 2)
+        ]
         parts = paired + parts[len(paired) * 2 :]
     return parts[0]
 

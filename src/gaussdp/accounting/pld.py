@@ -69,6 +69,7 @@ from scipy import fft as sp_fft
 from scipy.optimize import isotonic_regression
 from scipy.special import ndtr, ndtri
 
+from gaussdp._search import add_up, largest_passing, smallest_passing
 from gaussdp._validation import (
     check_delta,
     check_epsilon,
@@ -78,6 +79,7 @@ from gaussdp._validation import (
 )
 from gaussdp.accounting._adaptive import check_grid_points
 from gaussdp.accounting._roundoff import (
+    U_EXTENDED,
     coefficient_error_l1,
     fft_gamma,
     full_weights,
@@ -113,6 +115,11 @@ _Z_TRUNC = 10.0
 # for any ε < 50) and the lower side at the cap; below, the upper side rounds it up to
 # −64 and the lower side drops it. This bounds the grid to 128/h points.
 _LOSS_CAP = 64.0
+# Width at which the inversion ε(δ) stops searching (relative, absolute): the closed form
+# on the discretised PLD is that accurate; the search only absorbs its rounding.
+_SEARCH_REL = 1e-12
+_SEARCH_ABS = 1e-15
+_SEARCH_TOL = {"rel_tol": _SEARCH_REL, "abs_tol": _SEARCH_ABS}
 # Largest number of support points enumerated for a discrete mechanism.
 _MAX_POINTS = 4_000_000
 
@@ -151,10 +158,8 @@ class _LossPMF:
 
     # -- queries ----------------------------------------------------------------------
     def delta(self, epsilon: float) -> float:
-        z = self.losses
-        above = z > epsilon
         # CKS Lemma 9: δ(ε) = Σ_z max(0, 1 − e^{ε − z}) p(z) + p(∞).
-        value = float(np.sum(self.probs[above] * -np.expm1(epsilon - z[above])))
+        value = self.delta_raw(epsilon)
         if self.upper:
             value = value * (1.0 + _REL_MARGIN) + self.inf_mass + self.allowance
         else:
@@ -186,55 +191,65 @@ class _LossPMF:
         a, b = float(s1[j]), float(s2[j])
         eps = zmax + math.log((a - target) / b) if a > target and b > 0.0 else lo
         eps = min(max(eps, lo), float(z[j]))
+        # The closed form is checked against the directly summed δ with the one safe-side
+        # search (gaussdp._search): the answer is a point where the check was evaluated.
         if not self.upper:
-            # Never over-report the lower bound: step down while δ(ε) is already below.
-            for _ in range(50):
-                deficit = target - self.delta_raw(eps)
-                if eps <= 0.0 or deficit <= 0.0:
-                    break
-                slope = math.exp(eps - zmax) * b if b > 0 else 0.0
-                step = deficit / slope * 1.01 if slope > 0 else 0.0
-                eps = max(0.0, min(eps - step, eps - 1e-15 - 1e-15 * abs(eps)))
-            return max(0.0, eps)
-        # Never under-report: step up (Newton on δ, slope −e^{ε−zmax}·S2) until the
-        # directly summed δ meets the target.
-        for _ in range(50):
-            excess = self.delta_raw(eps) - target
-            if excess <= 0.0:
-                break
-            slope = math.exp(eps - zmax) * b if b > 0 else 0.0
-            step = excess / slope * 1.01 if slope > 0 else 0.0
-            eps = max(eps + step, math.nextafter(eps, math.inf) + 1e-15 * abs(eps))
-        return max(0.0, eps)
+            # Never over-report the lower bound: the largest ε at which δ(ε) ≥ target
+            # (δ(0) > target was checked above).
+            def still_above(e: float) -> bool:
+                return self.delta_raw(e) >= target
+
+            if still_above(eps):
+                return eps
+            lo = max(0.0, eps - _SEARCH_REL * abs(eps) - _SEARCH_ABS)
+            lo = lo if still_above(lo) else 0.0
+            return largest_passing(still_above, lo, max(eps, lo), **_SEARCH_TOL)
+
+        # Never under-report: the smallest ε at which the directly summed δ meets the target.
+        def meets(e: float) -> bool:
+            return self.delta_raw(e) <= target
+
+        hi = eps + _SEARCH_REL * abs(eps) + _SEARCH_ABS
+        return smallest_passing(meets, eps, hi, grow=True, **_SEARCH_TOL)
 
     def delta_raw(self, epsilon: float) -> float:
-        z = self.losses
-        above = z > epsilon
-        return float(np.sum(self.probs[above] * -np.expm1(epsilon - z[above])))
+        """Σ_{z > ε} p(z)(1 − e^{ε − z}) over the finite losses (no mass at +∞, no margin)."""
+        n = self.probs.size
+        # First index i with loss (start + i)·h > ε (the same products as ``losses``).
+        i = min(max(math.floor(epsilon / self.h) - self.start, 0), n)
+        while i > 0 and (self.start + i - 1) * self.h > epsilon:
+            i -= 1
+        while i < n and (self.start + i) * self.h <= epsilon:
+            i += 1
+        z = np.arange(self.start + i, self.start + n, dtype=np.float64) * self.h
+        return float(np.sum(self.probs[i:] * -np.expm1(epsilon - z)))
 
     # -- composition ------------------------------------------------------------------
-    def compose(self, other: _LossPMF, tail_mass: float) -> _LossPMF:
+    def compose(self, other: _LossPMF, tail_mass: float, extended: bool = False) -> _LossPMF:
         if self.h != other.h or self.upper != other.upper:
             raise ValueError("cannot compose PLDs on different grids or bound sides")
         n = self.probs.size + other.probs.size - 1
         size = sp_fft.next_fast_len(n, real=True)
         check_grid_points(size)
-        fa = sp_fft.rfft(self.probs, size)
-        fb = sp_fft.rfft(other.probs, size)
+        dtype, unit = _precision(extended)
+        fa = sp_fft.rfft(self.probs.astype(dtype), size)
+        fb = sp_fft.rfft(other.probs.astype(dtype), size)
         m1, m2 = self.mass, other.mass
         # Lemma 1: |φ̃ − φ| ≤ γ(N)‖p‖₁; a product errs by ≤ e_a|φ_b| + e_b|φ_a| + e_a e_b
         # plus its own rounding (< 3u|φ̃_aφ̃_b|); Lemma 4 turns that into an ℓ1 bound.
-        gamma = fft_gamma(size)
+        gamma = fft_gamma(size, unit)
         ea, eb = gamma * m1, gamma * m2
-        mod_a = np.abs(fa) * (1.0 + 2.01 * _U)
-        mod_b = np.abs(fb) * (1.0 + 2.01 * _U)
-        err = ea * mod_b + eb * mod_a + ea * eb + 3.0 * _U * mod_a * mod_b
+        mod_a = _modulus_up(fa, unit)
+        mod_b = _modulus_up(fb, unit)
+        err = ea * mod_b + eb * mod_a + ea * eb + 3.0 * unit * mod_a * mod_b
         prod = fa * fb
         weights = full_weights(size, prod.size)
-        new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(prod, weights, size)
-        conv = _clean(sp_fft.irfft(prod, size)[:n], self.upper)
+        new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(prod, weights, size, unit)
+        conv, rounding = _to_double(sp_fft.irfft(prod, size)[:n])
+        new_l1 += rounding
+        conv = _clean(conv, self.upper)
         inf_mass = self.inf_mass * (m2 + other.inf_mass) + other.inf_mass * m1
-        slack = (self.slack + other.slack) * (1.0 + 1e-9)
+        slack = add_up(self.slack, other.slack)
         # Lemma 5 (Young): earlier errors E_a, E_b carry over as E_a‖b‖₁ + E_b‖a‖₁ + E_aE_b.
         fft_l1 = (self.fft_l1 * m2 + other.fft_l1 * m1 + self.fft_l1 * other.fft_l1) * (
             1.0 + 1e-13
@@ -272,18 +287,18 @@ class _LossPMF:
             self.fft_l1,
         )
 
-    def self_compose(self, count: int, tail_mass: float) -> _LossPMF:
+    def self_compose(self, count: int, tail_mass: float, extended: bool = False) -> _LossPMF:
         if count == 1:
             return self
         if count <= _SINGLE_STAGE_MAX:
-            return _power(self, count, None, tail_mass)
+            return _power(self, count, None, tail_mass, extended)
         # Two stages keep the round-off of φ^k (relative error ≈ k·u) small:
         # p^{*k} = (p^{*k1})^{*k2} * p^{*r}, k1 ≈ √k, k2 = ⌊k/k1⌋, r = k − k1·k2.
         k1 = _stage_split(count)
         k2, r = divmod(count, k1)
-        first = _power(self, k1, None, tail_mass)
-        rest = _power(self, r, None, tail_mass) if r > 1 else (self if r == 1 else None)
-        return _power(first, k2, rest, tail_mass)
+        first = _power(self, k1, None, tail_mass, extended)
+        rest = _power(self, r, None, tail_mass, extended) if r > 1 else (self if r == 1 else None)
+        return _power(first, k2, rest, tail_mass, extended)
 
 
 def _stage_split(count: int) -> int:
@@ -298,7 +313,13 @@ def _stage_split(count: int) -> int:
 _SINGLE_STAGE_MAX = 20_000
 
 
-def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float) -> _LossPMF:
+def _power(
+    base: _LossPMF,
+    count: int,
+    extra: _LossPMF | None,
+    tail_mass: float,
+    extended: bool = False,
+) -> _LossPMF:
     """``count``-fold self-convolution of ``base``, convolved with ``extra`` if given.
 
     Computed on a circular window of length N by raising the DFT to the power
@@ -389,21 +410,24 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     # φ^k through its modulus and argument, with the proven bounds of _roundoff:
     # Lemma 1 (the DFT), Lemmas 2–3 (the power and its input's error), Lemma 4 (back to
     # the N outputs, in ℓ1).
-    gamma = fft_gamma(size)
-    phi = sp_fft.rfft(p, size)
-    powered, modulus, rho = power(phi, count)
-    err = power_error(modulus, rho, gamma * m, count)
+    # In extended precision (long double, ``unit`` = 2⁻⁶⁴ on x86) the same lemmas hold
+    # with that unit; the outputs' rounding to float64 adds u·Σ|out| (Lemma 6).
+    dtype, unit = _precision(extended)
+    gamma = fft_gamma(size, unit)
+    phi = sp_fft.rfft(p.astype(dtype), size)
+    powered, err = _powered(phi, count, gamma * m, extended)
     if extra is not None:
-        chi = sp_fft.rfft(extra.probs, size)
+        chi = sp_fft.rfft(extra.probs.astype(dtype), size)
         e_x = gamma * extra.mass
-        mod_x = np.abs(chi) * (1.0 + 2.01 * _U)
-        mod_p = np.abs(powered) * (1.0 + 2.01 * _U)
+        mod_x = _modulus_up(chi, unit)
+        mod_p = _modulus_up(powered, unit)
         # |ψ̃χ̃(1+θ) − φ^kχ| ≤ E(|χ̃| + e_x) + |φ^k|e_x + 3u|ψ̃||χ̃|, |φ^k| ≤ |ψ̃| + E.
-        err = err * (mod_x + e_x) + (mod_p + err) * e_x + 3.0 * _U * mod_p * mod_x
+        err = err * (mod_x + e_x) + (mod_p + err) * e_x + 3.0 * unit * mod_p * mod_x
         powered *= chi
     weights = full_weights(size, powered.size)
-    new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(powered, weights, size)
-    circ = sp_fft.irfft(powered, size)
+    new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(powered, weights, size, unit)
+    circ, rounding = _to_double(sp_fft.irfft(powered, size))
+    new_l1 += rounding
     shift = i_lo - start  # relative index of the window's first point
     out = _clean(np.roll(circ, -(shift % size)), base.upper)
     # Mass at +∞ and allowances, for (sub/super-)probability measures.
@@ -444,10 +468,60 @@ def _power_up(base: float, count: int) -> float:
     return math.exp(log) * (1.0 + 4.04 * _U * (abs(log) + 1.0))
 
 
-def _inverse_own_l1(coeffs: npt.NDArray[np.complex128], weights: FloatArray, n: int) -> float:
+def _inverse_own_l1(
+    coeffs: npt.NDArray[np.complexfloating], weights: FloatArray, n: int, unit: float = _U
+) -> float:
     """Lemma 4, second part: the inverse transform's own ℓ1 error, γ(N)·Σ_full|ψ̃_j|."""
-    total = float(np.sum(weights * np.abs(coeffs))) * (1.0 + 2.01 * _U)
-    return fft_gamma(n) * total * (1.0 + 1e-13)
+    total = float(np.sum(weights * _modulus_up(coeffs, unit))) * (1.0 + 1e-13)
+    return fft_gamma(n, unit) * total * (1.0 + 1e-13)
+
+
+def _powered(
+    phi: npt.NDArray[np.complexfloating], count: int, e: float, extended: bool
+) -> tuple[npt.NDArray[np.complexfloating], FloatArray]:
+    """φ̃^k and the bound on |ψ̃_j − φ_j^k| (Lemmas 2, 3) given |φ̃_j − φ_j| ≤ e.
+
+    Extended: ``phi`` is long double; the coefficients whose power survives
+    (k·ln|φ̃| > −150) are raised in long double, the others in float64 from φ̃ rounded
+    to float64 (which adds 1.01u|φ̃| to their input error e; their powers are below
+    e^{−150}, so the coarser bound costs nothing).
+    """
+    if not extended:
+        powered, modulus, rho = power(phi, count)
+        return powered, power_error(modulus, rho, e, count)
+    phi_d = phi.astype(np.complex128)
+    powered_d, modulus, rho = power(phi_d, count)
+    err = power_error(modulus, rho, e + 1.01 * _U * modulus * (1.0 + 2.01 * _U), count)
+    with np.errstate(divide="ignore"):
+        keep = np.nonzero(count * np.log(modulus) > -150.0)[0]
+    powered = powered_d.astype(np.clongdouble)
+    if keep.size:
+        kept, mod_k, rho_k = power(phi[keep], count, U_EXTENDED)
+        powered[keep] = kept
+        err[keep] = power_error(mod_k, rho_k, e, count, U_EXTENDED)
+    return powered, err
+
+
+def _precision(extended: bool) -> tuple[type[np.floating], float]:
+    """The dtype and unit round-off of the FFTs: float64, or long double (extended)."""
+    return (np.longdouble, U_EXTENDED) if extended else (np.float64, _U)
+
+
+def _modulus_up(z: npt.NDArray[np.complexfloating], unit: float) -> FloatArray:
+    """float64 bounds ≥ |z_j|: hypot is correct to 2u; a long double z is first rounded
+    to complex128 (each part to u relative, so the modulus to 1.01u)."""
+    scale = 1.0 + (2.01 if z.dtype == np.complex128 else 3.05) * _U
+    return np.asarray(np.abs(z.astype(np.complex128)) * scale, dtype=np.float64)
+
+
+def _to_double(values: npt.NDArray[np.floating]) -> tuple[FloatArray, float]:
+    """``values`` as float64, and a bound on the ℓ1 error of that rounding (Lemma 6:
+    each value moves by at most u·|value|; 0 when they already are float64)."""
+    out = np.asarray(values, dtype=np.float64)
+    if values.dtype == np.float64:
+        return out, 0.0
+    # numpy's pairwise sum errs by far less than 1e-9 relative for ≤ 3e6 terms.
+    return out, _U * float(np.sum(np.abs(out))) * (1.0 + 1e-9)
 
 
 def _clean(values: FloatArray, upper: bool) -> FloatArray:
@@ -582,10 +656,16 @@ def _from_bins(
     # x_0, the whole lower curve is 0 (a valid, uninformative lower bound).
     neg = np.nonzero(hull_f < 0)[0]
     w = np.maximum(hull_f, 0.0)
+    cand = vertices
     if neg.size:
-        w[int(neg[0]) - 1 if neg[0] > 1 else 0 :] = 0.0
+        z0 = int(neg[0]) - 1 if neg[0] > 1 else 0
+        w[z0:] = 0.0
+        # Only pass 1's vertices before z0 and the ends of the zero run can be vertices
+        # of pass 2 (the other points lie on segments between them).
+        cand = np.concatenate((vertices[vertices < z0], [z0, xs.size - 1]))
+        cand = cand[np.concatenate(([True], cand[1:] > cand[:-1]))]
     # Pass 2: the hull of these non-negative points; convex, non-increasing, below them.
-    keep = _lower_hull(xs, w)
+    keep = cand[_lower_hull(xs[cand], w[cand])]
     hx, hw = xs[keep], w[keep]
     slopes = np.concatenate(((hw[1:] - hw[:-1]) / (hx[1:] - hx[:-1]), [0.0]))
     masses = np.zeros(n + 1)
@@ -1349,8 +1429,13 @@ class PrivacyLossDistribution:
         return cls._build(h, remove, add, tail_mass)
 
     # -- composition ------------------------------------------------------------------
-    def compose(self, other: PrivacyLossDistribution) -> PrivacyLossDistribution:
+    def compose(
+        self, other: PrivacyLossDistribution, *, extended_precision: bool = False
+    ) -> PrivacyLossDistribution:
         """The PLD of running both mechanisms on the same data (convolution by FFT).
+
+        ``extended_precision``: FFTs in long double (about 4× slower); the round-off
+        allowance shrinks by 2¹¹ on x86 (docs/accounting.md §3), which matters at small δ.
 
         Examples
         --------
@@ -1369,22 +1454,20 @@ class PrivacyLossDistribution:
                 )
             )
         tm = max(self.tail_mass, other.tail_mass)
-        ur = self.upper_remove.compose(other.upper_remove, tm)
-        lr = self.lower_remove.compose(other.lower_remove, tm)
-        ua = (
-            ur
-            if self.symmetric and other.symmetric
-            else self.upper_add.compose(other.upper_add, tm)
-        )
-        la = (
-            lr
-            if self.symmetric and other.symmetric
-            else self.lower_add.compose(other.lower_add, tm)
-        )
+        ext = bool(extended_precision)
+        ur = self.upper_remove.compose(other.upper_remove, tm, ext)
+        lr = self.lower_remove.compose(other.lower_remove, tm, ext)
+        both = self.symmetric and other.symmetric
+        ua = ur if both else self.upper_add.compose(other.upper_add, tm, ext)
+        la = lr if both else self.lower_add.compose(other.lower_add, tm, ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
-    def self_compose(self, count: int) -> PrivacyLossDistribution:
+    def self_compose(
+        self, count: int, *, extended_precision: bool = False
+    ) -> PrivacyLossDistribution:
         """The PLD of ``count`` independent runs of this mechanism (Fourier powering).
+
+        ``extended_precision``: as in :meth:`compose`.
 
         Examples
         --------
@@ -1398,10 +1481,11 @@ class PrivacyLossDistribution:
         if count == 1:
             return self
         tm = self.tail_mass
-        ur = self.upper_remove.self_compose(count, tm)
-        lr = self.lower_remove.self_compose(count, tm)
-        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm)
-        la = lr if self.symmetric else self.lower_add.self_compose(count, tm)
+        ext = bool(extended_precision)
+        ur = self.upper_remove.self_compose(count, tm, ext)
+        lr = self.lower_remove.self_compose(count, tm, ext)
+        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext)
+        la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     @property
