@@ -127,7 +127,7 @@ _MAX_DL_SCALE = 3.0e4
 class UnsupportedEventError(ValueError):
     """An accountant cannot account for an event; the message names the sub-event and where.
 
-    Example message: ``Subsampled(DiscreteLaplace(scale=2), sample_sample_rate=0.05) inside
+    Example message: ``Subsampled(DiscreteLaplace(scale=2), sample_rate=0.05) inside
     Composed[3] is not supported by GDPAccountant``.
     """
 
