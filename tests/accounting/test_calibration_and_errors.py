@@ -60,7 +60,7 @@ def test_calibrate_noise_rejects_unknown_family() -> None:
 # -- bad input ----------------------------------------------------------------------------
 @pytest.mark.parametrize("rate", [0.0, -0.1, 1.5, math.nan, math.inf])
 def test_sampling_rate_outside_unit_interval(rate: float) -> None:
-    with pytest.raises(ValueError, match=r"^rate must be a real number in \(0, 1\], got "):
+    with pytest.raises(ValueError, match=r"^sample_rate must be a real number in \(0, 1\], got "):
         Subsampled(Gaussian(1.0), rate)
     with pytest.raises(ValueError, match=r"^sample_rate must be a real number in \(0, 1\], got "):
         calibrate_noise_multiplier(1.0, 1e-5, rate, 10)
@@ -69,7 +69,7 @@ def test_sampling_rate_outside_unit_interval(rate: float) -> None:
 
 
 def test_sampling_rate_type() -> None:
-    with pytest.raises(TypeError, match=r"^rate must be"):
+    with pytest.raises(TypeError, match=r"^sample_rate must be"):
         Subsampled(Gaussian(1.0), "0.1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^mechanism must be a Gaussian"):
         Subsampled("gaussian", 0.1)  # type: ignore[arg-type]

@@ -96,14 +96,27 @@ def test_unknown_types_and_versions_are_refused() -> None:
     text = event_to_json(Gaussian(1.0))
     with pytest.raises(UnknownEventError, match="^event type must be one of .*got 'Exponential'"):
         event_from_json(text.replace('"Gaussian"', '"Exponential"'))
-    with pytest.raises(UnknownEventError, match="event format must be 1"):
-        event_from_json(text.replace('"format":1', '"format":2'))
+    with pytest.raises(UnknownEventError, match="event format must be 1 or 2"):
+        event_from_json(text.replace('"format":2', '"format":3'))
     with pytest.raises(ValueError, match="event JSON must be valid JSON"):
         event_from_json("{not json")
     with pytest.raises(ValueError, match="Gaussian fields must be"):
         event_from_json(text.replace('"sigma"', '"sigmaa"'))
     with pytest.raises(ValueError, match="sigma must be"):
         event_from_json(text.replace('"sigma":1.0', '"sigma":-1.0'))
+
+
+def test_format_1_is_still_read() -> None:
+    # A format-1 ledger entry (gaussdp before the parameter glossary): Subsampled's
+    # sampling probability was called "rate".
+    old = (
+        '{"format":1,"event":{"type":"SelfComposed","event":{"type":"Subsampled",'
+        '"mechanism":{"type":"Gaussian","sigma":1.1,"sensitivity":1.0},"rate":0.01,'
+        '"scheme":"poisson"},"count":1000}}'
+    )
+    assert event_from_json(old) == SelfComposed(Subsampled(Gaussian(1.1), 0.01), 1000)
+    assert '"format":2' in event_to_json(event_from_json(old))
+    assert '"sample_rate":0.01' in event_to_json(event_from_json(old))
 
 
 def test_bad_event_values_use_the_template() -> None:
@@ -144,7 +157,7 @@ def test_unsupported_error_names_the_sub_event_and_where() -> None:
     )
     with pytest.raises(
         UnsupportedEventError,
-        match=r"^Subsampled\(DiscreteLaplace\(scale=2\), rate=0.05\) inside Composed\[3\] "
+        match=r"^Subsampled\(DiscreteLaplace\(scale=2\), sample_rate=0.05\) inside Composed\[3\] "
         r"is not supported by GDPAccountant$",
     ):
         GDPAccountant().compose(event)

@@ -102,7 +102,7 @@ def test_rho_filter_never_exceeds_budget(seq: list[tuple[object, int]]) -> None:
                 st.builds(
                     Subsampled,
                     st.builds(Gaussian, sigma=st.floats(0.8, 3.0)),
-                    rate=st.floats(0.01, 0.2),
+                    sample_rate=st.floats(0.01, 0.2),
                 ),
             ),
             st.integers(1, 20),

@@ -135,7 +135,7 @@ def test_accountants_route_to_the_exact_curve() -> None:
 def test_dpsgd_curve_is_between_its_bounds_and_explained() -> None:
     curve = TradeoffCurve.from_dpsgd(1.1, 0.01, 200)
     assert np.all(curve.lower(ALPHAS) <= curve.upper(ALPHAS))
-    acc = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.1), rate=0.01), count=200)
+    acc = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.1), sample_rate=0.01), count=200)
     assert curve.advantage == pytest.approx(acc.delta(0.0).upper)
     e = explain(curve, fpr=1e-3)
     assert e.max_tpr == pytest.approx(1 - curve(1e-3))

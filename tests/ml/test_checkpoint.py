@@ -117,7 +117,7 @@ def test_history_is_the_step_events_in_their_json_form() -> None:
     first, second = optimizer.step_event, other.step_event
     assert isinstance(first, Subsampled)
     assert isinstance(first.mechanism, LatticeGaussian)
-    assert first.rate == 0.1
+    assert first.sample_rate == 0.1
     history = event_from_json(other.state_dict()["privacy"]["history"])
     assert history == Composed((SelfComposed(first, 10), SelfComposed(second, 20)))
     bounds = other.privacy_spent(DELTA)
@@ -125,8 +125,8 @@ def test_history_is_the_step_events_in_their_json_form() -> None:
     # The lattice steps cost what the continuous Gaussian steps do, to 1e-9.
     continuous = (
         PLDAccountant()
-        .compose(Subsampled(Gaussian(sigma=2.0), rate=0.1), 10)
-        .compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 20)
+        .compose(Subsampled(Gaussian(sigma=2.0), sample_rate=0.1), 10)
+        .compose(Subsampled(Gaussian(sigma=1.0), sample_rate=0.1), 20)
         .epsilon(DELTA)
     )
     assert bounds.upper == pytest.approx(continuous.upper, rel=1e-9)
@@ -138,7 +138,7 @@ def test_rdp_accountant_reports_the_rdp_bound() -> None:
     bounds = optimizer.privacy_spent(DELTA)
     reference = RDPAccountant().compose(optimizer.step_event, 20).epsilon(DELTA)
     assert bounds == reference
-    continuous = Subsampled(Gaussian(sigma=1.2), rate=0.1)
+    continuous = Subsampled(Gaussian(sigma=1.2), sample_rate=0.1)
     assert bounds.upper == pytest.approx(
         RDPAccountant().compose(continuous, 20).epsilon(DELTA).upper, rel=1e-9
     )
@@ -150,9 +150,9 @@ def test_rdp_accountant_reports_the_rdp_bound() -> None:
 def test_target_epsilon_with_rdp_calibrates_with_rdp() -> None:
     _, rdp_opt, _ = _setup(1, noise_multiplier=None, target_epsilon=2.0, epochs=3, accountant="rdp")
     sigma = rdp_opt.noise_multiplier
-    event = Subsampled(Gaussian(sigma=sigma), rate=0.1)
+    event = Subsampled(Gaussian(sigma=sigma), sample_rate=0.1)
     assert RDPAccountant().compose(event, 30).epsilon(DELTA).upper <= 2.0
-    looser = Subsampled(Gaussian(sigma=sigma / 1.002), rate=0.1)
+    looser = Subsampled(Gaussian(sigma=sigma / 1.002), sample_rate=0.1)
     assert RDPAccountant().compose(looser, 30).epsilon(DELTA).upper > 2.0
     # RDP is looser than PLD, so it needs more noise for the same target.
     assert sigma > calibrate_noise_multiplier(2.0, DELTA, 0.1, 30)

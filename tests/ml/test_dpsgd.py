@@ -230,12 +230,12 @@ def test_privacy_spent_equals_the_accountant() -> None:
     assert optimizer.steps == 10
     # Each step is the lattice mechanism actually run, on a Poisson sample at q = 0.1.
     step = optimizer.step_event
-    assert step == Subsampled(optimizer._engine.noiser.lattice, rate=0.1)
+    assert step == Subsampled(optimizer._engine.noiser.lattice, sample_rate=0.1)
     spent = optimizer.privacy_spent(1e-5)
     assert spent == PLDAccountant().compose(step, 10).epsilon(1e-5)
     # The lattice's μ (an ulp or so from 1/σ) and its smoothing slack (≈ 10⁻⁷⁰ here) move
     # the bounds of the continuous subsampled Gaussian by far less than 1e-9.
-    expected = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.0), rate=0.1), 10)
+    expected = PLDAccountant().compose(Subsampled(Gaussian(sigma=1.0), sample_rate=0.1), 10)
     accounted = expected.epsilon(1e-5)
     assert spent.lower == pytest.approx(accounted.lower, rel=1e-9)
     assert spent.upper == pytest.approx(accounted.upper, rel=1e-9)

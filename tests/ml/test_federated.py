@@ -45,7 +45,7 @@ def test_aggregator_accounting_matches_the_accountant() -> None:
         sub.aggregate([torch.ones(4)])
     # Each round is the lattice mechanism actually run (subsampled at q < 1).
     assert isinstance(full.round_event, LatticeGaussian)
-    assert sub.round_event == Subsampled(full.round_event, rate=0.2)
+    assert sub.round_event == Subsampled(full.round_event, sample_rate=0.2)
     assert full.privacy_spent(1e-6) == PLDAccountant().compose(full.round_event, 5).epsilon(1e-6)
     assert sub.privacy_spent(1e-6) == PLDAccountant().compose(sub.round_event, 5).epsilon(1e-6)
     # Against the continuous Gaussian: the smoothing slack (≈ 10⁻⁷⁵) and the lattice's
@@ -56,7 +56,7 @@ def test_aggregator_accounting_matches_the_accountant() -> None:
     assert full.privacy_spent(1e-6).upper == pytest.approx(
         Gaussian(1.5 / math.sqrt(5)).epsilon(1e-6), rel=1e-9
     )
-    expected = PLDAccountant().compose(Subsampled(Gaussian(1.5), rate=0.2), 5).epsilon(1e-6)
+    expected = PLDAccountant().compose(Subsampled(Gaussian(1.5), sample_rate=0.2), 5).epsilon(1e-6)
     assert sub.privacy_spent(1e-6).upper == pytest.approx(expected.upper, rel=1e-9)
 
 

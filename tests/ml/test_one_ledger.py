@@ -38,7 +38,7 @@ def test_one_ledger_holds_all_three_and_its_total_is_the_pld_of_their_events(
     assert step.count == 10
     assert isinstance(step.event, Subsampled)
     assert isinstance(step.event.mechanism, LatticeGaussian)
-    assert step.event.rate == 0.1
+    assert step.event.sample_rate == 0.1
 
     # The ledger's total is the PLD accountant composed on the same events.
     reference = PLDAccountant()

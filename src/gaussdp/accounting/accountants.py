@@ -127,7 +127,7 @@ _MAX_DL_SCALE = 3.0e4
 class UnsupportedEventError(ValueError):
     """An accountant cannot account for an event; the message names the sub-event and where.
 
-    Example message: ``Subsampled(DiscreteLaplace(scale=2), rate=0.05) inside
+    Example message: ``Subsampled(DiscreteLaplace(scale=2), sample_rate=0.05) inside
     Composed[3] is not supported by GDPAccountant``.
     """
 
@@ -262,7 +262,7 @@ class Accountant(ABC):
             event.mechanism, (LatticeGaussian, LatticeNoise)
         ):
             inner = self._smoothed(event.mechanism, event, count, where, out)
-            leaf = Subsampled(inner, event.rate, event.scheme)
+            leaf = Subsampled(inner, event.sample_rate, event.scheme)
         if not self._leaf_supported(leaf):
             raise self._unsupported(event, where, self._refusal_reason(leaf))
         out.leaves[leaf] += count
@@ -660,10 +660,11 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
     """RDP of one run of ``event`` at each order."""
     if isinstance(event, Subsampled):
         mech = event.mechanism
-        if event.rate == 1.0:  # the whole dataset: the mechanism itself
+        if event.sample_rate == 1.0:  # the whole dataset: the mechanism itself
             return _event_rdp(mech, orders)
         if event.scheme == "poisson" and isinstance(mech, Gaussian):
-            return _subsampled_gaussian_rdp(event.rate, mech.sigma / mech.sensitivity, orders)
+            sigma = mech.sigma / mech.sensitivity
+            return _subsampled_gaussian_rdp(event.sample_rate, sigma, orders)
         return _subsampled_rdp(event, orders)
     if isinstance(event, Laplace):
         # Mironov 2017 Prop 6: Laplace RDP, b = scale/Δ.
@@ -732,7 +733,7 @@ def _subsampled_rdp(event: Subsampled, orders: npt.NDArray[np.float64]) -> npt.N
 
     Non-integer orders get ``inf``.
     """
-    q = event.rate
+    q = event.sample_rate
     mech = event.mechanism
     integer = np.asarray([float(a).is_integer() for a in orders])
     out = np.full(orders.shape, np.inf)
@@ -831,7 +832,7 @@ class PLDAccountant(Accountant):
     Examples
     --------
     >>> acc = PLDAccountant()
-    >>> acc.compose(Subsampled(Gaussian(sigma=1.1), rate=256 / 60000), count=14063)
+    >>> acc.compose(Subsampled(Gaussian(sigma=1.1), sample_rate=256 / 60000), count=14063)
     PLDAccountant(events=1, count=14063)
     >>> b = acc.epsilon(1e-5)
     >>> 2.3816 < b.upper < 2.3826
@@ -1048,7 +1049,7 @@ def _compose_tree(parts: list[PrivacyLossDistribution], extended: bool) -> Priva
 
 
 def _subsampled(event: Event) -> bool:
-    return isinstance(event, Subsampled) and event.rate < 1.0
+    return isinstance(event, Subsampled) and event.sample_rate < 1.0
 
 
 def _loss_lattice(event: Event) -> float | None:
@@ -1070,7 +1071,7 @@ def _loss_spread(event: Event) -> float:
     rate = 1.0
     mech: object = event
     if isinstance(event, Subsampled):
-        rate, mech = event.rate, event.mechanism
+        rate, mech = event.sample_rate, event.mechanism
     if isinstance(mech, (DiscreteLaplace, Laplace)):
         base = mech.pure_epsilon
     elif isinstance(mech, (PureDP, ApproxDP, ExponentialMechanism)):
@@ -1091,7 +1092,7 @@ def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribut
     rate = 1.0
     mech: object = event
     if isinstance(event, Subsampled):
-        rate, mech = event.rate, event.mechanism
+        rate, mech = event.sample_rate, event.mechanism
     if isinstance(mech, Gaussian):
         if rate < 1.0:
             return PrivacyLossDistribution.from_subsampled_gaussian(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Literal
 
+from gaussdp._search import smallest_passing, smallest_passing_score
 from gaussdp._validation import check_delta, check_int, check_positive
 from gaussdp.accounting.accountants import PLDAccountant, RDPAccountant
 from gaussdp.accounting.events import Event, Subsampled, check_rate
@@ -56,54 +57,37 @@ def _smallest_scale(
 ) -> float:
     """Smallest scale s (to ``rtol``) with eps_of(s) <= target; eps_of is decreasing in s.
 
-    Illinois regula falsi on ln ε against ln s, keeping a bracket [lo, hi] with
-    eps_of(lo) > target >= eps_of(hi); returns ``hi``.
+    The bracket [lo, hi] (eps_of(lo) > target >= eps_of(hi)) is found by steps of
+    ``step`` from ``start``; the safe-side search (:func:`smallest_passing_score`, secant
+    steps on ln ε) then returns a scale at which ε was evaluated to meet the target.
+    Evaluations are cached: each costs a PLD.
     """
-    s = start
-    e = eps_of(s)
-    lo = hi = s
-    e_lo = e_hi = e
-    if e <= target:
-        while e_lo <= target:
-            hi, e_hi = lo, e_lo
-            lo = lo / step
-            e_lo = eps_of(lo)
+    cache: dict[float, float] = {}
+
+    def eps_at(s: float) -> float:
+        if s not in cache:
+            cache[s] = eps_of(s)
+        return cache[s]
+
+    lo = hi = start
+    if eps_at(start) <= target:
+        while eps_at(lo) <= target:
+            hi, lo = lo, lo / step
     else:
-        while e_hi > target:
-            lo, e_lo = hi, e_hi
-            hi = hi * step
-            e_hi = eps_of(hi)
+        while eps_at(hi) > target:
+            lo, hi = hi, hi * step
             if hi > 1e12:
                 raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
-    lt = math.log(target)
-    side = 0
-    for _ in range(100):
-        if (hi - lo) <= rtol * hi:
-            break
-        # Secant on ln ε(ln s); Illinois halving of the stale end's weight.
-        f_lo = math.log(e_lo) - lt if e_lo > 0 else -50.0
-        f_hi = math.log(e_hi) - lt if e_hi > 0 else -50.0
-        x_lo, x_hi = math.log(lo), math.log(hi)
-        if f_lo == f_hi or not (math.isfinite(f_lo) and math.isfinite(f_hi)):
-            x = 0.5 * (x_lo + x_hi)
-        else:
-            x = x_hi - f_hi * (x_hi - x_lo) / (f_hi - f_lo)
-        # Stay strictly inside, and aim just above the root so the bracket closes.
-        width = x_hi - x_lo
-        x = min(max(x, x_lo + 0.05 * width), x_hi - 0.05 * width)
-        s = math.exp(x)
-        e = eps_of(s)
+    log_target = math.log(target)
+
+    def score(s: float) -> float:
+        # ln ε − ln target, with the sign of the exact comparison ε <= target.
+        e = eps_at(s)
         if e <= target:
-            hi, e_hi = s, e
-            if side == 1:
-                e_lo = math.exp(lt + 0.5 * (math.log(e_lo) - lt)) if e_lo > 0 else e_lo
-            side = 1
-        else:
-            lo, e_lo = s, e
-            if side == -1:
-                e_hi = math.exp(lt + 0.5 * (math.log(e_hi) - lt)) if e_hi > 0 else e_hi
-            side = -1
-    return hi
+            return min(0.0, math.log(e) - log_target) if e > 0 else -50.0
+        return max(math.log(e) - log_target, 1e-300) if math.isfinite(e) else math.inf
+
+    return smallest_passing_score(score, lo, hi, rel_tol=rtol)
 
 
 def calibrate_noise_multiplier(
@@ -171,14 +155,17 @@ def calibrate_noise_multiplier(
         lo, hi = hi, hi * 2
         if hi > 1e6:
             raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
-    for _ in range(30):
-        mid = math.sqrt(lo * hi)
-        if rdp_eps(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1.02:
-            break
+    # The RDP σ to 2 % (a start: the PLD search below decides).
+    hi = math.exp(
+        smallest_passing(
+            lambda x: rdp_eps(math.exp(x)) <= target,
+            math.log(lo),
+            math.log(hi),
+            rel_tol=0.0,
+            abs_tol=math.log(1.02),
+            grow=True,
+        )
+    )
     fine_h = PLDAccountant().compose(Subsampled(Gaussian(hi), q), steps).value_discretization
     return _coarse_then_fine(eps_of, target, 0.95 * hi, rtol, fine_h)
 

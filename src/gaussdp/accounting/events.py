@@ -719,12 +719,12 @@ class Subsampled:
     r"""A mechanism run on a random subsample.
 
     ``scheme="poisson"``: each unit is kept independently with probability
-    ``rate``; neighbouring datasets are add/remove-one, and the pair of output
+    ``sample_rate``; neighbouring datasets are add/remove-one, and the pair of output
     distributions is ((1 − q)M(0) + qM(Δ), M(0)) in the remove direction and the
     reverse in the add direction; accountants bound both (Koskela et al. 2021).
 
     ``scheme="without_replacement"``: a batch of fixed size m is drawn uniformly
-    without replacement from n units, ``rate`` = m/n; neighbouring datasets are
+    without replacement from n units, ``sample_rate`` = m/n; neighbouring datasets are
     replace-one (the dataset size is public), and the mechanism's
     ``sensitivity`` must be its replace-one sensitivity. This event can be
     recorded and saved; no accountant of this version composes it yet (they
@@ -734,21 +734,21 @@ class Subsampled:
     ----------
     mechanism : Gaussian, DiscreteGaussian, DiscreteLaplace, Laplace or lattice noise
         The mechanism applied to the subsample.
-    rate : float
-        Sampling probability q (or m/n), in (0, 1].
+    sample_rate : float
+        Sampling probability q (or m/n), in (0, 1]. (Format-1 JSON calls it ``rate``.)
     scheme : {"poisson", "without_replacement"}
         The sampling scheme.
 
     Examples
     --------
     >>> from gaussdp.mechanisms import Gaussian
-    >>> s = Subsampled(Gaussian(sigma=1.1), rate=256 / 60000)
-    >>> s.rate, s.neighbours
+    >>> s = Subsampled(Gaussian(sigma=1.1), sample_rate=256 / 60000)
+    >>> s.sample_rate, s.neighbours
     (0.004266666666666667, 'add/remove one')
     """
 
     mechanism: SubsampledMechanism
-    rate: float
+    sample_rate: float
     scheme: Scheme = "poisson"
 
     def __post_init__(self) -> None:
@@ -761,7 +761,7 @@ class Subsampled:
                     self.mechanism,
                 )
             )
-        object.__setattr__(self, "rate", check_rate("rate", self.rate))
+        object.__setattr__(self, "sample_rate", check_rate("sample_rate", self.sample_rate))
         if self.scheme not in _NEIGHBOURS:
             raise ValueError(invalid("scheme", "'poisson' or 'without_replacement'", self.scheme))
 
@@ -897,7 +897,22 @@ def check_event(event: object) -> Event:
 #: Version of the JSON form written by :func:`event_to_json`. A field never changes
 #: meaning; a new field or event type raises the version, and readers refuse versions
 #: they do not know (and types they do not know: :class:`UnknownEventError`).
-EVENT_FORMAT = 1
+#: Format 2: ``Subsampled.rate`` became ``sample_rate`` (the parameter glossary) and
+#: ``ExponentialMechanism`` was added; format-1 text is still read.
+EVENT_FORMAT = 2
+_READABLE_FORMATS = (1, 2)
+
+
+def _upgrade_format_1(value: object) -> object:
+    """Format-1 JSON in format 2's terms: a ``Subsampled``'s ``rate`` is its ``sample_rate``."""
+    if isinstance(value, list):
+        return [_upgrade_format_1(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _upgrade_format_1(v) for k, v in value.items()}
+    if out.get("type") == "Subsampled" and "rate" in out and "sample_rate" not in out:
+        out["sample_rate"] = out.pop("rate")
+    return out
 
 
 class UnknownEventError(ValueError):
@@ -998,21 +1013,23 @@ def event_from_json(text: str | bytes) -> Event:
         raise ValueError(invalid("event JSON", "valid JSON", str(text)[:80])) from error
     if not isinstance(data, dict) or "event" not in data:
         raise ValueError(invalid("event JSON", "an object with 'format' and 'event'", data))
-    if data.get("format") != EVENT_FORMAT:
+    version = data.get("format")
+    if isinstance(version, bool) or version not in _READABLE_FORMATS:
         raise UnknownEventError(
-            invalid("event format", f"{EVENT_FORMAT} (upgrade gaussdp)", data.get("format"))
+            invalid("event format", f"1 or {EVENT_FORMAT} (upgrade gaussdp)", version)
         )
-    return event_from_dict(data["event"])
+    tree = data["event"] if version == EVENT_FORMAT else _upgrade_format_1(data["event"])
+    return event_from_dict(tree)
 
 
 def describe(event: Event) -> str:
-    """A short one-line description, e.g. ``Subsampled(Gaussian(sigma=1.1), rate=0.01)``.
+    """A short one-line description, e.g. ``Subsampled(Gaussian(sigma=1.1), sample_rate=0.01)``.
 
     Examples
     --------
     >>> from gaussdp.mechanisms import DiscreteLaplace
     >>> describe(SelfComposed(Subsampled(DiscreteLaplace(2), 0.05), 300))
-    'SelfComposed(Subsampled(DiscreteLaplace(scale=2), rate=0.05), count=300)'
+    'SelfComposed(Subsampled(DiscreteLaplace(scale=2), sample_rate=0.05), count=300)'
     """
     if isinstance(event, Composed):
         inner = ", ".join(describe(e) for e in event.events[:3])

@@ -123,7 +123,9 @@ def profile(
 
     def build() -> tuple[Figure, pd.DataFrame]:
         gaussian = Gaussian(sigma=sigma)
-        mechanism = gaussian if sample_rate is None else Subsampled(gaussian, rate=sample_rate)
+        mechanism = (
+            gaussian if sample_rate is None else Subsampled(gaussian, sample_rate=sample_rate)
+        )
         result: tuple[Figure, pd.DataFrame] = module.privacy_profile_figure(mechanism, count)
         return result
 

@@ -19,7 +19,7 @@ One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
 5. the noisy sum is divided by the *expected* batch size qN (dividing by the actual
    size would leak it) and the wrapped optimizer steps;
 6. the step is composed into a :class:`~gaussdp.accounting.PLDAccountant` as
-   :attr:`DPOptimizer.step_event`, ``Subsampled(LatticeGaussian, rate=q)``
+   :attr:`DPOptimizer.step_event`, ``Subsampled(LatticeGaussian, sample_rate=q)``
    (add/remove-one neighbours, both directions accounted) — and, with
    ``make_private(..., ledger=...)`` or ``filter=...``, charged there *before* the
    noise is drawn (in blocks of steps, :mod:`gaussdp.ml._budget`).
@@ -333,7 +333,7 @@ def clip_gradients(
 
 # -- Poisson sampling -------------------------------------------------------------------
 class PoissonBatchSampler(Sampler[list[int]]):
-    """Batches of a Poisson sample: each of the ``num_examples`` kept independently with ``rate``.
+    """Batches of a Poisson sample: each of ``num_examples`` kept with prob. ``sample_rate``.
 
     One pass yields ``steps`` batches (by default round(1/q), one epoch in
     expectation). Each decision is ``u < ⌊q·2⁶⁴⌋`` for a uniform 64-bit word u, so an
@@ -344,7 +344,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
     ----------
     num_examples : int
         Dataset size N, ≥ 1.
-    rate : float
+    sample_rate : float
         Sampling probability q in (0, 1].
     steps : int, optional
         Batches per pass, ≥ 1; default ``max(1, round(1/q))``.
@@ -362,13 +362,13 @@ class PoissonBatchSampler(Sampler[list[int]]):
     def __init__(
         self,
         num_examples: int,
-        rate: float,
+        sample_rate: float,
         *,
         steps: int | None = None,
         rng: RandomSource | None = None,
     ) -> None:
         self._n = check_int("num_examples", num_examples, minimum=1)
-        self._rate = check_rate("rate", rate)
+        self._rate = check_rate("sample_rate", sample_rate)
         self._steps = (
             max(1, round(1 / self._rate)) if steps is None else check_int("steps", steps, minimum=1)
         )
@@ -377,7 +377,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self._threshold = math.floor(self._rate * 2.0**64) if self._rate < 1.0 else 2**64
 
     @property
-    def rate(self) -> float:
+    def sample_rate(self) -> float:
         """The sampling probability q."""
         return self._rate
 
@@ -473,7 +473,7 @@ class DPDataLoader(DataLoader[Any]):
         super().__init__(
             dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
         )
-        self.sample_rate: float = sampler.rate
+        self.sample_rate: float = sampler.sample_rate
 
 
 def _dataset_length(dataset: object, name: str) -> int:
@@ -1301,7 +1301,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def step_event(self) -> Event:
         """One step as the accountants, the filter and the ledger compose it.
 
-        ``Subsampled(LatticeGaussian, rate=q)`` on the secure path: the lattice
+        ``Subsampled(LatticeGaussian, sample_rate=q)`` on the secure path: the lattice
         mechanism actually run on a Poisson sample (Abadi et al. 2016 §3.1), which
         accountants take through the smoothing argument (μ-GDP plus its slack,
         :class:`gaussdp.LatticeGaussian`); ``Subsampled(Gaussian(σ), q)`` for
@@ -1319,7 +1319,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 raise ValueError(invalid("noise_multiplier", "> 0 for a privacy event", 0.0))
             mechanism = Gaussian(sigma=noiser.noise_multiplier)
         # Abadi et al. 2016 §3.1: each step is the Poisson-subsampled Gaussian mechanism.
-        return Subsampled(mechanism, rate=self._engine.sample_rate)
+        return Subsampled(mechanism, sample_rate=self._engine.sample_rate)
 
     @property
     def history(self) -> Composed:
@@ -1477,7 +1477,8 @@ def _calibrate_rdp(target: float, delta: float, rate: float, steps: int) -> floa
     target = check_positive("target_epsilon", target)
 
     def eps(sigma: float) -> float:
-        acc = RDPAccountant().compose(Subsampled(Gaussian(sigma=sigma), rate=rate), count=steps)
+        event = Subsampled(Gaussian(sigma=sigma), sample_rate=rate)
+        acc = RDPAccountant().compose(event, count=steps)
         return acc.epsilon(delta).upper
 
     lo, hi = 0.05, 1.0

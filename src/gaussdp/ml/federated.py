@@ -8,7 +8,7 @@ sensitivity c.
 - :class:`DPAggregator` (central DP): the server clips each update, sums, and adds
   N(0, z²c²) per coordinate on the secure lattice path of :mod:`gaussdp.ml.noise`.
   Rounds with Poisson client sampling at rate q are accounted as
-  ``Subsampled(LatticeGaussian, rate=q)`` (the lattice mechanism of noise multiplier
+  ``Subsampled(LatticeGaussian, sample_rate=q)`` (the lattice mechanism of noise multiplier
   z) by the PLD accountant (DP-FedAvg, McMahan et al. 2018).
 - Both take ``ledger=`` or ``filter=`` and charge each round there before it is
   drawn (:class:`~gaussdp.errors.BudgetExceededError` when refused).
@@ -169,7 +169,7 @@ class DPAggregator:
         """
         lattice = self._noiser.lattice
         mechanism = Gaussian(sigma=self._sigma) if lattice is None else lattice
-        return mechanism if self._rate == 1.0 else Subsampled(mechanism, rate=self._rate)
+        return mechanism if self._rate == 1.0 else Subsampled(mechanism, sample_rate=self._rate)
 
     @property
     def noise_std(self) -> float:

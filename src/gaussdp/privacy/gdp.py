@@ -48,13 +48,14 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import overload
 
 import numpy as np
 import numpy.typing as npt
 from scipy.special import erf, erfcx, erfinv, ndtr, ndtri
 
+from gaussdp._search import ULP_TOL, largest_passing, smallest_passing
 from gaussdp._validation import check_delta, check_epsilon, check_positive
 from gaussdp.errors import invalid
 
@@ -77,7 +78,6 @@ _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _TINY = math.ulp(0.0)  # smallest positive subnormal, 5e-324
 _MAX = sys.float_info.max
-_RTOL = 4 * sys.float_info.epsilon
 
 # Relative margin between the computed δ and the target in the inverse
 # functions: 10x the worst evaluation error measured against mpmath.
@@ -157,67 +157,6 @@ def _log_delta(mu: float, epsilon: float) -> float:
     if diff <= 0.0:  # underflow of the difference for u beyond ~1e300
         return -math.inf
     return -u * u - _LN2 + math.log(diff)
-
-
-def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
-    """A zero of ``f`` in [lo, hi], where f(lo) and f(hi) differ in sign.
-
-    The Illinois variant of regula falsi (Dowell & Jarratt 1971), with a bisection
-    step whenever the secant point leaves the bracket or is not finite and every
-    third step if the bracket has not halved, down to a width of about 4 ulps. Not
-    scipy.optimize.brentq: importing scipy.optimize costs about a second that
-    ``gaussdp calibrate`` need not pay. The bracket always keeps the sign change, so
-    this is at worst a bisection; the caller moves the result to the safe side with
-    :func:`_nudge`.
-    """
-    f_lo, f_hi = f(lo), f(hi)
-    side = 0
-    last_width = hi - lo
-    for step in range(1, 2300):  # bisection alone exhausts the doubles in under 2200
-        if f_lo == 0.0:
-            return lo
-        if f_hi == 0.0:
-            return hi
-        width = hi - lo
-        mid = lo + width / 2.0
-        if width <= _TINY + _RTOL * max(abs(lo), abs(hi)) or not lo < mid < hi:
-            break
-        x = mid
-        if step % 3 != 0 or width < last_width / 2.0:
-            secant = lo + width * (f_lo / (f_lo - f_hi))
-            if math.isfinite(secant) and lo < secant < hi:
-                x = secant
-        if step % 3 == 0:
-            last_width = width
-        fx = f(x)
-        if (fx > 0.0) == (f_lo > 0.0):
-            lo, f_lo = x, fx
-            if side == -1:
-                f_hi /= 2.0
-            side = -1
-        else:
-            hi, f_hi = x, fx
-            if side == 1:
-                f_lo /= 2.0
-            side = 1
-    return lo if abs(f_lo) <= abs(f_hi) else hi
-
-
-def _nudge(x: float, ok: Callable[[float], bool], up: bool, limit: float) -> float:
-    """Move ``x`` towards ``limit`` by growing steps until ``ok`` holds.
-
-    ``ok(limit)`` must hold; the result is ``x`` itself when ``ok(x)``.
-    """
-    if ok(x):
-        return x
-    step = math.ulp(x) if x > 0 else _TINY
-    while True:
-        y = x + step if up else x - step
-        if (up and y >= limit) or (not up and y <= limit):
-            return limit
-        if ok(y):
-            return y
-        step *= 2.0
 
 
 # ---------------------------------------------------------------------------
@@ -440,7 +379,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         if hi == _MAX:  # pragma: no cover - μ near 1e154 and above
             return math.inf
         hi = min(2.0 * hi, _MAX)
-    return _nudge(_root(excess, 0.0, hi), lambda e: excess(e) <= 0.0, up=True, limit=hi)
+    # The smallest ε at which δ(ε) was evaluated to meet the target (the safe side).
+    return smallest_passing(lambda e: excess(e) <= 0.0, 0.0, hi, rel_tol=ULP_TOL, abs_tol=_TINY)
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
@@ -485,7 +425,8 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     if epsilon == 0.0:
         # DRS Cor 2.13 at ε = 0: δ(0) = 2Φ(μ/2) − 1 = erf(μ/(2√2)), inverted in closed form
         root = 2.0 * _SQRT2 * float(erfinv(delta))
-        return _nudge(root, lambda m: excess(m) <= 0.0, up=False, limit=root / 2.0)
+        # The largest μ ≤ the closed form evaluated to meet the target (the safe side).
+        return largest_passing(lambda m: excess(m) <= 0.0, root / 2.0, root, rel_tol=ULP_TOL)
     log_inv = -math.log(delta)
     # Two feasible (smaller) μ: the standard zCDP conversion with ρ = μ²/2, and
     # the μ meeting δ at ε = 0, δ(0) = erf(μ/(2√2)) (DRS Cor 2.13; δ decreases in ε).
@@ -502,7 +443,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
         if hi == _MAX:  # pragma: no cover - ε near 1e308
             return _MAX
         lo, hi = hi, min(2.0 * hi, _MAX)
-    return _nudge(_root(excess, lo, hi), lambda m: excess(m) <= 0.0, up=False, limit=lo)
+    return largest_passing(lambda m: excess(m) <= 0.0, lo, hi, rel_tol=ULP_TOL)
 
 
 def gdp_compose(mus: Iterable[float]) -> float:
@@ -662,12 +603,14 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         return math.inf
     # A tiny Δ over a huge μ underflows to 0; start the upward search at the least float.
     sigma = max(sigma, math.ulp(0.0))
-    # Balle & Wang 2018 Thm 8 at μ = Δ/σ, re-checked after the division rounds.
-    return _nudge(
-        sigma,
+    # Balle & Wang 2018 Thm 8 at μ = Δ/σ, re-checked after the division rounds: the
+    # smallest σ ≥ Δ/μ evaluated to meet the target.
+    return smallest_passing(
         lambda s: _log_delta(sensitivity / s, epsilon) <= level,
-        up=True,
-        limit=2.0 * sigma,
+        sigma,
+        2.0 * sigma,
+        rel_tol=ULP_TOL,
+        grow=True,
     )
 
 

@@ -412,7 +412,7 @@ class TradeoffCurve:
 
         noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
         steps = check_int("steps", steps, minimum=1)
-        event = Subsampled(Gaussian(sigma=noise_multiplier), rate=sample_rate)
+        event = Subsampled(Gaussian(sigma=noise_multiplier), sample_rate=sample_rate)
         curve = cls.from_accountant(PLDAccountant().compose(event, count=steps))
         desc = f"DP-SGD σ={noise_multiplier:g}, q={sample_rate:g}, {steps} steps"
         return cls(desc, curve.exact, curve.advantage, curve._lower, curve._upper)

@@ -35,9 +35,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from gaussdp._search import ULP_TOL, bracketed_root, largest_passing
 from gaussdp._validation import check_delta, check_epsilon, check_finite
 from gaussdp.errors import invalid
-from gaussdp.privacy.gdp import _nudge, _root
 
 __all__ = [
     "RdpEpsilon",
@@ -153,7 +153,7 @@ def _solve_increasing(f: Callable[[float], float], lo: float, hi: float) -> floa
         return lo
     if f_hi <= 0.0:
         return hi
-    return _root(f, lo, hi)
+    return bracketed_root(f, lo, hi)
 
 
 def _round_up(value: float) -> float:
@@ -333,7 +333,8 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
         if hi == _MAX:  # pragma: no cover - ε near 1e308
             return hi
         lo, hi = hi, min(2.0 * hi, _MAX)
-    return _nudge(_root(excess, lo, hi), lambda r: excess(r) <= 0.0, up=False, limit=lo)
+    # The largest ρ evaluated to meet ε (the safe side).
+    return largest_passing(lambda r: excess(r) <= 0.0, lo, hi, rel_tol=ULP_TOL)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,135 @@
+"""The parameter-name glossary, enforced across the public API.
+
+One concept, one name: ``sigma`` (standard deviation), ``sigma2`` (variance
+parameter of a discrete Gaussian), ``noise_multiplier`` (σ/Δ of DP-SGD),
+``sample_rate`` (a sampling probability), ``epsilon``, ``delta``, ``rho``, ``mu``,
+``sensitivity`` and ``rng`` (keyword-only everywhere). Compound names built on
+them (``target_epsilon``, ``l2_sensitivity``, ``extra_delta``) are fine; the
+synonyms below are not.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+
+import pytest
+
+MODULES = ("gaussdp", "gaussdp.accounting", "gaussdp.privacy", "gaussdp.release", "gaussdp.ml")
+
+#: Names seen in other libraries for the glossary's concepts, and the name to use.
+SYNONYMS = {
+    "eps": "epsilon",
+    "epsilon_": "epsilon",
+    "target_eps": "target_epsilon",
+    "del_": "delta",
+    "target_del": "target_delta",
+    "rate": "sample_rate",
+    "sampling_rate": "sample_rate",
+    "sampling_probability": "sample_rate",
+    "sample_prob": "sample_rate",
+    "sample_probability": "sample_rate",
+    "subsampling_rate": "sample_rate",
+    "noise_scale": "noise_multiplier",
+    "multiplier": "noise_multiplier",
+    "z": "noise_multiplier",
+    "std": "sigma",
+    "stddev": "sigma",
+    "std_dev": "sigma",
+    "sd": "sigma",
+    "sigma_sq": "sigma2",
+    "sigma_squared": "sigma2",
+    "sigma_2": "sigma2",
+    "var": "sigma2",
+    "sens": "sensitivity",
+    "delta_f": "sensitivity",
+    "l2_sens": "l2_sensitivity",
+    "zcdp": "rho",
+    "zcdp_rho": "rho",
+    "gdp_mu": "mu",
+    "seed": "rng",
+    "random_state": "rng",
+    "random_seed": "rng",
+    "generator": "rng",
+    "prng": "rng",
+    "random": "rng",
+    "random_source": "rng",
+    "random_generator": "rng",
+}
+
+
+def _public_callables() -> Iterator[tuple[str, Callable[..., object]]]:
+    """Every public function, class constructor and public method of MODULES."""
+    seen: set[int] = set()
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            where = f"{module_name}.{name}"
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") and attr not in ("__init__", "__call__"):
+                        continue
+                    func = (
+                        member.__func__
+                        if isinstance(member, (classmethod, staticmethod))
+                        else member
+                    )
+                    if inspect.isfunction(func):
+                        yield f"{where}.{attr}", func
+            elif inspect.isfunction(obj):
+                yield where, obj
+
+
+CALLABLES = list(_public_callables())
+
+
+def test_the_walk_sees_the_api() -> None:
+    names = {where for where, _ in CALLABLES}
+    assert len(names) > 150
+    for expected in (
+        "gaussdp.Gaussian.__init__",
+        "gaussdp.accounting.PLDAccountant.__init__",
+        "gaussdp.accounting.calibrate_noise_multiplier",
+        "gaussdp.privacy.gdp_epsilon",
+        "gaussdp.release.release_from_spec",
+        "gaussdp.ml.make_private",
+    ):
+        assert expected in names
+
+
+def test_no_synonyms_of_glossary_names() -> None:
+    wrong = []
+    for where, func in CALLABLES:
+        for parameter in inspect.signature(func).parameters:
+            if parameter in SYNONYMS:
+                wrong.append(f"{where}({parameter}): use {SYNONYMS[parameter]}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_rng_is_keyword_only_everywhere() -> None:
+    positional = []
+    count = 0
+    for where, func in CALLABLES:
+        parameter = inspect.signature(func).parameters.get("rng")
+        if parameter is None:
+            continue
+        count += 1
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            positional.append(where)
+    assert count >= 10
+    assert not positional, positional
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sigma", "sigma2", "noise_multiplier", "sample_rate", "epsilon", "delta", "rho", "mu"],
+)
+def test_every_glossary_name_is_in_use(name: str) -> None:
+    # The glossary names are the ones the API actually uses (a renamed concept
+    # would leave its glossary entry unused).
+    assert any(name in inspect.signature(func).parameters for _, func in CALLABLES)
