@@ -855,7 +855,7 @@ class _Drawer:
     empty: Callable[[int], npt.NDArray[np.generic]]  # the output buffer of n rows
     finish: Callable[[npt.NDArray[np.generic], tuple[int, ...], BigInts], Output]
     few: Few | None  # the one-candidate-at-a-time path for a few outputs (§4.1)
-    few_ints: bool = False  # the few path gives Python ints (no int64, no limbs)
+    few_ints: bool = False  # the few path gives Python ints (an object array)
 
 
 def _empty_values(dtype: type) -> Callable[[int], npt.NDArray[np.generic]]:
@@ -985,9 +985,13 @@ def _sample(
     if plan is None:
         return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
     draw = drawer(plan, source)
-    few_fits = not (draw.few_ints and big_ints == "limbs")  # limbs: the vectorised path
-    if draw.few is not None and few_fits and work is None and n <= _FEW_MAX:
-        return _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
+    if draw.few is not None and work is None and n <= _FEW_MAX:
+        values = _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
+        if draw.few_ints and big_ints == "limbs":
+            assert isinstance(plan, _GaussianPlan)
+            assert plan.huge is not None  # few_ints: the huge Gaussian path
+            return BigIntArray._from_ints(values, plan.huge.limbs)
+        return values
     return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
 
 
