@@ -1,24 +1,30 @@
 """CPU cost of exact discrete Gaussian samplers by batch size, gaussdp against its peers.
 
-Run with ``python benchmarks/sampling.py [--rounds 5] [--min-cpu 0.02]``. For each sigma
-in {1, 10, 10**3, 10**6} and for sigma**2 = 10**100, and for batch sizes 1, 10, 10**3
-and 10**6, it measures one table row per sampler:
+Run with ``python benchmarks/sampling.py [--rounds 5] [--min-cpu 0.02]`` (peers are
+found if importable: ``pip install 'gaussdp[bench]'`` for OpenDP; diffprivlib is not in
+an extra, it needs ``scikit-learn<1.7``). For sigma**2 in {1, 10**6, 10**18, 10**100}
+(small, moderate, the int64 end of the huge-scale path, huge) and batch sizes 1, 10,
+10**3 and 10**6 it measures:
 
 - gaussdp, the default source (``rng=None``: the per-process SystemRandom) and
-  ChaCha20Random;
-- gaussdp scalar reference (CKS Alg 1-3 on Fractions, as in the paper's code; batches
-  up to 10**3);
+  ChaCha20Random; for sigma**2 = 10**100 also ``big_ints="limbs"`` (exact values as a
+  BigIntArray of 64-bit limbs, no Python ints built);
+- gaussdp scalar reference (CKS Alg 1-3 on Fractions, as in the paper's code);
 - numpy's float normal (insecure and unsafe for privacy; the speed ceiling);
-- OpenDP's integer discrete Gaussian (``opendp``, the ``bench`` extra) if installed.
+- OpenDP's integer discrete Gaussian (``make_gaussian`` on integers) and diffprivlib's
+  ``GaussianDiscrete`` (scalar calls; scale matched through its public epsilon).
 
+Peers and the scalar reference run batches up to 10**3 only (10**6 would take minutes).
 Time is CPU time of this process (``time.process_time``), not wall time, so other jobs
 on the machine disturb it less. Measurements are interleaved: each round measures every
 (case, sampler, batch) once, in the same order, repeating the call until at least
 ``--min-cpu`` seconds of CPU have been spent; the table gives the median over the
 rounds and the range (min-max) across them. Cells are microseconds per call for
-batches of 1 and 10, and samples per second for 10**3 and 10**6. Numbers are only
-comparable within one run. Peak memory of the vectorised sampler is reported once
-(``tracemalloc``, 10**6 samples at sigma 10**3).
+batches of 1 and 10, and samples per second for 10**3 and 10**6. A second table gives
+each peer's median time over gaussdp's (default source): above 1 gaussdp is faster,
+below 1 (marked "loses") the peer is. Numbers are only comparable within one run.
+Peak memory of the vectorised sampler is reported once (``tracemalloc``, 10**6 samples
+at sigma 10**3).
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from gaussdp.privacy import DiscreteGaussianDistribution
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import discrete_gaussian, discrete_gaussian_scalar
 
 Sampler = Callable[[int], object]
 BATCHES = (1, 10, 1000, 1_000_000)
-SCALAR_MAX = 1000  # the scalar reference is not run on larger batches
+SLOW_MAX = 1000  # the scalar reference and the peers are not run on larger batches
+OURS = "gaussdp, default source"
 
 
 def _cpu_per_call(draw: Sampler, batch: int, min_cpu: float) -> float:
@@ -70,6 +78,31 @@ def _opendp_sampler(sigma: float) -> Sampler | str:
     return draw
 
 
+def _diffprivlib_sampler(sigma: float) -> Sampler | str:
+    """diffprivlib's GaussianDiscrete with scale sigma, through its epsilon at delta = 1e-5."""
+    try:
+        from diffprivlib.mechanisms import GaussianDiscrete
+    except ImportError:
+        return "not installed (pip install diffprivlib 'scikit-learn<1.7')"
+    if sigma > 10:
+        return "n/a: > 1 ms per draw from sigma ~ 10**3 on (float CKS loops)"
+    # diffprivlib takes (epsilon, delta), not a scale: use the epsilon at which
+    # N_Z(0, sigma**2) is exactly (epsilon, 1e-5)-DP (CKS Thm 7), found by bisection.
+    lo, hi = 1e-6, 100.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if DiscreteGaussianDistribution(Fraction(sigma * sigma)).delta(mid) > 1e-5:
+            lo = mid
+        else:
+            hi = mid
+    mechanism = GaussianDiscrete(epsilon=hi, delta=1e-5)
+
+    def draw(n: int) -> object:
+        return [mechanism.randomise(0) for _ in range(n)]
+
+    return draw
+
+
 def _cell(per_call: list[float], batch: int) -> str:
     """Median and range over rounds: µs per call (small batches) or samples/s."""
     values = sorted(t * 1e6 if batch <= 10 else batch / t for t in per_call)
@@ -81,6 +114,58 @@ def _number(x: float) -> str:
     if x < 1000:
         return f"{x:.3g}"
     return f"{x:.0f}" if x < 1e4 else f"{x:.2g}".replace("e+0", "e")
+
+
+def _rows() -> list[tuple[str, str, Sampler | str]]:
+    cases: list[tuple[str, Fraction, float]] = [
+        ("sigma2=1", Fraction(1), 1.0),
+        ("sigma2=1e6", Fraction(10**6), 1e3),
+        ("sigma2=1e18", Fraction(10**18), 1e9),
+        ("sigma2=1e100", Fraction(10**100), 1e50),
+    ]
+    chacha = ChaCha20Random(0)
+    generator = np.random.default_rng()
+    rows: list[tuple[str, str, Sampler | str]] = []
+    for label, sigma2, sigma in cases:
+        rows += [
+            (label, OURS, lambda n, s=sigma2: discrete_gaussian(s, n)),
+            (
+                label,
+                "gaussdp, ChaCha20Random",
+                lambda n, s=sigma2: discrete_gaussian(s, n, rng=chacha),
+            ),
+        ]
+        if sigma2 > 2**80:
+            rows.append(
+                (
+                    label,
+                    "gaussdp, big_ints='limbs'",
+                    lambda n, s=sigma2: discrete_gaussian(s, n, big_ints="limbs"),
+                )
+            )
+        rows += [
+            (
+                label,
+                "gaussdp scalar reference (CKS)",
+                lambda n, s=sigma2: [discrete_gaussian_scalar(s) for _ in range(n)],
+            ),
+            (
+                label,
+                "numpy float normal (unsafe)",
+                lambda n, sd=sigma: generator.normal(0.0, sd, n),
+            ),
+            (label, "OpenDP discrete Gaussian", _opendp_sampler(sigma)),
+            (label, "diffprivlib GaussianDiscrete", _diffprivlib_sampler(sigma)),
+        ]
+    return rows
+
+
+def _is_slow(name: str) -> bool:
+    return not name.startswith("gaussdp,") and not name.startswith("numpy")
+
+
+def _is_peer(name: str) -> bool:
+    return not name.startswith("gaussdp")
 
 
 def main() -> None:
@@ -97,43 +182,14 @@ def main() -> None:
         timing_dependence()
         return
 
-    cases: list[tuple[str, Fraction, float]] = [
-        ("sigma=1", Fraction(1), 1.0),
-        ("sigma=10", Fraction(100), 10.0),
-        ("sigma=1e3", Fraction(10**6), 1e3),
-        ("sigma=1e6", Fraction(10**12), 1e6),
-        ("sigma2=1e100", Fraction(10**100), 1e50),
-    ]
-    chacha = ChaCha20Random(0)
-    generator = np.random.default_rng()
-    rows: list[tuple[str, str, Sampler | str]] = []
-    for label, sigma2, sigma in cases:
-        rows += [
-            (label, "gaussdp, default source", lambda n, s=sigma2: discrete_gaussian(s, n)),
-            (
-                label,
-                "gaussdp, ChaCha20Random",
-                lambda n, s=sigma2: discrete_gaussian(s, n, rng=chacha),
-            ),
-            (
-                label,
-                "gaussdp scalar reference (CKS)",
-                lambda n, s=sigma2: [discrete_gaussian_scalar(s) for _ in range(n)],
-            ),
-            (
-                label,
-                "numpy float normal (unsafe)",
-                lambda n, sd=sigma: generator.normal(0.0, sd, n),
-            ),
-            (label, "OpenDP discrete Gaussian", _opendp_sampler(sigma)),
-        ]
+    rows = _rows()
     timings: dict[tuple[int, int], list[float]] = {}
     for _ in range(args.rounds):
         for index, (_, name, draw) in enumerate(rows):
             if isinstance(draw, str):
                 continue
             for batch in BATCHES:
-                if name.startswith("gaussdp scalar") and batch > SCALAR_MAX:
+                if _is_slow(name) and batch > SLOW_MAX:
                     continue
                 per_call = _cpu_per_call(draw, batch, args.min_cpu)
                 timings.setdefault((index, batch), []).append(per_call)
@@ -145,19 +201,45 @@ def main() -> None:
     print("-" * len(header))
     for index, (label, name, draw) in enumerate(rows):
         if isinstance(draw, str):
-            print(f"{label:<14}{name:<32}{draw:>52}")
+            print(f"{label:<14}{name:<32}  {draw}")
             continue
         cells = [
             _cell(timings[(index, batch)], batch) if (index, batch) in timings else "-"
             for batch in BATCHES
         ]
         print(f"{label:<14}{name:<32}" + "".join(f"{c:>26}" for c in cells))
+    _print_ratios(rows, timings)
     tracemalloc.start()
-    discrete_gaussian(10**6, 1_000_000, rng=chacha)
+    discrete_gaussian(10**6, 1_000_000, rng=ChaCha20Random(0))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(f"peak traced memory, 10**6 samples at sigma 1e3: {peak / 2**20:.1f} MiB")
     print("(the 8 MiB output array included; the working set is one block of 8192 candidates)")
+
+
+def _print_ratios(
+    rows: list[tuple[str, str, Sampler | str]], timings: dict[tuple[int, int], list[float]]
+) -> None:
+    """Each sampler's median CPU time over gaussdp's (default source), per case and batch."""
+    ours = {label: index for index, (label, name, _) in enumerate(rows) if name == OURS}
+    print()
+    print(f"time of the sampler / time of '{OURS}' (median; > 1: gaussdp is faster)")
+    header = f"{'case':<14}{'sampler':<32}" + "".join(f"{'n=' + str(b):>14}" for b in BATCHES)
+    print(header)
+    print("-" * len(header))
+    for index, (label, name, draw) in enumerate(rows):
+        if name == OURS or isinstance(draw, str):
+            continue
+        cells = []
+        for batch in BATCHES:
+            mine, theirs = timings.get((ours[label], batch)), timings.get((index, batch))
+            if not mine or not theirs:
+                cells.append("-")
+                continue
+            ratio = statistics.median(theirs) / statistics.median(mine)
+            text = f"{ratio:.3g}" if ratio < 1000 else f"{ratio:.2g}"
+            cells.append(text + (" loses" if ratio < 1 and _is_peer(name) else ""))
+        print(f"{label:<14}{name:<32}" + "".join(f"{c:>14}" for c in cells))
 
 
 def _dependence(times: list[float], stat: list[float]) -> tuple[float, float, float]:

@@ -12,7 +12,7 @@ import pytest
 
 from gaussdp import DiscreteGaussian, DiscreteLaplace, Gaussian, LatticeGaussian
 from gaussdp.mechanisms import smoothing_log_ratio
-from gaussdp.privacy import discrete_gaussian_variance, gdp_epsilon
+from gaussdp.privacy import DiscreteGaussianDistribution, gdp_epsilon
 from gaussdp.random import ChaCha20Random, RandomSource
 
 # Two-sided z-test at false-alarm rate α = 1e-6 per test: critical value Φ⁻¹(1 − 5e-7).
@@ -179,7 +179,7 @@ class TestGaussianRelease:
         )
         variance = lattice.variance
         assert variance == pytest.approx(
-            lattice.gamma**2 * discrete_gaussian_variance(lattice.sigma2), rel=1e-15
+            lattice.gamma**2 * DiscreteGaussianDistribution(lattice.sigma2).var(), rel=1e-15
         )
         # Mean: z = mean / sqrt(var / n); second moment: fourth moment of a near-normal is 3σ⁴.
         assert abs(float(noise.mean())) / math.sqrt(variance / n) < Z_CRITICAL

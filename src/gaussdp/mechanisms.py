@@ -35,15 +35,9 @@ from gaussdp._validation import (
 )
 from gaussdp.errors import invalid
 from gaussdp.privacy.discrete import (
+    DiscreteGaussianDistribution,
+    DiscreteLaplaceDistribution,
     _to_float_or_inf,
-    discrete_gaussian_delta,
-    discrete_gaussian_pmf,
-    discrete_gaussian_sf,
-    discrete_gaussian_sigma2,
-    discrete_gaussian_variance,
-    discrete_laplace_delta,
-    discrete_laplace_pmf,
-    discrete_laplace_variance,
 )
 from gaussdp.privacy.gdp import (
     analytic_gaussian_sigma,
@@ -595,13 +589,18 @@ class DiscreteGaussian:
             self, "sensitivity", check_int("sensitivity", self.sensitivity, minimum=1)
         )
 
+    @property
+    def noise(self) -> DiscreteGaussianDistribution:
+        """The noise N_Z(0, σ²) as a distribution (pmf, tails, δ; σ² in [1e-12, 1e300])."""
+        return DiscreteGaussianDistribution(self.sigma2)
+
     @classmethod
     def calibrate(cls, *, epsilon: float, delta: float, sensitivity: int = 1) -> DiscreteGaussian:
         """The smallest σ² on gaussdp's rational grid meeting (ε, δ) exactly (CKS Thm 7).
 
-        See :func:`gaussdp.privacy.discrete_gaussian_sigma2` for the grid.
+        See :meth:`gaussdp.privacy.DiscreteGaussianDistribution.calibrate` for the grid.
         """
-        sigma2 = discrete_gaussian_sigma2(epsilon, delta, sensitivity)
+        sigma2 = DiscreteGaussianDistribution.calibrate(epsilon, delta, sensitivity).sigma2
         return cls(sigma2=sigma2, sensitivity=sensitivity)
 
     @property
@@ -620,7 +619,7 @@ class DiscreteGaussian:
 
     def delta(self, epsilon: float) -> float:
         """Exact smallest δ at this ε (CKS Thm 7)."""
-        return discrete_gaussian_delta(self.sigma2, epsilon, self.sensitivity)
+        return self.noise.delta(epsilon, self.sensitivity)
 
     def epsilon(self, delta: float) -> float:
         """Smallest ε with :meth:`delta` ≤ δ, never under-reported (bisection on CKS Thm 7)."""
@@ -659,7 +658,7 @@ class DiscreteGaussian:
         return below + (1 - r) * self.pmf(shift)
 
     def _sf(self, k: int) -> float:
-        return float(discrete_gaussian_sf(k, self.sigma2))
+        return float(self.noise.sf(k))
 
     # -- sampling ---------------------------------------------------------------------
     def sample(
@@ -706,12 +705,12 @@ class DiscreteGaussian:
 
     def pmf(self, k: int) -> float:
         """P[N_Z(0, σ²) = k] (exact normaliser, CKS Def 1)."""
-        return float(discrete_gaussian_pmf(k, self.sigma2))
+        return float(self.noise.pmf(k))
 
     @property
     def variance(self) -> float:
         """Variance of the noise, strictly below σ² (CKS Prop 21)."""
-        return float(discrete_gaussian_variance(self.sigma2))
+        return self.noise.var()
 
     def confidence_interval(self, level: float, value: int = 0) -> Interval:
         """Smallest symmetric integer interval around ``value`` with coverage ≥ ``level``.
@@ -846,7 +845,7 @@ class LatticeGaussian:
     @property
     def variance(self) -> float:
         """Variance of the noise per coordinate, γ²·Var N_Z(0, σ_Z²), in the query's units."""
-        return self.gamma**2 * float(discrete_gaussian_variance(self.sigma2))
+        return self.gamma**2 * DiscreteGaussianDistribution(self.sigma2).var()
 
     def confidence_interval(self, level: float, value: float = 0.0) -> Interval:
         """Interval around a released ``value`` holding the rounded answer with prob. ``level``."""
@@ -887,6 +886,11 @@ class DiscreteLaplace:
         )
 
     @property
+    def noise(self) -> DiscreteLaplaceDistribution:
+        """The noise as a distribution (pmf, tails, δ; scale in [1e-12, 1e300])."""
+        return DiscreteLaplaceDistribution(self.scale)
+
+    @property
     def pure_epsilon(self) -> float:
         """Δ/t: the mechanism is (Δ/t, 0)-DP (CKS §4)."""
         return _to_float_or_inf(Fraction(self.sensitivity) / self.scale)
@@ -902,7 +906,7 @@ class DiscreteLaplace:
 
     def delta(self, epsilon: float) -> float:
         """Exact smallest δ at this ε; 0 for ε ≥ Δ/t."""
-        return discrete_laplace_delta(self.scale, epsilon, self.sensitivity)
+        return self.noise.delta(epsilon, self.sensitivity)
 
     def epsilon(self, delta: float) -> float:
         """Smallest ε with :meth:`delta` ≤ δ, never under-reported (at most Δ/t)."""
@@ -911,7 +915,7 @@ class DiscreteLaplace:
 
     def pmf(self, k: int) -> float:
         """P[noise = k] = tanh(1/(2t)) e^{−|k|/t}."""
-        return float(discrete_laplace_pmf(k, self.scale))
+        return float(self.noise.pmf(k))
 
     def sample(
         self,
@@ -944,7 +948,7 @@ class DiscreteLaplace:
     @property
     def variance(self) -> float:
         """Variance of the noise, 2e^{−1/t}/(1 − e^{−1/t})² (CKS §4)."""
-        return float(discrete_laplace_variance(self.scale))
+        return self.noise.var()
 
 
 @dataclass(frozen=True, slots=True)

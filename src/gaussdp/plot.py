@@ -49,13 +49,10 @@ from gaussdp.accounting.compare import discrete_laplace_scale
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
 from gaussdp.privacy import (
+    DiscreteGaussianDistribution,
+    DiscreteLaplaceDistribution,
     analytic_gaussian_sigma,
     classic_gaussian_sigma,
-    discrete_gaussian_delta,
-    discrete_gaussian_sf,
-    discrete_gaussian_sigma2,
-    discrete_gaussian_variance,
-    discrete_laplace_variance,
     gdp_delta,
     zcdp_delta,
     zcdp_rho,
@@ -235,7 +232,7 @@ def sigma_epsilon_figure(
                 "epsilon": e,
                 "analytic": analytic_gaussian_sigma(e, delta),
                 "classic": classic_gaussian_sigma(e, delta) if e < 1 else math.nan,
-                "discrete": math.sqrt(discrete_gaussian_sigma2(e, delta)),
+                "discrete": math.sqrt(DiscreteGaussianDistribution.calibrate(e, delta).sigma2),
                 "zcdp": 1.0 / math.sqrt(2.0 * zcdp_rho(e, delta)),
             }
         )
@@ -290,11 +287,12 @@ def cks_fig1(
         sigma2 = check_positive("sigma2", sigma2)
         eps = np.linspace(0.0, check_positive("eps_max", eps_max), 101)
         rho = 1.0 / (2.0 * sigma2)
+        noise = DiscreteGaussianDistribution(Fraction(sigma2))
         frame = pd.DataFrame(
             {
                 "sigma2": sigma2,
                 "epsilon": eps,
-                "discrete": [discrete_gaussian_delta(Fraction(sigma2), float(e)) for e in eps],
+                "discrete": [noise.delta(float(e)) for e in eps],
                 "continuous": [gdp_delta(1.0 / math.sqrt(sigma2), float(e)) for e in eps],
                 "analytic_bound": [cks_analytic_delta(sigma2, float(e)) for e in eps],
                 "zcdp_standard": [zcdp_delta(rho, float(e), method="standard") for e in eps],
@@ -329,10 +327,11 @@ def cks_fig2(sigma2: float = 2.0) -> tuple[Figure, pd.DataFrame]:
     s = math.sqrt(sigma2)
     top = math.ceil(3 * s) + 1
     xs = np.arange(0, top)
+    noise = DiscreteGaussianDistribution(Fraction(sigma2))
     table = pd.DataFrame(
         {
             "x": xs,
-            "discrete": np.asarray(discrete_gaussian_sf(xs, Fraction(sigma2)), dtype=float),
+            "discrete": np.asarray(noise.sf(xs), dtype=float),
             "continuous": ndtr(-xs / s),
             "rounded": ndtr(-(xs + 0.5) / s),
         }
@@ -424,10 +423,10 @@ def cks_fig4(
         dl = calibrate_noise("discrete_laplace", epsilon, delta, k)
         if not isinstance(dg, DiscreteGaussian) or not isinstance(dl, DiscreteLaplace):
             raise TypeError("calibrate_noise returned an unexpected mechanism")  # pragma: no cover
-        var_dg = discrete_gaussian_variance(dg.sigma2)
-        var_dl = discrete_laplace_variance(dl.scale)
+        var_dg = DiscreteGaussianDistribution(dg.sigma2).var()
+        var_dl = DiscreteLaplaceDistribution(dl.scale).var()
         # The paper's method: ρ-zCDP in total (CKS Cor 13), σ² = k/(2ρ) per query.
-        var_zcdp = discrete_gaussian_variance(Fraction(k / (2.0 * rho_target)))
+        var_zcdp = DiscreteGaussianDistribution(Fraction(k / (2.0 * rho_target))).var()
         rows.append(
             {
                 "panel": "right",
@@ -470,7 +469,7 @@ def _sigma2_for_variance(variance: float) -> float:
     lo, hi = variance, variance * 1.5 + 1.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        if discrete_gaussian_variance(Fraction(mid)) < variance:
+        if DiscreteGaussianDistribution(Fraction(mid)).var() < variance:
             lo = mid
         else:
             hi = mid

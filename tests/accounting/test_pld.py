@@ -11,7 +11,7 @@ import pytest
 from gaussdp.accounting import GDPAccountant, PLDAccountant, PrivacyLossDistribution, Subsampled
 from gaussdp.accounting.events import DiscreteGaussianVector
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
-from gaussdp.privacy import discrete_gaussian_delta, gdp_delta, gdp_epsilon
+from gaussdp.privacy import DiscreteGaussianDistribution, gdp_delta, gdp_epsilon
 
 
 # -- closed form: k Gaussians are one Gaussian with μ√k (DRS Cor 3.3) -------------------
@@ -54,7 +54,9 @@ def test_plain_gaussians_are_detected_and_exact() -> None:
 def test_discrete_gaussian_matches_cks_theorem_7(
     sigma2: Fraction, sensitivity: int, epsilon: float
 ) -> None:
-    exact = discrete_gaussian_delta(sigma2, epsilon, sensitivity)  # CKS Thm 7 closed form
+    exact = DiscreteGaussianDistribution(sigma2).delta(
+        epsilon, sensitivity
+    )  # CKS Thm 7 closed form
     b = PrivacyLossDistribution.from_discrete_gaussian(sigma2, sensitivity).delta(epsilon)
     assert b.lower <= exact <= b.upper
     # Connect-the-dots is exact at grid points and off by O(h) in between.

@@ -36,24 +36,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gaussdp.privacy.discrete import (
+    DiscreteGaussianDistribution,
+    DiscreteLaplaceDistribution,
     _grid_value,
-    discrete_gaussian_cdf,
-    discrete_gaussian_delta,
-    discrete_gaussian_log_normalizer,
-    discrete_gaussian_logcdf,
-    discrete_gaussian_logpmf,
-    discrete_gaussian_logsf,
-    discrete_gaussian_normalizer,
-    discrete_gaussian_pmf,
-    discrete_gaussian_sf,
-    discrete_gaussian_sigma2,
-    discrete_gaussian_variance,
-    discrete_laplace_delta,
-    discrete_laplace_epsilon,
-    discrete_laplace_logpmf,
-    discrete_laplace_pmf,
-    discrete_laplace_variance,
 )
+from gaussdp.random import ChaCha20Random
+from gaussdp.sampling import discrete_gaussian, discrete_laplace
 
 DPS = 50
 SIGMA2_GRID = [
@@ -213,9 +201,9 @@ def test_log_normalizer_matches_mpmath() -> None:
     worst = 0.0
     for s in SIGMA2_GRID:
         ref = _mp_log_z(s)
-        got = discrete_gaussian_log_normalizer(s)
+        got = DiscreteGaussianDistribution(s).log_normalizer()
         worst = max(worst, _rel(got, ref))
-        worst = max(worst, _rel(discrete_gaussian_normalizer(s), mp.exp(ref)))
+        worst = max(worst, _rel(DiscreteGaussianDistribution(s).normalizer(), mp.exp(ref)))
     # measured: 1.2e-16 (log), 2.2e-16 (Z)
     assert worst < 1e-15
 
@@ -233,13 +221,13 @@ def test_logpmf_matches_mpmath() -> None:
         log_z = _mp_log_z(s)
         ks = _pmf_points(s)
         arr_small = [k for k in ks if abs(k) < 2**53]
-        got_arr = discrete_gaussian_logpmf(np.array(arr_small, dtype=np.int64), s)
+        got_arr = DiscreteGaussianDistribution(s).logpmf(np.array(arr_small, dtype=np.int64))
         for k in ks:
             ref = -_mpf(Fraction(k * k) / (2 * s)) - log_z
-            got = discrete_gaussian_logpmf(k, s)
+            got = DiscreteGaussianDistribution(s).logpmf(k)
             # absolute error in the log = relative error of the pmf
             worst_log = max(worst_log, float(abs(got - ref)) / max(1.0, float(abs(ref))))
-            p = discrete_gaussian_pmf(k, s)
+            p = DiscreteGaussianDistribution(s).pmf(k)
             if mp.exp(ref) > mp.mpf("1e-300"):
                 worst_pmf = max(worst_pmf, _rel(p, mp.exp(ref)) / max(1.0, float(abs(ref))))
         for k, got in zip(arr_small, got_arr, strict=True):
@@ -255,20 +243,20 @@ def test_pmf_huge_k_and_sigma2() -> None:
     s = 10**100
     k = 10**60
     expected = -_mpf(Fraction(k * k, 2 * s)) - _mp_log_z(Fraction(s))
-    assert _rel(discrete_gaussian_logpmf(k, s), expected) < 1e-15
-    assert discrete_gaussian_logpmf(10**400, 1) == -math.inf
-    assert discrete_gaussian_pmf(10**400, 1) == 0.0
+    assert _rel(DiscreteGaussianDistribution(s).logpmf(k), expected) < 1e-15
+    assert DiscreteGaussianDistribution(1).logpmf(10**400) == -math.inf
+    assert DiscreteGaussianDistribution(1).pmf(10**400) == 0.0
     obj = np.array([10**60, -(10**60), 0], dtype=object)
-    out = discrete_gaussian_logpmf(obj, s)
+    out = DiscreteGaussianDistribution(s).logpmf(obj)
     assert out.dtype == np.float64
-    assert out[0] == out[1] == discrete_gaussian_logpmf(k, s)
+    assert out[0] == out[1] == DiscreteGaussianDistribution(s).logpmf(k)
 
 
 def test_pmf_sums_to_one_and_is_symmetric() -> None:
     for s in [Fraction(1, 100), Fraction(1, 4), Fraction(1), Fraction(25, 4), Fraction(10**4)]:
         w = math.isqrt(int(80 * s)) + 3
         ks = np.arange(-w, w + 1)
-        p = discrete_gaussian_pmf(ks, s)
+        p = DiscreteGaussianDistribution(s).pmf(ks)
         assert math.fsum(p) == pytest.approx(1.0, abs=1e-14)
         np.testing.assert_array_equal(p, p[::-1])
 
@@ -279,21 +267,21 @@ def test_variance_matches_mpmath_and_is_below_sigma2() -> None:
         ref = _mp_variance(s)
         if s <= 2:  # beyond, the deficit (< 1e-15 relative) is invisible at 50 digits
             assert ref < _mpf(s)  # CKS Prop 21
-        got = discrete_gaussian_variance(s)
+        got = DiscreteGaussianDistribution(s).var()
         worst = max(worst, _rel(got, ref))
         if s < 3:
             assert got < float(s)
     # measured 1.6e-16
     assert worst < 1e-15
     # from σ² = 3 on the deficit is below 2^-60: the result is σ² rounded
-    assert discrete_gaussian_variance(3) == 3.0
-    assert discrete_gaussian_variance(50) == 50.0
+    assert DiscreteGaussianDistribution(3).var() == 3.0
+    assert DiscreteGaussianDistribution(50).var() == 50.0
 
 
 def test_variance_strictly_below_sigma2_on_a_fine_grid() -> None:
     for num in range(1, 60):
         s = Fraction(num, 20)
-        assert discrete_gaussian_variance(s) <= float(s)
+        assert DiscreteGaussianDistribution(s).var() <= float(s)
         assert _mp_variance(s) < _mpf(s)
 
 
@@ -315,19 +303,21 @@ def test_sf_and_cdf_match_mpmath_in_the_far_tail() -> None:
     for s in SIGMA2_GRID:
         for k in _sf_points(s):
             ref = _mp_log_upper(k + 1, s)
-            got = discrete_gaussian_logsf(k, s)
+            got = DiscreteGaussianDistribution(s).logsf(k)
             # relative error of P[Y > k] = absolute error of the log
             worst = max(worst, float(abs(got - ref)) / max(1.0, float(abs(ref))))
             if ref > -700:
-                worst_lin = max(worst_lin, _rel(discrete_gaussian_sf(k, s), mp.exp(ref)))
+                worst_lin = max(worst_lin, _rel(DiscreteGaussianDistribution(s).sf(k), mp.exp(ref)))
             ref_cdf = _mp_log_upper(-k, s)  # P[Y <= k] = P[Y >= -k]
             worst = max(
                 worst,
-                float(abs(discrete_gaussian_logcdf(k, s) - ref_cdf))
+                float(abs(DiscreteGaussianDistribution(s).logcdf(k) - ref_cdf))
                 / max(1.0, float(abs(ref_cdf))),
             )
             if ref_cdf > -700:
-                worst_lin = max(worst_lin, _rel(discrete_gaussian_cdf(k, s), mp.exp(ref_cdf)))
+                worst_lin = max(
+                    worst_lin, _rel(DiscreteGaussianDistribution(s).cdf(k), mp.exp(ref_cdf))
+                )
     # measured 6.5e-16 (log: absolute error / max(1, |log P|)); sf, cdf: 8.0e-16
     assert worst < 2e-15
     assert worst_lin < 2e-15
@@ -336,9 +326,11 @@ def test_sf_and_cdf_match_mpmath_in_the_far_tail() -> None:
 def test_cdf_is_complement_of_sf() -> None:
     for s in [Fraction(1, 4), Fraction(25, 4), Fraction(10**12)]:
         ks = np.array([-3, -1, 0, 2, 7])
-        total = discrete_gaussian_cdf(ks, s) + discrete_gaussian_sf(ks, s)
+        total = DiscreteGaussianDistribution(s).cdf(ks) + DiscreteGaussianDistribution(s).sf(ks)
         np.testing.assert_allclose(total, 1.0, rtol=1e-15)
-        assert discrete_gaussian_logcdf(-4, s) == discrete_gaussian_logsf(3, s)
+        assert DiscreteGaussianDistribution(s).logcdf(-4) == DiscreteGaussianDistribution(s).logsf(
+            3
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -357,7 +349,7 @@ def test_delta_matches_mpmath(s: Fraction) -> None:
     worst = 0.0
     for eps in EPSILONS:
         for sens in SENSITIVITIES:
-            got = discrete_gaussian_delta(s, eps, sens)
+            got = DiscreteGaussianDistribution(s).delta(eps, sens)
             a = Fraction(eps) * s / sens - Fraction(sens, 2)
             if a > 0 and a * a / (2 * s) > 800:  # δ <= P[Y > a] < e^{-800}
                 assert got == 0.0
@@ -386,7 +378,7 @@ def test_delta_large_sigma2_meaningful_epsilon(s: Fraction, epsilons: list[float
     worst = 0.0
     for eps in epsilons:
         for sens in [1, 2, 5, 1000, 10**5]:
-            got = discrete_gaussian_delta(s, eps, sens)
+            got = DiscreteGaussianDistribution(s).delta(eps, sens)
             ref = _mp_delta_formula(s, eps, sens)
             if ref < mp.mpf("1e-300"):
                 assert got < 1e-299
@@ -425,17 +417,19 @@ def test_thm7_against_brute_force(s: Fraction, eps: float, sens: int) -> None:
     )
     # the Thm 7 formula with strict inequalities, evaluated exactly
     assert _rel(float(_mp_delta_formula(s, eps, sens)), brute) < 1e-15
-    assert _rel(discrete_gaussian_delta(s, eps, sens), brute) < 1e-14
+    assert _rel(DiscreteGaussianDistribution(s).delta(eps, sens), brute) < 1e-14
 
 
 def test_delta_edges() -> None:
     # ε = 0 is the total variation distance P[-Δ/2 < Y <= Δ/2]
     s = Fraction(10**100)
     ref = mp.exp(-_mp_log_z(s))
-    assert _rel(discrete_gaussian_delta(s, 0.0), ref) < 1e-13
-    assert discrete_gaussian_delta(Fraction(1, 100), 0.0) == pytest.approx(1.0, abs=1e-20)
+    assert _rel(DiscreteGaussianDistribution(s).delta(0.0), ref) < 1e-13
+    assert DiscreteGaussianDistribution(Fraction(1, 100)).delta(0.0) == pytest.approx(
+        1.0, abs=1e-20
+    )
     # δ decreases in ε
-    values = [discrete_gaussian_delta(2, e) for e in np.linspace(0, 6, 25)]
+    values = [DiscreteGaussianDistribution(2).delta(e) for e in np.linspace(0, 6, 25)]
     assert all(x >= y for x, y in itertools.pairwise(values))
 
 
@@ -464,11 +458,11 @@ def _grid_prev(s: Fraction) -> Fraction:
 def test_sigma2_meets_target_and_previous_point_does_not(
     eps: float, delta: float, sens: int
 ) -> None:
-    s = discrete_gaussian_sigma2(eps, delta, sens)
+    s = DiscreteGaussianDistribution.calibrate(eps, delta, sens).sigma2
     assert isinstance(s, Fraction)
-    assert discrete_gaussian_delta(s, eps, sens) <= delta
+    assert DiscreteGaussianDistribution(s).delta(eps, sens) <= delta
     # the search keeps a 1e-12 relative safety margin on δ
-    assert discrete_gaussian_delta(_grid_prev(s), eps, sens) > delta * (1 - 1e-12)
+    assert DiscreteGaussianDistribution(_grid_prev(s)).delta(eps, sens) > delta * (1 - 1e-12)
 
 
 def test_grid_is_increasing_and_contiguous() -> None:
@@ -486,8 +480,8 @@ def test_grid_is_increasing_and_contiguous() -> None:
 )
 def test_sigma2_never_overshoots_delta(eps: float, log_delta: float, sens: int) -> None:
     delta = math.exp(log_delta)
-    s = discrete_gaussian_sigma2(eps, delta, sens)
-    assert discrete_gaussian_delta(s, eps, sens) <= delta
+    s = DiscreteGaussianDistribution.calibrate(eps, delta, sens).sigma2
+    assert DiscreteGaussianDistribution(s).delta(eps, sens) <= delta
 
 
 # ---------------------------------------------------------------------------
@@ -510,18 +504,18 @@ def test_laplace_pmf_and_variance_vs_brute_force() -> None:
         weights = [mp.exp(-abs(mp.mpf(x)) / tt) for x in range(-w, w + 1)]
         z = mp.fsum(weights)
         var = mp.fsum(x * x * wx for x, wx in zip(range(-w, w + 1), weights, strict=True)) / z
-        worst = max(worst, _rel(discrete_laplace_variance(t), var))
+        worst = max(worst, _rel(DiscreteLaplaceDistribution(t).var(), var))
         for k in [0, 1, -3, w]:
             ref = -abs(mp.mpf(k)) / tt - mp.log(z)
-            got = discrete_laplace_logpmf(k, t)
+            got = DiscreteLaplaceDistribution(t).logpmf(k)
             worst = max(worst, float(abs(got - ref)) / max(1.0, float(abs(ref))))
-        p = discrete_laplace_pmf(np.arange(-w, w + 1), t)
+        p = DiscreteLaplaceDistribution(t).pmf(np.arange(-w, w + 1))
         assert math.fsum(p) == pytest.approx(1.0, abs=1e-14)
     # measured 2.3e-16
     assert worst < 1e-15
     # large t: variance ≈ 2t² - 1/6 (series of 1/(2 sinh²(1/(2t))))
-    assert discrete_laplace_variance(10**100) == pytest.approx(2e200, rel=1e-15)
-    assert discrete_laplace_variance(10**160) == math.inf
+    assert DiscreteLaplaceDistribution(10**100).var() == pytest.approx(2e200, rel=1e-15)
+    assert DiscreteLaplaceDistribution(10**160).var() == math.inf
 
 
 @functools.lru_cache(maxsize=8)
@@ -555,54 +549,38 @@ def test_laplace_delta_vs_brute_force(t: Fraction) -> None:
         for frac in [0.0, 0.1, 0.3, 0.5, 0.77, 0.999]:
             eps = float(eps_max) * frac
             ref = _mp_laplace_delta_brute(t, eps, sens)
-            worst = max(worst, _rel(discrete_laplace_delta(t, eps, sens), ref))
-        assert discrete_laplace_delta(t, float(eps_max) * 1.0000001, sens) == 0.0
+            worst = max(worst, _rel(DiscreteLaplaceDistribution(t).delta(eps, sens), ref))
+        assert DiscreteLaplaceDistribution(t).delta(float(eps_max) * 1.0000001, sens) == 0.0
         # thresholds hit exactly: ε = (Δ - 2y)/t for an integer y
         for y in range(0, (sens + 1) // 2):
             eps = Fraction(sens - 2 * y) / t
             if float(eps) == eps:
                 ref = _mp_laplace_delta_brute(t, float(eps), sens)
-                worst = max(worst, _rel(discrete_laplace_delta(t, float(eps), sens), ref))
+                worst = max(
+                    worst, _rel(DiscreteLaplaceDistribution(t).delta(float(eps), sens), ref)
+                )
     # measured 3.3e-16
     assert worst < 1e-14
 
 
 def test_laplace_epsilon_and_edges() -> None:
-    assert discrete_laplace_epsilon(4, 2) == 0.5
-    assert discrete_laplace_epsilon("1/3") == 3.0
-    assert discrete_laplace_delta(1, 1.0) == 0.0
-    assert discrete_laplace_delta(2, 3.0, 5) == 0.0
+    assert DiscreteLaplaceDistribution(4).epsilon(2) == 0.5
+    assert DiscreteLaplaceDistribution("1/3").epsilon() == 3.0
+    assert DiscreteLaplaceDistribution(1).delta(1.0) == 0.0
+    assert DiscreteLaplaceDistribution(2).delta(3.0, 5) == 0.0
     # ε = 0: total variation between DL(0, t) and DL(Δ, t)
     t = Fraction(7, 2)
-    assert _rel(discrete_laplace_delta(t, 0.0, 3), _mp_laplace_delta_brute(t, 0.0, 3)) < 1e-15
+    assert (
+        _rel(DiscreteLaplaceDistribution(t).delta(0.0, 3), _mp_laplace_delta_brute(t, 0.0, 3))
+        < 1e-15
+    )
 
 
 # ---------------------------------------------------------------------------
 # bad inputs
 # ---------------------------------------------------------------------------
 
-SIGMA2_FUNCS = [
-    discrete_gaussian_log_normalizer,
-    discrete_gaussian_normalizer,
-    discrete_gaussian_variance,
-    lambda s: discrete_gaussian_pmf(0, s),
-    lambda s: discrete_gaussian_logpmf(0, s),
-    lambda s: discrete_gaussian_sf(0, s),
-    lambda s: discrete_gaussian_logsf(0, s),
-    lambda s: discrete_gaussian_cdf(0, s),
-    lambda s: discrete_gaussian_logcdf(0, s),
-    lambda s: discrete_gaussian_delta(s, 1.0),
-]
-SCALE_FUNCS = [
-    discrete_laplace_variance,
-    discrete_laplace_epsilon,
-    lambda t: discrete_laplace_pmf(0, t),
-    lambda t: discrete_laplace_logpmf(0, t),
-    lambda t: discrete_laplace_delta(t, 0.5),
-]
 
-
-@pytest.mark.parametrize("fn", SIGMA2_FUNCS)
 @pytest.mark.parametrize(
     ("value", "exc", "match"),
     [
@@ -617,12 +595,12 @@ SCALE_FUNCS = [
         (10**301, ValueError, r"sigma2 must be a rational number in \[1e-12, 1e300\]"),
     ],
 )
-def test_bad_sigma2(fn, value, exc, match) -> None:  # type: ignore[no-untyped-def]
+def test_bad_sigma2(value, exc, match) -> None:  # type: ignore[no-untyped-def]
+    # validated once, at construction: no object with a bad sigma2 can exist
     with pytest.raises(exc, match=match):
-        fn(value)
+        DiscreteGaussianDistribution(value)
 
 
-@pytest.mark.parametrize("fn", SCALE_FUNCS)
 @pytest.mark.parametrize(
     ("value", "exc", "match"),
     [
@@ -633,24 +611,13 @@ def test_bad_sigma2(fn, value, exc, match) -> None:  # type: ignore[no-untyped-d
         (10**301, ValueError, r"scale must be a rational number in \[1e-12, 1e300\]"),
     ],
 )
-def test_bad_scale(fn, value, exc, match) -> None:  # type: ignore[no-untyped-def]
+def test_bad_scale(value, exc, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(exc, match=match):
-        fn(value)
+        DiscreteLaplaceDistribution(value)
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [
-        discrete_gaussian_pmf,
-        discrete_gaussian_logpmf,
-        discrete_gaussian_sf,
-        discrete_gaussian_logsf,
-        discrete_gaussian_cdf,
-        discrete_gaussian_logcdf,
-        discrete_laplace_pmf,
-        discrete_laplace_logpmf,
-    ],
-)
+@pytest.mark.parametrize("method", ["pmf", "logpmf", "sf", "logsf", "cdf", "logcdf"])
+@pytest.mark.parametrize("dist", [DiscreteGaussianDistribution(1), DiscreteLaplaceDistribution(1)])
 @pytest.mark.parametrize(
     ("k", "exc", "match"),
     [
@@ -663,15 +630,16 @@ def test_bad_scale(fn, value, exc, match) -> None:  # type: ignore[no-untyped-de
         (np.array([1, "a"], dtype=object), TypeError, r"k must be an integer or an array"),
     ],
 )
-def test_bad_k(fn, k, exc, match) -> None:  # type: ignore[no-untyped-def]
+def test_bad_k(dist, method, k, exc, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(exc, match=match):
-        fn(k, 1)
+        getattr(dist, method)(k)
 
 
 def test_integral_float_k_is_accepted() -> None:
-    assert discrete_gaussian_pmf(2.0, 1) == discrete_gaussian_pmf(2, 1)
+    assert DiscreteGaussianDistribution(1).pmf(2.0) == DiscreteGaussianDistribution(1).pmf(2)
     np.testing.assert_array_equal(
-        discrete_gaussian_pmf(np.array([1.0, -2.0]), 1), discrete_gaussian_pmf([1, -2], 1)
+        DiscreteGaussianDistribution(1).pmf(np.array([1.0, -2.0])),
+        DiscreteGaussianDistribution(1).pmf([1, -2]),
     )
 
 
@@ -691,14 +659,14 @@ def test_integral_float_k_is_accepted() -> None:
 def test_bad_delta_arguments(kwargs, exc, match) -> None:  # type: ignore[no-untyped-def]
     args = {"epsilon": 1.0, "sensitivity": 1} | kwargs
     with pytest.raises(exc, match=match):
-        discrete_gaussian_delta(2, args["epsilon"], args["sensitivity"])
+        DiscreteGaussianDistribution(2).delta(args["epsilon"], args["sensitivity"])
     with pytest.raises(exc, match=match):
-        discrete_laplace_delta(2, args["epsilon"], args["sensitivity"])
+        DiscreteLaplaceDistribution(2).delta(args["epsilon"], args["sensitivity"])
     with pytest.raises(exc, match=match):
-        discrete_gaussian_sigma2(args["epsilon"], 1e-5, args["sensitivity"])
+        DiscreteGaussianDistribution.calibrate(args["epsilon"], 1e-5, args["sensitivity"])
     if "sensitivity" in kwargs:
         with pytest.raises(exc, match=match):
-            discrete_laplace_epsilon(2, args["sensitivity"])
+            DiscreteLaplaceDistribution(2).epsilon(args["sensitivity"])
 
 
 @pytest.mark.parametrize(
@@ -713,9 +681,94 @@ def test_bad_delta_arguments(kwargs, exc, match) -> None:  # type: ignore[no-unt
 )
 def test_bad_sigma2_delta(delta, exc, match) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(exc, match=match):
-        discrete_gaussian_sigma2(1.0, delta)
+        DiscreteGaussianDistribution.calibrate(1.0, delta)
 
 
 def test_unattainable_target() -> None:
     with pytest.raises(ValueError, match=r"delta must be attainable with sigma2 <= 1e300"):
-        discrete_gaussian_sigma2(0.0, 1e-300, 10**100)
+        DiscreteGaussianDistribution.calibrate(0.0, 1e-300, 10**100)
+
+
+# ---------------------------------------------------------------------------
+# the frozen distribution objects
+# ---------------------------------------------------------------------------
+
+
+def _mp_laplace_tail(m: int, t: Fraction) -> mp.mpf:
+    """P[X >= m] of the discrete Laplace, by brute-force summation of the pmf in mpmath.
+
+    The terms decay geometrically (ratio e^{-1/t}); the sum stops when a term is below
+    1e-60 of the running total, which bounds the neglected tail far below 1e-40 relative.
+    """
+    with mp.workdps(DPS):
+        q = mp.exp(-1 / _mpf(t))
+        p0 = (1 - q) / (1 + q)
+        if m <= 0:
+            return 1 - _mp_laplace_tail(1 - m, t)
+        total, term = mp.mpf(0), p0 * q**m
+        while term > total * mp.mpf(10) ** -60:
+            total += term
+            term *= q
+        return total
+
+
+@pytest.mark.parametrize("t", [Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(40)])
+def test_laplace_tails_match_mpmath(t: Fraction) -> None:
+    dl = DiscreteLaplaceDistribution(t)
+    ks = [-200, -7, -1, 0, 1, 3, 25, 400]
+    for k in ks:
+        upper = _mp_laplace_tail(k + 1, t)  # P[X > k]
+        lower = _mp_laplace_tail(-k, t)  # P[X <= k] = P[X >= -k]
+        # relative, also far in the tails (below the float range only the logs are compared)
+        assert _rel(dl.sf(k), upper) < 1e-14 or (upper < 1e-310 and dl.sf(k) == 0.0)
+        assert _rel(dl.cdf(k), lower) < 1e-14 or (lower < 1e-310 and dl.cdf(k) == 0.0)
+        with mp.workdps(DPS):
+            assert abs(dl.logsf(k) - float(mp.log(upper))) <= 1e-14 * max(1.0, abs(dl.logsf(k)))
+            assert abs(dl.logcdf(k) - float(mp.log(lower))) <= 1e-14 * max(1.0, abs(dl.logcdf(k)))
+    np.testing.assert_array_equal(dl.sf(np.array(ks)), [dl.sf(k) for k in ks])
+
+
+def test_distribution_objects_are_frozen_hashable_values() -> None:
+    dg, dl = DiscreteGaussianDistribution("9/4"), DiscreteLaplaceDistribution(2.5)
+    assert dg == DiscreteGaussianDistribution(Fraction(9, 4))
+    assert hash(dl) == hash(DiscreteLaplaceDistribution("5/2"))
+    assert dg.sigma2 == Fraction(9, 4)
+    assert dl.scale == Fraction(5, 2)
+    with pytest.raises(AttributeError):
+        dg.sigma2 = Fraction(1)  # type: ignore[misc]
+    assert repr(dl) == "DiscreteLaplaceDistribution(scale=Fraction(5, 2))"
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [DiscreteGaussianDistribution(Fraction(7, 3)), DiscreteLaplaceDistribution(Fraction(3, 2))],
+    ids=["gaussian", "laplace"],
+)
+def test_moments_and_tails_agree_with_the_pmf(dist) -> None:  # type: ignore[no-untyped-def]
+    # Exact sums over a support far wider than the mass (tails < 1e-30): float sums agree
+    # with the closed-form methods to rounding.
+    ks = np.arange(-120, 121)
+    pmf = np.asarray(dist.pmf(ks))
+    assert math.fsum(pmf) == pytest.approx(1.0, rel=1e-14)
+    assert dist.mean() == 0.0
+    assert math.fsum(ks * ks * pmf) == pytest.approx(dist.var(), rel=1e-13)
+    assert dist.std() == pytest.approx(math.sqrt(dist.var()), rel=1e-15)
+    for k in (-3, 0, 2):
+        assert math.fsum(pmf[ks <= k]) == pytest.approx(dist.cdf(k), rel=1e-13)
+        assert math.fsum(pmf[ks > k]) == pytest.approx(dist.sf(k), rel=1e-13)
+        assert math.exp(dist.logpmf(k)) == pytest.approx(dist.pmf(k), rel=1e-14)
+
+
+def test_rvs_draws_from_the_samplers() -> None:
+    dg, dl = DiscreteGaussianDistribution(4), DiscreteLaplaceDistribution(Fraction(5, 2))
+    one = dg.rvs(rng=ChaCha20Random(3))
+    assert type(one) is int
+    np.testing.assert_array_equal(
+        dg.rvs((2, 3), rng=ChaCha20Random(4)), discrete_gaussian(4, (2, 3), rng=ChaCha20Random(4))
+    )
+    np.testing.assert_array_equal(
+        dl.rvs(5, rng=ChaCha20Random(5)), discrete_laplace(Fraction(5, 2), 5, rng=ChaCha20Random(5))
+    )
+    assert type(DiscreteGaussianDistribution(10**100).rvs(rng=ChaCha20Random(6))) is int
+    with pytest.raises(TypeError, match="rng must be None or a gaussdp.random.RandomSource"):
+        dg.rvs(3, rng=7)  # type: ignore[arg-type]

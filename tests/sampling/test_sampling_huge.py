@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sampling_stats import Z_CRIT, bin_counts, chi2_gof, make_bins, moment_z_scores
 
-from gaussdp.privacy import discrete_gaussian_cdf, discrete_gaussian_pmf, discrete_gaussian_variance
+from gaussdp.privacy import DiscreteGaussianDistribution
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import BigIntArray, FixedWork, discrete_gaussian
 from gaussdp.sampling import vectorized as vec
@@ -34,7 +34,7 @@ def _chi2_at(sigma2: int, sample: np.ndarray) -> tuple[float, float]:
     sigma = math.isqrt(sigma2)
     edges, probs = make_bins(
         sorted({sigma * z // 8 for z in range(-40, 41)}),
-        lambda k: float(discrete_gaussian_cdf(k, sigma2)),
+        lambda k: float(DiscreteGaussianDistribution(sigma2).cdf(k)),
         len(sample),
     )
     return chi2_gof(bin_counts(sample, edges), probs)
@@ -54,12 +54,24 @@ def test_huge_path_matches_exact_pmf(
     stat, crit = _chi2_at(sigma2, sample)
     assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
     z = moment_z_scores(
-        sample, discrete_gaussian_variance(sigma2), float(discrete_gaussian_pmf(0, sigma2))
+        sample,
+        DiscreteGaussianDistribution(sigma2).var(),
+        float(DiscreteGaussianDistribution(sigma2).pmf(0)),
     )
     assert max(map(abs, z)) < Z_CRIT, z  # z-tests, alpha = 1e-6 each
     # The low bits (Lo) are uniform to the eye of a parity test, |z| < 4.89 (alpha = 1e-6).
     odd = int(np.count_nonzero(sample & 1))
     assert abs(odd - n / 2) / math.sqrt(n / 4) < Z_CRIT
+
+
+def test_huge_path_one_draw_at_a_time(monkeypatch: pytest.MonkeyPatch, fresh_plans: None) -> None:
+    # Single draws take the few-outputs form (§4.1); tau ~ 3 exercises its Lo rejection loop.
+    monkeypatch.setattr(vec, "_HUGE_TAU_BITS", 2)
+    sigma2, n = 10**18, 12_000
+    rng = ChaCha20Random(208)
+    sample = np.array([int(discrete_gaussian(sigma2, rng=rng)) for _ in range(n)])
+    stat, crit = _chi2_at(sigma2, sample)
+    assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
 
 
 def test_huge_path_exact_resolution_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,7 +124,10 @@ def test_limbs_huge_sigma_moments() -> None:
     values = np.asarray(sample)
     scale = 10**50
     z = moment_z_scores(
-        values, discrete_gaussian_variance(sigma2), float(discrete_gaussian_pmf(0, sigma2)), scale
+        values,
+        DiscreteGaussianDistribution(sigma2).var(),
+        float(DiscreteGaussianDistribution(sigma2).pmf(0)),
+        scale,
     )
     assert max(map(abs, z)) < Z_CRIT, z  # z-tests, alpha = 1e-6 each
     # Lowest limb: parity balance of the low bits, |z| < 4.89 (alpha = 1e-6).

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sampling_stats import Z_CRIT, bin_counts, chi2_gof, make_bins
 
-from gaussdp.privacy import discrete_gaussian_pmf, discrete_laplace_pmf
+from gaussdp.privacy import DiscreteGaussianDistribution, DiscreteLaplaceDistribution
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import bernoulli_exp, discrete_gaussian_scalar, discrete_laplace_scalar
 
@@ -32,9 +32,9 @@ def test_bernoulli_exp_refuses_negative_gamma() -> None:
         bernoulli_exp(Fraction(-1, 2), ChaCha20Random(0))
 
 
-def _cdf_from_pmf(pmf, param):  # type: ignore[no-untyped-def]
+def _cdf_from_pmf(dist):  # type: ignore[no-untyped-def]
     def cdf(k: int) -> float:
-        return float(sum(pmf(j, param) for j in range(-80, k + 1)))
+        return float(sum(dist.pmf(j) for j in range(-80, k + 1)))
 
     return cdf
 
@@ -42,7 +42,7 @@ def _cdf_from_pmf(pmf, param):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("sigma2", [Fraction(1, 4), 3, Fraction(50, 3)], ids=str)
 def test_scalar_gaussian_matches_exact_pmf(sigma2: Fraction | int) -> None:
     n = 12_000
-    edges, probs = make_bins(range(-40, 41), _cdf_from_pmf(discrete_gaussian_pmf, sigma2), n)
+    edges, probs = make_bins(range(-40, 41), _cdf_from_pmf(DiscreteGaussianDistribution(sigma2)), n)
     rng = ChaCha20Random(21)
     sample = np.array([discrete_gaussian_scalar(sigma2, rng) for _ in range(n)])
     stat, crit = chi2_gof(bin_counts(sample, edges), probs)
@@ -52,7 +52,7 @@ def test_scalar_gaussian_matches_exact_pmf(sigma2: Fraction | int) -> None:
 @pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(5, 2)], ids=str)
 def test_scalar_laplace_matches_exact_pmf(scale: Fraction) -> None:
     n = 12_000
-    edges, probs = make_bins(range(-60, 61), _cdf_from_pmf(discrete_laplace_pmf, scale), n)
+    edges, probs = make_bins(range(-60, 61), _cdf_from_pmf(DiscreteLaplaceDistribution(scale)), n)
     rng = ChaCha20Random(22)
     sample = np.array([discrete_laplace_scalar(scale, rng) for _ in range(n)])
     stat, crit = chi2_gof(bin_counts(sample, edges), probs)

@@ -20,7 +20,7 @@ import pytest
 from sampling_stats import bin_counts, chi2_gof, make_bins
 
 from gaussdp.mechanisms import DiscreteGaussian
-from gaussdp.privacy import discrete_gaussian_cdf
+from gaussdp.privacy import DiscreteGaussianDistribution
 from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom, check_rng
 from gaussdp.sampling import discrete_gaussian, discrete_gaussian_scalar
 
@@ -92,7 +92,9 @@ def test_pooled_threaded_draws_follow_the_exact_pmf() -> None:
         calls=40,
     ).astype(np.int64)
     edges, probs = make_bins(
-        list(range(-40, 41, 2)), lambda e: float(discrete_gaussian_cdf(e, sigma2)), values.size
+        list(range(-40, 41, 2)),
+        lambda e: float(DiscreteGaussianDistribution(sigma2).cdf(e)),
+        values.size,
     )
     stat, critical = chi2_gof(bin_counts(values, edges), probs)
     assert stat < critical

@@ -20,7 +20,7 @@ from gaussdp.accounting.accountants import PLDAccountant
 from gaussdp.accounting.bounds import DeltaBounds
 from gaussdp.accounting.calibration import calibrate_noise
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace
-from gaussdp.privacy import discrete_gaussian_variance, discrete_laplace_variance
+from gaussdp.privacy import DiscreteGaussianDistribution, DiscreteLaplaceDistribution
 
 __all__ = ["MechanismComparison", "compare_discrete_mechanisms", "discrete_laplace_scale"]
 
@@ -123,6 +123,6 @@ def compare_discrete_mechanisms(
         delta_discrete_gaussian=d_dg,
         delta_discrete_laplace=d_dl,
         target_delta=target_delta,
-        variance_needed_discrete_gaussian=discrete_gaussian_variance(need_dg.sigma2),
-        variance_needed_discrete_laplace=discrete_laplace_variance(need_dl.scale),
+        variance_needed_discrete_gaussian=DiscreteGaussianDistribution(need_dg.sigma2).var(),
+        variance_needed_discrete_laplace=DiscreteLaplaceDistribution(need_dl.scale).var(),
     )

@@ -45,7 +45,7 @@ from gaussdp.mechanisms import (
     LatticeGaussian,
     smoothing_log_ratio,
 )
-from gaussdp.privacy import discrete_gaussian_sf
+from gaussdp.privacy import DiscreteGaussianDistribution
 
 __all__ = [
     "EVENT_FORMAT",
@@ -671,11 +671,11 @@ class PartitionSelection:
 def selection_delta(sigma2: Fraction, threshold: int, max_groups_per_unit: int) -> float:
     """L0·P[Z ≥ τ − 1], Z ~ N_Z(0, σ²), rounded up: the δ of a partition selection.
 
-    ``discrete_gaussian_sf`` is relatively accurate to a few ulps; the factor
+    ``DiscreteGaussianDistribution.sf`` is relatively accurate to a few ulps; the factor
     (1 + 1e-9) covers that and the product's rounding.
     """
     # P[Z ≥ τ − 1] = P[Z > τ − 2] = sf(τ − 2); union bound over ≤ L0 new groups.
-    tail = float(discrete_gaussian_sf(threshold - 2, sigma2))
+    tail = float(DiscreteGaussianDistribution(sigma2).sf(threshold - 2))
     return min(1.0, up(max_groups_per_unit * tail * (1 + 1e-9)))
 
 

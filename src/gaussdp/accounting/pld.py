@@ -89,7 +89,7 @@ from gaussdp.accounting._roundoff import (
 )
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.errors import invalid
-from gaussdp.privacy import discrete_gaussian_log_normalizer
+from gaussdp.privacy import DiscreteGaussianDistribution
 
 __all__ = [
     "DEFAULT_VALUE_DISCRETIZATION",
@@ -1183,9 +1183,9 @@ class PrivacyLossDistribution:
 
         Examples
         --------
-        >>> from gaussdp.privacy import discrete_gaussian_delta  # CKS Thm 7
+        >>> from gaussdp.privacy import DiscreteGaussianDistribution  # CKS Thm 7
         >>> b = PrivacyLossDistribution.from_discrete_gaussian(4).delta(1.0)
-        >>> b.lower <= discrete_gaussian_delta(4, 1.0) <= b.upper
+        >>> b.lower <= DiscreteGaussianDistribution(4).delta(1.0) <= b.upper
         True
         """
         s2 = check_fraction("sigma2", sigma2)
@@ -1583,14 +1583,14 @@ def _discrete_gaussian_points(
     """Outputs y, P-masses, Q-masses of N_Z(0, σ²) vs N_Z(Δ, σ²), and the un-listed P-mass.
 
     CKS Def 1: P[Y = y] = e^{−y²/(2σ²)}/Z(σ²), with Z from
-    :func:`gaussdp.privacy.discrete_gaussian_log_normalizer`.
+    :meth:`gaussdp.privacy.DiscreteGaussianDistribution.log_normalizer`.
     """
     sigma = math.sqrt(s2)
     bound = math.ceil(_Z_TRUNC * sigma) + d + 2
     if 2 * bound + 1 > _MAX_POINTS:
         limit = (_MAX_POINTS / (2 * _Z_TRUNC)) ** 2
         raise ValueError(invalid("sigma2", f"at most {limit:.3g} for PLD accounting", s2))
-    log_norm = discrete_gaussian_log_normalizer(s2)
+    log_norm = DiscreteGaussianDistribution(s2).log_normalizer()
     fs2 = float(s2)
     ys = np.arange(-bound, bound + 1, dtype=np.float64)
     p = np.exp(-(ys**2) / (2 * fs2) - log_norm)

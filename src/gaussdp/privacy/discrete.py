@@ -5,8 +5,10 @@ The discrete Gaussian :math:`\mathcal{N}_\mathbb{Z}(0, \sigma^2)` has pmf
 :math:`Z(\sigma^2) = \sum_{y \in \mathbb{Z}} e^{-y^2/(2\sigma^2)}` (CKS Def 1).
 The discrete Laplace with scale :math:`t` has pmf proportional to
 :math:`e^{-|x|/t}` (CKS §4). Both are the noise distributions of
-:mod:`gaussdp`'s exact mechanisms; this module gives their pmf, normaliser,
-tails, variance and exact privacy profiles, with no randomness.
+:mod:`gaussdp`'s exact mechanisms; this module gives them as frozen distribution
+objects in scipy's vocabulary, :class:`DiscreteGaussianDistribution` and
+:class:`DiscreteLaplaceDistribution` (pmf, tails, moments, normaliser, exact
+privacy profiles, and ``rvs``, which delegates to :mod:`gaussdp.sampling`).
 
 Parameters are exact rationals: ``sigma2`` (:math:`\sigma^2`) and ``scale``
 (:math:`t`) are converted with :func:`gaussdp._validation.check_fraction`
@@ -56,6 +58,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import overload
 
@@ -65,25 +69,11 @@ from scipy import special
 
 from gaussdp._validation import check_delta, check_epsilon, check_fraction, check_int
 from gaussdp.errors import invalid
+from gaussdp.random import RandomSource
+from gaussdp.sampling import discrete_gaussian as sample_discrete_gaussian
+from gaussdp.sampling import discrete_laplace as sample_discrete_laplace
 
-__all__ = [
-    "discrete_gaussian_cdf",
-    "discrete_gaussian_delta",
-    "discrete_gaussian_log_normalizer",
-    "discrete_gaussian_logcdf",
-    "discrete_gaussian_logpmf",
-    "discrete_gaussian_logsf",
-    "discrete_gaussian_normalizer",
-    "discrete_gaussian_pmf",
-    "discrete_gaussian_sf",
-    "discrete_gaussian_sigma2",
-    "discrete_gaussian_variance",
-    "discrete_laplace_delta",
-    "discrete_laplace_epsilon",
-    "discrete_laplace_logpmf",
-    "discrete_laplace_pmf",
-    "discrete_laplace_variance",
-]
+__all__ = ["DiscreteGaussianDistribution", "DiscreteLaplaceDistribution"]
 
 FloatArray = NDArray[np.float64]
 
@@ -112,7 +102,7 @@ _BERNOULLI = (
 _SQRT_PI_2 = math.sqrt(math.pi) / 2.0
 _LOG_2PI = math.log(2.0 * math.pi)
 
-#: Grid of :func:`discrete_gaussian_sigma2`: σ² = n·2^e with 2^20 <= n < 2^21.
+#: Grid of ``DiscreteGaussianDistribution.calibrate``: σ² = n·2^e with 2^20 <= n < 2^21.
 _GRID_BITS = 20
 
 
@@ -242,148 +232,9 @@ def _normalizer(s: Fraction) -> float:
     return math.sqrt(2.0 * math.pi * float(s)) * (1.0 + 2.0 * t1)
 
 
-def discrete_gaussian_log_normalizer(sigma2: object) -> float:
-    r"""Logarithm of the normalising constant of the discrete Gaussian.
-
-    :math:`\log Z(\sigma^2)` with :math:`Z(\sigma^2) = \sum_{y\in\mathbb{Z}}
-    e^{-y^2/(2\sigma^2)}`.
-
-    Parameters
-    ----------
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float
-        :math:`\log Z(\sigma^2)`, to a few ulps.
-
-    Raises
-    ------
-    TypeError
-        If ``sigma2`` is not a real number or rational string.
-    ValueError
-        If ``sigma2`` is NaN, infinite or outside ``[1e-12, 1e300]``.
-
-    Notes
-    -----
-    For :math:`\sigma^2 \le 1` the sum is taken directly; above, by Poisson
-    summation :math:`Z = \sqrt{2\pi\sigma^2}\,(1 + 2\sum_{n\ge1}
-    e^{-2\pi^2\sigma^2 n^2})` (the Jacobi theta identity used in CKS Fact 19).
-    Neglected terms are below :math:`2^{-60}` relative.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1 and Fact 19.
-
-    Examples
-    --------
-    >>> discrete_gaussian_log_normalizer(1)  # log sqrt(2 pi) = 0.9189385332...
-    0.9189385385552
-    >>> discrete_gaussian_log_normalizer(10**100)  # 0.5 * log(2 pi 1e100)
-    116.048193182907
-    """
-    return _log_normalizer(_check_param("sigma2", sigma2))
-
-
-def discrete_gaussian_normalizer(sigma2: object) -> float:
-    r"""Normalising constant :math:`Z(\sigma^2)=\sum_{y\in\mathbb{Z}} e^{-y^2/(2\sigma^2)}`.
-
-    Parameters
-    ----------
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float
-        :math:`Z(\sigma^2)`. It is about :math:`\sqrt{2\pi\sigma^2}` for large
-        :math:`\sigma^2`, so it stays finite on the whole allowed range; prefer
-        :func:`discrete_gaussian_log_normalizer` when combining it with tiny
-        probabilities.
-
-    Raises
-    ------
-    TypeError
-        If ``sigma2`` is not a real number or rational string.
-    ValueError
-        If ``sigma2`` is NaN, infinite or outside ``[1e-12, 1e300]``.
-
-    Notes
-    -----
-    See :func:`discrete_gaussian_log_normalizer`.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1 and Fact 19.
-
-    Examples
-    --------
-    >>> discrete_gaussian_normalizer(1)  # slightly above sqrt(2 pi) = 2.5066282746...
-    2.5066282880429
-    >>> discrete_gaussian_normalizer("1/100")  # essentially only y = 0
-    1.0
-    """
-    return _normalizer(_check_param("sigma2", sigma2))
-
-
 # ---------------------------------------------------------------------------
 # pmf
 # ---------------------------------------------------------------------------
-
-
-@overload
-def discrete_gaussian_logpmf(k: int, sigma2: object) -> float: ...
-@overload
-def discrete_gaussian_logpmf(k: object, sigma2: object) -> float | FloatArray: ...
-def discrete_gaussian_logpmf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Log-probability :math:`\log P[Y = k]` for :math:`Y \sim \mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The point(s). Python ints of any size, numpy integer arrays, and float
-        values/arrays that are exact integers are accepted.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`-k^2/(2\sigma^2) - \log Z(\sigma^2)`, a float for scalar ``k``,
-        else a float64 array of the shape of ``k``; ``-inf`` when
-        :math:`k^2/(2\sigma^2)` exceeds the float range.
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued (e.g. a bool or a string), or ``sigma2``
-        is not a real number.
-    ValueError
-        If ``k`` has a non-integral or non-finite value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    For a scalar ``k`` the exponent :math:`k^2/(2\sigma^2)` is computed exactly
-    as a fraction and rounded once; for arrays it is computed in float64 (relative
-    error a few ulps of the exponent).
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_logpmf(0, 1)
-    -0.9189385385552
-    >>> discrete_gaussian_logpmf([0, 3], 1)
-    array([-0.91893854, -5.41893854])
-    >>> discrete_gaussian_logpmf(10**60, 10**100)  # -1e120 / (2e100) - log Z
-    -5e+19
-    """
-    s = _check_param("sigma2", sigma2)
-    # CKS Def 1: log p(k) = -k²/(2σ²) - log Z
-    return -_half_square_over(k, s) - _log_normalizer(s)
 
 
 def _half_square_over(k: object, s: Fraction) -> float | FloatArray:
@@ -397,63 +248,6 @@ def _half_square_over(k: object, s: Fraction) -> float | FloatArray:
         return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
     with np.errstate(over="ignore"):
         result: FloatArray = (arr * arr) / (2.0 * float(s))
-    return result
-
-
-@overload
-def discrete_gaussian_pmf(k: int, sigma2: object) -> float: ...
-@overload
-def discrete_gaussian_pmf(k: object, sigma2: object) -> float | FloatArray: ...
-def discrete_gaussian_pmf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Probability :math:`P[Y = k]` for :math:`Y \sim \mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The point(s), as in :func:`discrete_gaussian_logpmf`.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`e^{-k^2/(2\sigma^2)}/Z(\sigma^2)` (0.0 when it underflows).
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``sigma2`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    Computed as :math:`e^{-k^2/(2\sigma^2)}/Z`. For a scalar ``k`` the exponent is
-    exact, so the relative error is a few ulps even far in the tail; for arrays it
-    is a few ulps times :math:`\max(1, k^2/(2\sigma^2))` (the exponent is
-    rounded to float64 first).
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_pmf(0, 1)
-    0.3989422782669
-    >>> discrete_gaussian_pmf(np.array([-1, 0, 1]), "1/4")
-    array([0.10645077, 0.78657071, 0.10645077])
-    """
-    s = _check_param("sigma2", sigma2)
-    z = _normalizer(s)
-    # CKS Def 1: p(k) = e^{-k²/(2σ²)} / Z (Z itself, not exp(log Z), for accuracy)
-    scalar = _scalar_k(k)
-    if scalar is not None:
-        return _scaled(Fraction(scalar * scalar) / (2 * s), 1.0 / z)
-    x = _half_square_over(k, s)
-    if isinstance(x, float):  # pragma: no cover - k is an array here
-        return math.exp(-x) / z
-    result: FloatArray = np.exp(-x) / z
     return result
 
 
@@ -626,7 +420,8 @@ def _sf_int(m: int, s: Fraction, z: float) -> float:
     return _scaled(*_upper_tail(m, s, z))
 
 
-def _apply_int(k: object, fn: _IntFn) -> float | FloatArray:
+def _apply_int(k: object, fn: Callable[[int], float]) -> float | FloatArray:
+    """``fn`` at an integer ``k``, or element-wise over an array of them."""
     scalar = _scalar_k(k)
     if scalar is not None:
         return fn(scalar)
@@ -635,243 +430,14 @@ def _apply_int(k: object, fn: _IntFn) -> float | FloatArray:
     return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
 
 
-class _IntFn:
-    """A float function of one integer (typed protocol for _apply_int)."""
-
-    def __init__(self, s: Fraction, shift: int, sign: int, log: bool) -> None:
-        self.s, self.z, self.shift, self.sign = s, _normalizer(s), shift, sign
-        self.fn = _log_sf_int if log else _sf_int
-
-    def __call__(self, k: int) -> float:
-        return self.fn(self.sign * k + self.shift, self.s, self.z)
+def _tail_fn(s: Fraction, z: float, shift: int, sign: int, log: bool) -> Callable[[int], float]:
+    """k -> (log) P[Y >= sign k + shift] for N_Z(0, s) with normaliser z."""
+    tail = _log_sf_int if log else _sf_int
+    return lambda k: tail(sign * k + shift, s, z)
 
 
-def discrete_gaussian_logsf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Log survival function :math:`\log P[Y > k]` of :math:`\mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The threshold(s), as in :func:`discrete_gaussian_logpmf`.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`\log P[Y > k]`, with relative accuracy in the far tail (the
-        logarithm stays finite long after :math:`P[Y>k]` underflows).
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``sigma2`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    For :math:`k \ge 0`, :math:`P[Y > k] = \sum_{y>k} e^{-y^2/(2\sigma^2)}/Z`,
-    summed relative to its first term, directly or by Euler--Maclaurin with a
-    bounded remainder (see the module notes). For :math:`k < 0` the symmetric
-    complement :math:`1 - P[Y > -k-1]` is used.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_logsf(-1, 1)  # log P[Y >= 0] = log((1 + p(0)) / 2)
-    -0.357430745008
-    >>> discrete_gaussian_logsf(10**52, 10**100)  # far beyond float underflow
-    -5005.524208694
-    """
-    s = _check_param("sigma2", sigma2)
-    return _apply_int(k, _IntFn(s, 1, 1, log=True))
-
-
-def discrete_gaussian_sf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Survival function :math:`P[Y > k]` of :math:`\mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The threshold(s), as in :func:`discrete_gaussian_logpmf`.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`P[Y > k]`, relatively accurate down to the smallest positive float.
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``sigma2`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    As :func:`discrete_gaussian_logsf`, but the result
-    :math:`e^{-m^2/(2\sigma^2)}\,r` (:math:`m = k + 1`) is formed with the exact
-    exponent, so no accuracy is lost to rounding :math:`m^2/(2\sigma^2)`.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_sf(0, 1)  # (1 - p(0)) / 2
-    0.300528860867
-    >>> discrete_gaussian_sf(10, 1)
-    2.11884070609e-27
-    """
-    s = _check_param("sigma2", sigma2)
-    return _apply_int(k, _IntFn(s, 1, 1, log=False))
-
-
-def discrete_gaussian_logcdf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Log CDF :math:`\log P[Y \le k]` of :math:`\mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The threshold(s), as in :func:`discrete_gaussian_logpmf`.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`\log P[Y \le k] = \log P[Y > -k-1]` (by symmetry).
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``sigma2`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    Uses :math:`P[Y \le k] = P[Y \ge -k]` and :func:`discrete_gaussian_logsf`.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_logcdf(-1, 1) == discrete_gaussian_logsf(0, 1)
-    True
-    """
-    s = _check_param("sigma2", sigma2)
-    return _apply_int(k, _IntFn(s, 0, -1, log=True))
-
-
-def discrete_gaussian_cdf(k: object, sigma2: object) -> float | FloatArray:
-    r"""Cumulative distribution :math:`P[Y \le k]` of :math:`\mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    k : int or array_like of int
-        The threshold(s), as in :func:`discrete_gaussian_logpmf`.
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`P[Y \le k]`, relatively accurate in the far lower tail.
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``sigma2`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``sigma2`` is out of range.
-
-    Notes
-    -----
-    :math:`P[Y \le k] = P[Y \ge -k]`, computed as in :func:`discrete_gaussian_sf`.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Def 1.
-
-    Examples
-    --------
-    >>> discrete_gaussian_cdf([-1, 0], 1)
-    array([0.30052886, 0.69947114])
-    """
-    s = _check_param("sigma2", sigma2)
-    return _apply_int(k, _IntFn(s, 0, -1, log=False))
-
-
-# ---------------------------------------------------------------------------
-# variance
-# ---------------------------------------------------------------------------
-
-
-def discrete_gaussian_variance(sigma2: object) -> float:
-    r"""Variance :math:`E[Y^2]` of :math:`Y \sim \mathcal{N}_\mathbb{Z}(0,\sigma^2)`.
-
-    Parameters
-    ----------
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float
-        :math:`E[Y^2]`, strictly less than :math:`\sigma^2` (CKS Prop 21); to
-        double precision it equals :math:`\sigma^2` once :math:`\sigma^2 \ge 3`.
-
-    Raises
-    ------
-    TypeError
-        If ``sigma2`` is not a real number or rational string.
-    ValueError
-        If ``sigma2`` is NaN, infinite or outside ``[1e-12, 1e300]``.
-
-    Notes
-    -----
-    For :math:`\sigma^2 \le 1`: direct sums
-    :math:`E[Y^2] = 2\sum_{y\ge1} y^2 e^{-y^2/(2\sigma^2)} / Z`, neglected tail
-    below :math:`2^{-60}` relative. For :math:`\sigma^2 > 1`: Poisson summation
-    of numerator and denominator (as in the proof of CKS Prop 21;
-    :math:`\widehat{y^2 e^{-y^2/2\sigma^2}}(n) = \sqrt{2\pi\sigma^2}(\sigma^2 -
-    4\pi^2\sigma^4 n^2) e^{-2\pi^2\sigma^2 n^2}`) gives the exact identity
-
-    .. math:: E[Y^2] = \sigma^2 - 4\pi^2\sigma^4\,
-       \frac{2\sum_{n\ge1} n^2 q^{n^2}}{1 + 2\sum_{n\ge1} q^{n^2}},
-       \qquad q = e^{-2\pi^2\sigma^2}.
-
-    The relative deficit :math:`(\sigma^2 - E[Y^2])/\sigma^2` is positive and
-    below :math:`8\pi^2\sigma^2 e^{-2\pi^2\sigma^2}\cdot 1.01`, which is
-    :math:`< 2^{-60}` for :math:`\sigma^2 \ge 3` (at 3: :math:`\approx 5\times
-    10^{-24}`; the bound decreases for :math:`\sigma^2 \ge 1/(2\pi^2)`), so from
-    there on the float result is :math:`\sigma^2` rounded (within one ulp of the
-    exact variance).
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Prop 21 and its proof.
-
-    Examples
-    --------
-    >>> discrete_gaussian_variance(1)
-    0.9999997887677
-    >>> discrete_gaussian_variance("1/4")  # well below 1/4 for small sigma2
-    0.215012675088
-    >>> discrete_gaussian_variance(10**100)
-    1e+100
-    """
-    s = _check_param("sigma2", sigma2)
+def _variance(s: Fraction) -> float:
+    """E[Y²] of N_Z(0, s); see :meth:`DiscreteGaussianDistribution.var`."""
     sf = float(s)
     if s <= _POISSON_SWITCH:
         y = np.arange(1, _direct_count(sf, 2.0 * math.log(45.0)) + 1, dtype=np.float64)
@@ -1018,75 +584,6 @@ def _delta_parts(s: Fraction, eps: Fraction, sensitivity: int) -> tuple[Fraction
     return Fraction(z0 * z0) / (2 * s), _direct_sum(m, s, c, b) / z
 
 
-def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object = 1) -> float:
-    r"""Exact (tight) δ(ε) of the discrete Gaussian mechanism (CKS Thm 7).
-
-    Adding :math:`Y \sim \mathcal{N}_\mathbb{Z}(0,\sigma^2)` to an integer-valued
-    query of sensitivity :math:`\Delta` is :math:`(\varepsilon,\delta)`-DP exactly for
-
-    .. math:: \delta = P[Y > \varepsilon\sigma^2/\Delta - \Delta/2]
-              - e^\varepsilon P[Y > \varepsilon\sigma^2/\Delta + \Delta/2],
-
-    and for no smaller δ when the sensitivity is attained.
-
-    Parameters
-    ----------
-    sigma2 : int, float, Fraction or str
-        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``.
-    epsilon : float
-        :math:`\varepsilon \ge 0`, finite. Floats are used with their exact
-        binary value (so the thresholds are exact rationals).
-    sensitivity : int, optional
-        The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
-
-    Returns
-    -------
-    float
-        δ in [0, 1], with relative accuracy down to the smallest normal float
-        (a few ulps; at most about 6e-15 measured on the Euler--Maclaurin path
-        for huge σ²); 0.0 below that.
-
-    Raises
-    ------
-    TypeError
-        If an argument has the wrong type (e.g. a bool).
-    ValueError
-        If ``sigma2`` is out of range, ``epsilon`` is negative, NaN or infinite,
-        or ``sensitivity`` is not an integer ``>= 1``.
-
-    Notes
-    -----
-    Derivation (CKS Thm 7 via CKS Lemma 9): the privacy loss at output
-    :math:`y` is :math:`L(y) = (\Delta^2 - 2y\Delta)/(2\sigma^2)`, so
-    :math:`\delta = \sum_y \max(0, p(y) - e^\varepsilon p(y-\Delta))` is a sum of
-    non-negative terms :math:`p(z)(1 - e^{\varepsilon - L(-z)})` over the integers
-    :math:`z > \varepsilon\sigma^2/\Delta - \Delta/2` (strict; at equality the term
-    is zero, so strict and non-strict agree). We sum those terms directly (no
-    difference of two tails, hence no cancellation), or for very large
-    :math:`\sigma^2` by Euler--Maclaurin with a bounded remainder.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Thm 7 and Lemma 9.
-
-    Examples
-    --------
-    >>> discrete_gaussian_delta(1, 1)  # P[Y >= 1] - e P[Y >= 2]
-    0.141351339406
-    >>> discrete_gaussian_delta(10, 1)
-    0.000115132525364
-    >>> discrete_gaussian_delta(10**100, 0)  # total variation = p(0)
-    3.98942280401e-51
-    >>> discrete_gaussian_delta(10**100, 1e-50)  # far below float64's 2^-53
-    8.33154705877e-52
-    """
-    s = _check_param("sigma2", sigma2)
-    eps = check_epsilon("epsilon", epsilon)
-    delta_sens = _check_sensitivity(sensitivity)
-    # CKS Thm 7
-    return min(1.0, _scaled(*_delta_parts(s, Fraction(eps), delta_sens)))
-
-
 def _grid_value(i: int) -> Fraction:
     """The i-th point of the calibration grid (increasing in i; i = 0 is 1)."""
     e, n = divmod(i, 1 << _GRID_BITS)
@@ -1096,76 +593,53 @@ def _grid_value(i: int) -> Fraction:
     return Fraction(mant, 1 << (_GRID_BITS - e))
 
 
-def discrete_gaussian_sigma2(epsilon: object, delta: object, sensitivity: object = 1) -> Fraction:
-    r"""Smallest grid σ² at which the discrete Gaussian mechanism is (ε, δ)-DP.
+# ---------------------------------------------------------------------------
+# discrete Laplace (CKS §4)
+# ---------------------------------------------------------------------------
 
-    Calibrates :math:`\sigma^2` with the exact privacy profile of
-    :func:`discrete_gaussian_delta` (CKS Thm 7).
 
-    Parameters
-    ----------
-    epsilon : float
-        Target :math:`\varepsilon \ge 0`, finite.
-    delta : float
-        Target :math:`\delta \in (0, 1)`.
-    sensitivity : int, optional
-        The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+def _log_tanh_half_inv(t: Fraction) -> float:
+    """log tanh(1/(2t)) = log P[X = 0] for the discrete Laplace with scale t."""
+    x = 1.0 / (2.0 * float(t))
+    if x < 0.5:
+        return math.log(math.tanh(x))
+    e = math.exp(-2.0 * x)
+    return math.log1p(-2.0 * e / (1.0 + e))
 
-    Returns
-    -------
-    Fraction
-        A point of the grid :math:`\{n\,2^{e-20} : 2^{20} \le n < 2^{21},
-        e \in \mathbb{Z}\}` (dyadic rationals with 21 significant bits, relative
-        spacing at most :math:`2^{-20} \approx 9.5\times 10^{-7}`) such that
-        ``discrete_gaussian_delta(result, epsilon, sensitivity) <= delta *
-        (1 - 1e-12)`` (a safety margin far above δ's rounding error), while at the
-        previous grid point δ exceeds ``delta * (1 - 1e-12)``. δ(σ²) is
-        decreasing in practice, which makes this the smallest such grid point; the
-        returned value never misses the target.
 
-    Raises
-    ------
-    TypeError
-        If an argument has the wrong type.
-    ValueError
-        If ``epsilon`` is negative or not finite, ``delta`` is not in (0, 1),
-        ``sensitivity`` is not an integer ``>= 1``, or the target needs
-        :math:`\sigma^2 > 10^{300}`.
+def _laplace_log_tail(m: int, t: Fraction) -> float:
+    """log P[X >= m] for the discrete Laplace with scale t (geometric sums, CKS §4).
 
-    Notes
-    -----
-    Exponential search for a bracket on the grid index (starting at
-    :math:`\sigma^2 = \Delta^2`), then bisection: about 20 + log2 of the number
-    of octaves searched evaluations of the exact δ. δ is computed to better than
-    1e-14 relative (see :func:`discrete_gaussian_delta`), so the 1e-12 margin
-    makes the returned σ² safe against rounding. The grid is dyadic so that
-    exact samplers get a short rational.
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), Thm 7.
-
-    Examples
-    --------
-    >>> s2 = discrete_gaussian_sigma2(1.0, 1e-5)
-    >>> s2, float(s2)
-    (Fraction(916929, 65536), 13.991226196289)
-    >>> discrete_gaussian_delta(s2, 1.0) <= 1e-5
-    True
+    For m >= 1, P[X >= m] = q^m / (1 + q) with q = e^{-1/t} (exponent m/t kept exact);
+    for m <= 0, P[X >= m] = 1 - P[X >= 1 - m] by symmetry, and P[X >= 1 - m] < 1/2.
     """
-    eps = Fraction(check_epsilon("epsilon", epsilon))
-    target = check_delta("delta", delta)
-    delta_sens = _check_sensitivity(sensitivity)
-    log_target = math.log(target)
+    log_one_plus_q = math.log1p(math.exp(-1.0 / float(t)))
+    if m >= 1:
+        return -_to_float_or_inf(Fraction(m) / t) - log_one_plus_q
+    return math.log1p(-_scaled(Fraction(1 - m) / t, math.exp(-log_one_plus_q)))
+
+
+def _laplace_tail(m: int, t: Fraction) -> float:
+    """P[X >= m] for the discrete Laplace with scale t (see :func:`_laplace_log_tail`)."""
+    r = 1.0 / (1.0 + math.exp(-1.0 / float(t)))
+    if m >= 1:
+        return _scaled(Fraction(m) / t, r)
+    return 1.0 - _scaled(Fraction(1 - m) / t, r)
+
+
+def _calibrated_sigma2(
+    eps: Fraction, log_target: float, sensitivity: int, delta: float
+) -> Fraction:
+    """The smallest grid σ² whose δ(ε) (CKS Thm 7) is at most the target; see ``calibrate``."""
 
     def ok(i: int) -> bool:
         # a 1e-12 relative safety margin covers the rounding error of δ (< 1e-14)
-        return _log_scaled(*_delta_parts(_grid_value(i), eps, delta_sens)) + 1e-12 <= log_target
+        return _log_scaled(*_delta_parts(_grid_value(i), eps, sensitivity)) + 1e-12 <= log_target
 
     step = 1 << _GRID_BITS  # one doubling of σ²
     max_i = (math.floor(math.log2(1e300)) - 1) << _GRID_BITS
     min_i = (math.ceil(math.log2(1e-12)) + 1) << _GRID_BITS
-    i0 = (round(2 * math.log2(delta_sens)) if delta_sens > 1 else 0) << _GRID_BITS
+    i0 = (round(2 * math.log2(sensitivity)) if sensitivity > 1 else 0) << _GRID_BITS
     if ok(i0):
         hi, jump = i0, step
         lo = hi - jump
@@ -1198,143 +672,368 @@ def discrete_gaussian_sigma2(epsilon: object, delta: object, sensitivity: object
 
 
 # ---------------------------------------------------------------------------
-# discrete Laplace (CKS §4)
+# the distributions
 # ---------------------------------------------------------------------------
 
 
-def _log_tanh_half_inv(t: Fraction) -> float:
-    """log tanh(1/(2t)) = log P[X = 0] for the discrete Laplace with scale t."""
-    x = 1.0 / (2.0 * float(t))
-    if x < 0.5:
-        return math.log(math.tanh(x))
-    e = math.exp(-2.0 * x)
-    return math.log1p(-2.0 * e / (1.0 + e))
+@dataclass(frozen=True, slots=True)
+class DiscreteGaussianDistribution:
+    r"""The discrete Gaussian :math:`\mathcal{N}_\mathbb{Z}(0, \sigma^2)` in scipy's vocabulary.
 
+    pmf :math:`p(y) = e^{-y^2/(2\sigma^2)} / Z(\sigma^2)` on the integers, with
+    :math:`Z(\sigma^2) = \sum_{y \in \mathbb{Z}} e^{-y^2/(2\sigma^2)}` (CKS Def 1).
+    ``sigma2`` is validated once, here; every method then takes only its own
+    arguments (``k`` an integer or an array of integers, like scipy's frozen
+    ``rv_discrete``). The accuracy of each method is that of the module notes
+    (:mod:`gaussdp.privacy.discrete`): a few ulps, measured against mpmath.
 
-@overload
-def discrete_laplace_logpmf(k: int, scale: object) -> float: ...
-@overload
-def discrete_laplace_logpmf(k: object, scale: object) -> float | FloatArray: ...
-def discrete_laplace_logpmf(k: object, scale: object) -> float | FloatArray:
-    r"""Log-probability of the discrete Laplace with scale :math:`t`.
-
-    :math:`P[X = k] = \frac{1 - e^{-1/t}}{1 + e^{-1/t}} e^{-|k|/t}
-    = \tanh\!\big(\tfrac{1}{2t}\big)\,e^{-|k|/t}`.
+    The name says *distribution* because :class:`gaussdp.mechanisms.DiscreteGaussian`
+    is the mechanism (and accounting event) that adds this noise; its ``noise``
+    is one of these.
 
     Parameters
     ----------
-    k : int or array_like of int
-        The point(s), as in :func:`discrete_gaussian_logpmf`.
-    scale : int, float, Fraction or str
-        The scale :math:`t`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`-|k|/t + \log\tanh(1/(2t))`.
+    sigma2 : int, float, Fraction or str
+        The scale parameter :math:`\sigma^2`, an exact rational in ``[1e-12, 1e300]``
+        (floats are taken at their exact binary value, ``"p/q"`` strings parsed).
 
     Raises
     ------
     TypeError
-        If ``k`` is not integer-valued, or ``scale`` is not a real number.
+        If ``sigma2`` is not a real number or rational string.
     ValueError
-        If ``k`` has a non-integral value, or ``scale`` is out of range.
+        If ``sigma2`` is NaN, infinite or outside ``[1e-12, 1e300]``.
 
     Notes
     -----
-    Normaliser :math:`\sum_x e^{-|x|/t} = (1 + e^{-1/t})/(1 - e^{-1/t})`
-    (a geometric sum); :math:`\log\tanh` is evaluated stably for small and
-    large arguments.
+    Methods taking ``k`` accept Python ints of any size, numpy integer arrays, and
+    float values or arrays that are exact integers; they return a float for a
+    scalar ``k`` and a float64 array of ``k``'s shape otherwise, and raise
+    ``TypeError`` / ``ValueError`` (message template of :mod:`gaussdp.errors`)
+    for a bool, a string or a non-integral value.
 
     References
     ----------
-    .. [1] Canonne, Kamath, Steinke (2020), §4 (definition of the discrete Laplace).
+    .. [CKS] C. L. Canonne, G. Kamath, T. Steinke. "The Discrete Gaussian for
+       Differential Privacy." NeurIPS 2020. arXiv:2004.00010.
 
     Examples
     --------
-    >>> discrete_laplace_logpmf(0, 1)
-    -0.771936832905
-    >>> discrete_laplace_logpmf([0, 2], 1)
-    array([-0.77193683, -2.77193683])
+    >>> dg = DiscreteGaussianDistribution("1/4")
+    >>> dg
+    DiscreteGaussianDistribution(sigma2=Fraction(1, 4))
+    >>> dg.pmf(np.array([-1, 0, 1]))
+    array([0.10645077, 0.78657071, 0.10645077])
+    >>> dg.var()  # well below 1/4 for small sigma2 (CKS Prop 21)
+    0.215012675088
     """
-    t = _check_param("scale", scale)
-    log_p0 = _log_tanh_half_inv(t)
-    scalar = _scalar_k(k)
-    if scalar is not None:
-        # CKS §4: p(k) = tanh(1/(2t)) e^{-|k|/t}
-        return -_to_float_or_inf(Fraction(abs(scalar)) / t) + log_p0
-    arr = _array_k(k)
-    if arr.dtype == object:
-        flat = [-_to_float_or_inf(Fraction(abs(int(v))) / t) + log_p0 for v in arr.ravel()]
-        return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
-    result: FloatArray = -np.abs(arr) / float(t) + log_p0
-    return result
+
+    sigma2: Fraction
+    _z: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        s = _check_param("sigma2", self.sigma2)
+        object.__setattr__(self, "sigma2", s)
+        object.__setattr__(self, "_z", _normalizer(s))
+
+    @classmethod
+    def calibrate(
+        cls, epsilon: object, delta: object, sensitivity: object = 1
+    ) -> DiscreteGaussianDistribution:
+        r"""The smallest grid σ² at which adding this noise is (ε, δ)-DP (CKS Thm 7).
+
+        Parameters
+        ----------
+        epsilon : float
+            Target :math:`\varepsilon \ge 0`, finite.
+        delta : float
+            Target :math:`\delta \in (0, 1)`.
+        sensitivity : int, optional
+            The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+
+        Returns
+        -------
+        DiscreteGaussianDistribution
+            Its ``sigma2`` is a point of the grid :math:`\{n\,2^{e-20} : 2^{20} \le n
+            < 2^{21}, e \in \mathbb{Z}\}` (dyadic rationals with 21 significant bits,
+            relative spacing at most :math:`2^{-20}`) with ``delta(epsilon, sensitivity)
+            <= delta * (1 - 1e-12)``, while at the previous grid point δ exceeds
+            ``delta * (1 - 1e-12)``. δ(σ²) is decreasing in practice, which makes
+            this the smallest such point; the target is never missed.
+
+        Raises
+        ------
+        TypeError
+            If an argument has the wrong type.
+        ValueError
+            If ``epsilon`` is negative or not finite, ``delta`` is not in (0, 1),
+            ``sensitivity`` is not an integer ``>= 1``, or the target needs
+            :math:`\sigma^2 > 10^{300}`.
+
+        Notes
+        -----
+        Exponential search for a bracket on the grid index (starting at
+        :math:`\sigma^2 = \Delta^2`), then bisection: about 20 + log2(octaves
+        searched) evaluations of the exact δ, which is accurate to better than
+        1e-14 relative, so the 1e-12 margin makes the result safe against
+        rounding. The grid is dyadic so that exact samplers get a short rational.
+
+        Examples
+        --------
+        >>> dg = DiscreteGaussianDistribution.calibrate(1.0, 1e-5)
+        >>> dg.sigma2, float(dg.sigma2)
+        (Fraction(916929, 65536), 13.991226196289)
+        >>> dg.delta(1.0) <= 1e-5
+        True
+        """
+        eps = Fraction(check_epsilon("epsilon", epsilon))
+        target = check_delta("delta", delta)
+        sens = _check_sensitivity(sensitivity)
+        return cls(_calibrated_sigma2(eps, math.log(target), sens, target))
+
+    # -- normaliser ---------------------------------------------------------------------
+    def normalizer(self) -> float:
+        r""":math:`Z(\sigma^2)`, about :math:`\sqrt{2\pi\sigma^2}` for large σ² (always finite).
+
+        For :math:`\sigma^2 \le 1` the sum is taken directly; above, by Poisson
+        summation :math:`Z = \sqrt{2\pi\sigma^2}\,(1 + 2\sum_{n\ge1}
+        e^{-2\pi^2\sigma^2 n^2})` (the Jacobi theta identity, CKS Fact 19); neglected
+        terms are below :math:`2^{-60}` relative.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).normalizer()  # slightly above sqrt(2 pi)
+        2.5066282880429
+        """
+        return self._z
+
+    def log_normalizer(self) -> float:
+        r""":math:`\log Z(\sigma^2)`, to a few ulps (see :meth:`normalizer`).
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(10**100).log_normalizer()  # 0.5 log(2 pi 1e100)
+        116.048193182907
+        """
+        return _log_normalizer(self.sigma2)
+
+    # -- pmf ----------------------------------------------------------------------------
+    @overload
+    def logpmf(self, k: int) -> float: ...
+    @overload
+    def logpmf(self, k: object) -> float | FloatArray: ...
+    def logpmf(self, k: object) -> float | FloatArray:
+        r""":math:`\log P[Y = k] = -k^2/(2\sigma^2) - \log Z` (CKS Def 1).
+
+        For a scalar ``k`` the exponent is exact and rounded once; for arrays it is
+        computed in float64. ``-inf`` when :math:`k^2/(2\sigma^2)` exceeds the float range.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).logpmf([0, 3])
+        array([-0.91893854, -5.41893854])
+        >>> DiscreteGaussianDistribution(10**100).logpmf(10**60)  # -1e120 / 2e100 - log Z
+        -5e+19
+        """
+        s = self.sigma2
+        # CKS Def 1: log p(k) = -k²/(2σ²) - log Z
+        return -_half_square_over(k, s) - _log_normalizer(s)
+
+    @overload
+    def pmf(self, k: int) -> float: ...
+    @overload
+    def pmf(self, k: object) -> float | FloatArray: ...
+    def pmf(self, k: object) -> float | FloatArray:
+        r""":math:`P[Y = k] = e^{-k^2/(2\sigma^2)}/Z` (CKS Def 1), 0.0 when it underflows.
+
+        For a scalar ``k`` the exponent is exact (a few ulps even far in the tail);
+        for arrays a few ulps times :math:`\max(1, k^2/(2\sigma^2))`.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).pmf(0)
+        0.3989422782669
+        """
+        s, z = self.sigma2, self._z
+        # CKS Def 1: p(k) = e^{-k²/(2σ²)} / Z (Z itself, not exp(log Z), for accuracy)
+        scalar = _scalar_k(k)
+        if scalar is not None:
+            return _scaled(Fraction(scalar * scalar) / (2 * s), 1.0 / z)
+        x = _half_square_over(k, s)
+        result: FloatArray = np.exp(-x) / z
+        return result
+
+    # -- tails --------------------------------------------------------------------------
+    def sf(self, k: object) -> float | FloatArray:
+        r"""Survival function :math:`P[Y > k]`, relatively accurate down to the smallest float.
+
+        For :math:`k \ge 0` the tail :math:`\sum_{y>k} e^{-y^2/(2\sigma^2)}/Z` is
+        summed relative to its first term, directly or by Euler--Maclaurin with a
+        bounded remainder (module notes), and formed with the exact exponent; for
+        :math:`k < 0`, :math:`1 - P[Y > -k-1]` (symmetry).
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).sf(0)  # (1 - p(0)) / 2
+        0.300528860867
+        >>> DiscreteGaussianDistribution(1).sf(10)
+        2.11884070609e-27
+        """
+        return _apply_int(k, _tail_fn(self.sigma2, self._z, 1, 1, log=False))
+
+    def logsf(self, k: object) -> float | FloatArray:
+        r""":math:`\log P[Y > k]`, finite long after :math:`P[Y > k]` underflows (see :meth:`sf`).
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).logsf(-1)  # log P[Y >= 0] = log((1 + p(0)) / 2)
+        -0.357430745008
+        >>> DiscreteGaussianDistribution(10**100).logsf(10**52)
+        -5005.524208694
+        """
+        return _apply_int(k, _tail_fn(self.sigma2, self._z, 1, 1, log=True))
+
+    def cdf(self, k: object) -> float | FloatArray:
+        r""":math:`P[Y \le k] = P[Y \ge -k]` (symmetry), relatively accurate in the lower tail.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).cdf([-1, 0])
+        array([0.30052886, 0.69947114])
+        """
+        return _apply_int(k, _tail_fn(self.sigma2, self._z, 0, -1, log=False))
+
+    def logcdf(self, k: object) -> float | FloatArray:
+        r""":math:`\log P[Y \le k]` (see :meth:`cdf`).
+
+        Examples
+        --------
+        >>> dg = DiscreteGaussianDistribution(1)
+        >>> dg.logcdf(-1) == dg.logsf(0)
+        True
+        """
+        return _apply_int(k, _tail_fn(self.sigma2, self._z, 0, -1, log=True))
+
+    # -- moments ------------------------------------------------------------------------
+    def mean(self) -> float:
+        """0.0: the distribution is symmetric about 0."""
+        return 0.0
+
+    def var(self) -> float:
+        r""":math:`E[Y^2]`, strictly below :math:`\sigma^2` (CKS Prop 21), to an ulp.
+
+        For :math:`\sigma^2 \le 1`, direct sums (neglected tail below
+        :math:`2^{-60}` relative). Above, Poisson summation of numerator and
+        denominator (proof of CKS Prop 21) gives exactly
+
+        .. math:: E[Y^2] = \sigma^2 - 4\pi^2\sigma^4\,
+           \frac{2\sum_{n\ge1} n^2 q^{n^2}}{1 + 2\sum_{n\ge1} q^{n^2}},
+           \qquad q = e^{-2\pi^2\sigma^2};
+
+        the relative deficit is below :math:`8\pi^2\sigma^2 e^{-2\pi^2\sigma^2}\cdot
+        1.01 < 2^{-60}` for :math:`\sigma^2 \ge 3`, where the result is σ² rounded.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).var()
+        0.9999997887677
+        >>> DiscreteGaussianDistribution(10**100).var()
+        1e+100
+        """
+        return _variance(self.sigma2)
+
+    def std(self) -> float:
+        """The standard deviation, ``sqrt(var())``."""
+        return math.sqrt(self.var())
+
+    # -- sampling -----------------------------------------------------------------------
+    def rvs(
+        self, size: int | tuple[int, ...] | None = None, *, rng: RandomSource | None = None
+    ) -> int | NDArray[np.int64] | NDArray[np.object_]:
+        """Exact draws (CKS §5 Alg 3, :func:`gaussdp.sampling.discrete_gaussian`).
+
+        ``size=None`` gives one Python int; otherwise an array of that shape (int64,
+        or Python ints when σ² > 2**80). ``rng=None`` is the operating system's CSPRNG;
+        pass a :class:`~gaussdp.random.ChaCha20Random` to replay.
+
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> DiscreteGaussianDistribution(4).rvs(6, rng=ChaCha20Random(0))
+        array([ 0, -1, -4,  3, -2, -2])
+        """
+        draw = sample_discrete_gaussian(self.sigma2, () if size is None else size, rng=rng)
+        return int(draw[()]) if size is None else draw
+
+    # -- privacy ------------------------------------------------------------------------
+    def delta(self, epsilon: object, sensitivity: object = 1) -> float:
+        r"""Exact (tight) δ(ε) of adding this noise to an integer query (CKS Thm 7).
+
+        .. math:: \delta = P[Y > \varepsilon\sigma^2/\Delta - \Delta/2]
+                  - e^\varepsilon P[Y > \varepsilon\sigma^2/\Delta + \Delta/2],
+
+        and no smaller δ holds when the sensitivity :math:`\Delta` is attained.
+
+        Parameters
+        ----------
+        epsilon : float
+            :math:`\varepsilon \ge 0`, finite, used at its exact binary value.
+        sensitivity : int, optional
+            The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+
+        Returns
+        -------
+        float
+            δ in [0, 1], with relative accuracy down to the smallest normal float (a
+            few ulps; about 6e-15 at most measured on the Euler--Maclaurin path for
+            huge σ²); 0.0 below that.
+
+        Raises
+        ------
+        TypeError
+            If an argument has the wrong type (e.g. a bool).
+        ValueError
+            If ``epsilon`` is negative, NaN or infinite, or ``sensitivity`` is not an
+            integer ``>= 1``.
+
+        Notes
+        -----
+        The privacy loss at output :math:`y` is :math:`L(y) = (\Delta^2 - 2y\Delta)/(2\sigma^2)`,
+        so :math:`\delta = \sum_y \max(0, p(y) - e^\varepsilon p(y-\Delta))` (CKS
+        Lemma 9) is a sum of non-negative terms :math:`p(z)(1 - e^{\varepsilon - L(-z)})`
+        over the integers :math:`z > \varepsilon\sigma^2/\Delta - \Delta/2`, summed
+        directly (no difference of two tails, no cancellation) or, for huge σ², by
+        Euler--Maclaurin with a bounded remainder.
+
+        Examples
+        --------
+        >>> DiscreteGaussianDistribution(1).delta(1)  # P[Y >= 1] - e P[Y >= 2]
+        0.141351339406
+        >>> DiscreteGaussianDistribution(10**100).delta(0)  # total variation = p(0)
+        3.98942280401e-51
+        >>> DiscreteGaussianDistribution(10**100).delta(1e-50)  # far below 2^-53
+        8.33154705877e-52
+        """
+        eps = check_epsilon("epsilon", epsilon)
+        sens = _check_sensitivity(sensitivity)
+        # CKS Thm 7
+        return min(1.0, _scaled(*_delta_parts(self.sigma2, Fraction(eps), sens)))
 
 
-@overload
-def discrete_laplace_pmf(k: int, scale: object) -> float: ...
-@overload
-def discrete_laplace_pmf(k: object, scale: object) -> float | FloatArray: ...
-def discrete_laplace_pmf(k: object, scale: object) -> float | FloatArray:
-    r"""Probability :math:`P[X = k]` of the discrete Laplace with scale :math:`t`.
+@dataclass(frozen=True, slots=True)
+class DiscreteLaplaceDistribution:
+    r"""The discrete Laplace with scale :math:`t`, frozen, in scipy's vocabulary.
+
+    pmf :math:`P[X = k] = \frac{1 - e^{-1/t}}{1 + e^{-1/t}} e^{-|k|/t}
+    = \tanh\!\big(\tfrac{1}{2t}\big)\,e^{-|k|/t}` on the integers (CKS §4; the
+    normaliser is a geometric sum). ``scale`` is validated once, here; methods
+    taking ``k`` behave as in :class:`DiscreteGaussianDistribution`.
+    :class:`gaussdp.mechanisms.DiscreteLaplace` is the mechanism that adds this noise.
 
     Parameters
     ----------
-    k : int or array_like of int
-        The point(s), as in :func:`discrete_gaussian_logpmf`.
     scale : int, float, Fraction or str
         The scale :math:`t`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`\tanh(1/(2t))\,e^{-|k|/t}`.
-
-    Raises
-    ------
-    TypeError
-        If ``k`` is not integer-valued, or ``scale`` is not a real number.
-    ValueError
-        If ``k`` has a non-integral value, or ``scale`` is out of range.
-
-    Notes
-    -----
-    For a scalar ``k`` the exponent :math:`|k|/t` is kept exact (relative error a
-    few ulps); for arrays this is ``exp`` of :func:`discrete_laplace_logpmf`
-    (relative error a few ulps times :math:`\max(1, |k|/t)`).
-
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), §4 (definition of the discrete Laplace).
-
-    Examples
-    --------
-    >>> discrete_laplace_pmf(0, 1)  # tanh(1/2)
-    0.46211715726
-    """
-    t = _check_param("scale", scale)
-    scalar = _scalar_k(k)
-    if scalar is not None:
-        # CKS §4: p(k) = tanh(1/(2t)) e^{-|k|/t}, exponent kept exact
-        return _scaled(Fraction(abs(scalar)) / t, math.exp(_log_tanh_half_inv(t)))
-    logp = discrete_laplace_logpmf(k, scale)
-    result: FloatArray = np.exp(logp)
-    return result
-
-
-def discrete_laplace_variance(scale: object) -> float:
-    r"""Variance of the discrete Laplace with scale :math:`t`.
-
-    Parameters
-    ----------
-    scale : int, float, Fraction or str
-        The scale :math:`t`, an exact rational in ``[1e-12, 1e300]``.
-
-    Returns
-    -------
-    float
-        :math:`2e^{-1/t}/(1 - e^{-1/t})^2` (about :math:`2t^2` for large
-        :math:`t`); ``inf`` if it exceeds the float range (:math:`t \gtrsim 9.5\times10^{153}`).
 
     Raises
     ------
@@ -1343,137 +1042,202 @@ def discrete_laplace_variance(scale: object) -> float:
     ValueError
         If ``scale`` is NaN, infinite or outside ``[1e-12, 1e300]``.
 
-    Notes
-    -----
-    Evaluated with ``expm1`` for :math:`1 - e^{-1/t}` (in log space for
-    :math:`t > 10^{150}`), accurate for all :math:`t`.
-
     References
     ----------
-    .. [1] Canonne, Kamath, Steinke (2020), §4 (variance of the discrete Laplace).
+    .. [CKS] Canonne, Kamath, Steinke (2020), §4 and Lemma 9.
 
     Examples
     --------
-    >>> discrete_laplace_variance(1)
-    1.84134718842
-    >>> discrete_laplace_variance(10**6)  # 2 t^2 - 1/6
-    1999999999999.83
+    >>> dl = DiscreteLaplaceDistribution(1)
+    >>> dl.pmf(0)  # tanh(1/2)
+    0.46211715726
+    >>> dl.logpmf([0, 2])
+    array([-0.77193683, -2.77193683])
     """
-    t = _check_param("scale", scale)
-    r = 1.0 / float(t)
-    one_minus_q = -math.expm1(-r)
-    if one_minus_q > 1e-150:
-        # CKS §4: Var = 2 e^{-1/t} / (1 - e^{-1/t})²
-        return 2.0 * math.exp(-r) / (one_minus_q * one_minus_q)
-    # same formula in log space (t > 1e150: the square would underflow)
-    return _exp(math.log(2.0) - r - 2.0 * math.log(one_minus_q))
 
+    scale: Fraction
 
-def discrete_laplace_epsilon(scale: object, sensitivity: object = 1) -> float:
-    r"""Pure-DP ε of the discrete Laplace mechanism: :math:`\Delta/t`.
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", _check_param("scale", self.scale))
 
-    Parameters
-    ----------
-    scale : int, float, Fraction or str
-        The scale :math:`t`, an exact rational in ``[1e-12, 1e300]``.
-    sensitivity : int, optional
-        The L1 sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+    # -- pmf ----------------------------------------------------------------------------
+    @overload
+    def logpmf(self, k: int) -> float: ...
+    @overload
+    def logpmf(self, k: object) -> float | FloatArray: ...
+    def logpmf(self, k: object) -> float | FloatArray:
+        r""":math:`-|k|/t + \log\tanh(1/(2t))`, with log tanh evaluated stably."""
+        t = self.scale
+        log_p0 = _log_tanh_half_inv(t)
+        scalar = _scalar_k(k)
+        if scalar is not None:
+            # CKS §4: p(k) = tanh(1/(2t)) e^{-|k|/t}
+            return -_to_float_or_inf(Fraction(abs(scalar)) / t) + log_p0
+        arr = _array_k(k)
+        if arr.dtype == object:
+            flat = [-_to_float_or_inf(Fraction(abs(int(v))) / t) + log_p0 for v in arr.ravel()]
+            return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
+        result: FloatArray = -np.abs(arr) / float(t) + log_p0
+        return result
 
-    Returns
-    -------
-    float
-        :math:`\varepsilon = \Delta/t` (rounded once from the exact rational).
+    @overload
+    def pmf(self, k: int) -> float: ...
+    @overload
+    def pmf(self, k: object) -> float | FloatArray: ...
+    def pmf(self, k: object) -> float | FloatArray:
+        r""":math:`\tanh(1/(2t))\,e^{-|k|/t}`; the exponent is exact for a scalar ``k``.
 
-    Raises
-    ------
-    TypeError
-        If an argument has the wrong type.
-    ValueError
-        If ``scale`` is out of range or ``sensitivity`` is not an integer ``>= 1``.
+        For arrays this is ``exp`` of :meth:`logpmf` (a few ulps times :math:`\max(1, |k|/t)`).
+        """
+        t = self.scale
+        scalar = _scalar_k(k)
+        if scalar is not None:
+            # CKS §4: p(k) = tanh(1/(2t)) e^{-|k|/t}, exponent kept exact
+            return _scaled(Fraction(abs(scalar)) / t, math.exp(_log_tanh_half_inv(t)))
+        result: FloatArray = np.exp(self.logpmf(k))
+        return result
 
-    Notes
-    -----
-    The privacy loss of (DL(0), DL(Δ)) is bounded by Δ/t in absolute value, so
-    the mechanism is (Δ/t, 0)-DP (and (Δ/t)²/2-zCDP).
+    # -- tails --------------------------------------------------------------------------
+    def sf(self, k: object) -> float | FloatArray:
+        r""":math:`P[X > k]`: :math:`e^{-(k+1)/t}/(1 + e^{-1/t})` for :math:`k \ge 0` (CKS §4).
 
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), §4.
+        For :math:`k < 0`, :math:`1 - P[X > -k-1]` (symmetry). The exponent is exact.
 
-    Examples
-    --------
-    >>> discrete_laplace_epsilon(4, 2)
-    0.5
-    """
-    t = _check_param("scale", scale)
-    return float(Fraction(_check_sensitivity(sensitivity)) / t)
+        Examples
+        --------
+        >>> DiscreteLaplaceDistribution(1).sf([-1, 0, 30])
+        array([7.31058579e-01, 2.68941421e-01, 2.51665242e-14])
+        """
+        t = self.scale
+        return _apply_int(k, lambda v: _laplace_tail(v + 1, t))
 
+    def logsf(self, k: object) -> float | FloatArray:
+        r""":math:`\log P[X > k]` (see :meth:`sf`), finite far beyond float underflow."""
+        t = self.scale
+        return _apply_int(k, lambda v: _laplace_log_tail(v + 1, t))
 
-def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
-    r"""Exact (tight) δ(ε) of the discrete Laplace mechanism with scale :math:`t`.
+    def cdf(self, k: object) -> float | FloatArray:
+        r""":math:`P[X \le k] = P[X \ge -k]` (symmetry)."""
+        t = self.scale
+        return _apply_int(k, lambda v: _laplace_tail(-v, t))
 
-    Parameters
-    ----------
-    scale : int, float, Fraction or str
-        The scale :math:`t`, an exact rational in ``[1e-12, 1e300]``.
-    epsilon : float
-        :math:`\varepsilon \ge 0`, finite (used with its exact binary value).
-    sensitivity : int, optional
-        The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+    def logcdf(self, k: object) -> float | FloatArray:
+        r""":math:`\log P[X \le k]` (see :meth:`cdf`)."""
+        t = self.scale
+        return _apply_int(k, lambda v: _laplace_log_tail(-v, t))
 
-    Returns
-    -------
-    float
-        The smallest δ such that adding discrete Laplace noise to an integer
-        query of sensitivity Δ is (ε, δ)-DP; 0.0 for :math:`\varepsilon \ge \Delta/t`.
+    # -- moments ------------------------------------------------------------------------
+    def mean(self) -> float:
+        """0.0: the distribution is symmetric about 0."""
+        return 0.0
 
-    Raises
-    ------
-    TypeError
-        If an argument has the wrong type.
-    ValueError
-        If ``scale`` is out of range, ``epsilon`` is negative or not finite, or
-        ``sensitivity`` is not an integer ``>= 1``.
+    def var(self) -> float:
+        r""":math:`2e^{-1/t}/(1 - e^{-1/t})^2` (CKS §4), about :math:`2t^2` for large t.
 
-    Notes
-    -----
-    For the pair :math:`P = DL(0, t)`, :math:`Q = DL(\Delta, t)` the privacy loss
-    :math:`L(y) = (|y-\Delta| - |y|)/t` is :math:`\Delta/t` for :math:`y \le 0`,
-    :math:`(\Delta - 2y)/t` for :math:`0 < y < \Delta` and :math:`-\Delta/t` for
-    :math:`y \ge \Delta`. With :math:`a = \Delta/t - \varepsilon > 0`,
-    :math:`r = 1/t`, :math:`q = e^{-r}` and :math:`Y_1 = \lceil a t/2\rceil - 1`
-    (the largest :math:`y` with :math:`L(y) > \varepsilon`), summing
-    :math:`\max(0, P(y) - e^\varepsilon Q(y))` (CKS Lemma 9) as geometric series gives
+        ``expm1`` gives :math:`1 - e^{-1/t}` accurately (log space beyond
+        :math:`t = 10^{150}`); ``inf`` past the float range (:math:`t \gtrsim 9.5\times10^{153}`).
 
-    .. math:: \delta(1 + q) = 1 + q - q^{Y_1+1} - e^{-(a - Y_1 r)}
-       = (1 - e^{-\alpha})(1 - e^{-\beta}) + q\,(1 - e^{-a}),
+        Examples
+        --------
+        >>> DiscreteLaplaceDistribution(1).var()
+        1.84134718842
+        >>> DiscreteLaplaceDistribution(10**6).var()  # 2 t^2 - 1/6
+        1999999999999.83
+        """
+        r = 1.0 / float(self.scale)
+        one_minus_q = -math.expm1(-r)
+        if one_minus_q > 1e-150:
+            # CKS §4: Var = 2 e^{-1/t} / (1 - e^{-1/t})²
+            return 2.0 * math.exp(-r) / (one_minus_q * one_minus_q)
+        # same formula in log space (t > 1e150: the square would underflow)
+        return _exp(math.log(2.0) - r - 2.0 * math.log(one_minus_q))
 
-    with :math:`\alpha = (Y_1+1) r`, :math:`\beta = a - Y_1 r`
-    (:math:`\alpha + \beta = a + r`). Both terms are non-negative and computed
-    with ``expm1``, so δ has full relative accuracy. The reverse pair gives the
-    same δ by symmetry.
+    def std(self) -> float:
+        """The standard deviation, ``sqrt(var())``."""
+        return math.sqrt(self.var())
 
-    References
-    ----------
-    .. [1] Canonne, Kamath, Steinke (2020), §4 and Lemma 9.
+    # -- sampling -----------------------------------------------------------------------
+    def rvs(
+        self, size: int | tuple[int, ...] | None = None, *, rng: RandomSource | None = None
+    ) -> int | NDArray[np.int64] | NDArray[np.object_]:
+        """Exact draws (CKS §5 Alg 2, :func:`gaussdp.sampling.discrete_laplace`); as
+        :meth:`DiscreteGaussianDistribution.rvs` (Python ints when ``scale > 2**40``).
 
-    Examples
-    --------
-    >>> discrete_laplace_delta(1, 0.5)
-    0.287649136645
-    >>> discrete_laplace_delta(1, 1.0)
-    0.0
-    """
-    t = _check_param("scale", scale)
-    eps = Fraction(check_epsilon("epsilon", epsilon))
-    delta_sens = _check_sensitivity(sensitivity)
-    gap = Fraction(delta_sens) / t - eps  # a = Δ/t - ε
-    if gap <= 0:
-        return 0.0  # (Δ/t, 0)-DP
-    y1 = math.ceil(gap * t / 2) - 1
-    r = 1.0 / float(t)
-    alpha = float((y1 + 1) / t)
-    beta = float(gap - Fraction(y1) / t)
-    # δ(1+q) = (1-e^{-α})(1-e^{-β}) + q(1-e^{-a})  (derived above from CKS Lemma 9)
-    num = math.expm1(-alpha) * math.expm1(-beta) - math.exp(-r) * math.expm1(-float(gap))
-    return num / (1.0 + math.exp(-r))
+        Examples
+        --------
+        >>> from gaussdp.random import ChaCha20Random
+        >>> DiscreteLaplaceDistribution("5/2").rvs(6, rng=ChaCha20Random(0))
+        array([ 0,  0,  0, -3, -2,  2])
+        """
+        draw = sample_discrete_laplace(self.scale, () if size is None else size, rng=rng)
+        return int(draw[()]) if size is None else draw
+
+    # -- privacy ------------------------------------------------------------------------
+    def epsilon(self, sensitivity: object = 1) -> float:
+        r"""Pure-DP :math:`\varepsilon = \Delta/t` of adding this noise (rounded once).
+
+        The privacy loss of (DL(0), DL(Δ)) is bounded by Δ/t in absolute value, so the
+        mechanism is (Δ/t, 0)-DP (CKS §4). ``sensitivity`` is an integer :math:`\ge 1`.
+
+        Examples
+        --------
+        >>> DiscreteLaplaceDistribution(4).epsilon(2)
+        0.5
+        """
+        return float(Fraction(_check_sensitivity(sensitivity)) / self.scale)
+
+    def delta(self, epsilon: object, sensitivity: object = 1) -> float:
+        r"""Exact (tight) δ(ε) of adding this noise to an integer query; 0 for ε ≥ Δ/t.
+
+        Parameters
+        ----------
+        epsilon : float
+            :math:`\varepsilon \ge 0`, finite (used with its exact binary value).
+        sensitivity : int, optional
+            The sensitivity :math:`\Delta`, an integer :math:`\ge 1` (default 1).
+
+        Raises
+        ------
+        TypeError
+            If an argument has the wrong type.
+        ValueError
+            If ``epsilon`` is negative or not finite, or ``sensitivity`` is not an
+            integer ``>= 1``.
+
+        Notes
+        -----
+        For :math:`P = DL(0, t)`, :math:`Q = DL(\Delta, t)` the privacy loss
+        :math:`L(y) = (|y-\Delta| - |y|)/t` is :math:`\Delta/t` for :math:`y \le 0`,
+        :math:`(\Delta - 2y)/t` for :math:`0 < y < \Delta` and :math:`-\Delta/t` for
+        :math:`y \ge \Delta`. With :math:`a = \Delta/t - \varepsilon > 0`,
+        :math:`r = 1/t`, :math:`q = e^{-r}` and :math:`Y_1 = \lceil a t/2\rceil - 1`
+        (the largest :math:`y` with :math:`L(y) > \varepsilon`), summing
+        :math:`\max(0, P(y) - e^\varepsilon Q(y))` (CKS Lemma 9) as geometric series gives
+
+        .. math:: \delta(1 + q) = 1 + q - q^{Y_1+1} - e^{-(a - Y_1 r)}
+           = (1 - e^{-\alpha})(1 - e^{-\beta}) + q\,(1 - e^{-a}),
+
+        with :math:`\alpha = (Y_1+1) r`, :math:`\beta = a - Y_1 r`. Both terms are
+        non-negative and computed with ``expm1``, so δ has full relative accuracy.
+        The reverse pair gives the same δ by symmetry.
+
+        Examples
+        --------
+        >>> DiscreteLaplaceDistribution(1).delta(0.5)
+        0.287649136645
+        >>> DiscreteLaplaceDistribution(1).delta(1.0)
+        0.0
+        """
+        t = self.scale
+        eps = Fraction(check_epsilon("epsilon", epsilon))
+        sens = _check_sensitivity(sensitivity)
+        gap = Fraction(sens) / t - eps  # a = Δ/t - ε
+        if gap <= 0:
+            return 0.0  # (Δ/t, 0)-DP
+        y1 = math.ceil(gap * t / 2) - 1
+        r = 1.0 / float(t)
+        alpha = float((y1 + 1) / t)
+        beta = float(gap - Fraction(y1) / t)
+        # δ(1+q) = (1-e^{-α})(1-e^{-β}) + q(1-e^{-a})  (derived above from CKS Lemma 9)
+        num = math.expm1(-alpha) * math.expm1(-beta) - math.exp(-r) * math.expm1(-float(gap))
+        return num / (1.0 + math.exp(-r))

@@ -73,7 +73,7 @@ from gaussdp._validation import (
     check_probability,
 )
 from gaussdp.errors import invalid
-from gaussdp.privacy.discrete import discrete_gaussian_delta, discrete_gaussian_sf
+from gaussdp.privacy.discrete import DiscreteGaussianDistribution
 from gaussdp.privacy.gdp import gdp_tradeoff, mia_advantage
 from gaussdp.privacy.zcdp import zcdp_delta
 
@@ -289,15 +289,16 @@ class TradeoffCurve:
         ks = np.arange(half + delta_int, -half - 1, -1)  # thresholds, α increasing
         # Reject {y ≥ k}: α_k = P_0[Y ≥ k] = sf(k − 1); β_k = P_Δ[Y < k] = P_0[Y ≤ k − Δ − 1]
         # = sf(Δ − k) by the symmetry of N_Z(0, σ²).
-        alphas = np.asarray(discrete_gaussian_sf(ks - 1, s2), dtype=np.float64)
-        betas = np.asarray(discrete_gaussian_sf(delta_int - ks, s2), dtype=np.float64)
+        noise = DiscreteGaussianDistribution(s2)
+        alphas = np.asarray(noise.sf(ks - 1), dtype=np.float64)
+        betas = np.asarray(noise.sf(delta_int - ks), dtype=np.float64)
         alphas = np.concatenate([[0.0], alphas, [1.0]])
         betas = np.concatenate([[1.0], betas, [0.0]])
 
         def f(a: FloatArray) -> FloatArray:
             return np.asarray(np.interp(a, alphas, betas), dtype=np.float64)
 
-        adv = discrete_gaussian_delta(s2, 0.0, delta_int)  # CKS Thm 7 at ε = 0: TV distance
+        adv = noise.delta(0.0, delta_int)  # CKS Thm 7 at ε = 0: TV distance
         return cls(f"discrete Gaussian σ²={s2}, Δ={delta_int}", True, adv, f, f)
 
     @classmethod

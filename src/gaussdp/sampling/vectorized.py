@@ -288,6 +288,7 @@ class _HugeScale:
         self.t = t
         self.shift = t.bit_length() - _HUGE_TAU_BITS
         self.tau = Fraction(t, 1 << self.shift)
+        self.tau_f = float(self.tau)
         self.low_words = -(-self.shift // 64)
         self.drop = 64 * self.low_words - self.shift  # unused low bits of the last word
         self.limbs = self.low_words + 1  # 64-bit limbs of X = (G << shift) | Lo
@@ -609,6 +610,49 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
     return out
 
 
+def _gaussian_huge_few(
+    plan: _GaussianPlan, huge: _HugeScale, n: int, need: int, rng: RandomSource
+) -> list[int]:
+    """:func:`_gaussian_huge` on ``n`` candidates, one at a time, stopping after ``need``.
+
+    The same words in the same layout and the same decisions (§2.3, §4.1), on Python
+    ints and floats; the outputs are Python ints.
+    """
+    words = _word_list(rng, n * (2 + huge.low_words))
+    out: list[int] = []
+    for i in range(n):
+        w = words[i]
+        negative = w & 1
+        g = _geometric_one(w >> 12, 52, huge.tau, huge.tau_f, rng)
+        low_words = words[2 * n + i :: n]
+        lo = 0
+        for word in low_words:
+            lo = (lo << 64) | word
+        lo >>= huge.drop
+        m_lo, m_acc = words[n + i] >> 32, words[n + i] & 0xFFFFFFFF
+        if m_lo >= huge.lo_accept - 1:  # U'' did not accept Lo unseen: _finish_low
+            accepted_lo = LazyUniform(m_lo, 32, rng).below_exp_neg(Fraction(lo, huge.t))
+            while not accepted_lo:
+                lo = rng.randbits(huge.shift)
+                accepted_lo = LazyUniform(0, 0, rng).below_exp_neg(Fraction(lo, huge.t))
+        if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        magnitude = (g << huge.shift) | lo
+        accepted: bool | None = None
+        if g < 2**52:  # CKS Alg 3 acceptance, _gaussian_huge's float operations in order
+            d = (lo >> (huge.shift - huge.frac_bits)) * 2.0**-huge.frac_bits
+            d += g
+            d -= huge.c_units_f
+            accepted = _accept_one(d * d * huge.k_f, m_acc, 32)
+        if accepted is None:  # undecided, or the float of G is not exact: decide exactly
+            accepted = LazyUniform(m_acc, 32, rng).below_exp_neg(plan.gamma(magnitude))
+        if accepted:
+            out.append(-magnitude if negative else magnitude)
+            if len(out) == need:
+                break
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Big path (§2.3)
 # ---------------------------------------------------------------------------
@@ -811,6 +855,7 @@ class _Drawer:
     empty: Callable[[int], npt.NDArray[np.generic]]  # the output buffer of n rows
     finish: Callable[[npt.NDArray[np.generic], tuple[int, ...], BigInts], Output]
     few: Few | None  # the one-candidate-at-a-time path for a few outputs (§4.1)
+    few_ints: bool = False  # the few path gives Python ints (an object array)
 
 
 def _empty_values(dtype: type) -> Callable[[int], npt.NDArray[np.generic]]:
@@ -854,7 +899,8 @@ def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
         plan.acceptance,
         lambda n: np.empty((n, 1 + huge.limbs), dtype=np.uint64),
         functools.partial(_finish_limbs, plan),
-        None,
+        lambda m, need: _gaussian_huge_few(plan, huge, m, need, source),
+        not plan.int64,
     )
 
 
@@ -874,7 +920,7 @@ def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
     return _Drawer(lambda m: _laplace_big(big, m, source), plan.acceptance, empty, _reshaped, None)
 
 
-def _draw_few(few: Few, n: int, acceptance: float) -> IntArray:
+def _draw_few(few: Few, n: int, acceptance: float, ints: bool) -> IntArray | ObjectArray:
     """:func:`_draw` without fixed work, one candidate at a time (§4.1).
 
     The blocks of candidates are those :func:`_draw` would draw; each stops once the
@@ -884,7 +930,11 @@ def _draw_few(few: Few, n: int, acceptance: float) -> IntArray:
     while len(out) < n:
         want = math.ceil((n - len(out)) / acceptance * 1.02) + 16
         out += few(min(want, _CHUNK), n - len(out))
-    return np.array(out, dtype=np.int64)
+    if not ints:
+        return np.array(out, dtype=np.int64)
+    values = np.empty(n, dtype=object)
+    values[:] = out
+    return values
 
 
 Plan = _GaussianPlan | _LaplacePlan
@@ -936,7 +986,12 @@ def _sample(
         return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
     draw = drawer(plan, source)
     if draw.few is not None and work is None and n <= _FEW_MAX:
-        return _draw_few(draw.few, n, draw.acceptance).reshape(shape)
+        values = _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
+        if draw.few_ints and big_ints == "limbs":
+            assert isinstance(plan, _GaussianPlan)
+            assert plan.huge is not None  # few_ints: the huge Gaussian path
+            return BigIntArray._from_ints(values, plan.huge.limbs)
+        return values
     return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
 
 
