@@ -134,7 +134,7 @@ def test_unknown_event_type_is_refused_and_nothing_spent(tmp_path: Path) -> None
     path = tmp_path / "b.db"
     ledger = Ledger(path, total=Budget(rho=1.0))
     ledger.charge(TENTH, label="ok")
-    text = event_to_json(TENTH).replace('"Gaussian"', '"ExponentialMechanism"')
+    text = event_to_json(TENTH).replace('"Gaussian"', '"FutureMechanism"')
     with sqlite3.connect(path) as con:
         con.execute(
             "INSERT INTO entries (status, event, label, who, reserved_at)"
