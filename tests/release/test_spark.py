@@ -122,8 +122,9 @@ def test_cli_release_on_spark(spark: Any, tmp_path: Path) -> None:
 def test_new_statistics_agree_on_duckdb_and_spark(spark: Any, tmp_path: Path) -> None:
     """Variance, quantile trees, distinct units and per-query L0/L∞: the same pre-noise rows.
 
-    Every L0 is at least the 3 pages (the engines' hashes differ, so the L0 choice
-    would differ when a unit has more groups than L0; see ``build``)."""
+    Every L0 is at least the 3 pages, and the trees' L∞ exceeds every unit's rows (the
+    engines' hashes differ, so the L0 choice and a tree's systematic sample would
+    differ when a unit has more groups than L0 or more rows than L∞; see ``build``)."""
     rows = make_rows(n=300)
     table = arrow_table([r for r in rows if r["minutes"] is None or r["minutes"] == r["minutes"]])
     path = tmp_path / "stats.parquet"
@@ -141,8 +142,16 @@ def test_new_statistics_agree_on_duckdb_and_spark(spark: Any, tmp_path: Path) ->
             )
             .variance("minutes", bounds=(-5, 100), by="page", max_rows_per_group=3)
             .distinct_units(by="page", keys=["a", "b", "c"], max_groups_per_unit=4)
-            .quantile("minutes", [0.5], bounds=(0, 100), by="page", resolution=16, branching=2)
-            .median("minutes", bounds=(0, 100), max_rows_per_group=5)
+            .quantile(
+                "minutes",
+                [0.5],
+                bounds=(0, 100),
+                by="page",
+                resolution=16,
+                branching=2,
+                max_rows_per_group=50,
+            )
+            .median("minutes", bounds=(0, 100), max_rows_per_group=50)
         )
 
     from gaussdp.random import ChaCha20Random

@@ -401,3 +401,60 @@ def test_tree_keeps_linf_rows_by_systematic_sampling() -> None:
     frac = share - np.floor(share)
     mean = np.mean(kept, axis=0)
     assert np.all(np.abs(mean - share) <= 5 * np.sqrt(frac * (1 - frac) / 20) + 1e-12)
+
+
+def test_cli_releases_the_example_spec() -> None:
+    """``gaussdp release examples/visits_stats.toml``: distinct users, std, quartiles."""
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from gaussdp.cli.release import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """gaussdp (test app)."""
+
+    register(app)
+    examples = Path(__file__).parents[2] / "examples"
+    spec, data = examples / "visits_stats.toml", examples / "visits.csv"
+    r = CliRunner().invoke(app, ["release", str(spec), "--data", str(data), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["report"]["epsilon"] <= 1.0
+    parts = [(c["query"], c["part"]) for c in out["report"]["costs"]]
+    assert ("quantile(minutes)", "tree") in parts
+    assert ("std(minutes)", "sum of squares") in parts
+    rows = out["results"] if "results" in out else out["frame"]
+    quartiles = [row["value"] for row in rows if row["statistic"].startswith("quantile")]
+    assert quartiles == sorted(quartiles)
+    assert len(quartiles) == 3
+
+
+def test_empty_table_gets_noise_for_the_new_statistics() -> None:
+    empty = pd.DataFrame(
+        {"u": pd.Series([], dtype="int64"), "p": pd.Series([], dtype="str"),
+         "m": pd.Series([], dtype="float64")}
+    )  # fmt: skip
+    frame = (
+        Release(empty, privacy_unit="u", budget=BUDGET, max_groups_per_unit=1,
+                max_rows_per_group=1)
+        .variance("m", bounds=(0, 10), by="p", keys=["x"])
+        .quantile("m", [0.5], bounds=(0, 10), by="p", keys=["x", "y"], resolution=16)
+        .median("m", bounds=(0, 10))
+        .quantile("m", [0.5], bounds=(0, 10), by="p")
+        .distinct_units(by="p", keys=["x"])
+        .run(rng=ChaCha20Random(0))
+        .frame
+    )  # fmt: skip
+    assert list(frame["statistic"]) == [
+        "variance(m)",
+        "quantile(m, 0.5)",
+        "quantile(m, 0.5)",
+        "quantile(m, 0.5)",
+        "distinct_units",
+    ]
+    assert frame["value"].between(0, 100).all()

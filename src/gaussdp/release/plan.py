@@ -24,6 +24,17 @@ Sensitivities (add/remove one privacy unit, REFERENCE §1), with L0 =
   adds ≤ √d/2, so K = L∞·(C·(1 + 10⁻⁶)/γ + √d/2) + √d/2 (the factor absorbs
   float error in the clipping), and the L2 sensitivity is √L0·K.
 
+- distinct units: a unit is in at most L0 groups and counts once in each: √L0.
+- variance/std: three parts — valid count (√L0·L∞), centred sum (√L0·L∞·R)
+  and sum of squares (√L0·L∞·R², grid γ²) of the per-row grid integers
+  y ∈ [r_lo, r_hi], R = max(|r_lo|, |r_hi|) (:func:`_variance`).
+- quantile over a tree of D + 1 levels: √(L0·(D + 1))·L∞ over all its nodes
+  (a unit's bounded rows in a group are a non-negative leaf vector of total
+  ≤ L∞, :func:`gaussdp.release.sql.tree_sql`; per level its L2 norm is ≤ L∞).
+
+Each query may state its own L0/L∞ (:class:`~gaussdp.release.queries.Query`);
+groupings are split by them, so every part above uses its own query's.
+
 γ is the largest power of two ≤ (per-row bound)/256 — max(|lo|, |hi|) for a
 sum, C/√d per coordinate for a vector — so K·γ exceeds the continuous
 sensitivity by at most ~1/512 of it (≤ 0.4 % more variance).

@@ -51,7 +51,8 @@ def node_counts(leaves: _Array, branching: int) -> list[_Array]:
     levels = [leaves]
     while levels[0].shape[1] > 1:
         child = levels[0]
-        levels.insert(0, child.reshape(child.shape[0], -1, branching).sum(axis=2))
+        shape = (child.shape[0], child.shape[1] // branching, branching)
+        levels.insert(0, child.reshape(shape).sum(axis=2))
     return levels
 
 
@@ -74,12 +75,11 @@ def consistent_leaves(levels: list[_Array], branching: int) -> _Array:
     z = [np.asarray(level, dtype=np.float64) for level in levels]
     for level in range(depth - 1, -1, -1):  # bottom-up: heights 2 … D + 1
         i = depth - level + 1
-        children = z[level + 1].reshape(z[level].shape[0], -1, b).sum(axis=2)
+        children = z[level + 1].reshape((*z[level].shape, b)).sum(axis=2)
         z[level] = ((b**i - b ** (i - 1)) * z[level] + (b ** (i - 1) - 1) * children) / (b**i - 1)
     out = z[0]
     for level in range(1, depth + 1):  # top-down
-        groups = z[level].shape[0]
-        siblings = z[level].reshape(groups, -1, b).sum(axis=2)
+        siblings = z[level].reshape((*out.shape, b)).sum(axis=2)
         out = z[level] + np.repeat((out - siblings) / b, b, axis=1)
     return out
 
