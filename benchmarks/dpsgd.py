@@ -1,40 +1,50 @@
-"""Step time of DP-SGD: gaussdp against non-private training and Opacus, in one run.
+"""CPU and wall time per DP-SGD step: gaussdp against non-private training and Opacus.
 
-Run with ``python benchmarks/dpsgd.py [--batch 256] [--repeats 20]``. Needs the
+Run with ``python benchmarks/dpsgd.py [--batch 256] [--rounds 9]``. Needs the
 ``torch`` extra; Opacus (``bench`` extra) is measured if it is installed.
 
-For a small MLP (784-128-10, 101,770 parameters) and a small CNN (two 5x5
-convolutions and a linear layer on 28x28 inputs) it times one optimizer step on
-a fixed batch of random data:
+Three models, batch 256 of random data, SGD:
 
-- non-private: ``loss.backward(); optimizer.step()``;
-- gaussdp DP-SGD with its default secure noise (exact discrete Gaussian on a
-  lattice) and with ``noise="insecure-float"`` (``torch.normal``), i.e.
-  ``model.backward(x, y); optimizer.step()``, and the secure step in the PyTorch
-  idiom ``loss_fn(model(x), y).backward(); optimizer.step()``;
-- Opacus ``PrivacyEngine.make_private`` with ``grad_sample_mode`` "hooks" and
-  "ghost" (float noise; its ``secure_mode`` needs ``torchcsprng``, which has no
-  build for this torch).
+- an MLP (784-128-10, 101,770 parameters);
+- a small CNN (two 5x5 convolutions and a linear layer on 28x28 inputs, 18,378);
+- a one-layer transformer (token and position embeddings, LayerNorm, self-attention
+  with ``nn.Linear`` projections and ``F.scaled_dot_product_attention``, a
+  feed-forward block, mean pooling; 32 tokens of a 64-word vocabulary, width 64).
 
-Each figure is the median of ``--repeats`` timed steps after warm-up; the ratio
-columns divide by the non-private step and by gaussdp's secure step, and the line
-under each model gives what the secure noise adds over ``torch.normal`` noise per
-step (the MLP has 101,770 parameters: the "10^5 parameters" case). The secure
-noise of the next step is drawn by a worker process while the current step
-computes gradients (``SumNoiser(prefetch=...)``). A second table times the noise
-alone for 10^5 coordinates, releases back to back: ``torch.normal`` against
-gaussdp's secure path (lattice rounding, exact discrete Gaussian, conversion)
-drawn in the caller and drawn by the worker. Numbers are only comparable within
-one run on an otherwise idle machine.
+Methods: the non-private step (``loss.backward(); optimizer.step()``); gaussdp with
+its default secure noise (exact discrete Gaussian on a lattice, drawn by a worker
+process), as ``model.backward(x, y)`` and in the PyTorch idiom
+``loss_fn(model(x), y).backward()``, and with ``noise="insecure-float"``; Opacus 1.6
+with ``grad_sample_mode="ghost"`` (float noise), with ``secure_mode=True`` where
+``torchcsprng`` installs (it has no build for this torch), and with ``"hooks"`` if
+``--opacus-hooks`` is given.
+
+Each method takes ``--block`` steps in turn, for ``--rounds`` interleaved rounds
+(so that a change of load hits every method alike), after ``--warmup`` steps (35:
+gaussdp checks its batched path against the per-example one on calls 1, 2, 4, …,
+32 — later checks, at calls 64, 128, …, fall in one block per round at most and
+the medians leave them out). Per method and step: the median and the range over
+the rounds of the wall time and of the CPU time of every process involved — this
+process (all its threads) and its child processes (gaussdp's noise worker), read
+from ``time.process_time`` and ``/proc/<pid>/schedstat`` (Linux). A worker's CPU
+time is counted from the start of its method's block to the start of its next
+one, which includes the draw prefetched after the block's last step. Ratios:
+CPU per step over Opacus ghost's, wall time over the non-private step's.
+
+A second table times the noise alone for 10^5 coordinates, releases back to back:
+``torch.normal`` against gaussdp's secure path drawn in the caller and drawn by
+the worker. Numbers are only comparable within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -62,38 +72,110 @@ def cnn() -> nn.Module:
     )
 
 
+VOCAB, TOKENS, WIDTH, HEADS = 64, 32, 64, 4
+
+
+class Transformer(nn.Module):
+    """One pre-norm transformer layer over token ids, mean-pooled into 10 classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, WIDTH)
+        self.positions = nn.Embedding(TOKENS, WIDTH)
+        self.norm1 = nn.LayerNorm(WIDTH)
+        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
+        self.out = nn.Linear(WIDTH, WIDTH)
+        self.norm2 = nn.LayerNorm(WIDTH)
+        self.ff = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.ReLU(), nn.Linear(2 * WIDTH, WIDTH))
+        self.head = nn.Linear(WIDTH, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        batch, length = ids.shape
+        where = torch.arange(length, device=ids.device).repeat(batch, 1)
+        h = self.tokens(ids) + self.positions(where)
+        q, k, v = self.qkv(self.norm1(h)).chunk(3, dim=-1)
+        q, k, v = (t.reshape(batch, length, HEADS, -1).transpose(1, 2) for t in (q, k, v))
+        attended = nnf.scaled_dot_product_attention(q, k, v)
+        h = h + self.out(attended.transpose(1, 2).reshape(batch, length, WIDTH))
+        h = h + self.ff(self.norm2(h))
+        return self.head(h.mean(1))
+
+
+def data(name: str, batch: int, n: int) -> tuple[TensorDataset, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    if name == "transformer":
+        x = torch.randint(0, VOCAB, (n, TOKENS), generator=gen)
+    else:
+        x = torch.randn(n, 1, 28, 28, generator=gen)
+    y = torch.randint(0, 10, (n,), generator=gen)
+    return TensorDataset(x, y), x[:batch], y[:batch]
+
+
 Step = Callable[[], None]
 
 
-def median_time(step: Step, repeats: int, warmup: int = 3) -> float:
-    return round_robin([step], repeats, warmup)[0]
+def child_pids() -> set[int]:
+    """Process ids of this process's children (Linux; empty elsewhere)."""
+    me, found = os.getpid(), set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(entry))
+    return found
 
 
-def round_robin(steps: list[Step], repeats: int, warmup: int = 3, block: int = 5) -> list[float]:
-    """Median time per step of each method, timing blocks of ``block`` steps in turn.
+def cpu_of(pids: set[int]) -> float:
+    """CPU seconds the processes ``pids`` have run (``/proc/<pid>/schedstat``, ns)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue
+    return total / 1e9
 
-    Taking turns spreads load changes over all methods; blocks keep the background
-    noise draw of the secure path (prefetched one step ahead) from spilling much
-    into another method's timing.
-    """
-    for step in steps:
+
+@dataclass
+class Method:
+    name: str
+    step: Step
+    children: set[int] = field(default_factory=set)
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def measure(methods: list[Method], rounds: int, block: int, warmup: int) -> None:
+    """Interleaved rounds: each method takes ``block`` steps in turn (see the notes)."""
+    for method in methods:
+        before = child_pids()
         for _ in range(warmup):
-            step()
-    times: list[list[float]] = [[] for _ in steps]
-    for _ in range(max(1, repeats // block)):
-        for step, bucket in zip(steps, times, strict=True):
-            start = time.perf_counter()
+            method.step()
+        method.children = child_pids() - before
+    starts = [cpu_of(m.children) for m in methods]
+    own: list[float] = [0.0] * len(methods)
+    for _ in range(rounds + 1):
+        for i, method in enumerate(methods):
+            children = cpu_of(method.children)
+            if own[i]:  # the previous block's own CPU plus its worker's since then
+                method.cpu.append((own[i] + children - starts[i]) / block)
+            starts[i] = children
+            if len(method.wall) == rounds:
+                continue
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             for _ in range(block):
-                step()
-            bucket.append((time.perf_counter() - start) / block)
-    return [statistics.median(bucket) for bucket in times]
-
-
-def data(batch: int, n: int) -> tuple[TensorDataset, torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 1, 28, 28, generator=gen)
-    y = torch.randint(0, 10, (n,), generator=gen)
-    return TensorDataset(x, y), x[:batch], y[:batch]
+                method.step()
+            method.wall.append((time.perf_counter() - wall0) / block)
+            own[i] = time.process_time() - cpu0
 
 
 def nonprivate_step(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor) -> Step:
@@ -147,43 +229,60 @@ def opacus_step(
     dataset: TensorDataset,
     x: torch.Tensor,
     y: torch.Tensor,
-    mode: str = "hooks",
-) -> Step | None:
-    """One Opacus step (``grad_sample_mode`` "hooks" or "ghost"), or None without Opacus."""
+    mode: str = "ghost",
+    secure: bool = False,
+) -> Step | str:
+    """One Opacus step, or why there is none (not installed, or an error)."""
     try:
         from opacus import PrivacyEngine
     except ImportError:
-        return None
+        return "opacus not installed"
     model = make()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = PrivacyEngine()
-        made = engine.make_private(
-            module=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-            data_loader=DataLoader(dataset, batch_size=x.shape[0]),
-            criterion=nn.CrossEntropyLoss(),
-            noise_multiplier=1.0,
-            max_grad_norm=1.0,
-            grad_sample_mode=mode,
-        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine = PrivacyEngine(secure_mode=secure)
+            made = engine.make_private(
+                module=model,
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                data_loader=DataLoader(dataset, batch_size=x.shape[0]),
+                criterion=nn.CrossEntropyLoss(),
+                noise_multiplier=1.0,
+                max_grad_norm=1.0,
+                grad_sample_mode=mode,
+            )
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:60]}"
     if mode == "ghost":
         pmodel, opt, criterion, _ = made
-
-        def ghost_step() -> None:
-            opt.zero_grad()
-            criterion(pmodel(x), y).backward()
-            opt.step()
-
-        return ghost_step
-    pmodel, opt, _ = made
+    else:
+        (pmodel, opt, _), criterion = made, nn.CrossEntropyLoss()
 
     def step() -> None:
         opt.zero_grad()
-        nnf.cross_entropy(pmodel(x), y).backward()
+        criterion(pmodel(x), y).backward()
         opt.step()
 
+    try:
+        step()
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:60]}"
     return step
+
+
+def round_robin(steps: list[Step], repeats: int, warmup: int = 3, block: int = 5) -> list[float]:
+    """Median wall time per call of each function, timing blocks of ``block`` calls in turn."""
+    for step in steps:
+        for _ in range(warmup):
+            step()
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(max(1, repeats // block)):
+        for step, bucket in zip(steps, times, strict=True):
+            start = time.perf_counter()
+            for _ in range(block):
+                step()
+            bucket.append((time.perf_counter() - start) / block)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def noise_table(repeats: int) -> None:
@@ -222,7 +321,12 @@ def noise_table(repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--block", type=int, default=5, help="steps per method per round")
+    parser.add_argument("--warmup", type=int, default=35)
+    parser.add_argument("--models", default="MLP,CNN,transformer")
+    parser.add_argument("--opacus-hooks", action="store_true")
+    parser.add_argument("--no-noise-table", action="store_true")
     parser.add_argument(
         "--threads",
         type=int,
@@ -232,42 +336,55 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="Full backward hook")  # Opacus, every step
     torch.set_num_threads(args.threads)
-    dataset, x, y = data(args.batch, 4 * args.batch)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}")
-    header = f"{'model':<6}{'method':<28}{'ms/step':>10}{'x non-private':>15}{'x gaussdp':>11}"
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
+        f"{args.rounds} rounds of {args.block} steps per method; per step: median [min-max]"
+    )
+    header = (
+        f"{'model':<12}{'method':<30}{'CPU ms':>8}{'range':>15}{'wall ms':>9}{'range':>15}"
+        f"{'CPU/opacus':>11}{'wall/np':>9}"
+    )
     print(header)
-    for name, make in (("MLP", mlp), ("CNN", cnn)):
+    makers = {"MLP": mlp, "CNN": cnn, "transformer": Transformer}
+    for name in args.models.split(","):
+        make = makers[name]
         torch.manual_seed(0)
+        dataset, x, y = data(name, args.batch, 4 * args.batch)
         params = sum(p.numel() for p in make().parameters())
-        steps = [
-            nonprivate_step(make, x, y),
-            gaussdp_step(make, dataset, x, y, "secure"),
-            gaussdp_step(make, dataset, x, y, "insecure-float"),
-            gaussdp_step(make, dataset, x, y, "secure", idiom=True),
+        candidates: list[tuple[str, Step | str]] = [
+            ("non-private", nonprivate_step(make, x, y)),
+            ("gaussdp secure", gaussdp_step(make, dataset, x, y, "secure")),
+            ("gaussdp secure loss.backward", gaussdp_step(make, dataset, x, y, "secure", True)),
+            ("gaussdp insecure-float", gaussdp_step(make, dataset, x, y, "insecure-float")),
+            ("opacus ghost (float noise)", opacus_step(make, dataset, x, y)),
+            ("opacus ghost secure_mode", opacus_step(make, dataset, x, y, secure=True)),
         ]
-        opacus = opacus_step(make, dataset, x, y)
-        opacus_ghost = opacus_step(make, dataset, x, y, "ghost")
-        extra = [s for s in (opacus, opacus_ghost) if s is not None]
-        timed = round_robin(steps + extra, args.repeats)
-        base, secure = timed[0], timed[1]
-        rows = [
-            ("non-private", base),
-            ("gaussdp secure", secure),
-            ("gaussdp insecure-float", timed[2]),
-            ("gaussdp secure loss.backward", timed[3]),
-            ("opacus hooks (float noise)", timed[4] if opacus else None),
-            ("opacus ghost (float noise)", timed[5] if opacus_ghost else None),
-        ]
-        for method, t in rows:
-            if t is None:
-                print(f"{name:<6}{method:<28}{'absent':>10}")
+        if args.opacus_hooks:
+            candidates.append(
+                ("opacus hooks (float noise)", opacus_step(make, dataset, x, y, "hooks"))
+            )
+        methods = [Method(m, s) for m, s in candidates if not isinstance(s, str)]
+        measure(methods, args.rounds, args.block, args.warmup)
+        by_name = {m.name: m for m in methods}
+        base = statistics.median(by_name["non-private"].wall)
+        opacus = by_name.get("opacus ghost (float noise)")
+        ref = statistics.median(opacus.cpu) if opacus else None
+        for method_name, step in candidates:
+            if isinstance(step, str):
+                print(f"{name:<12}{method_name:<30}  absent ({step})")
                 continue
-            print(f"{name:<6}{method:<28}{t * 1e3:>10.2f}{t / base:>15.2f}{t / secure:>11.2f}")
-        print(
-            f"{'':<6}({params} parameters; secure noise adds "
-            f"{(secure / timed[2] - 1) * 100:+.1f}% over torch.normal noise per step)"
-        )
-    noise_table(args.repeats)
+            m = by_name[method_name]
+            cpu, wall = statistics.median(m.cpu), statistics.median(m.wall)
+            ratio = f"{cpu / ref:>11.2f}" if ref else f"{'-':>11}"
+            print(
+                f"{name:<12}{method_name:<30}{cpu * 1e3:>8.2f}"
+                f"{f'[{min(m.cpu) * 1e3:.2f}-{max(m.cpu) * 1e3:.2f}]':>15}"
+                f"{wall * 1e3:>9.2f}{f'[{min(m.wall) * 1e3:.2f}-{max(m.wall) * 1e3:.2f}]':>15}"
+                f"{ratio}{wall / base:>9.2f}"
+            )
+        print(f"{'':<12}({params} parameters)")
+    if not args.no_noise_table:
+        noise_table(10 * args.rounds)
 
 
 if __name__ == "__main__":

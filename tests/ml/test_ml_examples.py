@@ -1,0 +1,70 @@
+"""examples/dpsgd_digits_cnn.py and examples/dpsgd_transformer.py run (small sizes) and meet ε."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _spent(output: str) -> tuple[float, float]:
+    match = re.search(r"epsilon spent ([0-9.]+) \(target ([0-9.]+)\)", output)
+    assert match is not None, output
+    return float(match.group(1)), float(match.group(2))
+
+
+def _run(module: ModuleType, argv: list[str]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            # a small dataset: delta is not below 1/len(dataset)
+            warnings.filterwarnings("ignore", message="delta=.* is not below 1/len")
+            module.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_cnn_on_digits_runs_and_spends_at_most_its_target(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _run(_load("dpsgd_digits_cnn"), ["--epochs", "1", "--epsilon", "2"])
+    out = capsys.readouterr().out
+    spent, target = _spent(out)
+    assert target == 2.0
+    assert 1.5 < spent <= 2.0
+    assert "non-private test accuracy" in out
+
+
+def test_transformer_runs_and_spends_at_most_its_target(capsys: pytest.CaptureFixture[str]) -> None:
+    example = _load("dpsgd_transformer")
+    _run(example, ["--examples", "300", "--epochs", "1", "--batch-size", "50"])
+    spent, target = _spent(capsys.readouterr().out)
+    assert 2.0 < spent <= target == 3.0
+
+
+def test_transformer_task_labels_the_most_frequent_marker() -> None:
+    example = _load("dpsgd_transformer")
+    tokens, labels = example.synthetic(200, seed=5).tensors
+    counts = torch.stack([(tokens == m + 1).sum(1) for m in range(example.MARKERS)], 1)
+    assert bool((counts.argmax(1) == labels).all())
+    # Distinct counts in 1..5: no ties, every marker present.
+    assert bool((counts >= 1).all())
+    assert bool((counts.sort(1).values.diff(dim=1) > 0).all())
