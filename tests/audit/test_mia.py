@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,11 +17,14 @@ import torch  # noqa: E402
 from gaussdp.audit.mia import (  # noqa: E402
     confidence_logits,
     lira_scores,
+    lira_scores_each,
     loss_scores,
     roc,
     train_classifier,
 )
 from gaussdp.privacy.tradeoff import TradeoffCurve  # noqa: E402
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mia_digits.py"
 
 
 def test_roc_of_perfect_random_and_tied_scores() -> None:
@@ -87,3 +94,44 @@ def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
     ):
         result = roc("attack", scores, members)
         assert result.violations(target.curve) == []
+
+
+def test_lira_scores_each_is_lira_against_the_other_models() -> None:
+    rng = np.random.default_rng(3)
+    inside = rng.random((4, 50)) < 0.5
+    phi = rng.normal(0, 1, (4, 50)) + inside
+    each = lira_scores_each(phi, inside)
+    for k in range(4):
+        others = [j for j in range(4) if j != k]
+        assert np.array_equal(each[k], lira_scores(phi[k], phi[others], inside[others]))
+    with pytest.raises(ValueError, match="at least 3 models"):
+        lira_scores_each(phi[:2], inside[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_mia_example_at_small_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # examples/mia_digits.py's run() on 200 digits and 3 models per setting (the
+    # documented run is 1,797 digits and 9 models): the pooled ROC covers every
+    # (model, example) pair, and the ε = 1 models stay under their bound.
+    spec = importlib.util.spec_from_file_location("mia_digits", EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mia_digits", example)  # its dataclass looks itself up
+    spec.loader.exec_module(example)
+    rows = example.run(
+        population=200, models=3, epochs=1, epochs_nonprivate=5, batch_size=20, settings=(1.0, None)
+    )
+    assert [(r.setting, r.result.attack.split(",")[0]) for r in rows] == [
+        ("ε = 1", "loss"),
+        ("ε = 1", "LiRA"),
+        ("no DP", "loss"),
+        ("no DP", "LiRA"),
+    ]
+    for row in rows:
+        assert row.result.positives + row.result.negatives == 3 * 200
+        assert row.curve is rows[0].curve  # the non-private models are held to the ε = 1 bound
+    assert all(r.violations == 0 and r.violations_each == 0 for r in rows[:2])
+    assert rows[0].epsilon is not None
+    assert rows[0].epsilon <= 1.0 + 1e-3

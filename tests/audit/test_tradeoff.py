@@ -16,6 +16,7 @@ import pytest
 
 from gaussdp.accounting import (
     GDPAccountant,
+    LossMasses,
     PLDAccountant,
     PrivacyLossDistribution,
     RDPAccountant,
@@ -165,3 +166,19 @@ def test_bad_arguments_are_refused() -> None:
         explain(TradeoffCurve.from_gdp(1.0), fpr=0.0)
     with pytest.raises(ValueError, match="epsilons must be"):
         TradeoffCurve.from_profile(lambda e: 0.0, epsilons=[-1.0])
+
+
+def test_pld_loss_masses_accessor() -> None:
+    # The public view of one discretised side: for N(0, σ²) vs N(1, σ²) the loss is
+    # N(μ²/2, μ²) under P with μ = 1/σ, so its masses sum to 1 and their mean is μ²/2.
+    pld = PrivacyLossDistribution.from_gaussian(2.0)
+    for upper in (True, False):
+        for remove in (True, False):
+            side = pld.loss_masses(upper=upper, remove=remove)
+            assert isinstance(side, LossMasses)
+            assert side.upper is upper
+            assert side.losses.shape == side.masses.shape
+            assert float(side.masses.sum()) + side.inf_mass == pytest.approx(1.0, abs=1e-9)
+            mean = float(np.sum(side.losses * side.masses))
+            assert mean == pytest.approx(0.125, abs=2e-4)  # μ²/2 = 1/8, within the grid step
+            assert side.allowance >= 0.0

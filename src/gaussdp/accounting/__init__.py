@@ -19,7 +19,7 @@ from gaussdp.accounting.accountants import (
     UnsupportedEventError,
     ZCDPAccountant,
 )
-from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
+from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses
 from gaussdp.accounting.calibration import calibrate_noise, calibrate_noise_multiplier
 from gaussdp.accounting.compare import MechanismComparison, compare_discrete_mechanisms
 from gaussdp.accounting.events import (
@@ -57,6 +57,7 @@ __all__ = [
     "FallbackAccountant",
     "GDPAccountant",
     "LatticeNoise",
+    "LossMasses",
     "MechanismComparison",
     "PLDAccountant",
     "PartitionSelection",

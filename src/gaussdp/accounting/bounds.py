@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DeltaBounds", "EpsilonBounds"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DeltaBounds", "EpsilonBounds", "LossMasses"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +68,22 @@ class DeltaBounds:
 
     def __float__(self) -> float:
         return self.upper
+
+
+@dataclass(frozen=True, slots=True)
+class LossMasses:
+    """One discretised privacy loss distribution: mass ``masses[j]`` at loss ``losses[j]``.
+
+    Returned by :meth:`gaussdp.accounting.PrivacyLossDistribution.loss_masses`. The
+    loss L = ln(dP/dQ) is in nats, under P (the first dataset of the neighbouring
+    direction); ``inf_mass`` is P's mass at L = +∞. ``upper`` says which side: the
+    pessimistic (certified) discretisation, whose pair dominates the true one, or
+    the optimistic one. ``allowance`` is the side's additive δ allowance (round-off,
+    wrapped mass): added to every δ of the upper side, subtracted on the lower side.
+    """
+
+    losses: npt.NDArray[np.float64]
+    masses: npt.NDArray[np.float64]
+    inf_mass: float
+    allowance: float
+    upper: bool

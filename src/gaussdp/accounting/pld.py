@@ -87,7 +87,7 @@ from gaussdp.accounting._roundoff import (
     power_error,
     propagated_power_error,
 )
-from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
+from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses
 from gaussdp.errors import invalid
 from gaussdp.privacy import DiscreteGaussianDistribution
 
@@ -1501,6 +1501,15 @@ class PrivacyLossDistribution:
             pmf.probs.size
             for pmf in (self.upper_remove, self.upper_add, self.lower_remove, self.lower_add)
         )
+
+    def loss_masses(self, *, upper: bool, remove: bool) -> LossMasses:
+        """The discretised losses and masses of one side (``upper``: the certified one)
+        and one neighbouring direction (``remove`` or add), with its δ allowance."""
+        if upper:
+            pmf = self.upper_remove if remove else self.upper_add
+        else:
+            pmf = self.lower_remove if remove else self.lower_add
+        return LossMasses(pmf.losses, pmf.probs, pmf.inf_mass, pmf.allowance, pmf.upper)
 
     def without_allowances(self) -> PrivacyLossDistribution:
         """The same PLD with its additive δ allowances (round-off, wrapped mass) set to 0

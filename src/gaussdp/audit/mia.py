@@ -50,6 +50,7 @@ __all__ = [
     "TrainedModel",
     "confidence_logits",
     "lira_scores",
+    "lira_scores_each",
     "loss_scores",
     "roc",
     "train_classifier",
@@ -188,6 +189,28 @@ def lira_scores(
     log_in = -0.5 * ((t - mu_in) / sd_in) ** 2 - math.log(sd_in)
     log_out = -0.5 * ((t - mu_out) / sd_out) ** 2 - math.log(sd_out)
     return np.asarray(log_in - log_out, dtype=np.float64)
+
+
+def lira_scores_each(logits: FloatArray, members: BoolArray) -> FloatArray:
+    r"""LiRA scores with every model in turn as the target and the others as its shadows.
+
+    ``logits[k]`` is model k's φ on every example and ``members[k]`` its training
+    set (rows: K ≥ 3 models, each trained on an independent random half). Row k of
+    the result is :func:`lira_scores` of model k against the other K − 1 models.
+    Pooling the K rows (with ``members`` as the truth) evaluates the attack on K
+    targets at the cost of K trainings (Carlini et al. 2022 evaluate LiRA this way).
+    """
+    phi = np.asarray(logits, dtype=np.float64)
+    inside = np.asarray(members, dtype=bool)
+    if phi.ndim != 2 or phi.shape != inside.shape or phi.shape[0] < 3:
+        raise ValueError(
+            invalid("logits", "a (models, examples) array of at least 3 models", phi.shape)
+        )
+    rows = [
+        lira_scores(phi[k], np.delete(phi, k, axis=0), np.delete(inside, k, axis=0))
+        for k in range(phi.shape[0])
+    ]
+    return np.stack(rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,13 @@ import numpy.typing as npt
 from scipy.special import expit
 from scipy.stats import binom
 
-from gaussdp._validation import check_delta, check_int, check_positive, check_probability
+from gaussdp._validation import (
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_positive,
+    check_probability,
+)
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
 
@@ -127,7 +133,7 @@ def one_run_p_value(
     1.0
     """
     m, r, v = _check_counts(canaries, guesses, correct)
-    eps = check_positive("epsilon", epsilon) if epsilon != 0 else 0.0
+    eps = check_epsilon("epsilon", epsilon)
     delta = check_probability("delta", delta)
     if r == 0:
         return 1.0

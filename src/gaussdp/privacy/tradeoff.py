@@ -78,7 +78,7 @@ from gaussdp.privacy.gdp import gdp_tradeoff, mia_advantage
 from gaussdp.privacy.zcdp import zcdp_delta
 
 if TYPE_CHECKING:
-    from gaussdp.accounting import Accountant, PrivacyLossDistribution
+    from gaussdp.accounting import Accountant, LossMasses, PrivacyLossDistribution
 
 __all__ = ["PrivacyExplanation", "TradeoffCurve", "explain", "tradeoff_epsilon_delta"]
 
@@ -162,22 +162,18 @@ def _interp_curve(cum_alpha: FloatArray, beta: FloatArray) -> Curve:
     return curve
 
 
-def _pmf_curve(pmf: Any) -> tuple[Curve, float]:
-    """The trade-off of one discretised PLD direction and its δ allowance.
-
-    Reads the loss grid (``start``, ``h``), the masses ``probs`` and the allowance of
-    one side of :class:`~gaussdp.accounting.PrivacyLossDistribution`.
-    """
-    p = np.clip(np.asarray(pmf.probs, dtype=np.float64), 0.0, None)
-    z = (pmf.start + np.arange(p.size, dtype=np.float64)) * pmf.h
+def _pmf_curve(side: LossMasses) -> tuple[Curve, float]:
+    """The trade-off of one discretised PLD direction and its δ allowance."""
+    p = np.clip(side.masses, 0.0, None)
+    z = side.losses
     q = p * np.exp(-z)  # Q's mass at each loss point: q = p e^{−z}
     # Reject the smallest losses first (Neyman–Pearson): α = Σ_{i≤j} p_i, β = Σ_{i>j} q_i.
     cum_p = np.concatenate([[0.0], np.cumsum(p)])
     suffix_q = np.concatenate([np.cumsum(q[::-1])[::-1], [0.0]])
     beta = np.minimum(suffix_q, 1.0)
-    slack = float(pmf.allowance) + _PLD_SUM_MARGIN
-    deficit = max(0.0, 1.0 - float(p.sum()) - float(pmf.inf_mass))
-    return _interp_curve(cum_p, beta), slack + (0.0 if pmf.upper else deficit)
+    slack = side.allowance + _PLD_SUM_MARGIN
+    deficit = max(0.0, 1.0 - float(p.sum()) - side.inf_mass)
+    return _interp_curve(cum_p, beta), slack + (0.0 if side.upper else deficit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,8 +346,8 @@ class TradeoffCurve:
 
         if not isinstance(pld, PrivacyLossDistribution):
             raise TypeError(invalid("pld", "a PrivacyLossDistribution", pld))
-        lows = [_pmf_curve(pld.upper_remove), _pmf_curve(pld.upper_add)]
-        highs = [_pmf_curve(pld.lower_remove), _pmf_curve(pld.lower_add)]
+        lows = [_pmf_curve(pld.loss_masses(upper=True, remove=r)) for r in (True, False)]
+        highs = [_pmf_curve(pld.loss_masses(upper=False, remove=r)) for r in (True, False)]
 
         def lower(a: FloatArray) -> FloatArray:
             return np.asarray(
