@@ -376,3 +376,54 @@ def test_approx_dp_validates() -> None:
         PrivacyLossDistribution.from_approx_dp(1.0, 1.0)
     with pytest.raises(ValueError, match="^epsilon must be"):
         PrivacyLossDistribution.from_approx_dp(math.inf)
+
+
+# -- internals: the lower hull and a power that would overflow ---------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_lower_hull_equals_the_monotone_chain(seed: int) -> None:
+    from gaussdp.accounting.pld import _below, _bends_up, _hull_of, _lower_hull
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    x = np.concatenate(([0.0], np.exp(np.linspace(-2, 1, n - 1))))
+    y = np.exp(-x) - rng.random(n) * 10.0 ** rng.uniform(-8, -3)  # convex, dented
+    if seed % 2:
+        y[n // 2 :] = np.minimum(y[n // 2 :], 0.0)  # a long bridge, as after clipping
+        y[-n // 4 :] = 0.0
+    hull = _lower_hull(x, y)
+    # Convex, through points of the set, every point on or above it: the lower hull.
+    assert hull[0] == 0
+    assert hull[-1] == n - 1
+    assert not _bends_up(x, y, hull).any()
+    assert _below(x, y, hull).size == 0
+    reference = _hull_of(x, y, np.arange(n))  # Andrew's monotone chain
+    line = np.interp(x, x[hull], y[hull])
+    ref_line = np.interp(x, x[reference], y[reference])
+    assert np.allclose(line, ref_line, rtol=0, atol=1e-14)
+
+
+def test_power_of_a_super_probability_does_not_overflow() -> None:
+    from gaussdp.accounting.pld import _LossPMF, _power, _power_up
+
+    assert _power_up(1.5, 10**6) == math.inf
+    assert _power_up(0.5, 3) >= 0.125
+    # A measure of mass 1.001 (an envelope may exceed 1) raised to 10⁶ runs: the mass
+    # bound is infinite, not an OverflowError.
+    base = _LossPMF(0.1, -1, np.array([0.5005, 0.5005]), 1e-3, 1e-12, True)
+    out = _power(base, 1_000_000, None, 1e-15)
+    assert out.inf_mass == math.inf or out.slack == math.inf
+
+
+def test_laplace_beyond_the_loss_cap_composed_gives_a_valid_answer() -> None:
+    # ε₀ = 10⁴ nats per run: every loss is beyond the ±64-nat cap, so the PLD has no
+    # finite mass on its upper side (this used to raise ZeroDivisionError). The PLD
+    # certifies nothing; the RDP bound is returned, labelled, and stays ≤ k·ε₀.
+    acc = PLDAccountant().compose(Laplace(scale=1e-4), 100_000)
+    b = acc.epsilon(1e-5)
+    assert b.method == "rdp"
+    assert b.note
+    assert 0.0 < b.lower <= b.upper <= 1e9
+    pld = PrivacyLossDistribution.from_laplace(1e-4, value_discretization=1e-2)
+    k_fold = pld.self_compose(1000)
+    assert k_fold.epsilon(1e-5).upper == math.inf
+    assert k_fold.delta(100.0).upper == 1.0

@@ -448,8 +448,8 @@ def test_ghost_and_functorch_secure_steps_agree_up_to_the_noise() -> None:
 
 
 def test_ghost_mode_refuses_other_layers() -> None:
-    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3))
-    data = TensorDataset(torch.randn(20, 1, 4, 4), torch.zeros(20, dtype=torch.long))
+    cnn = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3))
+    data = TensorDataset(torch.randn(20, 1, 4, 4, 3), torch.zeros(20, dtype=torch.long))
     with pytest.raises(ValueError, match="grad_sample_mode must be 'auto' or 'functorch' unless"):
         _private(cnn, data, batch_size=5, noise_multiplier=1.0, grad_sample_mode="ghost")
     with pytest.raises(ValueError, match="grad_sample_mode must be 'auto', 'functorch' or 'ghost'"):

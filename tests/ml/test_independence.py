@@ -20,7 +20,7 @@ from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gaussdp.ml import clip_factors, clip_gradients, make_private  # noqa: E402
-from gaussdp.ml._ghost import ghost_clipped_sums, linear_only  # noqa: E402
+from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
 from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norm_upper  # noqa: E402
 
 CLIP = 1.0
@@ -106,7 +106,7 @@ def test_the_batched_path_alone_would_break_the_bound() -> None:
     # Why the check exists: ghost clipping on the whole batch of the centred model.
     torch.manual_seed(0)
     net = Centered()
-    layers = linear_only(net)
+    layers = ghost_layers(net)
     assert layers is not None
 
     def raw(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -373,3 +373,31 @@ def test_spec_takes_the_new_statistics() -> None:
     bad = {**spec, "query": [{"statistic": "count", "quantiles": [0.5]}]}
     with pytest.raises(ValueError, match=r"^query\[0\] \(count\): quantiles must be omitted"):
         release_from_spec(bad, None)
+
+
+def test_tree_keeps_linf_rows_by_systematic_sampling() -> None:
+    """A unit with leaf counts (5, 1, 1, 3) and L∞ = 4 keeps 4 rows: each leaf the floor or
+    the ceiling of its share c·4/10, and the share on average over salts.
+
+    20 salts; per leaf a z-test of the mean allocation (frac·(1 − frac)/20 variance
+    of the Bernoulli part) at critical value 5 (two-sided α ≈ 5.7·10⁻⁷ each).
+    """
+    values = [0.5] * 5 + [1.5] + [2.5] + [3.5] * 3
+    table = pd.DataFrame({"u": [7] * 10, "m": values})
+    release = Release(
+        table, privacy_unit="u", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=4
+    ).quantile("m", 0.5, bounds=(0, 4), resolution=4, branching=4)
+    share = np.array([5, 1, 1, 3]) * 4 / 10
+    kept = []
+    for seed in range(20):
+        _, (rows,) = _aggregate(release, rng=ChaCha20Random(seed))
+        counts = np.zeros(4)
+        for leaf, _units, count in rows:
+            counts[leaf] = count
+        assert counts.sum() == 4
+        assert sum(units for _, units, _ in rows) == 1
+        assert np.all((counts == np.floor(share)) | (counts == np.ceil(share)))
+        kept.append(counts)
+    frac = share - np.floor(share)
+    mean = np.mean(kept, axis=0)
+    assert np.all(np.abs(mean - share) <= 5 * np.sqrt(frac * (1 - frac) / 20) + 1e-12)

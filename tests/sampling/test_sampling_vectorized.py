@@ -348,7 +348,13 @@ def test_fixed_work_candidate_count_and_shortfall() -> None:
     # A false acceptance bound forces a shortfall: the error is raised, nothing returned.
     tight = FixedWork(delta_prime=0.5)
     with pytest.raises(SamplingShortfallError, match="nothing was released"):
-        vec._draw(lambda m: np.zeros(m // 10, dtype=np.int64), 1000, 1.0, True, tight)
+        vec._draw(
+            lambda m: np.zeros(m // 10, dtype=np.int64),
+            1000,
+            1.0,
+            lambda n: np.empty(n, dtype=np.int64),
+            tight,
+        )
 
 
 @pytest.mark.parametrize("delta_prime", [0, 1, -0.1, float("nan")])
@@ -366,8 +372,8 @@ def test_acceptance_lower_bounds_hold() -> None:
         rng = ChaCha20Random(113)
         got = (
             len(vec._gaussian_small(plan, m, rng))
-            if plan.small
-            else len(vec._gaussian_big(plan, plan.big, m, rng))
+            if plan.huge is None
+            else len(vec._gaussian_huge(plan, plan.huge, m, rng))
         )
         a = plan.acceptance
         assert (got - m * a) / math.sqrt(m * a * (1 - a)) > -Z_CRIT

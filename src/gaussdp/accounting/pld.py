@@ -66,6 +66,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 from scipy import fft as sp_fft
+from scipy.optimize import isotonic_regression
 from scipy.special import ndtr, ndtri
 
 from gaussdp._validation import (
@@ -313,6 +314,19 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     h = base.h
     p = base.probs
     m = base.mass
+    if m == 0.0:
+        # No finite loss (e.g. every loss beyond the cap went to +∞): the k-fold measure
+        # is (p∞)^k at +∞ (and the allowances of the k runs).
+        inf_mass = _power_up(base.inf_mass, count)
+        slack = count * base.slack * _power_up(max(1.0, base.inf_mass), count) * (1 + 1e-13)
+        fft_l1 = propagated_power_error(0.0, base.fft_l1, count)
+        return _LossPMF(h, count * base.start, np.zeros(1), inf_mass, slack, base.upper, fft_l1)
+    if _power_up(m + base.inf_mass, count) == math.inf:
+        # A super-probability measure (an envelope, round-off) whose k-th power overflows:
+        # nothing can be certified (upper: all mass at +∞; lower: no mass).
+        return _LossPMF(
+            h, count * base.start, np.zeros(1), math.inf if base.upper else 0.0, 0.0, base.upper
+        )
     log_eta = math.log(tail_mass)
     z = base.losses
     mean = float(np.sum(p * z)) / m
@@ -341,18 +355,16 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     a_hi = min(float(np.min((log_m_pos - log_eta) / lams)), z_max)
     a_lo = max(float(np.max(-(log_m_neg - log_eta) / lams)), z_min)
     # The block bounds widen the window by up to count·(block width): tighten both edges
-    # with the exact MGF near the best λ of each side (any λ gives a valid bound).
-    placed: dict[float, FloatArray] = {}
-    for sign, best in (
-        (1.0, int(np.argmin((log_m_pos - log_eta) / lams))),
-        (-1.0, int(np.argmin((log_m_neg - log_eta) / lams))),
-    ):
-        lam = lams[best] * np.array([0.7, 1.0, 1.4])
-        placed[sign] = lam
-        exact = count * _log_mgf(p, sign * z, lam)
+    # with the exact MGF near the best λ of each side (any λ gives a valid bound). The
+    # same λ then bound the wrapped mass: the window's edges lie beyond these edges.
+    exact: dict[float, tuple[FloatArray, FloatArray]] = {}
+    for sign, log_m in ((1.0, log_m_pos), (-1.0, log_m_neg)):
+        lam = lams[int(np.argmin((log_m - log_eta) / lams))] * np.array([0.7, 1.0, 1.4])
+        value = count * _log_mgf(p, sign * z, lam)
         if extra is not None:
-            exact = exact + _log_mgf(extra.probs, sign * extra.losses, lam)
-        edge = float(np.min((exact - log_eta) / lam))
+            value = value + _log_mgf(extra.probs, sign * extra.losses, lam)
+        exact[sign] = (lam, value)
+        edge = float(np.min((value - log_eta) / lam))
         if sign > 0:
             a_hi = min(a_hi, edge)
         else:
@@ -364,24 +376,16 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
         size = max(size, sp_fft.next_fast_len(extra.probs.size, real=True))
     check_grid_points(size)
     i_hi = i_lo + size - 1
-    # The wrapped mass: what lies above i_hi and below i_lo (exact MGF, best λ).
+    # The wrapped mass: what lies above i_hi and below i_lo (Chernoff, exact MGF).
     a_top = (i_hi + 1) * h
     a_bot = (i_lo - 1) * h
     eta_hi = eta_lo = 0.0
     if a_top <= z_max:
-        lam = lams[int(np.argmin(log_m_pos - lams * a_top))] * np.array([0.8, 1.0, 1.25])
-        lam = np.concatenate((lam, placed[1.0]))
-        exact = count * _log_mgf(p, z, lam)
-        if extra is not None:
-            exact = exact + _log_mgf(extra.probs, extra.losses, lam)
-        eta_hi = math.exp(min(0.0, float(np.min(exact - lam * a_top))))
+        lam, value = exact[1.0]
+        eta_hi = math.exp(min(0.0, float(np.min(value - lam * a_top))))
     if a_bot >= z_min:
-        lam = lams[int(np.argmin(log_m_neg + lams * a_bot))] * np.array([0.8, 1.0, 1.25])
-        lam = np.concatenate((lam, placed[-1.0]))
-        exact = count * _log_mgf(p, -z, lam)
-        if extra is not None:
-            exact = exact + _log_mgf(extra.probs, -extra.losses, lam)
-        eta_lo = math.exp(min(0.0, float(np.min(exact + lam * a_bot))))
+        lam, value = exact[-1.0]
+        eta_lo = math.exp(min(0.0, float(np.min(value + lam * a_bot))))
     # φ^k through its modulus and argument, with the proven bounds of _roundoff:
     # Lemma 1 (the DFT), Lemmas 2–3 (the power and its input's error), Lemma 4 (back to
     # the N outputs, in ℓ1).
@@ -404,20 +408,40 @@ def _power(base: _LossPMF, count: int, extra: _LossPMF | None, tail_mass: float)
     out = _clean(np.roll(circ, -(shift % size)), base.upper)
     # Mass at +∞ and allowances, for (sub/super-)probability measures.
     total = m + base.inf_mass
-    # (m + p∞)^k − m^k = m^k (e^{k ln(1 + p∞/m)} − 1), without cancellation.
-    inf_mass = m**count * math.expm1(count * math.log1p(base.inf_mass / m)) if m > 0 else 0.0
-    grow = max(1.0, total) ** count
+    m_k = _power_up(m, count)
+    inf_mass = 0.0
+    if base.inf_mass > 0:
+        # (m + p∞)^k − m^k = m^k (e^{k ln(1 + p∞/m)} − 1), without cancellation; where
+        # that is not finite (under/overflow), the bound (m + p∞)^k.
+        t = count * math.log1p(base.inf_mass / m) if m > 0 else math.inf
+        if t <= 709.0 and 0.0 < m_k < math.inf:
+            inf_mass = m_k * math.expm1(t) * (1.0 + 4.04 * _U * (t + 1.0)) * (1.0 + 1e-13)
+        else:
+            inf_mass = _power_up(total, count)
+    grow = _power_up(max(1.0, total), count)
     slack = count * base.slack * grow
     # Round-off already in ``base``: Lemma 5 (Young), k(‖p‖₁ + E)^{k−1}E.
     fft_l1 = propagated_power_error(m, base.fft_l1, count) + new_l1
     if extra is not None:
         e_total = extra.mass + extra.inf_mass
-        inf_mass = inf_mass * e_total + extra.inf_mass * m**count
+        inf_mass = inf_mass * e_total + (extra.inf_mass * m_k if extra.inf_mass > 0 else 0.0)
         widen = max(1.0, e_total)
         slack = slack * widen + extra.slack * grow
         fft_l1 = (fft_l1 * widen + extra.fft_l1 * grow + fft_l1 * extra.fft_l1) * (1.0 + 1e-13)
     slack += eta_hi if base.upper else eta_lo
     return _LossPMF(h, i_lo, out, inf_mass, slack, base.upper, fft_l1)._truncated(tail_mass)
+
+
+def _power_up(base: float, count: int) -> float:
+    """A float ≥ base**count for base ≥ 0 (``inf`` where it overflows; never raises)."""
+    if base == 0.0:
+        return 0.0
+    log = count * math.log(base)
+    if log > 709.0:
+        return math.inf
+    # ln and exp are correct to 2u relative; the product k·ln(b) to u: the exponent errs
+    # by at most 4u·|k ln b|, and e^t − 1 ≤ 1.01t.
+    return math.exp(log) * (1.0 + 4.04 * _U * (abs(log) + 1.0))
 
 
 def _inverse_own_l1(coeffs: npt.NDArray[np.complex128], weights: FloatArray, n: int) -> float:
@@ -575,17 +599,76 @@ def _lower_hull(x: FloatArray, y: FloatArray) -> npt.NDArray[np.intp]:
     """Indices of the lower convex hull of the points (x_i, y_i), x increasing.
 
     A point strictly above the segment joining two other points of the set is not a
-    hull vertex (the hull lies below that segment). A few vectorised passes drop every
-    point above its current neighbours' segment; what remains (usually convex already)
-    goes through Andrew's monotone chain.
+    hull vertex: a few vectorised passes drop every point above its current neighbours'
+    segment (a polyline with none left is convex: the hull). If that has not settled,
+    candidates come from the slopes: those of the greatest convex minorant of a
+    piecewise-linear function are the isotonic (non-decreasing, least-squares with
+    weights Δx) regression of its segment slopes, so every hull vertex starts a block of
+    that regression (Barlow, Bartholomew, Bremner & Brunk 1972, Thm 1.1; scipy's PAVA,
+    in C). The candidates' own hull (:func:`_hull_of`) is then *verified* against every
+    point: a point strictly below it is added and the hull recomputed; after three
+    rounds (floating-point ties) the hull of all points is taken.
     """
     idx = np.arange(x.size)
     for _ in range(4):
         if idx.size <= 2:
             return idx
-        xa, xb, xc = x[idx[:-2]], x[idx[1:-1]], x[idx[2:]]
-        ya, yb, yc = y[idx[:-2]], y[idx[1:-1]], y[idx[2:]]
-        above = (yb - ya) * (xc - xa) > (yc - ya) * (xb - xa)
+        above = _bends_up(x, y, idx)
+        if not above.any():
+            return idx
+        drop = np.zeros(idx.size, dtype=bool)
+        drop[1:-1] = above
+        idx = idx[~drop]
+    xs, ys = x[idx], y[idx]
+    dx = xs[1:] - xs[:-1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        slopes = (ys[1:] - ys[:-1]) / dx
+    if not np.all(np.isfinite(slopes)) or not np.all(dx > 0):
+        return _hull_of(x, y, idx)
+    # The block starts, and the end (scipy includes both ends).
+    blocks = np.asarray(isotonic_regression(slopes, weights=dx).blocks, dtype=np.intp)
+    cand = idx[blocks]
+    for _ in range(3):
+        hull = _hull_of(x, y, cand)
+        below = _below(x, y, hull)
+        if below.size == 0:
+            return hull
+        keep = np.zeros(x.size, dtype=bool)
+        keep[hull] = True
+        keep[below] = True
+        cand = np.nonzero(keep)[0]
+    return _hull_of(x, y, np.arange(x.size))
+
+
+def _bends_up(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """For each interior point of ``idx``: strictly above its neighbours' segment."""
+    xi, yi = (x, y) if idx.size == x.size else (x[idx], y[idx])
+    xa, xb, xc = xi[:-2], xi[1:-1], xi[2:]
+    ya, yb, yc = yi[:-2], yi[1:-1], yi[2:]
+    return np.asarray((yb - ya) * (xc - xa) > (yc - ya) * (xb - xa))
+
+
+def _below(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """Indices of the points strictly below the polyline through ``idx`` (same test as
+    :func:`_hull_of`'s)."""
+    seg = np.clip(np.searchsorted(x[idx], x, side="right") - 1, 0, idx.size - 2)
+    a, c = idx[seg], idx[seg + 1]
+    under = (y - y[a]) * (x[c] - x[a]) < (y[c] - y[a]) * (x - x[a])
+    return np.nonzero(under)[0].astype(np.intp)
+
+
+def _hull_of(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """Indices (a subset of ``idx``, sorted) of the lower convex hull of those points.
+
+    A point strictly above the segment joining two other points of the set is not a
+    hull vertex (the hull lies below that segment). A few vectorised passes drop every
+    point above its current neighbours' segment; what remains (usually convex already)
+    goes through Andrew's monotone chain.
+    """
+    for _ in range(4):
+        if idx.size <= 2:
+            return idx
+        above = _bends_up(x, y, idx)
         if not above.any():
             return idx
         drop = np.zeros(idx.size, dtype=bool)
@@ -1290,12 +1373,12 @@ class PrivacyLossDistribution:
         lr = self.lower_remove.compose(other.lower_remove, tm)
         ua = (
             ur
-            if self._symmetric and other._symmetric
+            if self.symmetric and other.symmetric
             else self.upper_add.compose(other.upper_add, tm)
         )
         la = (
             lr
-            if self._symmetric and other._symmetric
+            if self.symmetric and other.symmetric
             else self.lower_add.compose(other.lower_add, tm)
         )
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
@@ -1317,12 +1400,13 @@ class PrivacyLossDistribution:
         tm = self.tail_mass
         ur = self.upper_remove.self_compose(count, tm)
         lr = self.lower_remove.self_compose(count, tm)
-        ua = ur if self._symmetric else self.upper_add.self_compose(count, tm)
-        la = lr if self._symmetric else self.lower_add.self_compose(count, tm)
+        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm)
+        la = lr if self.symmetric else self.lower_add.self_compose(count, tm)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     @property
-    def _symmetric(self) -> bool:
+    def symmetric(self) -> bool:
+        """True when both neighbouring directions are the same PMFs (half the work)."""
         return self.upper_add is self.upper_remove and self.lower_add is self.lower_remove
 
     # -- queries ----------------------------------------------------------------------

@@ -5,6 +5,8 @@
 - :mod:`gaussdp.audit.empirical`: ε lower bounds with Clopper–Pearson confidence from
   many runs (a table release with a unit added and removed; DP-SGD with a canary),
   reported next to the certified upper bound.
+- :mod:`gaussdp.audit.one_run`: the one-run audit (Steinke, Nasr, Jagielski 2023): m
+  random canaries, one run, an ε lower bound from the number of right guesses.
 - :mod:`gaussdp.audit.mia`: membership-inference attacks on models trained with
   :mod:`gaussdp.ml` (needs the ``torch`` extra; not imported here).
 - :mod:`gaussdp.audit.report`: a self-contained HTML report of a release or a ledger.
@@ -21,12 +23,18 @@ from gaussdp.audit.floating import (
     attack_naive_gaussian,
     attack_naive_laplace,
 )
+from gaussdp.audit.one_run import (
+    OneRunAuditResult,
+    one_run_epsilon_lower_bound,
+    one_run_p_value,
+)
 from gaussdp.audit.stats import AuditResult, clopper_pearson, epsilon_lower_bound
 from gaussdp.privacy.tradeoff import PrivacyExplanation, TradeoffCurve, explain
 
 __all__ = [
     "AuditResult",
     "FloatAttackResult",
+    "OneRunAuditResult",
     "PrivacyExplanation",
     "TradeoffCurve",
     "attack_gaussdp_release",
@@ -35,4 +43,6 @@ __all__ = [
     "clopper_pearson",
     "epsilon_lower_bound",
     "explain",
+    "one_run_epsilon_lower_bound",
+    "one_run_p_value",
 ]

@@ -1,21 +1,40 @@
-"""``gaussdp explain``: what a guarantee means for a membership-inference attacker."""
+"""``gaussdp explain``: what a guarantee means for a membership-inference attacker.
+
+The guarantee is given by its parameters (ε and δ, μ, ρ, a DP-SGD run) or is the
+total spend of a budget ledger (``--ledger DB``): every entry with its cost alone,
+the composed total with its certified upper and its lower bound, and the trade-off
+curve of the whole history read as a membership-inference bound.
+"""
 
 from __future__ import annotations
 
 import json as jsonlib
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gaussdp.cli._output import console, emit, fail, handle_errors
+from gaussdp.cli._output import console, emit, fail, format_value, handle_errors, json_number
 
 if TYPE_CHECKING:
     from gaussdp.privacy.tradeoff import TradeoffCurve
+    from gaussdp.release.ledger import LedgerSummary
 
 __all__ = ["register"]
 
 # False-positive rates at which the table reads the curve, besides --fpr.
 _READINGS = (1e-4, 1e-2, 1e-1)
+
+
+def _check_one_guarantee(**given: bool) -> None:
+    """Exit with status 2 unless exactly one guarantee's options are given."""
+    named = [name for name, present in given.items() if present]
+    if len(named) != 1:
+        fail(
+            "give exactly one of --epsilon with --delta, --mu, --rho, --noise-multiplier "
+            f"with --sample-rate and --steps, or --ledger, got {named or 'none'}"
+        )
 
 
 def explain_curve(
@@ -27,23 +46,24 @@ def explain_curve(
     noise_multiplier: float | None,
     sample_rate: float | None,
     steps: int | None,
+    ledger: Path | None = None,
 ) -> TradeoffCurve:
     """The trade-off curve of the one guarantee the options describe."""
     from gaussdp.privacy.tradeoff import TradeoffCurve
 
-    dpsgd = (noise_multiplier, sample_rate, steps)
-    given = {
-        "--epsilon/--delta": epsilon is not None or delta is not None,
-        "--mu": mu is not None,
-        "--rho": rho is not None,
-        "--noise-multiplier/--sample-rate/--steps": any(v is not None for v in dpsgd),
-    }
-    named = [name for name, present in given.items() if present]
-    if len(named) != 1:
-        fail(
-            "give exactly one of --epsilon with --delta, --mu, --rho, or --noise-multiplier "
-            f"with --sample-rate and --steps, got {named or 'none'}"
-        )
+    _check_one_guarantee(
+        **{
+            "--epsilon/--delta": epsilon is not None or delta is not None,
+            "--mu": mu is not None,
+            "--rho": rho is not None,
+            "--noise-multiplier/--sample-rate/--steps": any(
+                v is not None for v in (noise_multiplier, sample_rate, steps)
+            ),
+            "--ledger": ledger is not None,
+        }
+    )
+    if ledger is not None:
+        return ledger_curve(ledger)[1]
     if mu is not None:
         return TradeoffCurve.from_gdp(mu)
     if rho is not None:
@@ -55,6 +75,75 @@ def explain_curve(
     if noise_multiplier is None or sample_rate is None or steps is None:
         fail("a DP-SGD run needs --noise-multiplier, --sample-rate and --steps")
     return TradeoffCurve.from_dpsgd(noise_multiplier, sample_rate, steps)
+
+
+def ledger_curve(path: Path) -> tuple[LedgerSummary, TradeoffCurve]:
+    """A ledger's summary and the trade-off curve of its whole history.
+
+    The curve comes from the ledger's own accountant (every entry, reserved ones
+    included: they count), through :meth:`TradeoffCurve.from_accountant`. An empty
+    ledger has spent nothing: its curve is f(α) = 1 − α (no test beats guessing).
+    """
+    from gaussdp.privacy.tradeoff import TradeoffCurve
+    from gaussdp.release import Ledger
+
+    book = Ledger(path)
+    summary = book.summary()
+    if not summary.rows:
+        # (0, 0)-DP: f(α) = 1 − α, no test does better than guessing.
+        return summary, replace(
+            TradeoffCurve.from_epsilon_delta(0.0, 0.0), description="nothing spent"
+        )
+    curve = TradeoffCurve.from_accountant(book.accountant())
+    unit = _SYMBOLS[summary.unit]
+    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+    entries = f"{len(summary.rows)} {'entry' if len(summary.rows) == 1 else 'entries'}"
+    description = f"ledger {path}: {entries}, {unit} ≤ {summary.spent:.4g}{at}"
+    return summary, replace(curve, description=description)
+
+
+_SYMBOLS = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
+
+
+def _ledger_json(summary: LedgerSummary) -> dict[str, object]:
+    return {
+        "total": summary.total.as_dict(),
+        "unit": summary.unit,
+        "delta": summary.delta,
+        "spent": json_number(summary.spent),
+        "spent_lower": summary.spent_lower,
+        "remaining": summary.remaining,
+        "selection_delta": summary.selection_delta,
+        "slack": summary.slack,
+        "entries": [
+            {
+                "id": r.id,
+                "status": r.status,
+                "what": r.what,
+                "event": r.event,
+                "cost": json_number(r.cost),
+            }
+            for r in summary.rows
+        ],
+    }
+
+
+def _print_ledger(path: Path, summary: LedgerSummary) -> None:
+    from rich.table import Table
+
+    unit = _SYMBOLS[summary.unit]
+    table = Table(title=f"What ledger {path} spent", show_header=True, header_style="bold")
+    for name in ("id", "status", "what", "event", f"{unit} alone"):
+        table.add_column(name)
+    for r in summary.rows:
+        table.add_row(str(r.id), r.status, r.what, r.event, format_value(r.cost))
+    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+    table.caption = (
+        f"composed: {unit} ≤ {summary.spent:.6g}{at} (certified upper bound), "
+        f"≥ {summary.spent_lower:.6g} (lower bound of the same accounting); "
+        f"total {summary.total}, remaining {unit} = {summary.remaining:.6g}"
+    )
+    console().print(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +163,10 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option(help="DP-SGD Poisson sampling rate q.")
         ] = None,
         steps: Annotated[int | None, typer.Option(help="DP-SGD number of steps.")] = None,
+        ledger: Annotated[
+            Path | None,
+            typer.Option(help="A budget ledger: explain the total spend of its entries."),
+        ] = None,
         fpr: Annotated[
             float, typer.Option(help="False-positive rate at which to read the bound.")
         ] = 1e-3,
@@ -82,27 +175,43 @@ def register(app: typer.Typer) -> None:
         """What an attacker can learn: the membership-inference bound TPR ≤ 1 − f(FPR),
         the maximal advantage and the equal-error point of a guarantee (DRS f-DP).
 
-        Example: gaussdp explain --epsilon 1 --delta 1e-6
+        With --ledger DB: every entry with its cost alone, the composed total (certified
+        upper and lower bound) and what the whole history means for an attacker.
+
+        Examples: gaussdp explain --epsilon 1 --delta 1e-6;
+        gaussdp explain --ledger budget.db
         """
         from gaussdp.privacy.tradeoff import explain as explain_guarantee
 
-        curve = explain_curve(
-            epsilon=epsilon,
-            delta=delta,
-            mu=mu,
-            rho=rho,
-            noise_multiplier=noise_multiplier,
-            sample_rate=sample_rate,
-            steps=steps,
-        )
+        summary: LedgerSummary | None = None
+        others = (epsilon, delta, mu, rho, noise_multiplier, sample_rate, steps)
+        if ledger is not None:
+            _check_one_guarantee(
+                **{"--ledger": True, "another guarantee": any(v is not None for v in others)}
+            )
+            summary, curve = ledger_curve(ledger)
+        else:
+            curve = explain_curve(
+                epsilon=epsilon,
+                delta=delta,
+                mu=mu,
+                rho=rho,
+                noise_multiplier=noise_multiplier,
+                sample_rate=sample_rate,
+                steps=steps,
+            )
         result = explain_guarantee(curve, fpr)
         readings = [(f, float(curve.max_tpr(f))) for f in sorted({*_READINGS, result.fpr})]
         if json:
             payload = result.as_dict()
             payload["max_tpr_at"] = {f"{f:g}": t for f, t in readings}
             payload["text"] = result.text()
-            typer.echo(jsonlib.dumps(payload, indent=2))
+            if summary is not None:
+                payload["ledger"] = _ledger_json(summary)
+            typer.echo(jsonlib.dumps(payload, indent=2, allow_nan=False))
             return
+        if summary is not None and ledger is not None:
+            _print_ledger(ledger, summary)
         rows: list[tuple[str, str, object]] = [("guarantee", "guarantee", result.guarantee)]
         rows += [(f"max TPR at FPR = {f:g}", f"max_tpr_{f:g}", t) for f, t in readings]
         rows += [
@@ -114,3 +223,5 @@ def register(app: typer.Typer) -> None:
             f"At FPR = {result.fpr:g} no attack exceeds TPR = {result.max_tpr:.4g}.",
             highlight=False,
         )
+        if summary is not None:
+            console().print(result.text(), highlight=False)

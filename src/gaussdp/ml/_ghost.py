@@ -1,51 +1,112 @@
-r"""Ghost clipping for models whose trainable parameters all sit in ``nn.Linear`` layers.
+r"""Ghost clipping: clipped per-example gradient sums from layer activations, without vmap.
 
-For a linear layer z = W a + b on one example, the example's gradients are
-∇_W = δ aᵀ and ∇_b = δ with δ = ∂ℓ/∂z, so ‖∇_W‖_F² = ‖a‖²‖δ‖² and the per-example
-norm needs no per-example gradient (Goodfellow 2015; Lee & Kifer 2021; Li et al.
-2022 "ghost clipping"). The clipped sum is then Σᵢ cᵢ δᵢ aᵢᵀ = Δᵀ diag(c) A, one
-matrix product — DP-SGD at about the cost of two backward passes instead of
-materialising B copies of the gradient.
+Layers covered (their trainable parameters must hold every trainable parameter of the
+model): ``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d``, ``nn.Embedding``, ``nn.LayerNorm``,
+``nn.GroupNorm`` and ``nn.MultiheadAttention``. A forward hook records each layer's
+input and output on the whole batch; one backward pass gives δ = ∂ℓ/∂output for every
+example at once (the per-example losses are summed). Per layer:
 
-Rigour. Norms are upper-bounded from float32 dot products as in
-:func:`gaussdp.ml.dpsgd.clip_factors`, so every exact contribution cᵢ δᵢ aᵢᵀ has norm
-≤ C(1 − 2⁻²⁰). The sums are computed in float64: whatever the order, each entry's
-error is at most γ_{B+2} times the sum of the absolute terms (Higham 2002, eq. 3.5,
-with one more rounding for cᵢδᵢ), so the whole error has Frobenius norm at most
-γ_{B+2}·Σᵢ cᵢ‖δᵢ‖‖aᵢ‖ ≤ γ_{B+2}·B·C ≤ 2⁻²¹·C for B ≤ 2¹⁶ − 3. Between neighbouring
-batches the float64 sums thus differ by at most C(1 − 2⁻²⁰) + 2·2⁻²¹·C = C, and
-rounding both to the lattice adds at most √d (one unit per coordinate) — within
-:meth:`gaussdp.LatticeGaussian.sensitivity_bound` = C/γ + ⌈√d⌉. A batch of 2¹⁶ − 2
-examples or more is refused (with Poisson sampling at an expected batch ≤ 2¹⁴
-this has probability below 10⁻¹⁰⁰⁰).
+- ``nn.Linear`` on ``[B, features]``: example i's gradients are ∇_W = δᵢ aᵢᵀ and
+  ∇_b = δᵢ, so ‖∇_W‖_F² = ‖aᵢ‖²‖δᵢ‖² and the clipped sum is Δᵀ diag(c) A, one
+  matrix product — no per-example gradient is formed (Goodfellow 2015; Lee & Kifer
+  2021; Li et al. 2022, "ghost clipping").
+- every other case has a per-token or per-position structure (``nn.Linear`` on
+  ``[B, T, features]``, convolutions as a linear map of unfolded patches, normalisation
+  layers as an elementwise affine map of the normalised input): example i's gradient
+  of that layer alone, Σₜ δᵢₜ aᵢₜᵀ, is formed by one batched operation over the T
+  positions (``bmm`` of the recorded tensors; for convolutions the weight gradient of
+  one convolution with the batch folded into the channel groups, which keeps the
+  examples apart). Bu, Mao, Xu 2022 ("mixed ghost clipping") instantiate it
+  wherever that is cheaper than the T×T Gram matrices of the ghost norm, which for
+  convolutions is almost always. Only one layer's per-example
+  gradients are held at a time, never the whole model's, and no ``vmap`` is needed.
+- ``nn.Embedding``: example i's gradient is non-zero only in the rows of its own
+  tokens; those rows (repeated tokens summed within the example) are formed sparsely
+  with ``index_add`` — at most B·T rows, never B copies of the table.
+- ``nn.MultiheadAttention`` (whose forward calls its projections functionally, so
+  hooks on them would not fire): per-example gradients of that module alone with
+  ``torch.func`` (``vmap`` of ``grad`` of ⟨attn(qᵢ, kᵢ, vᵢ), δᵢ⟩), from its recorded
+  inputs — the rest of the model stays batched. This is exact but not fast (a
+  vmapped attention costs several times a batched one); attention written with
+  ``nn.Linear`` projections and ``F.scaled_dot_product_attention`` takes the fast
+  sequence-Linear formulas instead.
+
+A layer in a configuration these formulas do not cover (a convolution with non-zero
+``padding_mode`` or string padding, an embedding with ``max_norm`` or
+``scale_grad_by_freq``, attention with dropout in training or a per-example 3-D
+``attn_mask``, a layer run twice) makes the batch go through the ``torch.func`` path.
+
+Rigour. A per-example vector gᵢ is what is clipped and summed; its squared norm is
+bounded above from float32 dot products as in :func:`gaussdp.ml.dpsgd.clip_factors`
+(for ghost Linear layers, ‖aᵢ‖²‖δᵢ‖², a product of two such bounds), so each exact
+contribution cᵢgᵢ has norm ≤ C(1 − 2⁻²⁰). The sums over examples are computed in
+float64: each entry is a sum of at most B products cᵢ·gᵢⱼ (the Linear outer products
+δᵢₖ aᵢⱼ with one more rounding), so whatever the order its error is at most γ_{B+2}
+times the sum of the absolute terms (Higham 2002, eq. 3.5); by the triangle inequality
+over examples (Minkowski's, over all parameters at once) the whole error has L2 norm
+at most γ_{B+2}·Σᵢ cᵢ‖gᵢ‖ ≤ γ_{B+2}·B·C ≤ 2⁻²¹·C for B ≤ 2¹⁶ − 3. (Sums over the
+positions t are done inside each example's gᵢ, before clipping, never mixed with the
+sum over examples: there a cancellation between positions could make the float error
+of the mixed sum larger than C.) Between neighbouring batches the float64 sums thus
+differ by at most C(1 − 2⁻²⁰) + 2·2⁻²¹·C = C, and rounding both to the lattice adds at
+most √d (one unit per coordinate) — within :meth:`gaussdp.LatticeGaussian.sensitivity_bound`
+= C/γ + ⌈√d⌉. A batch of 2¹⁶ − 2 examples or more is refused (with Poisson sampling
+at an expected batch ≤ 2¹⁴ this has probability below 10⁻¹⁰⁰⁰).
+
+Independence. These formulas attribute slice i of each recorded tensor to example i;
+that holds only if the model processes examples independently along the first
+dimension (the batch dimension of attention with ``batch_first=False`` is the second).
+:mod:`gaussdp.ml.dpsgd` checks it by comparing per-example losses and squared norms
+with the per-example path.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
-from torch.func import vmap
+from torch.func import functional_call, grad, vmap
 from torch.nn import functional as nnf
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gaussdp.errors import invalid
 
 __all__ = [
+    "GHOST_LAYERS",
     "GHOST_MAX_BATCH",
-    "LinearRecorder",
+    "LayerRecord",
+    "LayerRecorder",
     "check_batch",
     "clipped_sums",
     "ghost_clipped_sums",
-    "linear_only",
+    "ghost_layers",
+    "per_example_losses",
+    "signature",
+    "vmap_attention",
 ]
 
 #: Largest batch for which the float64 error bound above holds.
 GHOST_MAX_BATCH = 2**16 - 3
 
+#: The layer types ghost clipping covers.
+GHOST_LAYERS: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Embedding,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.MultiheadAttention,
+)
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 SquaredNorm = Callable[[torch.Tensor], torch.Tensor]
 Factors = Callable[[torch.Tensor], torch.Tensor]
+Layers = list[tuple[str, nn.Module]]
 
 
 _CLASS_LOSSES = (nnf.cross_entropy, nnf.nll_loss)
@@ -57,6 +118,16 @@ _ELEMENTWISE_LOSSES = (
     nnf.binary_cross_entropy,
     nnf.binary_cross_entropy_with_logits,
 )
+
+
+def vmap_attention() -> Any:
+    """A context in which ``vmap`` runs attention through batched kernels.
+
+    ``scaled_dot_product_attention`` picks fused kernels that have no ``vmap``
+    batching rule (torch then loops over the examples and warns); the math backend
+    is made of operations that have one.
+    """
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 def per_example_losses(
@@ -86,120 +157,442 @@ def per_example_losses(
     return losses
 
 
-def linear_only(model: nn.Module) -> list[tuple[str, nn.Linear]] | None:
-    """The model's ``nn.Linear`` layers if they hold every trainable parameter, else None."""
-    layers: list[tuple[str, nn.Linear]] = []
+def _own_trainable(module: nn.Module) -> list[nn.Parameter]:
+    if isinstance(module, nn.MultiheadAttention):  # its out_proj is part of it
+        return [p for p in module.parameters() if p.requires_grad]
+    return [p for p in module.parameters(recurse=False) if p.requires_grad]
+
+
+def ghost_layers(model: nn.Module) -> Layers | None:
+    """The model's layers of :data:`GHOST_LAYERS` holding trainable parameters, or None.
+
+    None unless those layers hold every trainable parameter. The projections inside
+    ``nn.MultiheadAttention`` belong to it (they are not listed on their own).
+    """
+    layers: Layers = []
     covered: set[int] = set()
+    inside: list[str] = []  # attention modules, whose submodules are theirs
     for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            layers.append((name, module))
-            covered.update(id(p) for p in module.parameters(recurse=False))
+        if any(name.startswith(prefix + ".") for prefix in inside):
+            continue
+        if isinstance(module, GHOST_LAYERS):
+            own = _own_trainable(module)
+            if isinstance(module, nn.MultiheadAttention):
+                inside.append(name)
+            if own:
+                layers.append((name, module))
+                covered.update(id(p) for p in own)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not layers or any(id(p) not in covered for p in trainable):
         return None
     return layers
 
 
-LayerIO = list[tuple[torch.Tensor, torch.Tensor]]
+@dataclass
+class LayerRecord:
+    """One layer's call during a batched forward pass."""
+
+    module: nn.Module
+    args: tuple[Any, ...]  # detached tensors (and other arguments) of the call
+    kwargs: dict[str, Any]
+    outputs: list[torch.Tensor]  # the outputs whose gradients are needed (in the graph)
+    deltas: list[torch.Tensor | None] = field(default_factory=list)
+
+    @property
+    def input(self) -> torch.Tensor:
+        value = self.args[0] if self.args else next(iter(self.kwargs.values()))
+        assert isinstance(value, torch.Tensor)
+        return value
 
 
-class LinearRecorder:
-    """Records each listed layer's input (detached) and output during a forward pass."""
+def _detach(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
-    def __init__(self, layers: list[tuple[str, nn.Linear]]) -> None:
+
+class LayerRecorder:
+    """Records each listed layer's inputs (detached) and outputs during a forward pass."""
+
+    def __init__(self, layers: Layers) -> None:
         self._layers = layers
-        self._seen: dict[str, LayerIO] = {name: [] for name, _ in layers}
+        self._seen: dict[str, list[LayerRecord]] = {name: [] for name, _ in layers}
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def __enter__(self) -> LinearRecorder:
-        def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
-            def record(_: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-                self._seen[name].append((args[0].detach(), out))
+    def __enter__(self) -> LayerRecorder:
+        def hook(name: str) -> Callable[..., None]:
+            def record(
+                module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+            ) -> None:
+                outs = list(out) if isinstance(out, tuple) else [out]
+                tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+                self._seen[name].append(
+                    LayerRecord(
+                        module,
+                        tuple(_detach(a) for a in args),
+                        {k: _detach(v) for k, v in kwargs.items()},
+                        tensors,
+                    )
+                )
 
             return record
 
-        self._handles = [m.register_forward_hook(hook(name)) for name, m in self._layers]
+        self._handles = [
+            m.register_forward_hook(hook(name), with_kwargs=True) for name, m in self._layers
+        ]
         return self
 
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
 
-    def io(self, batch: int) -> LayerIO | None:
-        """(input, output) of each layer, or None unless each ran once on ``[batch, features]``."""
+    def io(self, batch: int) -> list[LayerRecord] | None:
+        """Each layer's record, or None unless each ran once in a configuration covered."""
         records = [self._seen[name] for name, _ in self._layers]
-        if any(len(r) != 1 or r[0][0].dim() != 2 or r[0][0].shape[0] != batch for r in records):
+        if any(len(r) != 1 or not _covered(r[0], batch) for r in records):
             return None
         return [r[0] for r in records]
 
 
+def _conv_padding(module: nn.Conv1d | nn.Conv2d) -> tuple[int, ...] | None:
+    if module.padding_mode != "zeros":
+        return None
+    if isinstance(module.padding, str):
+        return (0,) * len(module.kernel_size) if module.padding == "valid" else None
+    return tuple(module.padding)
+
+
+def _attention_call(record: LayerRecord) -> inspect.BoundArguments:
+    bound = inspect.signature(record.module.forward).bind(*record.args, **record.kwargs)
+    bound.apply_defaults()
+    return bound
+
+
+def _covered(record: LayerRecord, batch: int) -> bool:
+    """Whether the formulas cover this call (examples along the batch dimension)."""
+    module = record.module
+    if not record.args and not record.kwargs:
+        return False
+    if isinstance(module, nn.MultiheadAttention):
+        call = _attention_call(record).arguments
+        dim = 0 if module.batch_first else 1
+        mask = call["attn_mask"]
+        padding = call["key_padding_mask"]
+        return (
+            not (module.training and module.dropout > 0)
+            and all(
+                isinstance(call[k], torch.Tensor) and call[k].dim() == 3
+                for k in ("query", "key", "value")
+            )
+            and all(call[k].shape[dim] == batch for k in ("query", "key", "value"))
+            and (mask is None or mask.dim() == 2)
+            and (padding is None or padding.shape[0] == batch)
+            and record.outputs[0].shape[dim] == batch
+        )
+    x = record.input
+    if x.dim() == 0 or x.shape[0] != batch or len(record.outputs) != 1:
+        return False
+    if record.outputs[0].shape[0] != batch:
+        return False
+    if isinstance(module, nn.Conv1d | nn.Conv2d):
+        return x.dim() == 2 + len(module.kernel_size) and _conv_padding(module) is not None
+    if isinstance(module, nn.Embedding):
+        return module.max_norm is None and not module.scale_grad_by_freq
+    if isinstance(module, nn.LayerNorm):
+        return x.dim() > len(module.normalized_shape)
+    if isinstance(module, nn.GroupNorm):
+        return x.dim() >= 2
+    return x.dim() >= 2  # Linear
+
+
+def signature(records: list[LayerRecord], batch: int) -> tuple[tuple[int, ...], ...]:
+    """The shapes of the layers' inputs, every dimension equal to the batch size as -1.
+
+    A batch whose signature was never checked against the per-example path is checked
+    (a dimension other than the first that happens to equal the batch size would
+    otherwise go unnoticed on the calls that are not checked).
+    """
+    shapes = []
+    for record in records:
+        x = record.input
+        shapes.append(tuple(-1 if s == batch else s for s in x.shape))
+    return tuple(shapes)
+
+
+# -- the per-example parts of each layer ---------------------------------------------------
+@dataclass
+class _Outer:
+    """A Linear layer on [B, features]: gradients δᵢaᵢᵀ (weight) and δᵢ (bias), not formed."""
+
+    module: nn.Linear
+    act: torch.Tensor
+    delta: torch.Tensor
+
+
+@dataclass
+class _Dense:
+    """A parameter's per-example gradients ``[B, *shape]``."""
+
+    param: torch.Tensor
+    grads: torch.Tensor
+
+
+@dataclass
+class _Rows:
+    """An embedding's per-example gradients as (example, row, values) triples."""
+
+    param: torch.Tensor
+    example: torch.Tensor
+    row: torch.Tensor
+    values: torch.Tensor
+
+
+Part = _Outer | _Dense | _Rows
+
+
+def _zeros_if_none(delta: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(like) if delta is None else delta.detach()
+
+
+def _dense(parts: list[Part], param: torch.Tensor | None, grads: torch.Tensor) -> None:
+    if param is not None and param.requires_grad:
+        parts.append(_Dense(param, grads))
+
+
+def _linear_parts(module: nn.Linear, x: torch.Tensor, d: torch.Tensor) -> list[Part]:
+    batch = x.shape[0]
+    if x.dim() == 2:
+        return [_Outer(module, x, d)]
+    acts = x.reshape(batch, -1, x.shape[-1])
+    deltas = d.reshape(batch, -1, d.shape[-1])
+    parts: list[Part] = []
+    if module.weight.requires_grad:  # Σₜ δᵢₜ aᵢₜᵀ for every example at once
+        _dense(parts, module.weight, torch.bmm(deltas.transpose(1, 2), acts))
+    _dense(parts, module.bias, deltas.sum(1))
+    return parts
+
+
+def _conv_parts(module: nn.Conv1d | nn.Conv2d, x: torch.Tensor, d: torch.Tensor) -> list[Part]:
+    batch = x.shape[0]
+    padding = _conv_padding(module)
+    assert padding is not None
+    kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
+    if isinstance(module, nn.Conv1d):  # as a 2-D convolution of height 1
+        x, d = x.unsqueeze(2), d.unsqueeze(2)
+        kernel, stride = (1, *kernel), (1, *stride)
+        dilation, padding = (1, *dilation), (0, *padding)
+    parts: list[Part] = []
+    if module.weight.requires_grad:
+        # Each example's weight gradient at once: the batch folded into the channels,
+        # one convolution group per (example, group) — the weight gradient of a
+        # grouped convolution keeps the groups apart.
+        groups = batch * module.groups
+        out_channels, in_per_group = module.weight.shape[0], module.weight.shape[1]
+        shape = (batch * out_channels, in_per_group, *kernel)
+        _, weight, _ = torch.ops.aten.convolution_backward(
+            d.reshape(1, batch * d.shape[1], *d.shape[2:]),
+            x.reshape(1, batch * x.shape[1], *x.shape[2:]),
+            x.new_empty(shape),
+            None,
+            list(stride),
+            list(padding),
+            list(dilation),
+            False,
+            [0, 0],
+            groups,
+            [False, True, False],
+        )
+        _dense(parts, module.weight, weight.reshape(batch, *module.weight.shape))
+    _dense(parts, module.bias, d.sum((2, 3)))
+    return parts
+
+
+def _norm_parts(
+    module: nn.LayerNorm | nn.GroupNorm, x: torch.Tensor, d: torch.Tensor
+) -> list[Part]:
+    if isinstance(module, nn.LayerNorm):
+        normalised = nnf.layer_norm(x, module.normalized_shape, None, None, module.eps)
+        dims = tuple(range(1, x.dim() - len(module.normalized_shape)))
+    else:
+        normalised = nnf.group_norm(x, module.num_groups, None, None, module.eps)
+        dims = tuple(range(2, x.dim()))
+    parts: list[Part] = []
+    if module.weight is not None and module.weight.requires_grad:
+        weighted = d * normalised
+        _dense(parts, module.weight, weighted.sum(dims) if dims else weighted)
+    _dense(parts, module.bias, d.sum(dims) if dims else d)
+    return parts
+
+
+def _embedding_parts(module: nn.Embedding, ids: torch.Tensor, d: torch.Tensor) -> list[Part]:
+    batch, vocab = ids.shape[0], module.num_embeddings
+    flat_ids = ids.reshape(batch, -1)
+    deltas = d.reshape(-1, d.shape[-1])
+    example = torch.arange(batch, device=ids.device).repeat_interleave(flat_ids.shape[1])
+    keys = example * vocab + flat_ids.reshape(-1)
+    if module.padding_idx is not None:  # that row receives no gradient
+        keep = flat_ids.reshape(-1) != module.padding_idx
+        keys, deltas = keys[keep], deltas[keep]
+    unique, inverse = torch.unique(keys, return_inverse=True)
+    rows = deltas.new_zeros((unique.shape[0], deltas.shape[1])).index_add_(0, inverse, deltas)
+    return [_Rows(module.weight, unique // vocab, unique % vocab, rows)]
+
+
+def _attention_parts(record: LayerRecord) -> list[Part]:
+    module = record.module
+    assert isinstance(module, nn.MultiheadAttention)
+    call = _attention_call(record).arguments
+    dim = 0 if module.batch_first else 1
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    params = {n: p.detach() for n, p in module.named_parameters() if p.requires_grad}
+    used = [(i, delta) for i, delta in enumerate(record.deltas) if delta is not None]
+    padding = call["key_padding_mask"]
+    options = {
+        k: call[k] for k in ("need_weights", "attn_mask", "average_attn_weights", "is_causal")
+    }
+
+    def one(
+        p: dict[str, torch.Tensor],
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        cots: tuple[torch.Tensor, ...],
+    ) -> torch.Tensor:
+        outs = functional_call(
+            module,
+            p,
+            (q.unsqueeze(dim), k.unsqueeze(dim), v.unsqueeze(dim)),
+            {"key_padding_mask": None if mask is None else mask.unsqueeze(0), **options},
+        )
+        outs = [o for o in outs if o is not None]
+        terms = [
+            (outs[i].squeeze(dim if i == 0 else 0) * c).sum()
+            for (i, _), c in zip(used, cots, strict=True)
+        ]
+        return torch.stack(terms).sum() if terms else outs[0].new_zeros(())
+
+    cot_dims = tuple(dim if i == 0 else 0 for i, _ in used)
+    per_example = vmap(
+        grad(one), in_dims=(None, dim, dim, dim, None if padding is None else 0, cot_dims)
+    )
+    with vmap_attention():
+        grads = per_example(
+            params, call["query"], call["key"], call["value"], padding, tuple(c for _, c in used)
+        )
+    lookup = dict(module.named_parameters())
+    return [_Dense(lookup[n], grads[n]) for n in names]
+
+
+def _parts(record: LayerRecord) -> list[Part]:
+    module = record.module
+    if isinstance(module, nn.MultiheadAttention):
+        return _attention_parts(record)
+    x, d = record.input, _zeros_if_none(record.deltas[0], record.outputs[0])
+    if isinstance(module, nn.Conv1d | nn.Conv2d):
+        return _conv_parts(module, x, d)
+    if isinstance(module, nn.Embedding):
+        return _embedding_parts(module, x, d)
+    if isinstance(module, nn.LayerNorm | nn.GroupNorm):
+        return _norm_parts(module, x, d)
+    assert isinstance(module, nn.Linear)
+    return _linear_parts(module, x, d)
+
+
+def _drop(t: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
+    """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread."""
+    if not bool(dropped.any()):
+        return t
+    t = t.clone()
+    t[dropped] = 0
+    return t
+
+
 def clipped_sums(
-    layers: list[tuple[str, nn.Linear]],
-    io: LayerIO,
+    records: list[LayerRecord],
     deltas: tuple[torch.Tensor | None, ...],
+    batch: int,
     squared_norm_upper: SquaredNorm,
     factors_of: Factors,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
 
-    ``deltas`` are the gradients of the per-example objective with respect to each
-    layer's output (None for a layer that does not reach it).
+    ``deltas`` are the gradients of the per-example objective with respect to every
+    recorded output, layer after layer (None for an output that does not reach it);
+    ``batch`` is the number of examples.
     """
-    batch = io[0][0].shape[0]
-    squared = torch.zeros(batch, dtype=torch.float64, device=io[0][0].device)
-    parts: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
-    for (_, module), (act, out), delta in zip(layers, io, deltas, strict=True):
-        d = torch.zeros_like(out) if delta is None else delta.detach()
-        delta_sq = squared_norm_upper(d)
-        if module.weight.requires_grad:
-            squared += squared_norm_upper(act) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
-        if module.bias is not None and module.bias.requires_grad:
-            squared += delta_sq
-        parts.append((module, act, d))
+    position = 0
+    for record in records:
+        record.deltas = list(deltas[position : position + len(record.outputs)])
+        position += len(record.outputs)
+    device = records[0].outputs[0].device
+    squared = torch.zeros(batch, dtype=torch.float64, device=device)
+    parts = [part for record in records for part in _parts(record)]
+    for part in parts:
+        if isinstance(part, _Outer):
+            delta_sq = squared_norm_upper(part.delta)
+            if part.module.weight.requires_grad:
+                squared += squared_norm_upper(part.act) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
+            if part.module.bias is not None and part.module.bias.requires_grad:
+                squared += delta_sq
+        elif isinstance(part, _Dense):
+            squared += squared_norm_upper(part.grads)
+        else:
+            # Per-row bounds added per example in float64 (relative error below 2⁻³⁰ for
+            # fewer than 2²² rows, covered by the factor).
+            rows = squared_norm_upper(part.values) * (1 + 2.0**-30)
+            squared.index_add_(0, part.example, rows)
     factors = factors_of(squared)
-    sums: dict[int, torch.Tensor] = {}
     dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
-    for module, act, d in parts:
-        if bool(dropped.any()):
-            act, d = act.clone(), d.clone()
-            act[dropped], d[dropped] = 0, 0
-        weighted = d.to(torch.float64) * factors[:, None]
-        if module.weight.requires_grad:
-            sums[id(module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢ δᵢ aᵢᵀ
-        if module.bias is not None and module.bias.requires_grad:
-            sums[id(module.bias)] = weighted.sum(0)
+    sums: dict[int, torch.Tensor] = {}
+    for part in parts:
+        if isinstance(part, _Outer):
+            act, d = _drop(part.act, dropped), _drop(part.delta, dropped)
+            weighted = d.to(torch.float64) * factors[:, None]
+            if part.module.weight.requires_grad:
+                sums[id(part.module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢδᵢaᵢᵀ
+            if part.module.bias is not None and part.module.bias.requires_grad:
+                sums[id(part.module.bias)] = weighted.sum(0)
+        elif isinstance(part, _Dense):
+            flat = _drop(part.grads, dropped).reshape(batch, -1).to(torch.float64)
+            sums[id(part.param)] = (factors @ flat).reshape(part.param.shape)  # Σᵢ cᵢgᵢ
+        else:
+            keep = ~dropped[part.example]
+            scaled = part.values[keep].to(torch.float64) * factors[part.example[keep], None]
+            total = torch.zeros(part.param.shape, dtype=torch.float64, device=device)
+            sums[id(part.param)] = total.index_add_(0, part.row[keep], scaled)
     return sums, squared
 
 
 def ghost_clipped_sums(
     model: nn.Module,
-    layers: list[tuple[str, nn.Linear]],
+    layers: Layers,
     loss_fn: LossFn,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     squared_norm_upper: SquaredNorm,
     factors_of: Factors,
-) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor] | None:
+) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, list[LayerRecord]] | None:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, losses, squared norms.
 
-    Returns None when the fast path does not apply to this batch (a layer's input is
-    not ``[B, features]`` or a layer ran more than once); the caller then uses
-    ``torch.func``. ``factors_of`` turns per-example squared-norm bounds into clip
-    factors. The forward pass runs on the whole batch: the caller must check that the
-    model processes examples independently (``gaussdp.ml.dpsgd`` compares the losses
-    and squared norms returned here with a per-example pass).
+    Also returns the layer records (for :func:`signature`). Returns None when the
+    fast path does not apply to this batch (a layer ran more than once or in a
+    configuration the formulas do not cover); the caller then uses ``torch.func``.
+    ``factors_of`` turns per-example squared-norm bounds into clip factors. The
+    forward pass runs on the whole batch: the caller must check that the model
+    processes examples independently (``gaussdp.ml.dpsgd`` compares the losses and
+    squared norms returned here with a per-example pass).
     """
     batch = inputs.shape[0]
     check_batch(batch)
-    with LinearRecorder(layers) as recorder:
+    with LayerRecorder(layers) as recorder:
         output = model(inputs)
-    io = recorder.io(batch)
-    if io is None:
+    records = recorder.io(batch)
+    if records is None:
         return None
     losses = per_example_losses(loss_fn, output, targets)
-    deltas = torch.autograd.grad(losses.sum(), [out for _, out in io], allow_unused=True)
-    sums, squared = clipped_sums(layers, io, deltas, squared_norm_upper, factors_of)
-    return sums, losses.detach(), squared
+    outs = [out for record in records for out in record.outputs]
+    deltas = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
+    sums, squared = clipped_sums(records, deltas, batch, squared_norm_upper, factors_of)
+    return sums, losses.detach(), squared, records
 
 
 def check_batch(batch: int) -> None:

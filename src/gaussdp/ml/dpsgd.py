@@ -7,9 +7,11 @@ One step of DP-SGD (Abadi et al. 2016, Alg 1), as gaussdp runs it:
    vary and a batch may be empty — an empty batch still takes a noise-only step;
 2. per-example gradients are computed with ``torch.func`` (``functional_call`` +
    ``vmap`` + ``grad``, :func:`per_example_gradients`) and each is clipped to L2
-   norm C (:func:`clip_factors`); or, when ``nn.Linear`` layers hold every trainable
-   parameter, ghost clipping gets the same clipped sum without materialising
-   per-example gradients (:mod:`gaussdp.ml._ghost`, ``grad_sample_mode``);
+   norm C (:func:`clip_factors`); or, when Linear, Conv1d/2d, Embedding,
+   LayerNorm/GroupNorm and MultiheadAttention layers hold every trainable parameter,
+   ghost clipping gets the same clipped sum from the batched pass's activations and
+   output gradients, without materialising the model's per-example gradients
+   (:mod:`gaussdp.ml._ghost`, ``grad_sample_mode``);
 3. no example's contribution exceeds norm C, float rounding included (rigorous
    error bounds, see :func:`clip_factors` and :mod:`gaussdp.ml.noise`);
 4. the clipped gradients are summed and N(0, σ²C²) noise is added to the sum —
@@ -88,12 +90,15 @@ from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
-    LayerIO,
-    LinearRecorder,
+    GHOST_LAYERS,
+    LayerRecord,
+    LayerRecorder,
     check_batch,
     clipped_sums,
     ghost_clipped_sums,
-    linear_only,
+    ghost_layers,
+    signature,
+    vmap_attention,
 )
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
@@ -123,8 +128,9 @@ __all__ = [
 ]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-#: How per-example gradients are clipped: ``"auto"`` uses ghost clipping when
-#: ``nn.Linear`` layers hold every trainable parameter, else ``torch.func``.
+#: How per-example gradients are clipped: ``"auto"`` uses ghost clipping when layers
+#: of :data:`gaussdp.ml._ghost.GHOST_LAYERS` hold every trainable parameter, else
+#: ``torch.func``.
 GradSampleMode = Literal["auto", "functorch", "ghost"]
 #: How the user's loss combines the per-example losses of a batch (``loss.backward()``
 #: path): ``"mean"`` (torch's default reduction) or ``"sum"``.
@@ -184,7 +190,8 @@ def per_example_gradients(
 
     # randomness="different": dropout draws independently for each example, as in a batch.
     per_example = vmap(grad(one, has_aux=True), in_dims=(None, None, 0, 0), randomness="different")
-    grads, losses = per_example(params, buffers, inputs, targets)
+    with vmap_attention():
+        grads, losses = per_example(params, buffers, inputs, targets)
     return dict(grads), losses
 
 
@@ -502,12 +509,14 @@ class _Engine:
         self.module = module
         self.mode = grad_sample_mode
         self.loss_reduction = loss_reduction
-        self.ghost_layers = None if grad_sample_mode == "functorch" else linear_only(module)
+        self.ghost_layers = None if grad_sample_mode == "functorch" else ghost_layers(module)
         if grad_sample_mode == "ghost" and self.ghost_layers is None:
+            names = ", ".join(t.__name__ for t in GHOST_LAYERS)
             raise ValueError(
                 invalid(
                     "grad_sample_mode",
-                    "'auto' or 'functorch' unless nn.Linear layers hold every trainable parameter",
+                    f"'auto' or 'functorch' unless layers of the types {names} hold "
+                    "every trainable parameter",
                     grad_sample_mode,
                 )
             )
@@ -522,6 +531,7 @@ class _Engine:
         self.expected_batch_size = sample_rate * num_examples
         self.pending: list[torch.Tensor] | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
+        self.checked: set[tuple[tuple[int, ...], ...]] = set()  # layer shapes checked
         # The loss.backward() path: one record per training forward call since the last step.
         self.records: list[_Record] = []
         self.forward_calls = 0
@@ -559,8 +569,8 @@ class _Engine:
             finally:
                 self.inside = False
             if ghost is not None:
-                by_id, ghost_losses, squared = ghost
-                if self._verify_now():
+                by_id, ghost_losses, squared, layer_records = ghost
+                if self._verify_now(signature(layer_records, inputs.shape[0])):
                     with _replaying(rng_state, self.device):
                         grads, losses = self._per_example(inputs, targets)
                     norms = _total_squared_norms(grads, inputs.shape[0])
@@ -575,8 +585,9 @@ class _Engine:
                 raise ValueError(
                     invalid(
                         "grad_sample_mode",
-                        "'auto' or 'functorch' for a model whose linear layers see inputs "
-                        "other than [batch, features] or run more than once",
+                        "'auto' or 'functorch' for a model whose layers run more than once "
+                        "or in a configuration ghost clipping does not cover (see "
+                        "gaussdp.ml._ghost)",
                         self.mode,
                     )
                 )
@@ -608,13 +619,18 @@ class _Engine:
         finally:
             self.inside = False
 
-    def _verify_now(self) -> bool:
+    def _verify_now(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
         """Whether this batched call is checked against the per-example path.
 
-        Calls 0, 1, 2, 4, 8, … are checked (a logarithmic share of the cost).
+        Calls 0, 1, 2, 4, 8, … are checked (a logarithmic share of the cost), and so
+        is every call whose layer input shapes (``shapes``, from
+        :func:`gaussdp.ml._ghost.signature`) were never checked.
         """
         calls = self.batched_calls
         self.batched_calls += 1
+        if shapes not in self.checked:
+            self.checked.add(shapes)
+            return True
         return calls & (calls - 1) == 0
 
     def _batched_path_mixes(self) -> None:
@@ -688,21 +704,22 @@ class _Engine:
                 n: p.detach().requires_grad_() for n, p in zip(self.names, self.params, strict=True)
             }
             args, kwargs = tree_unflatten(record.inputs, record.spec)
-            with LinearRecorder(self.ghost_layers) as recorder:
+            with LayerRecorder(self.ghost_layers) as recorder:
                 output = functional_call(self.module, shadows, args, kwargs)
             record.io = recorder.io(record.batch)
             if record.io is None and self.mode == "ghost":
                 raise ValueError(
                     invalid(
                         "grad_sample_mode",
-                        "'auto' or 'functorch' for a model whose linear layers see inputs "
-                        "other than [batch, features] or run more than once",
+                        "'auto' or 'functorch' for a model whose layers run more than once "
+                        "or in a configuration ghost clipping does not cover (see "
+                        "gaussdp.ml._ghost)",
                         self.mode,
                     )
                 )
             if record.io is not None:
                 record.outputs = tree_flatten(output)[0]
-                record.check = self._verify_now()
+                record.check = self._verify_now(signature(record.io, record.batch))
                 if not record.check:
                     return output
                 single = self._vmap_forward(record)
@@ -732,7 +749,7 @@ class _Engine:
             out_spec[:] = [spec]
             return tuple(_unbatch_one(t) for t in out)
 
-        with _replaying(record.rng_state, self.device), torch.no_grad():
+        with _replaying(record.rng_state, self.device), torch.no_grad(), vmap_attention():
             try:
                 outs = vmap(one, randomness="different")(*(record.inputs[i] for i in batched))
             except (RuntimeError, ValueError) as error:
@@ -783,15 +800,15 @@ class _Engine:
             ]
             deltas = torch.autograd.grad(
                 [o for o, _ in pairs],
-                [out for _, out in record.io],
+                [out for layer in record.io for out in layer.outputs],
                 [c for _, c in pairs],
                 allow_unused=True,
             )
             clip, unit = self.max_grad_norm, self.noiser.unit
             by_id, squared = clipped_sums(
-                self.ghost_layers,
                 record.io,
                 deltas,
+                record.batch,
                 _squared_norm_upper,
                 lambda sq: _factors_from_squared(sq, clip) / unit,
             )
@@ -831,7 +848,7 @@ class _Engine:
         per_example = vmap(grad(one), in_dims=(None, 0, 0), randomness="different")
         self.inside = True
         try:
-            with _replaying(record.rng_state, self.device):
+            with _replaying(record.rng_state, self.device), vmap_attention():
                 grads = per_example(
                     params,
                     tuple(record.inputs[i] for i in batched),
@@ -855,7 +872,7 @@ class _Record:
         self.spec = spec
         self.batch = batch
         self.rng_state = rng_state
-        self.io: LayerIO | None = None  # ghost path: each linear layer's (input, output)
+        self.io: list[LayerRecord] | None = None  # ghost path: each layer's call
         self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
         self.check = False  # ghost path: compare with the per-example path at the step
         self.floating: list[int] = []  # indices of the output leaves that carry gradients
@@ -1570,11 +1587,13 @@ def make_private(
     grad_sample_mode : {"auto", "functorch", "ghost"}, default "auto"
         ``"functorch"``: per-example gradients with ``torch.func`` (any model).
         ``"ghost"``: ghost clipping (:mod:`gaussdp.ml._ghost`) — per-example norms
-        from activations and output gradients, and the clipped sum as one float64
-        matrix product, without materialising per-example gradients; only when
-        ``nn.Linear`` layers on ``[batch, features]`` inputs hold every trainable
-        parameter. ``"auto"`` uses ghost clipping where it applies. The batched path
-        is checked against the per-example one on calls 0, 1, 2, 4, …: on a
+        and the clipped sum (float64) from each layer's activations and output
+        gradients on the whole batch, without materialising the model's per-example
+        gradients; only when Linear, Conv1d, Conv2d, Embedding, LayerNorm,
+        GroupNorm and MultiheadAttention layers hold every trainable parameter.
+        ``"auto"`` uses ghost clipping where it applies. The batched path is
+        checked against the per-example one on calls 0, 1, 2, 4, … and on layer
+        input shapes not seen before: on a
         disagreement (a model that mixes examples) ``"auto"`` falls back to
         ``torch.func`` with a warning and ``"ghost"`` raises ``ValueError``.
     accountant : {"pld", "rdp"}, default "pld"

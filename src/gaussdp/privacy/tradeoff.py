@@ -374,12 +374,22 @@ class TradeoffCurve:
         only when the accountant's δ(ε) is that of its μ or PLD alone (checked at a
         few ε); otherwise — lattice slack or partition selection's δ on top, an exact
         Gaussian PLD accountant, RDP or zCDP — :meth:`from_profile` on the
-        accountant's own δ(ε) upper bounds, which includes everything.
+        accountant's own δ(ε) upper bounds, which includes everything. A
+        :class:`~gaussdp.accounting.FallbackAccountant` (a ledger's) is
+        read through the member that answers its queries.
         """
-        from gaussdp.accounting import Accountant, GDPAccountant, PLDAccountant
+        from gaussdp.accounting import (
+            Accountant,
+            FallbackAccountant,
+            GDPAccountant,
+            PLDAccountant,
+        )
 
         if not isinstance(accountant, Accountant):
             raise TypeError(invalid("accountant", "an Accountant", accountant))
+        if isinstance(accountant, FallbackAccountant):
+            # The member that answers accounts for the whole history (a ledger's accountant).
+            return cls.from_accountant(accountant.active)
         # Lattice noise's smoothing slack and partition selection's δ apply to the whole
         # composition: only the accountant's own δ(ε) includes them (the profile below).
         plain = accountant.slack == 0.0 and accountant.extra_delta == 0.0

@@ -379,22 +379,21 @@ leaves AS (
   FROM ranked
   GROUP BY pu{keys}, lf
 ),
-totals AS (
-  SELECT *, SUM(c) OVER (PARTITION BY pu{keys}) AS n
+prefixed AS (
+  SELECT *,
+    SUM(c) OVER (PARTITION BY pu{keys} ORDER BY lf ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+      AS p,
+    SUM(c) OVER (PARTITION BY pu{keys}) AS n,
+    ROW_NUMBER() OVER (PARTITION BY pu{keys} ORDER BY lf) AS rk
   FROM leaves
 ),
-floored AS (
-  SELECT *, CASE WHEN n > {linf} THEN {floor} ELSE c END AS b
-  FROM totals
-),
-ordered AS (
-  SELECT *, ROW_NUMBER() OVER (PARTITION BY pu{keys} ORDER BY c * {linf} - b * n DESC, lf) AS rk,
-         SUM(b) OVER (PARTITION BY pu{keys}) AS bs
-  FROM floored
+shifted AS (
+  SELECT *, (CAST(hash(pu{keys}, {salt}) % n AS BIGINT) + n) % n AS u
+  FROM prefixed
 )
 SELECT {final_keys}lf, CAST(SUM(CASE WHEN rk = 1 THEN 1 ELSE 0 END) AS BIGINT) AS units,
-       CAST(SUM(CASE WHEN n > {linf} AND rk <= {linf} - bs THEN b + 1 ELSE b END) AS BIGINT) AS cnt
-FROM ordered
+       CAST(SUM(CASE WHEN n > {linf} THEN {upto} - {before} ELSE c END) AS BIGINT) AS cnt
+FROM shifted
 GROUP BY {final_keys}lf
 ORDER BY {final_keys}lf"""
 
@@ -413,12 +412,14 @@ def tree_sql(
 
     Rows with a NULL or NaN value are ignored. L0 is applied to the groups as in
     :data:`TEMPLATE` (the leaf is not a group). A unit with ``n > L∞`` rows in a
-    group has its leaf counts ``c_j`` apportioned to L∞ rows by largest
-    remainders: ``⌊c_j·L∞/n⌋`` each, plus one for the ``L∞ − Σ⌊…⌋`` leaves with
-    the largest remainders ``c_j·L∞ mod n`` (ties: the lower leaf) — integers,
-    each ≤ ``c_j``, summing to L∞ exactly, a function of the unit's own rows.
-    So a unit adds a non-negative integer vector of total ≤ L∞ to the leaves of
-    each of its ≤ L0 groups.
+    group keeps L∞ of them by systematic sampling over its leaves: with its
+    prefix counts P_j (leaves in order) and an offset U in [0, n) from
+    ``hash(pu, keys…, salt + 1)``, leaf j keeps
+    ``⌊(P_j·L∞ + U)/n⌋ − ⌊(P_{j−1}·L∞ + U)/n⌋`` rows — the floor or the ceiling
+    of its share c_j·L∞/n (≤ c_j), L∞ in all, and c_j·L∞/n on average over U
+    (Hermite's identity), so no leaf is favoured. Integers, a function of the
+    unit's own rows and the salt. So a unit adds a non-negative integer vector
+    of total ≤ L∞ to the leaves of each of its ≤ L0 groups.
 
     Returns
     -------
@@ -431,7 +432,7 @@ def tree_sql(
     --------
     >>> sql = tree_sql(source="v", keys=("k0",), tree=Tree("x0", 0.0, 1.0, 16), l0=2,
     ...                linf=3, salt=5)
-    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "ROW_NUMBER()" in sql
+    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "hash(pu, k0, 6)" in sql
     True
     """
     if not 0 <= salt < 2**62:
@@ -460,6 +461,8 @@ def tree_sql(
         ranked=ranked,
         keys=keys_csv,
         linf=linf,
-        floor=_floor_div(f"c * {linf}", "n"),
+        salt=int(salt) + 1,
+        upto=_floor_div(f"(p * {linf} + u)", "n"),
+        before=_floor_div(f"((p - c) * {linf} + u)", "n"),
         final_keys="".join(f"{k}, " for k in keys),
     )

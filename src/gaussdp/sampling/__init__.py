@@ -2,7 +2,8 @@
 
 - :func:`discrete_gaussian`, :func:`discrete_laplace`: vectorised exact samplers
   returning numpy arrays (:mod:`gaussdp.sampling.vectorized`), with an optional
-  fixed-work mode (:class:`FixedWork`).
+  fixed-work mode (:class:`FixedWork`); values too wide for int64 come as
+  Python ints or, faster, as a :class:`BigIntArray` of 64-bit limbs.
 - :func:`bernoulli_exp`, :func:`discrete_laplace_scalar`,
   :func:`discrete_gaussian_scalar`: the scalar reference, CKS Algorithms 1, 2
   and 3 line by line on ints and Fractions (:mod:`gaussdp.sampling.reference`).
@@ -17,6 +18,7 @@ distribution is argued in ``docs/sampler-exactness.md``.
 
 from __future__ import annotations
 
+from gaussdp.sampling._limbs import BigIntArray
 from gaussdp.sampling.background import NoiseStream
 from gaussdp.sampling.reference import (
     bernoulli_exp,
@@ -31,6 +33,7 @@ from gaussdp.sampling.vectorized import (
 )
 
 __all__ = [
+    "BigIntArray",
     "FixedWork",
     "NoiseStream",
     "SamplingShortfallError",

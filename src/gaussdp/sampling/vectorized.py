@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import isqrt
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -53,7 +54,8 @@ import numpy.typing as npt
 from gaussdp._validation import check_fraction, check_int, check_probability
 from gaussdp.errors import SamplingShortfallError, invalid
 from gaussdp.random import RandomSource, check_rng
-from gaussdp.sampling._exact import LazyUniform, floor_neg_log
+from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
+from gaussdp.sampling._limbs import BigIntArray
 from gaussdp.sampling.reference import discrete_gaussian_scalar, discrete_laplace_scalar
 
 __all__ = [
@@ -83,9 +85,12 @@ _TINY = 2.0**-60
 _TWO52 = 2.0**52
 _TWO53 = 2.0**53
 _TWO_M53 = 2.0**-53
-# Scales up to this use the float-inversion geometric (§2.1); larger ones the CKS Alg 2
-# decomposition (§2.3).
+# Scales up to this use the float-inversion geometric (§2.1); larger ones split the
+# geometric in a high part read the same way and low bits (Gaussian) or use the CKS Alg 2
+# decomposition (Laplace), §2.3.
 _SMALL_SCALE_MAX = Fraction(2**26)
+# Huge Gaussian path: G = floor(-tau ln U) with tau = t / 2**shift in [2**20, 2**21) (§2.3).
+_HUGE_TAU_BITS = 21
 # Outputs are int64 when the scale is at most 2**40 (so |value| >= 2**63 has probability
 # below 10**-(10**6)); otherwise an object array of Python ints.
 _INT64_SCALE_MAX = Fraction(2**40)
@@ -253,25 +258,45 @@ class _GaussianPlan:
         self.inv_two_sigma2_f = float(1 / (2 * sigma2))
         self.small = self.t <= _SMALL_SCALE_MAX
         self.int64 = sigma2 <= _INT64_SCALE_MAX**2
+        self.huge = None if self.small else _HugeScale(sigma2, self.t)
         t = self.t
-        # Per-candidate acceptance lower bound (docs §4): small path
-        # (1 - q)/2 e^{-sigma2/(2t^2)} sqrt(2 pi sigma2), big path
-        # (1 - e^{-1}) / 2^{k+1} e^{-sigma2/(2t^2)} sqrt(2 pi sigma2), q = e^{-1/t}.
+        # Per-candidate acceptance lower bound (docs §4), on both paths:
+        # (1 - q)/2 e^{-sigma2/(2t^2)} sqrt(2 pi sigma2) with q = e^{-1/t}.
         log_sigma2 = math.log(sigma2.numerator) - math.log(sigma2.denominator)
         common = -float(sigma2 / (2 * t * t)) + 0.5 * (math.log(2 * math.pi) + log_sigma2)
         if self.small:
             self.acceptance = -math.expm1(-1.0 / t) / 2.0 * math.exp(common) * (1 - 1e-9)
-            self.big = None
-        else:
-            self.big = _BigScale(t, 1)
-            k = t.bit_length()
-            self.acceptance = math.exp(
-                math.log(-math.expm1(-1.0)) - (k + 1) * math.log(2.0) + common
-            ) * (1 - 1e-9)
+        else:  # in log space (sqrt(2 pi sigma2) overflows for sigma2 > 1e616), with
+            # 1 - e^{-1/t} >= (1/t)(1 - 1/(2t)) since 1/t underflows for t > 1e308
+            log_one_minus_q = -math.log(t) + math.log1p(-0.5 / t)
+            self.acceptance = math.exp(log_one_minus_q - math.log(2.0) + common) * (1 - 1e-9)
 
     def gamma(self, magnitude: int) -> Fraction:
         """CKS Alg 3: gamma = (|Y| - sigma^2/t)^2 / (2 sigma^2), exactly."""
         return (magnitude - self.c) ** 2 / (2 * self.sigma2)
+
+
+class _HugeScale:
+    """Constants of the Gaussian path for ``t > 2**26``: X = S G + Lo (docs §2.3).
+
+    ``S = 2**shift`` with ``tau = t / S`` in ``[2**20, 2**21)``; ``G = floor(-tau ln U)``
+    is read off like the small path, and ``Lo`` in ``[0, S)`` has ``P[Lo = l] ∝ e^{-l/t}``.
+    ``Lo`` is stored as the top ``shift`` bits of ``low_words`` big-endian words.
+    """
+
+    def __init__(self, sigma2: Fraction, t: int) -> None:
+        self.t = t
+        self.shift = t.bit_length() - _HUGE_TAU_BITS
+        self.tau = Fraction(t, 1 << self.shift)
+        self.low_words = -(-self.shift // 64)
+        self.drop = 64 * self.low_words - self.shift  # unused low bits of the last word
+        self.limbs = self.low_words + 1  # 64-bit limbs of X = (G << shift) | Lo
+        self.frac_bits = min(self.shift, 53)  # bits of Lo / S read as a float
+        # Lo is accepted without looking at it when U'' < e^{-1/tau} <= e^{-Lo/t}:
+        # lo_accept <= 2**32 e^{-S/t} (exact integer bound, docs §2.3).
+        self.lo_accept = exp_neg_bounds(Fraction(1 << self.shift, t), 32)[0]
+        self.c_units_f = float(sigma2 / t / (1 << self.shift))  # c / S
+        self.k_f = float(Fraction(1 << (2 * self.shift)) / (2 * sigma2))  # S^2 / (2 sigma2)
 
 
 class _LaplacePlan:
@@ -312,6 +337,24 @@ class _BigScale:
 # ---------------------------------------------------------------------------
 
 
+def _geometric_exact(m_int: U64Array, bits: int, tau: Fraction, rng: RandomSource) -> IntArray:
+    """``G = floor(-tau ln U)`` for every lane, exactly: :func:`_geometric`, then §3.
+
+    ``U`` is in ``[m, m + 1) / 2**bits``; undecided lanes are finished by
+    :func:`gaussdp.sampling._exact.floor_neg_log`, in lane order.
+    """
+    # CKS Alg 2: Y geometric with ratio exp(-1/tau), as floor(-tau ln U) (§2.1).
+    low, undecided = _geometric(m_int, bits, float(tau))
+    g = low.astype(np.int64)
+    if undecided.any():
+        for i in np.flatnonzero(undecided).tolist():
+            prefix = int(m_int[i])
+            u = LazyUniform(prefix, bits, rng)
+            hint = int(g[i]) if prefix else int(bits * tau) // 2 + 1
+            g[i] = floor_neg_log(u, tau, max(hint, 0))
+    return g
+
+
 def _laplace_magnitudes(
     m_int: U64Array,
     bits: int,
@@ -325,15 +368,7 @@ def _laplace_magnitudes(
     other bits of the same words. Returns ``(g, keep)``; ``keep`` is False for
     ``(negative, 0)`` (CKS Alg 2: if B = 1 and Y = 0, restart).
     """
-    # CKS Alg 2: Y geometric with ratio exp(-1/tau), as floor(-tau ln U) (§2.1).
-    low, undecided = _geometric(m_int, bits, float(tau))
-    g = low.astype(np.int64)
-    if undecided.any():
-        for i in np.flatnonzero(undecided).tolist():
-            prefix = int(m_int[i])
-            u = LazyUniform(prefix, bits, rng)
-            hint = int(g[i]) if prefix else int(bits * tau) // 2 + 1
-            g[i] = floor_neg_log(u, tau, max(hint, 0))
+    g = _geometric_exact(m_int, bits, tau, rng)
     keep = ~(negative & (g == 0))  # CKS Alg 2: if B = 1 and Y = 0, restart
     return g, keep
 
@@ -482,6 +517,99 @@ def _laplace_small_few(plan: _LaplacePlan, n: int, need: int, rng: RandomSource)
 
 
 # ---------------------------------------------------------------------------
+# Huge Gaussian path (§2.3): X = S G + Lo, outputs as 64-bit limbs
+# ---------------------------------------------------------------------------
+
+
+def _low_int(huge: _HugeScale, low: U64Array, i: int) -> int:
+    """Lane ``i``'s ``Lo``: the top ``shift`` bits of its big-endian low words."""
+    value = 0
+    for word in low[:, i].tolist():
+        value = (value << 64) | word
+    return value >> huge.drop
+
+
+def _set_low(huge: _HugeScale, low: U64Array, i: int, value: int) -> None:
+    """Store ``value`` (< 2**shift) as lane ``i``'s ``Lo`` (inverse of :func:`_low_int`)."""
+    shifted = value << huge.drop
+    for j in range(huge.low_words - 1, -1, -1):
+        low[j, i] = shifted & 0xFFFFFFFFFFFFFFFF
+        shifted >>= 64
+
+
+def _finish_low(huge: _HugeScale, low: U64Array, i: int, m: int, rng: RandomSource) -> None:
+    """Lane ``i``'s ``Lo`` when ``U''`` (prefix ``m``, 32 bits) did not accept it unseen.
+
+    ``Lo`` has ``P[Lo = l] ∝ e^{-l/t}`` on ``[0, S)``: a uniform ``l`` accepted when
+    ``U'' < e^{-l/t}`` (decided exactly, §3), otherwise a fresh uniform ``l`` and a
+    fresh ``U''``, until one is accepted (rejection sampling, independent of ``G``).
+    """
+    lo = _low_int(huge, low, i)
+    accepted = LazyUniform(m, 32, rng).below_exp_neg(Fraction(lo, huge.t))
+    while not accepted:
+        lo = rng.randbits(huge.shift)
+        accepted = LazyUniform(0, 0, rng).below_exp_neg(Fraction(lo, huge.t))
+    _set_low(huge, low, i, lo)
+
+
+def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSource) -> U64Array:
+    """``n`` candidates of CKS Alg 3 with ``t > 2**26``; the accepted ones as limb rows.
+
+    Each candidate reads ``2 + low_words`` words (§2.4): ``[52 bits of U | B]``,
+    ``[32 bits of U'' | 32 bits of U']`` and the words of ``Lo``. CKS Alg 2's geometric
+    ``X = floor(t E)`` (E exponential) is ``S G + Lo`` with ``G = floor(-tau ln U)`` and
+    ``Lo`` the truncated geometric of :func:`_finish_low` (§2.3). Returns an array of
+    shape ``(accepted, 1 + limbs)``: column 0 is B, then ``X``'s 64-bit limbs, least
+    significant first.
+    """
+    words = rng.words(n * (2 + huge.low_words)).reshape(2 + huge.low_words, n)
+    m_geo, negative = _split_word(words[0])
+    low = words[2:]  # big-endian words whose top `shift` bits are Lo
+    # CKS Alg 2: the geometric X = S G + Lo (§2.3); first G, by inversion (§2.1),
+    g = _geometric_exact(m_geo, 52, huge.tau, rng)
+    # then Lo: accepted unseen when U'' + 2**-32 <= lo_accept / 2**32 <= e^{-S/t}.
+    m_lo = words[1] >> np.uint64(32)
+    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept - 1)).tolist():
+        _finish_low(huge, low, i, int(m_lo[i]), rng)
+    # CKS Alg 2: if B = 1 and Y = 0, restart (X = 0 iff G = 0 and Lo = 0).
+    keep = np.ones(n, dtype=np.bool_)
+    for i in np.flatnonzero(negative & (g == 0)).tolist():
+        keep[i] = _low_int(huge, low, i) != 0
+    # CKS Alg 3 acceptance: in units of S, X/S is in [G + f, G + f + 2**-53) with f the
+    # top bits of Lo/S, so d = G + f - c/S is within 2**-51 (c/S + |d|) of X/S - c/S.
+    d = (low[0] >> np.uint64(64 - huge.frac_bits)).astype(np.float64)
+    d *= 2.0**-huge.frac_bits
+    d += g
+    d -= huge.c_units_f
+    x = np.multiply(d, d, out=d)
+    x *= huge.k_f
+    m_acc = words[1] & np.uint64(0xFFFFFFFF)
+    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 32)
+    if g.max(initial=0) >= 2**52:  # float of G not exact: decide exactly
+        undecided |= g >= 2**52
+    undecided &= keep
+    accepted &= keep
+    for i in np.flatnonzero(undecided).tolist():
+        magnitude = (int(g[i]) << huge.shift) | _low_int(huge, low, i)
+        lazy = LazyUniform(int(m_acc[i]), 32, rng)
+        accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
+    index = np.flatnonzero(accepted)
+    out = np.empty((index.size, 1 + huge.limbs), dtype=np.uint64)
+    out[:, 0] = negative[index]
+    # X = (G << shift) | Lo: the big-endian words [G, low...] shifted right by `drop`.
+    high = g[index].view(np.uint64)
+    rows = [high, *(low[j, index] for j in range(huge.low_words))]
+    drop = np.uint64(huge.drop)
+    back = np.uint64(64 - huge.drop)
+    for j, word in enumerate(rows):  # limb (limbs - 1 - j), most significant first
+        limb = word >> drop if huge.drop else word.copy()
+        if j and huge.drop:
+            limb |= rows[j - 1] << back
+        out[:, huge.limbs - j] = limb
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Big path (§2.3)
 # ---------------------------------------------------------------------------
 
@@ -590,43 +718,6 @@ def _big_laplace_candidates(
     return h, v, negative, low
 
 
-def _exact_magnitude(big: _BigScale, h: int, lo: int, v: int) -> int:
-    """CKS Alg 2: X = U + t V, Y = floor(X / s)."""
-    return ((h << big.shift) + lo + big.t * v) // big.s
-
-
-def _gaussian_big(plan: _GaussianPlan, big: _BigScale, n: int, rng: RandomSource) -> ObjectArray:
-    """``n`` U-candidates of CKS Alg 2+3 on the big path; returns the accepted values."""
-    h, v, negative, low = _big_laplace_candidates(big, n, rng)
-    # CKS Alg 2: if B = 1 and Y = 0 restart. Y = 0 needs H = 0, V = 0 and Lo = 0.
-    keep = np.ones(h.size, dtype=np.bool_)
-    for i in np.flatnonzero(negative & (h == np.uint64(0)) & (v == 0)).tolist():
-        if i not in low:
-            low[i] = _low_parts(big, 1, rng)[0]
-        keep[i] = low[i] != 0
-    # CKS Alg 3 acceptance on X / 2**shift = H + Lo / 2**shift + T V (§2.3).
-    scale = Fraction(1 << big.shift)
-    d = h.astype(np.float64) + big.top_f * v.astype(np.float64)
-    d -= float(plan.c / scale)
-    x = d * d
-    x *= float(scale * scale / (2 * plan.sigma2))
-    m_acc = rng.words(h.size) >> np.uint64(11)
-    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 53)
-    accepted &= keep
-    undecided &= keep
-    hl, vl = h.tolist(), v.tolist()
-    for i in np.flatnonzero(undecided).tolist():
-        if i not in low:
-            low[i] = _low_parts(big, 1, rng)[0]
-        magnitude = _exact_magnitude(big, hl[i], low[i], vl[i])
-        lazy = LazyUniform(int(m_acc[i]), 53, rng)
-        accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
-    index = np.flatnonzero(accepted)
-    values = _magnitudes(big, h, v, low, index, rng)
-    signed: ObjectArray = np.where(negative[index], -values, values)
-    return signed
-
-
 def _laplace_big(big: _BigScale, n: int, rng: RandomSource) -> ObjectArray:
     """``n`` U-candidates of CKS Alg 2 on the big path; returns the kept values."""
     h, v, negative, low = _big_laplace_candidates(big, n, rng)
@@ -651,21 +742,22 @@ def _check_size(size: object) -> tuple[int, ...]:
 
 
 def _draw(
-    batch: Callable[[int], IntArray | ObjectArray],
+    batch: Callable[[int], npt.NDArray[np.generic]],
     n: int,
     acceptance: float,
-    as_int64: bool,
+    empty: Callable[[int], npt.NDArray[np.generic]],
     work: FixedWork | None,
-) -> IntArray | npt.NDArray[np.object_]:
+) -> npt.NDArray[np.generic]:
     """Run ``batch`` on candidate blocks until ``n`` outputs (or a fixed total).
 
-    Accepted values are copied into the preallocated output in candidate order, so the
-    working memory beyond the output is one block of at most ``_CHUNK`` candidates.
+    Accepted rows are copied into the preallocated output ``empty(n)`` in candidate
+    order, so the working memory beyond the output is one block of at most ``_CHUNK``
+    candidates.
     """
-    out: IntArray | npt.NDArray[np.object_] = np.empty(n, dtype=np.int64 if as_int64 else object)
+    out = empty(n)
     have = 0
 
-    def take(part: IntArray | ObjectArray) -> None:
+    def take(part: npt.NDArray[np.generic]) -> None:
         nonlocal have
         count = min(len(part), n - have)
         if count:
@@ -701,42 +793,85 @@ def _tiny(
     return np.array([draw() for _ in range(n)], dtype=np.int64)
 
 
-Batches = Callable[[int], IntArray | ObjectArray]
-
-
 # Plans depend only on the parameter; caching them saves their exact arithmetic per call.
 _gaussian_plan = functools.lru_cache(maxsize=256)(_GaussianPlan)
 _laplace_plan = functools.lru_cache(maxsize=256)(_LaplacePlan)
 
+BigInts = Literal["object", "limbs"]
+Output = IntArray | ObjectArray | BigIntArray
 Few = Callable[[int, int], list[int]]
 
 
-def _gaussian_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
-    """CKS Alg 3 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+@dataclass(frozen=True, slots=True)
+class _Drawer:
+    """How to draw one distribution: blocks of candidates, and the output they make."""
+
+    batch: Callable[[int], npt.NDArray[np.generic]]  # candidates -> accepted rows
+    acceptance: float  # lower bound on the acceptance per candidate (docs §4)
+    empty: Callable[[int], npt.NDArray[np.generic]]  # the output buffer of n rows
+    finish: Callable[[npt.NDArray[np.generic], tuple[int, ...], BigInts], Output]
+    few: Few | None  # the one-candidate-at-a-time path for a few outputs (§4.1)
+
+
+def _empty_values(dtype: type) -> Callable[[int], npt.NDArray[np.generic]]:
+    return lambda n: np.empty(n, dtype=dtype)
+
+
+def _reshaped(raw: npt.NDArray[np.generic], shape: tuple[int, ...], big_ints: BigInts) -> Output:
+    return raw.reshape(shape)  # type: ignore[return-value]
+
+
+def _finish_limbs(
+    plan: _GaussianPlan, raw: npt.NDArray[np.generic], shape: tuple[int, ...], big_ints: BigInts
+) -> Output:
+    """Rows ``[B, limbs...]`` of :func:`_gaussian_huge` as the output type (docs §5)."""
+    negative = raw[:, 0].astype(np.bool_)
+    magnitude = raw[:, 1:]
+    if plan.int64:
+        if magnitude[:, 1:].any() or bool((magnitude[:, 0] >= np.uint64(2**63)).any()):
+            raise OverflowError("a discrete Gaussian draw exceeds the int64 range")
+        return _signed(magnitude[:, 0].astype(np.int64), negative).reshape(shape)
+    big = BigIntArray._owned(
+        negative.reshape(shape), np.ascontiguousarray(magnitude).reshape((*shape, -1))
+    )
+    return big if big_ints == "limbs" else big.to_object()
+
+
+def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
+    """CKS Alg 3 for ``plan``: the small path (§2.1-2.2) or the huge one (§2.3)."""
     assert isinstance(plan, _GaussianPlan)
-    big = plan.big
-    if big is None:
-        return (
-            (lambda m: _gaussian_small(plan, m, source)),
+    huge = plan.huge
+    if huge is None:
+        return _Drawer(
+            lambda m: _gaussian_small(plan, m, source),
             plan.acceptance,
-            plan.int64,
-            (lambda m, need: _gaussian_small_few(plan, m, need, source)),
+            _empty_values(np.int64),
+            _reshaped,
+            lambda m, need: _gaussian_small_few(plan, m, need, source),
         )
-    return (lambda m: _gaussian_big(plan, big, m, source)), plan.acceptance, plan.int64, None
+    return _Drawer(
+        lambda m: _gaussian_huge(plan, huge, m, source),
+        plan.acceptance,
+        lambda n: np.empty((n, 1 + huge.limbs), dtype=np.uint64),
+        functools.partial(_finish_limbs, plan),
+        None,
+    )
 
 
-def _laplace_batches(plan: Plan, source: RandomSource) -> tuple[Batches, float, bool, Few | None]:
-    """CKS Alg 2 for ``plan``: the batch drawer, acceptance bound, output dtype, few-path."""
+def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
+    """CKS Alg 2 for ``plan``: the small path (§2.1) or the big one (§2.3)."""
     assert isinstance(plan, _LaplacePlan)
     big = plan.big
+    empty = _empty_values(np.int64 if plan.int64 else object)
     if big is None:
-        return (
-            (lambda m: _laplace_small(plan, m, source)),
+        return _Drawer(
+            lambda m: _laplace_small(plan, m, source),
             plan.acceptance,
-            plan.int64,
-            (lambda m, need: _laplace_small_few(plan, m, need, source)),
+            empty,
+            _reshaped,
+            lambda m, need: _laplace_small_few(plan, m, need, source),
         )
-    return (lambda m: _laplace_big(big, m, source)), plan.acceptance, plan.int64, None
+    return _Drawer(lambda m: _laplace_big(big, m, source), plan.acceptance, empty, _reshaped, None)
 
 
 def _draw_few(few: Few, n: int, acceptance: float) -> IntArray:
@@ -785,30 +920,52 @@ def _sample(
     rng: RandomSource | None,
     work: FixedWork | None,
     scalar: Callable[[Fraction, RandomSource], int],
-    batches: Callable[[Plan, RandomSource], tuple[Batches, float, bool, Few | None]],
-) -> IntArray | npt.NDArray[np.object_]:
+    drawer: Callable[[Plan, RandomSource], _Drawer],
+    big_ints: object = "object",
+) -> Output:
     """Validate everything, then draw ``size`` samples; nothing is drawn on a refusal."""
     exact, plan = _parameter(name, parameter)
     shape = _check_size(size)
     if work is not None and not isinstance(work, FixedWork):
         raise TypeError(invalid("work", "None or a FixedWork", work))
+    if big_ints != "object" and big_ints != "limbs":
+        raise ValueError(invalid("big_ints", "'object' or 'limbs'", big_ints))
     source = check_rng(rng)
     n = math.prod(shape)
     if plan is None:
         return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
-    batch, acceptance, int64, few = batches(plan, source)
-    if few is not None and work is None and n <= _FEW_MAX:
-        return _draw_few(few, n, acceptance).reshape(shape)
-    return _draw(batch, n, acceptance, int64, work).reshape(shape)
+    draw = drawer(plan, source)
+    if draw.few is not None and work is None and n <= _FEW_MAX:
+        return _draw_few(draw.few, n, draw.acceptance).reshape(shape)
+    return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
 
 
+@overload
 def discrete_gaussian(
     sigma2: object,
     size: int | tuple[int, ...] = (),
     *,
     rng: RandomSource | None = None,
     work: FixedWork | None = None,
-) -> IntArray | npt.NDArray[np.object_]:
+    big_ints: Literal["object"] = "object",
+) -> IntArray | ObjectArray: ...
+@overload
+def discrete_gaussian(
+    sigma2: object,
+    size: int | tuple[int, ...] = (),
+    *,
+    rng: RandomSource | None = None,
+    work: FixedWork | None = None,
+    big_ints: BigInts,
+) -> IntArray | ObjectArray | BigIntArray: ...
+def discrete_gaussian(
+    sigma2: object,
+    size: int | tuple[int, ...] = (),
+    *,
+    rng: RandomSource | None = None,
+    work: FixedWork | None = None,
+    big_ints: BigInts = "object",
+) -> IntArray | ObjectArray | BigIntArray:
     r"""Draw exact samples of the discrete Gaussian N_Z(0, sigma2).
 
     The pmf is ``P[X = x] ∝ exp(-x**2 / (2 sigma2))`` on the integers (CKS §1).
@@ -833,21 +990,27 @@ def discrete_gaussian(
         Fixed-work mode: a data-independent number of candidates, raising
         :class:`SamplingShortfallError` (nothing released) with probability at
         most ``work.delta_prime``. ``None`` (default) draws until done.
+    big_ints : {"object", "limbs"}, optional
+        How values are returned when ``sigma2 > 2**80`` (they can exceed the
+        int64 range): ``"object"`` (default), a numpy object array of Python
+        ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs, the
+        same exact values for the same random words), several times faster to
+        produce because no Python int is built. Ignored for ``sigma2 <= 2**80``.
 
     Returns
     -------
-    numpy.ndarray
+    numpy.ndarray or BigIntArray
         ``int64`` when ``sigma2 <= 2**80``; otherwise ``object`` holding
-        Python ints (values can exceed the int64 range). In the int64 case a
-        value beyond int64 (probability below ``10**-(10**6)``) raises
-        ``OverflowError``.
+        Python ints, or a :class:`BigIntArray` with ``big_ints="limbs"``. In
+        the int64 case a value beyond int64 (probability below
+        ``10**-(10**6)``) raises ``OverflowError``.
 
     Raises
     ------
     TypeError, ValueError
         For a ``sigma2`` that is not a finite positive rational, a negative or
-        non-integer ``size``, or an ``rng`` that is not a RandomSource.
-        Nothing is drawn.
+        non-integer ``size``, an ``rng`` that is not a RandomSource, or another
+        ``big_ints``. Nothing is drawn.
     SamplingShortfallError
         Fixed-work mode only, with probability at most ``work.delta_prime``.
 
@@ -865,8 +1028,13 @@ def discrete_gaussian(
            [-1,  0,  1]])
     >>> discrete_gaussian(10**100, 2, rng=ChaCha20Random(2)).dtype
     dtype('O')
+    >>> big = discrete_gaussian(10**100, 2, rng=ChaCha20Random(2), big_ints="limbs")
+    >>> big.limbs, big.tolist() == discrete_gaussian(10**100, 2, rng=ChaCha20Random(2)).tolist()
+    (4, True)
     """
-    return _sample("sigma2", sigma2, size, rng, work, discrete_gaussian_scalar, _gaussian_batches)
+    return _sample(
+        "sigma2", sigma2, size, rng, work, discrete_gaussian_scalar, _gaussian_drawer, big_ints
+    )
 
 
 def discrete_laplace(
@@ -917,4 +1085,6 @@ def discrete_laplace(
     >>> discrete_laplace(Fraction(5, 2), 6, rng=ChaCha20Random(0))
     array([ 0,  0,  0, -3, -2,  2])
     """
-    return _sample("scale", scale, size, rng, work, discrete_laplace_scalar, _laplace_batches)
+    values = _sample("scale", scale, size, rng, work, discrete_laplace_scalar, _laplace_drawer)
+    assert not isinstance(values, BigIntArray)  # limbs are for the Gaussian only
+    return values
