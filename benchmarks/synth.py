@@ -1,9 +1,10 @@
-"""Workload error and time of private synthetic data: gaussdp's MST against SmartNoise Synth.
+"""Workload error and time of private synthetic data: gaussdp's MST and AIM against SmartNoise.
 
 Run with::
 
-    python benchmarks/synth.py [--data bn|wine|census] [--rows 5000] [--seeds 5] \
-        [--epsilon 1.0] [--delta 1e-6] [--smartnoise-python /work/venv-snsynth/bin/python]
+    python benchmarks/synth.py [--data bn|xor|wine|census] [--rows 5000] [--seeds 5] \
+        [--epsilon 1.0] [--delta 1e-6] [--methods gaussdp-mst,gaussdp-aim,mst,aim] \
+        [--timeout 3600] [--smartnoise-python /work/venv-snsynth/bin/python]
 
 Every method gets the same discretised table (each column's cell codes, from
 the public domains of :mod:`gaussdp.synth.data` or ``examples/synth_census.py``),
@@ -14,7 +15,9 @@ synthetic and the true table's marginal (the workload error of McKenna et al.
 2021, halved); the table reports its mean and standard deviation over the seeds
 and the mean time per run (fit and sample, after imports).
 
-- ``gaussdp MST``: :class:`gaussdp.synth.Synthesizer` (L0 = L∞ = 1).
+- ``gaussdp MST`` / ``gaussdp AIM``: :class:`gaussdp.synth.Synthesizer`
+  (L0 = L∞ = 1; ``method="mst"|"aim"``, AIM with its defaults: all 3-way
+  marginals, T = 16d, 80 MB).
 - ``smartnoise MST`` / ``smartnoise AIM``: ``snsynth`` 1.0
   (``Synthesizer.create("mst"|"aim", epsilon, delta)``, every column
   categorical, ``preprocessor_eps=0``: it reads the categories from the data
@@ -25,7 +28,8 @@ and the mean time per run (fit and sample, after imports).
       /work/venv-snsynth/bin/pip install torch==2.13.0 smartnoise-synth
 
 Each SmartNoise run is a fresh process (the file itself with ``--peer``, which
-imports only numpy, pandas and snsynth); its time is measured inside it.
+imports only numpy, pandas and snsynth); its time is measured inside it, and
+it is stopped after ``--timeout`` seconds (reported as such).
 """
 
 from __future__ import annotations
@@ -71,8 +75,8 @@ def _dataset(name: str, rows: int) -> tuple[dict[str, np.ndarray], dict[str, int
     from gaussdp.synth import Categorical
     from gaussdp.synth.data import BayesNet, wine
 
-    if name == "bn":
-        net = BayesNet.example()
+    if name in ("bn", "xor"):
+        net = BayesNet.example() if name == "bn" else BayesNet.xor()
         frame = net.sample(rows, rng=ChaCha20Random(99)).drop(columns="unit")
         columns = net.columns
     elif name == "wine":
@@ -111,13 +115,14 @@ def _error(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=["bn", "wine", "census"], default="bn")
+    parser.add_argument("--data", choices=["bn", "xor", "wine", "census"], default="bn")
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--iters", type=int, default=1000)
-    parser.add_argument("--methods", default="gaussdp,mst,aim")
+    parser.add_argument("--methods", default="gaussdp-mst,gaussdp-aim,mst,aim")
+    parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--smartnoise-python", default="/work/venv-snsynth/bin/python")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
     parser.add_argument("--codes", help=argparse.SUPPRESS)
@@ -147,7 +152,9 @@ def main() -> None:
         codes_csv = os.path.join(tmp, "codes.csv")
         table.to_csv(codes_csv, index=False)
         for seed in range(args.seeds):
-            if "gaussdp" in methods:
+            for ours in ("mst", "aim"):
+                if f"gaussdp-{ours}" not in methods:
+                    continue
                 frame = table.assign(unit=np.arange(n))
                 synth = Synthesizer(
                     frame,
@@ -157,28 +164,35 @@ def main() -> None:
                     max_groups_per_unit=1,
                     max_rows_per_group=1,
                     iters=args.iters,
+                    method=ours,
                 )
                 start = time.perf_counter()
                 result = synth.run(rows=n, rng=ChaCha20Random(seed))
                 seconds = time.perf_counter() - start
                 out = {c: result.frame[c].to_numpy(dtype=np.int64) for c in sizes}
-                results.setdefault("gaussdp MST", []).append((_error(out, truth, sizes), seconds))
-                print(f"seed {seed} gaussdp MST: {results['gaussdp MST'][-1]}", flush=True)
+                name = f"gaussdp {ours.upper()}"
+                results.setdefault(name, []).append((_error(out, truth, sizes), seconds))
+                print(f"seed {seed} {name}: {results[name][-1]} {result.tree}", flush=True)
             for method in ("mst", "aim"):
                 if method not in methods:
                     continue
                 out_csv = os.path.join(tmp, f"{method}.csv")
-                proc = subprocess.run(
-                    [
-                        *(args.smartnoise_python, __file__, "--peer", method),
-                        *("--codes", codes_csv, "--out", out_csv, "--seed", str(seed)),
-                        *("--epsilon", str(args.epsilon), "--delta", str(args.delta)),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
                 name = f"smartnoise {method.upper()}"
+                try:
+                    proc = subprocess.run(
+                        [
+                            *(args.smartnoise_python, __file__, "--peer", method),
+                            *("--codes", codes_csv, "--out", out_csv, "--seed", str(seed)),
+                            *("--epsilon", str(args.epsilon), "--delta", str(args.delta)),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                        timeout=args.timeout,
+                    )
+                except subprocess.TimeoutExpired:
+                    print(f"seed {seed} {name}: stopped after {args.timeout:g} s", flush=True)
+                    continue
                 if proc.returncode != 0:
                     print(f"{name}: failed: {proc.stderr.strip().splitlines()[-1:]}")
                     continue

@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--out", default="/tmp/census_synth.csv")
     parser.add_argument("--seed", type=int, default=None, help="reproducible run (ChaCha20)")
+    parser.add_argument("--method", choices=["mst", "aim"], default="mst")
     args = parser.parse_args()
     data = make_census(args.rows, seed=1)
     print(f"{len(data)} rows, {data['person'].nunique()} persons, {len(COLUMNS)} columns")
@@ -147,6 +148,7 @@ def main() -> None:
         budget=Budget(epsilon=1.0, delta=1e-6),
         max_groups_per_unit=3,
         max_rows_per_group=2,
+        method=args.method,
     )
     print(f"planned: rho = {synth.report.rho:.6g}, epsilon = {synth.report.epsilon:.6g}")
     start = time.perf_counter()
@@ -155,7 +157,9 @@ def main() -> None:
     seconds = time.perf_counter() - start
     result.frame.to_csv(args.out, index=False)
     print(f"{len(result.frame)} synthetic rows in {seconds:.1f} s -> {args.out}")
-    print("tree:", ", ".join(f"{a}-{b}" for a, b in result.tree))
+    print("selected:", ", ".join("-".join(clique) for clique in result.tree))
+    if result.merged:
+        print("compressed:", {a: len(cells) for a, cells in result.merged.items()})
     summary = result.quality.groupby("order")[["tv_measured", "tv_true"]].mean()
     print("mean TV distance per marginal order:")
     print(summary.to_string())

@@ -14,27 +14,19 @@ from gaussdp.errors import BudgetExceededError
 from gaussdp.privacy import zcdp_epsilon
 from gaussdp.random import ChaCha20Random
 from gaussdp.release import Ledger
-from gaussdp.synth import Categorical, Synthesizer, SynthResult, synthesizer_from_spec
+from gaussdp.synth import Synthesizer, SynthResult, synthesizer_from_spec
 from gaussdp.synth.aim import _largest_epsilon, workload_cliques, workload_weights
+from gaussdp.synth.data import BayesNet
 from gaussdp.synth.quality import workload_error
 
-COLUMNS = [
-    Categorical("a", [0, 1]),
-    Categorical("b", [0, 1]),
-    Categorical("c", [0, 1]),
-    Categorical("d", [0, 1, 2]),
-]
-SIZES = {c.name: c.size for c in COLUMNS}
+NET = BayesNet.xor()
+COLUMNS = list(NET.columns)
+SIZES = dict(NET.sizes)
 
 
 def _xor(n: int) -> pd.DataFrame:
     """c = a XOR b (5 % flipped), d independent: every pair is independent, the triple is not."""
-    rng = np.random.default_rng(0)
-    a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    c = (a ^ b) ^ (rng.random(n) < 0.05)
-    return pd.DataFrame(
-        {"unit": np.arange(n), "a": a, "b": b, "c": c.astype(int), "d": rng.integers(0, 3, n)}
-    )
+    return NET.sample(n, rng=ChaCha20Random(0))
 
 
 def _synth(data: object, method: str, budget: Budget, **kw: object) -> Synthesizer:

@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gaussdp.accounting import RDPAccountant
+from gaussdp.accounting import (
+    Composed,
+    ExponentialMechanism,
+    PLDAccountant,
+    RDPAccountant,
+    SelfComposed,
+    ZCDPAccountant,
+)
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError
 from gaussdp.privacy import zcdp_epsilon
@@ -76,6 +83,25 @@ def test_report_is_the_composition_of_its_events() -> None:
     assert report.epsilon is not None
     assert report.epsilon <= 1.0
     assert all(e.sensitivity == 1.0 for e in report.events)
+    # The ledger is charged the events themselves: the selections as ε-bounded-range
+    # ExponentialMechanism events, composed by the accountants (zCDP: ε²/8 each).
+    event = report.event
+    assert isinstance(event, Composed)
+    assert SelfComposed(ExponentialMechanism(selects[0].epsilon or 0.0), d - 1) in event.events
+    assert ZCDPAccountant().compose(event).rho == pytest.approx(report.rho, rel=1e-12)
+    # The PLD accountant (a ledger with an (ε, δ) total) certifies a smaller ε than Cor 13.
+    pld = PLDAccountant().compose(event).epsilon(1e-6).upper
+    assert pld < report.epsilon
+
+
+@pytest.mark.parametrize(
+    "budget", [Budget(rho=0.5), Budget(epsilon=1.0, delta=1e-6)], ids=["rho", "eps-delta"]
+)
+def test_a_ledger_holding_exactly_the_budget_accepts_the_run(
+    budget: Budget, tmp_path: Path
+) -> None:
+    report = _synth(None, budget).report
+    Ledger(tmp_path / "b.db", total=budget).check(report.event)  # no BudgetExceededError
 
 
 def test_bounds_enter_the_sensitivities() -> None:
@@ -96,7 +122,7 @@ def test_run_report_equals_the_planned_one_and_the_ledger_holds_it(
     assert result.report.rho == planned.rho
     (entry,) = ledger.entries()
     assert entry.status == "committed"
-    assert entry.event.rho == result.report.rho  # type: ignore[union-attr]
+    assert entry.event == planned.event  # the measurements and the selections as events
     assert entry.detail is not None
     assert entry.detail["method"] == "MST"
     assert [tuple(e.clique) for e in result.report.events if e.kind == "select"] == list(

@@ -44,7 +44,14 @@ import numpy.typing as npt
 
 from gaussdp._search import fraction_down, fraction_up
 from gaussdp._validation import check_int, check_positive
-from gaussdp.accounting import DiscreteGaussianVector
+from gaussdp.accounting import (
+    Composed,
+    DiscreteGaussianVector,
+    Event,
+    ExponentialMechanism,
+    RecordedCost,
+    SelfComposed,
+)
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
@@ -106,6 +113,19 @@ class SynthEvent:
             return None
         return DiscreteGaussianVector(self.sigma2, (self.linf,) * self.l0)
 
+    @property
+    def event(self) -> Event:
+        """The accounting event: a :class:`~gaussdp.accounting.DiscreteGaussianVector`
+        (measure), an :class:`~gaussdp.accounting.ExponentialMechanism` (select), or,
+        for AIM's rounds before the run, a :class:`~gaussdp.accounting.RecordedCost`
+        of their ρ cap."""
+        if self.kind == "select" and self.epsilon is not None:
+            return ExponentialMechanism(self.epsilon)
+        gaussian = self.gaussian
+        if self.kind == "measure" and gaussian is not None:
+            return gaussian
+        return RecordedCost(rho=self.rho, mu=None, slack=0.0, delta=0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class SynthReport:
@@ -123,6 +143,29 @@ class SynthReport:
     epsilon: float | None
     budget: Budget
     method: str = "MST"
+
+    @property
+    def event(self) -> Event:
+        """What a ledger is charged: the run as one accounting event.
+
+        MST: the composition of its events (their parameters are fixed before
+        the data are read: d − 1 selections, all with one ε). AIM: its ρ as a
+        :class:`~gaussdp.accounting.RecordedCost` — the number of rounds and
+        their parameters depend on the data, so only the filter's ρ-zCDP is
+        certified, not a composition of the events that happened to run.
+        """
+        if self.method == "AIM":
+            return RecordedCost(rho=self.rho, mu=None, slack=0.0, delta=0.0)
+        events: list[Event] = []
+        for e in self.events:
+            event = e.event
+            if events and e.kind == "select" and isinstance(events[-1], SelfComposed):
+                events[-1] = SelfComposed(event, events[-1].count + 1)
+            elif e.kind == "select":
+                events.append(SelfComposed(event, 1))
+            else:
+                events.append(event)
+        return Composed(tuple(events))
 
     @property
     def accounting(self) -> str:
@@ -549,7 +592,6 @@ class Synthesizer:
         """
         import pandas as pd
 
-        from gaussdp.accounting import RecordedCost
         from gaussdp.synth.model import fit_model, sample_codes
 
         if rows is not None:
@@ -561,10 +603,9 @@ class Synthesizer:
         planned = self.report
         reservation = None
         if ledger is not None:
-            # The run is certified by its ρ-zCDP only (Gaussian measurements and the
-            # exponential mechanism's selections, in ρ).
+            # MST: its events (the ledger's accountant composes them); AIM: its ρ.
             reservation = ledger.reserve(
-                RecordedCost(rho=planned.rho, mu=None, slack=0.0, delta=0.0),
+                planned.event,
                 label=label or f"synth {planned.method} of {', '.join(names)}",
                 detail=planned.to_dict(),
             )

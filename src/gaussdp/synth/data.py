@@ -74,6 +74,34 @@ class BayesNet:
         }
         return cls(sizes, parents, cpts)
 
+    @classmethod
+    def xor(cls, flip: float = 0.05) -> BayesNet:
+        """c = a XOR b, flipped with probability ``flip``; d independent (2, 2, 2, 3 states).
+
+        Every pair of a, b, c is independent (each pair marginal is uniform), so a
+        model of 2-way marginals cannot carry the dependence; the 3-way marginal
+        (a, b, c) can. A case for AIM over MST.
+
+        Examples
+        --------
+        >>> net = BayesNet.xor()
+        >>> net.marginal(("a", "c")).tolist()
+        [0.25, 0.25, 0.25, 0.25]
+        >>> round(float(net.marginal(("a", "b", "c"))[1]), 4)  # a = b = 0, c = 1
+        0.0125
+        """
+        keep = np.array([[1 - flip, flip], [flip, 1 - flip]])
+        return cls(
+            {"a": 2, "b": 2, "c": 2, "d": 3},
+            {"a": (), "b": (), "c": ("a", "b"), "d": ()},
+            {
+                "a": np.array([0.5, 0.5]),
+                "b": np.array([0.5, 0.5]),
+                "c": np.stack([keep, keep[::-1]]),  # c | a, b: XOR
+                "d": np.full(3, 1 / 3),
+            },
+        )
+
     @property
     def edges(self) -> tuple[tuple[str, str], ...]:
         """(parent, child) pairs."""
