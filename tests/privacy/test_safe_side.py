@@ -14,7 +14,7 @@ import pytest
 from gaussdp._search import ULP_TOL, bracketed_root, smallest_passing_score
 from gaussdp.privacy import analytic_gaussian_sigma, gdp_epsilon, gdp_mu, zcdp_epsilon, zcdp_rho
 
-mpmath.mp.dps = 50
+MPMATH_DPS = 50  # the mpmath precision of every test here (conftest.py)
 CASES = [(mu, d) for mu in (0.05, 0.5, 1.0, 3.0, 20.0) for d in (1e-12, 1e-6, 1e-2)]
 
 
