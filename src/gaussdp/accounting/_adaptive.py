@@ -10,6 +10,10 @@ discretisation error is about ten times the upper's), h is divided by
 :data:`_MAX_REFINEMENTS` times. ``upper`` is certified at every step; refinement only
 tightens it.
 
+Precision: where the FFT round-off allowance (proven in float64, docs/accounting.md §3)
+would move the upper bound by more than half the tolerance, the next grid is built with
+its FFTs in extended precision (long double; an allowance about 2¹¹ smaller).
+
 Memory: every grid (one run's PMF, each FFT window, each composition) is at most
 :data:`MAX_GRID_POINTS` points (about 200 MB at the peak of a k-fold power). A build
 that would need more raises :class:`GridTooLargeError` before allocating; the automatic
