@@ -4,7 +4,7 @@ Every measurement runs in a fresh child process, which reports its CPU time
 (``time.process_time``, not wall time: the machine may be shared) and its peak RSS;
 rounds are interleaved (round 1 of every case and method, then round 2, ...) and the
 table shows the median CPU time with its range. Children are limited to 4 GB of address
-space and a time limit; a child over either is reported as failed.
+space and ``--timeout`` seconds of CPU time; a child over either is reported as failed.
 
 Tables:
 
@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,8 @@ def _dp_accounting(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _child(spec: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    limit = int(spec["cpu_limit"])
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
     # Imports are not timed.
     if spec["method"] == "gaussdp":
         import gaussdp.accounting  # noqa: F401
@@ -123,16 +126,20 @@ def _child(spec: dict[str, Any]) -> None:
 
 # -- the parent --------------------------------------------------------------------------
 def _run(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    # The limit is on CPU time (RLIMIT_CPU in the child): on a shared machine wall time
+    # says little. The wall-clock limit is only a backstop.
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec)],
+            [sys.executable, __file__, "--child", json.dumps({**spec, "cpu_limit": timeout})],
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=20 * timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"over {timeout:.0f} s"}
+        return {"error": f"over {20 * timeout:.0f} s wall"}
+    if proc.returncode == -signal.SIGXCPU or proc.returncode == -signal.SIGKILL:
+        return {"error": f"over {timeout:.0f} s CPU"}
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {"error": last[:60]}
@@ -192,7 +199,7 @@ def main() -> None:
     parser.add_argument(
         "--sweep-peers", action="store_true", help="run dp_accounting on the sweep too"
     )
-    parser.add_argument("--timeout", type=float, default=120.0, help="per child, seconds")
+    parser.add_argument("--timeout", type=int, default=60, help="CPU seconds per child")
     args = parser.parse_args()
     if args.child:
         _child(json.loads(args.child))

@@ -10,6 +10,10 @@ discretisation error is about ten times the upper's), h is divided by
 :data:`_MAX_REFINEMENTS` times. ``upper`` is certified at every step; refinement only
 tightens it.
 
+Precision: where the FFT round-off allowance (proven in float64, docs/accounting.md §3)
+would move the upper bound by more than half the tolerance, the next grid is built with
+its FFTs in extended precision (long double; an allowance about 2¹¹ smaller).
+
 Memory: every grid (one run's PMF, each FFT window, each composition) is at most
 :data:`MAX_GRID_POINTS` points (about 200 MB at the peak of a k-fold power). A build
 that would need more raises :class:`GridTooLargeError` before allocating; the automatic
@@ -181,18 +185,17 @@ class AdaptivePLD:
         when the bracket is narrow, the grid cannot grow, or two finer grids in a row did
         not narrow it by 5 % (the allowances, not the discretisation, dominate).
 
-        First, if the numerical allowances (round-off, wrapped mass) move the upper
-        bound by more than ``share``·upper (or make it infinite), the PLD is rebuilt on
-        the same grid with its FFTs in extended precision (once; later grids keep it)."""
+        If the numerical allowances (round-off, wrapped mass) move the upper bound by
+        more than ``share``·upper (or make it infinite), the next grid is built with its
+        FFTs in extended precision (and every later one): the finer grid if the
+        discretisation asks for one, else the same grid again."""
         pld = self.pld()
         b = query(pld)
         lower, upper = b.lower, b.upper
+        built_extended = self._extended
         bare: EpsilonBounds | DeltaBounds | None = query(pld.without_allowances())
         if not self._extended and bare is not None and upper - bare.upper > share * bare.upper:
             self._extended = True
-            pld = self._pld = self._build(self._h, True)
-            b = query(pld)
-            lower, upper = max(lower, b.lower), min(upper, b.upper)
         stalled = 0
         for _ in range(_MAX_REFINEMENTS):
             # The allowances (round-off, wrapped mass) do not shrink with h: the step is
@@ -206,6 +209,7 @@ class AdaptivePLD:
             if finer is None:
                 break
             pld = finer
+            built_extended = self._extended
             bare = None
             b = query(finer)
             old_gap = upper - lower
@@ -213,6 +217,10 @@ class AdaptivePLD:
             stalled = stalled + 1 if upper - lower > old_gap * 0.95 else 0
             if stalled == 2:
                 break
+        if self._extended and not built_extended:
+            pld = self._pld = self._build(self._h, True)
+            b = query(pld)
+            lower, upper = max(lower, b.lower), min(upper, b.upper)
         return min(lower, upper), upper
 
     def _refinement(self, lower: float, upper: float) -> float | None:
