@@ -107,7 +107,7 @@ FROM kept{group_by}"""
 
 RANKED_L0 = """\
 SELECT * FROM (
-    SELECT *, DENSE_RANK() OVER (PARTITION BY pu ORDER BY h) - 1 AS rn
+    SELECT *, DENSE_RANK() OVER (PARTITION BY pu ORDER BY h{order}) - 1 AS rn
     FROM (SELECT *, {cell_hash} AS h FROM base{bin_filter}) AS hashed
   ) AS peers
   WHERE rn < {l0}"""
@@ -350,7 +350,7 @@ def grouping_sql(
     keys_csv = "".join(f", {k}" for k in all_keys)
     if all_keys:
         cell = CELL_HASH.format(keys=keys_csv, salt=int(salt))
-        ranked = RANKED_L0.format(cell_hash=cell, l0=l0, bin_filter=bin_filter)
+        ranked = RANKED_L0.format(cell_hash=cell, order="", l0=l0, bin_filter=bin_filter)
         kept = KEPT_L0.format(keys=keys_csv, l0=l0)
         cell_hash = ", MIN(h) AS h"
     else:
@@ -470,8 +470,15 @@ def tree_sql(
     key_filter = (" AND NOT isnan(pu)" if unit_nan else "") + "".join(
         f" AND {k} IS NOT NULL" for k in keys
     )
+    # The tree's leaves are not cells, so the L0 step is the exact one-step ranking of the
+    # rows by (h, keys…) (no re-ranking of cells after it, as in TEMPLATE).
     ranked = (
-        RANKED_L0.format(keys=keys_csv, salt=int(salt), l0=l0, bin_filter="")
+        RANKED_L0.format(
+            cell_hash=CELL_HASH.format(keys=keys_csv, salt=int(salt)),
+            order=keys_csv,
+            l0=l0,
+            bin_filter="",
+        )
         if keys
         else RANKED_ALL.format(bin_filter="")
     )
