@@ -59,7 +59,7 @@ def test_release_reads_csv_from_stdin(app: typer.Typer, private_tmp: Path) -> No
         piped.loc[piped["day"].isna(), ["page", "bin", "statistic"]].fillna("").values.tolist()
     )
     # The copy of standard input is removed after the run.
-    assert list(private_tmp.iterdir()) == []
+    assert list(private_tmp.glob("gaussdp-stdin-*")) == []
 
 
 def test_stdin_bad_input_and_spark(app: typer.Typer, private_tmp: Path) -> None:
@@ -72,7 +72,7 @@ def test_stdin_bad_input_and_spark(app: typer.Typer, private_tmp: Path) -> None:
     )
     assert r.exit_code == 2
     assert "needs the duckdb engine" in r.output
-    assert list(private_tmp.iterdir()) == []
+    assert list(private_tmp.glob("gaussdp-stdin-*")) == []
 
 
 def test_run_reports_its_passes() -> None:

@@ -128,3 +128,53 @@ def test_spark_gives_the_same_aggregate(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "adversarial.parquet"
     adversarial(units, 5).to_parquet(path)
     assert pre_noise(release(path, engine="spark")) == reference
+
+
+@pytest.mark.parametrize("modulus", [1, 2, 3])
+def test_l0_choice_is_exact_under_hash_collisions(
+    monkeypatch: pytest.MonkeyPatch, modulus: int
+) -> None:
+    """A hash with only ``modulus`` values: ties everywhere, and still each unit keeps its
+    first L0 cells in the order (h, key) — exactly those, and never more than L0.
+
+    The L0 step ranks rows by ``h`` alone, then re-ranks the aggregated cells by
+    ``(h, keys…)``; the reference here computes the same ``h`` in DuckDB and
+    picks each unit's cells in Python.
+    """
+    import duckdb
+
+    from gaussdp.release import sql
+
+    weak = f"(hash(hash(pu{{keys}}, {{salt}})) % {modulus})"
+    monkeypatch.setattr(sql, "CELL_HASH", weak)
+    rng = np.random.default_rng(4)
+    n, l0 = 3000, 2
+    frame = pd.DataFrame(
+        {
+            "user": rng.integers(0, 300, n),
+            "page": rng.choice([f"p{i}" for i in range(7)], n),
+        }
+    )
+    release = Release(
+        frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=l0, max_rows_per_group=5
+    ).count(by="page")
+    _, (rows,) = _aggregate(release, rng=ChaCha20Random(11))
+    got = {row[0]: (row[1], row[2]) for row in rows}  # page -> (units, rows capped)
+    salt = ChaCha20Random(11).randbits(62)  # the first draw of the run: the L0 salt
+    cells = frame.groupby(["user", "page"]).size().rename("n").reset_index()
+    with duckdb.connect() as con:
+        cells["h"] = (
+            con.execute(
+                f"SELECT (hash(hash(u, p, {salt})) % {modulus})::UBIGINT AS h "
+                "FROM (SELECT UNNEST(?) AS u, UNNEST(?) AS p)",
+                [cells["user"].tolist(), cells["page"].tolist()],
+            )
+            .df()["h"]
+            .to_numpy()
+        )
+    first = cells.sort_values(["user", "h", "page"]).groupby("user").head(l0)
+    want = first.groupby("page").agg(
+        units=("user", "size"), rows=("n", lambda s: s.clip(upper=5).sum())
+    )
+    assert got == {p: (int(r.units), int(r.rows)) for p, r in want.iterrows()}
+    assert sum(u for u, _ in got.values()) == sum(min(l0, k) for k in cells.groupby("user").size())
