@@ -92,6 +92,9 @@ __all__ = [
 #: Largest batch for which the float64 error bound above holds.
 GHOST_MAX_BATCH = 2**16 - 3
 
+#: Float64 elements per chunk of the clipped sum of materialised per-example gradients.
+_CHUNK = 2**22
+
 #: The layer types ghost clipping covers.
 GHOST_LAYERS: tuple[type[nn.Module], ...] = (
     nn.Linear,
@@ -552,8 +555,15 @@ def clipped_sums(
             if part.module.bias is not None and part.module.bias.requires_grad:
                 sums[id(part.module.bias)] = weighted.sum(0)
         elif isinstance(part, _Dense):
-            flat = _drop(part.grads, dropped).reshape(batch, -1).to(torch.float64)
-            sums[id(part.param)] = (factors @ flat).reshape(part.param.shape)  # Σᵢ cᵢgᵢ
+            # Σᵢ cᵢgᵢ, in chunks of examples so that the float64 copy stays small (any
+            # order of the B terms of an entry has the same error bound).
+            flat = _drop(part.grads, dropped).reshape(batch, -1)
+            total = torch.zeros(flat.shape[1], dtype=torch.float64, device=device)
+            per_chunk = max(1, _CHUNK // max(1, flat.shape[1]))
+            for start in range(0, batch, per_chunk):
+                chunk = flat[start : start + per_chunk].to(torch.float64)
+                total += factors[start : start + per_chunk] @ chunk
+            sums[id(part.param)] = total.reshape(part.param.shape)
         else:
             keep = ~dropped[part.example]
             scaled = part.values[keep].to(torch.float64) * factors[part.example[keep], None]

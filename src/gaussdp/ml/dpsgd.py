@@ -1496,7 +1496,9 @@ def _calibrate_rdp(
 def _step_event(sigma: float, clip: float, dim: int, rate: float, noise: NoiseMode) -> Event:
     """:attr:`DPOptimizer.step_event` of a run with noise multiplier ``sigma`` (> 0)."""
     if noise == "secure":  # the lattice SumNoiser builds
-        return Subsampled(Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(dim), sample_rate=rate)
+        return Subsampled(
+            Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(dim), sample_rate=rate
+        )
     return Subsampled(Gaussian(sigma=sigma), sample_rate=rate)
 
 
