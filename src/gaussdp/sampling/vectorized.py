@@ -785,13 +785,32 @@ def _check_size(size: object) -> tuple[int, ...]:
     return (check_int("size", size, minimum=0),)
 
 
+class _LimbRows:
+    """The output of the huge path: the signs and the limbs of ``n`` values.
+
+    Filled with rows ``[B, limbs...]`` of :func:`_gaussian_huge`, block by block, into two
+    contiguous arrays (no second copy of the limbs when the output is built).
+    """
+
+    def __init__(self, n: int, limbs: int) -> None:
+        self.negative = np.empty(n, dtype=np.bool_)
+        self.magnitude = np.empty((n, limbs), dtype=np.uint64)
+
+    def __setitem__(self, index: slice, rows: npt.NDArray[np.generic]) -> None:
+        self.negative[index] = rows[:, 0]
+        self.magnitude[index] = rows[:, 1:]
+
+
+Rows = npt.NDArray[np.generic] | _LimbRows
+
+
 def _draw(
     batch: Callable[[int], npt.NDArray[np.generic]],
     n: int,
     acceptance: float,
-    empty: Callable[[int], npt.NDArray[np.generic]],
+    empty: Callable[[int], Rows],
     work: FixedWork | None,
-) -> npt.NDArray[np.generic]:
+) -> Rows:
     """Run ``batch`` on candidate blocks until ``n`` outputs (or a fixed total).
 
     Accepted rows are copied into the preallocated output ``empty(n)`` in candidate
@@ -852,8 +871,8 @@ class _Drawer:
 
     batch: Callable[[int], npt.NDArray[np.generic]]  # candidates -> accepted rows
     acceptance: float  # lower bound on the acceptance per candidate (docs §4)
-    empty: Callable[[int], npt.NDArray[np.generic]]  # the output buffer of n rows
-    finish: Callable[[npt.NDArray[np.generic], tuple[int, ...], BigInts], Output]
+    empty: Callable[[int], Rows]  # the output buffer of n rows
+    finish: Callable[[Rows, tuple[int, ...], BigInts], Output]
     few: Few | None  # the one-candidate-at-a-time path for a few outputs (§4.1)
     few_ints: bool = False  # the few path gives Python ints (an object array)
 
@@ -862,23 +881,22 @@ def _empty_values(dtype: type) -> Callable[[int], npt.NDArray[np.generic]]:
     return lambda n: np.empty(n, dtype=dtype)
 
 
-def _reshaped(raw: npt.NDArray[np.generic], shape: tuple[int, ...], big_ints: BigInts) -> Output:
+def _reshaped(raw: Rows, shape: tuple[int, ...], big_ints: BigInts) -> Output:
+    assert isinstance(raw, np.ndarray)
     return raw.reshape(shape)  # type: ignore[return-value]
 
 
 def _finish_limbs(
-    plan: _GaussianPlan, raw: npt.NDArray[np.generic], shape: tuple[int, ...], big_ints: BigInts
+    plan: _GaussianPlan, raw: Rows, shape: tuple[int, ...], big_ints: BigInts
 ) -> Output:
-    """Rows ``[B, limbs...]`` of :func:`_gaussian_huge` as the output type (docs §5)."""
-    negative = raw[:, 0].astype(np.bool_)
-    magnitude = raw[:, 1:]
+    """The values of :func:`_gaussian_huge` as the output type (docs §5)."""
+    assert isinstance(raw, _LimbRows)
+    negative, magnitude = raw.negative, raw.magnitude
     if plan.int64:
         if magnitude[:, 1:].any() or bool((magnitude[:, 0] >= np.uint64(2**63)).any()):
             raise OverflowError("a discrete Gaussian draw exceeds the int64 range")
         return _signed(magnitude[:, 0].astype(np.int64), negative).reshape(shape)
-    big = BigIntArray._owned(
-        negative.reshape(shape), np.ascontiguousarray(magnitude).reshape((*shape, -1))
-    )
+    big = BigIntArray._owned(negative.reshape(shape), magnitude.reshape((*shape, -1)))
     return big if big_ints == "limbs" else big.to_object()
 
 
@@ -897,7 +915,7 @@ def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
     return _Drawer(
         lambda m: _gaussian_huge(plan, huge, m, source),
         plan.acceptance,
-        lambda n: np.empty((n, 1 + huge.limbs), dtype=np.uint64),
+        lambda n: _LimbRows(n, huge.limbs),
         functools.partial(_finish_limbs, plan),
         lambda m, need: _gaussian_huge_few(plan, huge, m, need, source),
         not plan.int64,
