@@ -385,6 +385,10 @@ def test_other_bad_inputs() -> None:
     bn = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
     with pytest.raises(ValueError, match="free of batch normalisation"):
         _private(bn, _blobs(d=5), batch_size=10, noise_multiplier=1.0)
+    # Embedding(max_norm) rescales the rows of the batch's tokens in place: refused.
+    embed = nn.Sequential(nn.Embedding(10, 4, max_norm=1.0), nn.Flatten(), nn.Linear(4, 3))
+    with pytest.raises(ValueError, match=r"model.0.max_norm must be None"):
+        _private(embed, _blobs(d=5), batch_size=10, noise_multiplier=1.0)
     with pytest.raises(ValueError, match=r"data_loader.batch_size must be at most"):
         _private(_mlp(), _blobs(n=100, d=5), batch_size=101, noise_multiplier=1.0)
     _, optimizer, _ = _private(_mlp(), _blobs(), batch_size=10, noise_multiplier=1.0)

@@ -33,7 +33,7 @@ from gaussdp.cli._output import Shown, emit, fail, handle_errors, progress
 from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
-    from gaussdp.accounting import Accountant
+    from gaussdp.accounting import Accountant, EpsilonBounds
     from gaussdp.accounting.events import Event
 
 __all__ = ["load_events", "register"]
@@ -180,7 +180,7 @@ def account_rows(
         ("events", "events", len(events)),
         ("mechanism runs", "runs", sum(c for _, c in events)),
         ("δ", "delta", delta),
-        ("ε upper bound (PLD, certified)", "epsilon_upper", bounds.upper),
+        (_upper_label(bounds), "epsilon_upper", bounds.upper),
         ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
         ("exact (plain Gaussians only)", "exact", isinstance(pld, PLDAccountant) and pld.is_exact),
     ]
@@ -253,11 +253,16 @@ def dpsgd_rows(
     bounds = PLDAccountant().compose(event, steps).epsilon(delta)
     rdp = RDPAccountant().compose(event, steps).epsilon(delta).upper
     rows += [
-        ("ε upper bound (PLD, certified)", "epsilon_upper", bounds.upper),
+        (_upper_label(bounds), "epsilon_upper", bounds.upper),
         ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
         ("ε RDP (upper bound, looser)", "epsilon_rdp", rdp),
     ]
     return rows
+
+
+def _upper_label(bounds: EpsilonBounds) -> str:
+    """The upper bound's row label, naming the analysis that certified it (PLD or RDP)."""
+    return f"ε upper bound ({(bounds.method or 'pld').upper()}, certified)"
 
 
 def register(app: typer.Typer) -> None:

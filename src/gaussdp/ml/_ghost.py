@@ -32,9 +32,10 @@ example at once (the per-example losses are summed). Per layer:
   sequence-Linear formulas instead.
 
 A layer in a configuration these formulas do not cover (a convolution with non-zero
-``padding_mode`` or string padding, an embedding with ``max_norm`` or
-``scale_grad_by_freq``, attention with dropout in training or a per-example 3-D
-``attn_mask``, a layer run twice) makes the batch go through the ``torch.func`` path.
+``padding_mode`` or string padding, an embedding with ``scale_grad_by_freq``,
+attention with dropout in training or a per-example 3-D ``attn_mask``, a layer run
+twice) makes the batch go through the ``torch.func`` path. (An embedding with
+``max_norm`` is refused by :func:`~gaussdp.ml.make_private`.)
 
 Rigour. A per-example vector gᵢ is what is clipped and summed; its squared norm is
 bounded above from float32 dot products as in :func:`gaussdp.ml.dpsgd.clip_factors`
@@ -298,7 +299,7 @@ def _covered(record: LayerRecord, batch: int) -> bool:
     if isinstance(module, nn.Conv1d | nn.Conv2d):
         return x.dim() == 2 + len(module.kernel_size) and _conv_padding(module) is not None
     if isinstance(module, nn.Embedding):
-        return module.max_norm is None and not module.scale_grad_by_freq
+        return not module.scale_grad_by_freq  # max_norm is refused by make_private
     if isinstance(module, nn.LayerNorm):
         return x.dim() > len(module.normalized_shape)
     if isinstance(module, nn.GroupNorm):

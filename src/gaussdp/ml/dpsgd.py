@@ -1571,7 +1571,14 @@ class PrivateTraining(NamedTuple):
     data_loader: DPDataLoader
 
 
-def _check_no_batch_norm(model: nn.Module) -> None:
+def _check_no_data_dependent_state(model: nn.Module) -> None:
+    """Refuse layers that change the model from a batch outside the clipped, noised sum.
+
+    Batch normalisation mixes examples and keeps running statistics of the data;
+    ``nn.Embedding(max_norm=...)`` renormalises, in place during the forward pass,
+    the rows of the tokens the batch contains, so the released weights would show
+    which tokens were seen. Neither change is clipped or noised.
+    """
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             raise ValueError(
@@ -1580,6 +1587,15 @@ def _check_no_batch_norm(model: nn.Module) -> None:
                     "free of batch normalisation, which mixes examples "
                     "(use GroupNorm or LayerNorm)",
                     type(module).__name__,
+                )
+            )
+        if isinstance(module, nn.Embedding) and module.max_norm is not None:
+            raise ValueError(
+                invalid(
+                    f"model.{name or 'self'}.max_norm",
+                    "None: it rescales the embedding rows a batch uses in place, "
+                    "outside the private update",
+                    module.max_norm,
                 )
             )
 
@@ -1750,7 +1766,7 @@ def make_private(
         raise ValueError(
             invalid("grad_sample_mode", "'auto', 'functorch' or 'ghost'", grad_sample_mode)
         )
-    _check_no_batch_norm(model)
+    _check_no_data_dependent_state(model)
     _check_device(model)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
