@@ -1006,6 +1006,19 @@ def _ints(column: np.ndarray[Any, Any]) -> _Ints:
         return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
 
 
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[np.ndarray[Any, Any]]:
+    """The engine's rows as ``width`` object columns, copied in C (no per-row Python work)."""
+    table = np.empty((len(rows), width), dtype=object)
+    if rows:
+        try:
+            table[:] = rows
+        except ValueError:  # a key that numpy takes for a sequence (a LIST column)
+            for i, row in enumerate(rows):
+                for j, value in enumerate(row):
+                    table[i, j] = value
+    return [table[:, j] for j in range(width)]
+
+
 def _cells(
     g: Grouping, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
 ) -> tuple[list[_Ints], list[_Ints], _Ints]:
@@ -1018,15 +1031,7 @@ def _cells(
     """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    table = np.empty((len(rows), width + 1 + n_out), dtype=object)
-    if rows:
-        try:
-            table[:] = rows  # one C-level copy; no per-cell Python work
-        except ValueError:  # a key that numpy takes for a sequence (a LIST column)
-            for i, row in enumerate(rows):
-                for j, value in enumerate(row):
-                    table[i, j] = value
-    columns = [table[:, j] for j in range(table.shape[1])]
+    columns = _columns(rows, width + 1 + n_out)
     keys = columns[:width]
     units = _ints(columns[width])
     aggs = [_ints(c) for c in columns[width + 1 : width + 1 + n_out]]
@@ -1073,32 +1078,34 @@ def _tree_cells(
     rows' ``units``. Public keys (or the one group of an ungrouped query) all
     appear, missing ones with zero counts.
     """
+    import pandas as pd
+
     width = len(g.by)
-    index: dict[KeyTuple, int] = {}
-    found: list[KeyTuple] = []
-    leaf_rows: list[int] = []
-    leaf_cols: list[int] = []
-    counts: list[int] = []
-    unit_parts: list[int] = []
-    for row in rows:
-        key = tuple(row[:width])
-        position = index.setdefault(key, len(found))
-        if position == len(found):
-            found.append(key)
-        leaf_rows.append(position)
-        leaf_cols.append(int(row[width]))
-        unit_parts.append(int(row[width + 1]))
-        counts.append(int(row[width + 2]))
+    columns = _columns(rows, width + 3)
+    keys = columns[:width]
+    # Each row's group: the keys factorised column by column, in order of first appearance
+    # (the engine's order, which the SQL fixes), the codes combined after each column so
+    # they stay below the number of rows.
+    code = np.zeros(len(rows), dtype=np.int64)
+    for column in keys:
+        part, uniques = pd.factorize(column, use_na_sentinel=False)
+        code = pd.factorize(code * len(uniques) + part)[0]
+    # A group's first row is where the code exceeds every earlier one (codes count up).
+    first = np.flatnonzero(code > np.maximum.accumulate(np.r_[-1, code[:-1]]))
+    found: list[KeyTuple] = (
+        list(zip(*(column[first] for column in keys), strict=True)) if width else [()] * len(first)
+    )
     leaves = np.zeros((len(found), resolution), dtype=np.int64)
-    np.add.at(leaves, (np.array(leaf_rows, np.intp), np.array(leaf_cols, np.intp)), counts)
+    np.add.at(leaves, (code, _ints(columns[width]).astype(np.intp)), _ints(columns[width + 2]))
     units = np.zeros(len(found), dtype=np.int64)
-    np.add.at(units, np.array(leaf_rows, np.intp), unit_parts)
+    np.add.at(units, code, _ints(columns[width + 1]))
     if g.by and g.keys is None:  # private partition selection happens later
         wanted, at = found, np.arange(len(found))
     else:
         public = g.keys if g.keys is not None else ((),)
         values = typed if typed is not None else public
         wanted = list(public)
+        index = {key: i for i, key in enumerate(found)}
         at = np.array([index.get(v, -1) for v in values], dtype=np.intp)
     hit = at >= 0
     take = np.where(hit, at, 0)
