@@ -947,18 +947,20 @@ class PLDAccountant(Accountant):
         # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
         # side): the composition then moves at most tail_mass per event. ``extended``:
         # FFTs in long double (smaller round-off allowances; for small δ).
-        parts = [
-            _event_pld(
-                event,
-                h,
-                self._tail_mass / count if _subsampled(event) else self._tail_mass,
-            ).self_compose(count, extended_precision=extended)
-            for event, count in self._leaves.items()
-        ]
-        # Composed pairwise, smallest grids first (a balanced tree: each level costs
-        # about one FFT of the final length, instead of one per event); symmetric PLDs
-        # (one direction, half the work) among themselves first.
-        groups = [[p for p in parts if p.symmetric], [p for p in parts if not p.symmetric]]
+        # Composed pairwise as the parts are built, in a balanced tree (each level costs
+        # about one FFT of the final length, instead of one per event), so that at most
+        # about log₂(n) partial results are alive (issue #10: memory), not all n parts.
+        # Events come in order of their composed loss's rough spread (√count × one run's),
+        # so that similar grids meet; symmetric PLDs (one direction, half the work) are
+        # composed among themselves first.
+        stacks: dict[bool, list[tuple[int, PrivacyLossDistribution]]] = {True: [], False: []}
+        for event, count in sorted(
+            self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
+        ):
+            tail = self._tail_mass / count if _subsampled(event) else self._tail_mass
+            part = _event_pld(event, h, tail).self_compose(count, extended_precision=extended)
+            _push_balanced(stacks[part.symmetric], part, extended)
+        groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
         return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
 
     def _rdp(self) -> RDPAccountant | None:
@@ -1034,6 +1036,25 @@ def _rdp_note(note: str) -> str:
     """Why the RDP bound was returned instead of the PLD's."""
     why = "the RDP bound (CKS Prop 12) is tighter"
     return f"{note}; {why}" if note else why
+
+
+def _push_balanced(
+    stack: list[tuple[int, PrivacyLossDistribution]],
+    part: PrivacyLossDistribution,
+    extended: bool,
+) -> None:
+    """Add ``part`` to a binary-counter stack of (level, composition of 2^level parts).
+
+    Two compositions of equal level are composed at once, so the stack holds at most one
+    per level (about log₂ n for n parts), and the tree is the balanced one over the order
+    of arrival.
+    """
+    level = 0
+    while stack and stack[-1][0] == level:
+        _, earlier = stack.pop()
+        part = earlier.compose(part, extended_precision=extended)
+        level += 1
+    stack.append((level, part))
 
 
 def _compose_tree(parts: list[PrivacyLossDistribution], extended: bool) -> PrivacyLossDistribution:

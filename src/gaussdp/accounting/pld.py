@@ -245,7 +245,9 @@ class _LossPMF:
         prod = fa * fb
         weights = full_weights(size, prod.size)
         new_l1 = coefficient_error_l1(err, weights) + _inverse_own_l1(prod, weights, size, unit)
+        del fa, fb, mod_a, mod_b, err, weights  # peak memory: only the product is needed now
         conv, rounding = _to_double(sp_fft.irfft(prod, size)[:n])
+        del prod
         new_l1 += rounding
         conv = _clean(conv, self.upper)
         inf_mass = self.inf_mass * (m2 + other.inf_mass) + other.inf_mass * m1
