@@ -104,6 +104,29 @@ def test_run_reports_its_passes() -> None:
     assert all(0.0 <= s.done <= 1.0 for s in seen if s.done is not None)
 
 
+def test_a_failing_progress_callback_never_ends_a_paid_release() -> None:
+    """Most callbacks come after the charge: one that raises is dropped with a warning."""
+    frame = pd.DataFrame({"u": [1, 2, 3], "p": ["a", "b", "a"]})
+    release = Release(
+        frame,
+        privacy_unit="u",
+        budget=Budget(epsilon=1.0, delta=1e-6),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    ).count(by="p", keys=["a", "b"])
+    calls: list[RunProgress] = []
+
+    def broken(state: RunProgress) -> None:
+        calls.append(state)
+        if len(calls) > 1:  # fails once the budget has been charged
+            raise OSError("display gone")
+
+    with pytest.warns(RuntimeWarning, match="progress callback failed .OSError: display gone"):
+        result = release.run(rng=ChaCha20Random(1), progress=broken)
+    assert list(result.frame["p"]) == ["a", "b"]
+    assert len(calls) == 2  # not called again after it failed
+
+
 def _terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     buffer = io.StringIO()
     screen = Console(file=buffer, force_terminal=True, width=120)

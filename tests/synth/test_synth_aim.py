@@ -194,3 +194,5 @@ def test_a_spec_selects_aim_and_its_options() -> None:
     assert synth.report.method == "AIM"
     with pytest.raises(ValueError, match="workload entry must be"):
         synthesizer_from_spec({**spec, "workload": [["a", "e"]]}, None)
+    with pytest.raises(ValueError, match="workload entry must be"):
+        synthesizer_from_spec({**spec, "workload": [["a", ["b"]]]}, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -683,7 +684,8 @@ class Release:
 
         ``progress``, if given, is called with a :class:`RunProgress` as each
         pass over the data starts and, on DuckDB, a few times a second during
-        it (from another thread); it cannot change the run.
+        it (from another thread); it cannot change the run: a callback that
+        raises is dropped with a ``RuntimeWarning`` and the release goes on.
 
         Raises
         ------
@@ -804,12 +806,30 @@ class _Tracker:
         s = self.state
         step = s.step if name == "adding noise" else s.step + 1
         self.state = replace(s, stage=name, step=step, done=None)
-        if self.callback is not None:
-            self.callback(self.state)
+        self._report(self.state)
 
     def done(self, fraction: float) -> None:
-        if self.callback is not None:
-            self.callback(replace(self.state, done=fraction))
+        self._report(replace(self.state, done=fraction))
+
+    def _report(self, state: RunProgress) -> None:
+        """Call the display; one that fails is dropped with a warning, never ending the run.
+
+        Most calls come after the budget is charged: a display's error must not
+        abort a release that has already been paid for.
+        """
+        callback = self.callback
+        if callback is None:
+            return
+        try:
+            callback(state)
+        except Exception as error:
+            self.callback = None
+            warnings.warn(
+                f"progress callback failed ({type(error).__name__}: {error}); "
+                "the release goes on without it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def _prepare(

@@ -86,7 +86,7 @@ def workload_cliques(names: Sequence[str], workload: object) -> tuple[Clique, ..
         if (
             not isinstance(cols, Sequence)
             or not cols
-            or any(c not in order for c in cols)
+            or any(not isinstance(c, str) or c not in order for c in cols)
             or len(set(cols)) != len(cols)
         ):
             raise ValueError(
