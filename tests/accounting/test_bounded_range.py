@@ -21,6 +21,7 @@ from gaussdp.accounting import (
     event_to_json,
 )
 from gaussdp.accounting._bounded_range import bounded_range_pld
+from gaussdp.mechanisms import Gaussian
 
 
 def _em(utilities: np.ndarray, eps: float) -> np.ndarray:
@@ -169,3 +170,12 @@ def test_accountants() -> None:
         match=r"^ExponentialMechanism\(epsilon=0.1\) is not supported by GDPAccountant$",
     ):
         GDPAccountant().compose(em)
+
+
+@pytest.mark.parametrize("epsilon", [800.0, 1500.0])
+def test_a_huge_epsilon_never_reads_as_delta_zero(epsilon: float) -> None:
+    """e^{(t+ε)/2} overflowed past ε ≈ 1419 and the NaN masses read as δ = 0."""
+    acc = PLDAccountant().compose(ExponentialMechanism(epsilon)).compose(Gaussian(1.0))
+    for eps in (1.0, 10.0):
+        # One ε-BR step alone has δ(ε′) = (1 − e^{(ε′−ε)/2})²/(1 − e^{−ε}) ≈ 1 here.
+        assert acc.delta(eps).upper >= (1 - math.exp((eps - epsilon) / 2)) ** 2 - 1e-9

@@ -10,6 +10,7 @@ import pytest
 from scipy.special import logsumexp
 
 from gaussdp.accounting import (
+    Composed,
     PLDAccountant,
     PrivacyFilter,
     RDPAccountant,
@@ -108,3 +109,21 @@ def test_poisson_discrete_events_get_a_finite_rdp_bound() -> None:
     pld = PLDAccountant().compose(event, 300).epsilon(1e-6)
     assert pld.upper <= rdp.upper < math.inf
     assert RDPAccountant().supports(event)
+
+
+def test_add_remove_and_replace_one_events_are_not_composed_together() -> None:
+    """RDP adds up under one neighbouring relation only; a mixed history is refused."""
+    poisson = Subsampled(Gaussian(5.0), 0.01)
+    fixed = Subsampled(Gaussian(5.0), 0.01, "without_replacement")
+    acc = RDPAccountant().compose(poisson, count=3)
+    assert not acc.supports(fixed)
+    with pytest.raises(UnsupportedEventError, match="mixes add/remove and replace-one"):
+        acc.compose(fixed)
+    assert acc.count == 3  # the refused event left the history as it was
+    with pytest.raises(UnsupportedEventError, match="mixes add/remove and replace-one"):
+        RDPAccountant().compose(Composed((poisson, fixed)))
+    budget = PrivacyFilter(epsilon=1.0, delta=1e-5)
+    budget.accept(poisson)
+    with pytest.raises(UnsupportedEventError):
+        budget.accept(fixed)
+    assert budget.accountant.events == ((poisson, 1),)  # nothing recorded for the refusal

@@ -385,6 +385,15 @@ def test_other_bad_inputs() -> None:
     bn = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
     with pytest.raises(ValueError, match="free of batch normalisation"):
         _private(bn, _blobs(d=5), batch_size=10, noise_multiplier=1.0)
+    # InstanceNorm with running statistics updates its buffers from the raw batch: refused.
+    inorm = nn.Sequential(
+        nn.Unflatten(1, (1, 5)),
+        nn.InstanceNorm1d(1, track_running_stats=True),
+        nn.Flatten(),
+        nn.Linear(5, 3),
+    )
+    with pytest.raises(ValueError, match=r"model.1.track_running_stats must be False"):
+        _private(inorm, _blobs(d=5), batch_size=10, noise_multiplier=1.0)
     # Embedding(max_norm) rescales the rows of the batch's tokens in place: refused.
     embed = nn.Sequential(nn.Embedding(10, 4, max_norm=1.0), nn.Flatten(), nn.Linear(4, 3))
     with pytest.raises(ValueError, match=r"model.0.max_norm must be None"):

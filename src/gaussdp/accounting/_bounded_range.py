@@ -54,9 +54,10 @@ def _p_cdfs(t: FloatArray, eps: float) -> tuple[FloatArray, FloatArray]:
     le = np.empty_like(t)
     gt = np.empty_like(t)
     tp, tn = t[pos], t[~pos]
-    # t ≥ 0: P*(L > t) = c(1 − e^{(t−ε)/2}), P*(L ≤ t) = c·e^{−ε}(e^{(t+ε)/2} − 1).
+    # t ≥ 0: P*(L > t) = c(1 − e^{(t−ε)/2}), P*(L ≤ t) = c·e^{−ε}(e^{(t+ε)/2} − 1),
+    # written as c·e^{(t−ε)/2}(1 − e^{−(t+ε)/2}) so that no factor overflows at large ε.
     gt[pos] = c * -np.expm1((tp - eps) / 2)
-    le[pos] = c * math.exp(-eps) * np.expm1((tp + eps) / 2)
+    le[pos] = c * np.exp((tp - eps) / 2) * -np.expm1(-(tp + eps) / 2)
     # t < 0: P*(L ≤ t) = c(1 − e^{−(t+ε)/2})e^{(t−ε)/2}, P*(L > t) its complement.
     le[~pos] = c * -np.expm1(-(tn + eps) / 2) * np.exp((tn - eps) / 2)
     gt[~pos] = 1.0 - le[~pos]

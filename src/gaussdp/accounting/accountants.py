@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import ClassVar, Self
+from typing import ClassVar, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -631,6 +631,43 @@ class RDPAccountant(Accountant):
 
     def _empty_like(self) -> Self:
         return type(self)(self.orders)
+
+    def supports(self, event: object) -> bool:
+        """As :meth:`Accountant.supports`, also refusing a mix of neighbouring relations."""
+        if not super().supports(event):
+            return False
+        try:
+            self._check_one_relation(cast(Event, event))
+        except ValueError:
+            return False
+        return True
+
+    def compose(self, event: Event, count: int = 1) -> Self:
+        """As :meth:`Accountant.compose`; refuses to mix neighbouring relations.
+
+        RDP curves add up only under one neighbouring relation. Poisson subsampling
+        is stated for add/remove neighbours, sampling without replacement for
+        replace-one neighbours, and an add/remove bound does not bound replace-one
+        (that takes group privacy), so a history holding both is refused.
+        """
+        self._check_one_relation(check_event(event))
+        return super().compose(event, count)
+
+    def _check_one_relation(self, event: Event) -> None:
+        found = _Reduction()
+        self._walk(event, 1, (), found)
+        relations = {
+            leaf.neighbours
+            for leaf in (*self._leaves, *found.leaves)
+            if isinstance(leaf, Subsampled) and leaf.sample_rate < 1.0
+        }
+        if len(relations) > 1:
+            raise self._unsupported(
+                event,
+                (),
+                "it mixes add/remove and replace-one neighbours: RDP only composes "
+                "events stated for one relation",
+            )
 
     def rdp(self) -> npt.NDArray[np.float64]:
         """The composed RDP curve of the leaves at :attr:`orders`."""

@@ -162,8 +162,12 @@ class _LossPMF:
         value = self.delta_raw(epsilon)
         if self.upper:
             value = value * (1.0 + _REL_MARGIN) + self.inf_mass + self.allowance
+            if math.isnan(value):  # never read a failed computation as δ = 0
+                return 1.0
         else:
             value = value * (1.0 - _REL_MARGIN) - self.allowance
+            if math.isnan(value):
+                return 0.0
         return min(1.0, max(0.0, value))
 
     def epsilon(self, delta: float) -> float:

@@ -1575,6 +1575,7 @@ def _check_no_data_dependent_state(model: nn.Module) -> None:
     """Refuse layers that change the model from a batch outside the clipped, noised sum.
 
     Batch normalisation mixes examples and keeps running statistics of the data;
+    instance normalisation with ``track_running_stats=True`` keeps them too;
     ``nn.Embedding(max_norm=...)`` renormalises, in place during the forward pass,
     the rows of the tokens the batch contains, so the released weights would show
     which tokens were seen. Neither change is clipped or noised.
@@ -1587,6 +1588,17 @@ def _check_no_data_dependent_state(model: nn.Module) -> None:
                     "free of batch normalisation, which mixes examples "
                     "(use GroupNorm or LayerNorm)",
                     type(module).__name__,
+                )
+            )
+        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
+            # InstanceNorm with running statistics: its buffers are updated from the raw
+            # batch in every training forward pass and released with the model.
+            raise ValueError(
+                invalid(
+                    f"model.{name or 'self'}.track_running_stats",
+                    "False: running statistics are updated from the data outside the "
+                    "private update",
+                    module.track_running_stats,
                 )
             )
         if isinstance(module, nn.Embedding) and module.max_norm is not None:

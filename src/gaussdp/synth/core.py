@@ -706,7 +706,9 @@ class Synthesizer:
             return m, release, _measure_rho(l0, linf, part.sigma2)
 
         def sigma_of(rho: float) -> float:
-            (part,) = self._marginals(None, rho, [self.workload[0]]).plan().parts
+            # A count's σ depends on ρ and L0·L∞ only, not on its keys: plan a 1-way
+            # count rather than listing every cell of a (possibly huge) workload clique.
+            (part,) = self._marginals(None, rho, [self.workload[0][:1]], sizes).plan().parts
             return math.sqrt(part.sigma2)
 
         def fit(ms: list[Any], warm: Any) -> Any:
