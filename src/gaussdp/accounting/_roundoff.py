@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "EXTENDED_PROVEN",
     "U_EXTENDED",
     "U",
     "coefficient_error_l1",
@@ -60,6 +61,10 @@ U = float(np.finfo(np.float64).eps) / 2
 #: Unit round-off of ``np.longdouble`` (2⁻⁶⁴ for x87 extended precision; equal to U
 #: where long double is double, e.g. on ARM macOS: the bounds then stay valid).
 U_EXTENDED = float(np.finfo(np.longdouble).eps) / 2
+#: Whether long double is an IEEE binary format (double itself, x87's 64-bit
+#: significand, or quad): the arithmetic the round-off lemmas assume. Elsewhere
+#: (double-double on ppc64le) extended precision is not used.
+EXTENDED_PROVEN = np.finfo(np.longdouble).nmant in (52, 63, 112)
 
 
 def _prime_factors(n: int) -> list[int]:

@@ -79,6 +79,7 @@ from gaussdp._validation import (
 )
 from gaussdp.accounting._adaptive import check_grid_points
 from gaussdp.accounting._roundoff import (
+    EXTENDED_PROVEN,
     U_EXTENDED,
     coefficient_error_l1,
     fft_gamma,
@@ -1442,6 +1443,8 @@ class PrivacyLossDistribution:
 
         ``extended_precision``: FFTs in long double (about 4× slower); the round-off
         allowance shrinks by 2¹¹ on x86 (docs/accounting.md §3), which matters at small δ.
+        Ignored where long double is not an IEEE format (double-double on ppc64le),
+        for which the round-off lemmas are not proven.
 
         Examples
         --------
@@ -1460,7 +1463,7 @@ class PrivacyLossDistribution:
                 )
             )
         tm = max(self.tail_mass, other.tail_mass)
-        ext = bool(extended_precision)
+        ext = bool(extended_precision) and EXTENDED_PROVEN
         ur = self.upper_remove.compose(other.upper_remove, tm, ext)
         lr = self.lower_remove.compose(other.lower_remove, tm, ext)
         both = self.symmetric and other.symmetric
@@ -1487,7 +1490,7 @@ class PrivacyLossDistribution:
         if count == 1:
             return self
         tm = self.tail_mass
-        ext = bool(extended_precision)
+        ext = bool(extended_precision) and EXTENDED_PROVEN
         ur = self.upper_remove.self_compose(count, tm, ext)
         lr = self.lower_remove.self_compose(count, tm, ext)
         ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext)
