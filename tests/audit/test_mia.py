@@ -22,6 +22,7 @@ from gaussdp.audit.mia import (  # noqa: E402
     roc,
     train_classifier,
 )
+from gaussdp.audit.stats import clopper_pearson  # noqa: E402
 from gaussdp.privacy.tradeoff import TradeoffCurve  # noqa: E402
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mia_digits.py"
@@ -59,6 +60,28 @@ def test_violations_flag_only_provable_excess() -> None:
     assert perfect.violations(TradeoffCurve.from_gdp(0.5)) != []
     noise = roc("random", np.random.default_rng(1).random(800), members)
     assert noise.violations(TradeoffCurve.from_gdp(0.5)) == []
+    with pytest.raises(ValueError, match="alpha must be"):
+        perfect.violations(TradeoffCurve.from_gdp(0.5), alpha=float("nan"))
+
+
+def test_violations_match_the_threshold_by_threshold_check() -> None:
+    # The vectorised check against one Clopper–Pearson interval per threshold, on a
+    # ROC that crosses the curve at some thresholds and not at others.
+    rng = np.random.default_rng(2)
+    members = rng.random(600) < 0.5
+    scores = np.where(members, rng.normal(1.5, 1, 600), rng.normal(0, 1, 600))
+    result = roc("shifted", scores, members)
+    curve = TradeoffCurve.from_gdp(1.0)
+    expected = [
+        (float(f), float(t))
+        for fp, tp, f, t in zip(
+            result.false_positives, result.true_positives, result.fpr, result.tpr, strict=True
+        )
+        if clopper_pearson(int(tp), result.positives, 1e-3)[0]
+        > float(curve.max_tpr(clopper_pearson(int(fp), result.negatives, 1e-3)[1]))
+    ]
+    assert 0 < len(expected) < len(result.fpr)
+    assert result.violations(curve, alpha=1e-3) == expected
 
 
 @pytest.mark.slow

@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
     raise MissingExtraError("gaussdp.audit.mia", "torch") from None
 
-from gaussdp._validation import check_delta, check_int, check_positive
-from gaussdp.audit.stats import clopper_pearson
+from gaussdp._validation import check_delta, check_int, check_positive, check_probability
+from gaussdp.audit.stats import clopper_pearson_arrays
 from gaussdp.errors import invalid
 from gaussdp.privacy.tradeoff import TradeoffCurve
 from gaussdp.random import ChaCha20Random
@@ -249,15 +249,12 @@ class MIAResult:
         Returns the (FPR, TPR) points; empty when the ROC stays under the bound
         wherever its interval is informative.
         """
-        found = []
-        for fp, tp, f_rate, t_rate in zip(
-            self.false_positives, self.true_positives, self.fpr, self.tpr, strict=True
-        ):
-            tpr_low = clopper_pearson(int(tp), self.positives, alpha)[0]
-            fpr_high = clopper_pearson(int(fp), self.negatives, alpha)[1]
-            if tpr_low > float(curve.max_tpr(fpr_high)):
-                found.append((float(f_rate), float(t_rate)))
-        return found
+        alpha = check_probability("alpha", alpha, open_interval=True)
+        tpr_low = clopper_pearson_arrays(self.true_positives, self.positives, alpha)[0]
+        fpr_high = clopper_pearson_arrays(self.false_positives, self.negatives, alpha)[1]
+        beaten = tpr_low > np.asarray(curve.max_tpr(fpr_high), dtype=np.float64)
+        points = zip(self.fpr[beaten], self.tpr[beaten], strict=True)
+        return [(float(f), float(t)) for f, t in points]
 
 
 def roc(attack: str, scores: npt.ArrayLike, members: npt.ArrayLike) -> MIAResult:

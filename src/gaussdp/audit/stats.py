@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from scipy.stats import beta
 
 from gaussdp._validation import check_int, check_probability
@@ -41,12 +43,23 @@ def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, f
     if successes > trials:
         raise ValueError(invalid("successes", f"at most trials = {trials}", successes))
     alpha = check_probability("alpha", alpha, open_interval=True)
-    lo = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, trials - successes + 1))
-    hi = (
-        1.0
-        if successes == trials
-        else float(beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
-    )
+    lo, hi = clopper_pearson_arrays(np.array([successes]), trials, alpha)
+    return float(lo[0]), float(hi[0])
+
+
+def clopper_pearson_arrays(
+    successes: npt.NDArray[np.int64], trials: int, alpha: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """:func:`clopper_pearson` for many success counts out of the same ``trials`` at once.
+
+    The arguments are not validated (callers pass counts they computed): 0 ≤ successes ≤
+    trials, trials ≥ 1, 0 < α < 1.
+    """
+    k = np.asarray(successes, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # beta.ppf is NaN where a shape parameter is 0; those ends are 0 and 1 exactly.
+        lo = np.where(k == 0, 0.0, beta.ppf(alpha / 2, k, trials - k + 1))
+        hi = np.where(k == trials, 1.0, beta.ppf(1 - alpha / 2, k + 1, trials - k))
     return lo, hi
 
 
