@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 from scipy.special import gammaln, logsumexp, ndtr
 
+from gaussdp._search import smallest_passing
 from gaussdp._validation import check_delta, check_epsilon, check_int, check_positive
 from gaussdp.accounting import (
     PLDAccountant,
@@ -466,11 +467,8 @@ def cks_fig4(
 
 def _sigma2_for_variance(variance: float) -> float:
     """σ² whose discrete Gaussian has this variance (CKS Prop 21: slightly above it)."""
-    lo, hi = variance, variance * 1.5 + 1.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if DiscreteGaussianDistribution(Fraction(mid)).var() < variance:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return smallest_passing(
+        lambda s2: DiscreteGaussianDistribution(Fraction(s2)).var() >= variance,
+        variance,
+        variance * 1.5 + 1.0,
+    )

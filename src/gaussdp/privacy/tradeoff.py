@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from gaussdp._search import largest_passing
 from gaussdp._validation import (
     check_delta,
     check_epsilon,
@@ -234,14 +235,11 @@ class TradeoffCurve:
 
     def equal_error_rate(self) -> float:
         """The α with f(α) = α on the certified curve: no test has both errors below it."""
-        lo, hi = 0.0, 0.5
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            if float(self._lower(np.array([mid]))[0]) > mid:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        # f(α) − α decreases, so f(α) > α holds below the crossing; the point returned
+        # was checked to hold (the safe side).
+        return largest_passing(
+            lambda a: float(self._lower(np.array([a]))[0]) > a, 0.0, 0.5, abs_tol=1e-16
+        )
 
     # -- constructors ------------------------------------------------------------------
     @classmethod
