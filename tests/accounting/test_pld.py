@@ -324,6 +324,31 @@ def test_subsampled_gaussian_one_run_against_quadrature(rate: float) -> None:
         assert b.upper <= exact * (1 + 1e-3) + 1e-10
 
 
+def test_lower_discretisation_at_a_pile_up_is_below_the_curve_and_creates_no_q_mass() -> None:
+    # The remove direction of a subsampled Gaussian piles its mass up at the bottom of its
+    # support, ln(1 − q). The lower PMF's curve must lie below the exact curve
+    # H(x) = P(L > ln x) − x Q(L > ln x) everywhere (on and between grid points, also at
+    # ε < 0), and it must not create Q-mass: a Q-mass above 1 shifts every loss and the
+    # error compounds over k runs (it used to make 10⁴ runs 2.6 % low in δ).
+    from scipy.special import ndtr
+
+    sigma, q, h = 0.8, 1e-3, 4e-5
+    pld = PrivacyLossDistribution.from_subsampled_gaussian(sigma, q, value_discretization=h)
+    low = pld.lower_remove
+    assert float(np.sum(low.probs * np.exp(-low.losses))) <= 1.0 + 1e-12
+    bottom = math.log1p(-q)
+    eps = np.concatenate((bottom + h * np.linspace(-2, 30, 257), np.linspace(0.0, 3.0, 61) + h / 3))
+    # L ≤ t ⇔ y ≤ σ² ln((e^t − 1 + q)/q) + 1/2 (Δ = 1).
+    y = sigma**2 * (np.log(np.maximum(np.expm1(eps) + q, 1e-300)) - math.log(q)) + 0.5
+    p_gt = (1 - q) * ndtr(-y / sigma) + q * ndtr((1 - y) / sigma)
+    exact = p_gt - np.exp(eps) * ndtr(-y / sigma)
+    got = np.array([low.delta_raw(float(e)) for e in eps])
+    assert np.all(got <= exact + 1e-15)
+    # And it is informative under composition: 10³ runs within 2·10⁻⁴ of the upper bound.
+    b = pld.self_compose(1000).without_allowances().delta(1.0)
+    assert b.lower >= b.upper * (1 - 2e-4)
+
+
 # δ of one Poisson-subsampled Laplace run (b = 2, Δ = 1, q = 0.9), remove direction,
 # from 30-digit mpmath quadrature of max(0, p_mix(y) − e^ε p_0(y)) split at the crossing
 # point: 0.1176007162328118 at ε = 0.2 (scipy's quad is only good to ~1e-9 here).

@@ -181,3 +181,57 @@ def test_dpsgd_one_run_audit_is_positive_and_below_the_certificate() -> None:
     )
     assert 0.0 < result.epsilon_lower <= result.epsilon_certified
     assert "gradient canaries" in result.method
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"k_plus": 200, "k_minus": 1}, "k_plus \\+ k_minus must be at most 10"),
+        ({"k_minus": -1}, "k_minus must be"),
+        ({"value": math.nan}, "value must be a finite real number"),
+        ({"value": "big"}, "value must be a finite real number"),
+        ({"alpha": 0.0}, "alpha must be"),
+    ],
+)
+def test_table_release_audit_checks_everything_before_the_release(
+    changes: dict[str, object], message: str
+) -> None:
+    calls: list[int] = []
+
+    def build(frame: pd.DataFrame, keys: list[int]) -> Release:
+        calls.append(len(keys))
+        raise AssertionError("the release must not be built")
+
+    rng = ChaCha20Random(7)
+    args: dict[str, object] = {"canaries": 10, "value": 1.0, "k_plus": 2, "k_minus": 2}
+    args.update(changes)
+    with pytest.raises((ValueError, TypeError), match=message):
+        audit_table_release_one_run(build, rng=rng, **args)  # type: ignore[arg-type]
+    assert calls == []
+    assert rng.words(1)[0] == ChaCha20Random(7).words(1)[0]  # nothing drawn
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"k_plus": 20, "k_minus": 1}, "k_plus \\+ k_minus must be at most 20"),
+        ({"alpha": 1.5}, "alpha must be"),
+        ({"max_grad_norm": math.nan}, "max_grad_norm must be"),
+    ],
+)
+def test_dpsgd_audit_checks_everything_before_training(
+    changes: dict[str, object], message: str
+) -> None:
+    rng = ChaCha20Random(8)
+    args: dict[str, object] = {
+        "canaries": 20,
+        "k_plus": 2,
+        "k_minus": 2,
+        "noise_multiplier": 1.0,
+        "steps": 1,
+    }
+    args.update(changes)
+    with pytest.raises(ValueError, match=message):
+        audit_dpsgd_one_run(rng=rng, **args)  # type: ignore[arg-type]
+    assert rng.words(1)[0] == ChaCha20Random(8).words(1)[0]  # nothing drawn

@@ -610,11 +610,15 @@ def _from_bins(
     x = e^ε, is the chord interpolation of the true (convex) curve: it lies above it, and
     the pair dominates the true pair. ``below`` is rounded up to t_0, ``above`` goes to +∞.
 
-    Lower: the chord interpolation is lowered at each grid point x_j by
-    G_j = max(g_{j−1}, g_j), where g_b bounds the gap between the chord and the curve
-    on [x_b, x_{b+1}]. Only bin b's own part C_b of the curve is non-linear there, and
-    C_b lies above its two tangents (slope −Q_b from (x_b, a_b), and 0), which meet at
-    x = P_b/Q_b; so g_b = a_b·b_b/(Q_b·Δx_b). The lowered values (clipped at 0), with
+    Lower: the chord interpolation is lowered at each grid point x_j by G_j ≥ 0.
+    Only bin b's own part C_b of the curve is non-linear on [x_b, x_{b+1}], and C_b lies
+    above its two tangents (slope −Q_b from (x_b, a_b), and 0), which meet at
+    x = P_b/Q_b, a fraction θ_b = a_b/(Q_bΔx_b) into the segment; the lowered chord is
+    below them (hence below the curve) iff (1 − θ_b)G_b + θ_bG_{b+1} ≥ g_b =
+    a_b·b_b/(Q_b·Δx_b). Each segment asks g_b at both ends, or (where g_b exceeds the
+    curve's excess over its straight part below the support, so as not to create
+    Q-mass; docs/accounting.md §1) 0 at its left end and b_b = g_b/θ_b at its right
+    end; G_j is the larger request of its two segments. The lowered values (clipped at 0), with
     the exact value H(0) = total mass, are replaced by their greatest convex minorant
     (lower convex hull, kinks only at grid points): a convex, non-increasing, piecewise
     linear curve below the truth, i.e. the curve of a non-negative PMF on the grid
@@ -642,15 +646,30 @@ def _from_bins(
     with np.errstate(divide="ignore", invalid="ignore"):
         g = np.where(qb > 0, np.clip(ab, 0, None) * np.clip(bb, 0, None) / (qb * dx), 0.0)
     g = np.nan_to_num(g, nan=0.0, posinf=0.0)
-    gpad = np.concatenate(([0.0], g, [0.0]))  # g_{−1} = g_n = 0
-    big_g = np.maximum(gpad[:-1], gpad[1:])  # G_j for j = 0..n
     # Chord values H(x_j) = Σ_{i>j} base_i (1 − x_j e^{−t_i}) (suffix sums, long double).
     ld = np.longdouble
     bl = base.astype(ld)
+    weighted = bl * np.exp(-t.astype(ld))
     s1 = np.concatenate((np.cumsum(bl[::-1])[::-1][1:], [ld(0)]))
-    s2 = np.concatenate((np.cumsum((bl * np.exp(-t.astype(ld)))[::-1])[::-1][1:], [ld(0)]))
-    chord = np.maximum(s1 - x.astype(ld) * s2, ld(0)).astype(np.float64)
+    s2 = np.concatenate((np.cumsum(weighted[::-1])[::-1][1:], [ld(0)]))
+    chord_ld = s1 - x.astype(ld) * s2
+    chord = np.maximum(chord_ld, ld(0)).astype(np.float64)
     total = float(np.sum(bl))
+    # Where to lower. Segment b only needs (1 − θ_b)ℓ_b + θ_bℓ_{b+1} ≥ g_b, θ_b = a_b/(Q_bΔx_b)
+    # (the line is then below the two tangents at their meeting point): ℓ = g_b at both
+    # ends, or 0 at the left end and g_b/θ_b = b_b at the right end. The curve below the
+    # support is exactly linear, total − x·Q(total), and a grid point lowered below that
+    # line steepens the hull's first segment: Q-mass is created, a shift of every loss
+    # that compounds over k runs (a first-order error; at a pile-up of mass at the bottom
+    # of the support, e.g. ln(1 − q) of a subsampled mechanism, it dominated the lower
+    # bound). Where g_b exceeds the curve's excess E_b over that line, the segment takes
+    # its lowering at the right end (E_{b+1} ≥ E_b + b_b, so that end stays above the line).
+    excess = (chord_ld - (ld(total) - x.astype(ld) * np.sum(weighted))).astype(np.float64)
+    pinned = (g > 0) & (g > excess[:-1])
+    left = np.where(pinned, 0.0, g)
+    right = np.where(pinned, np.maximum(bb, 0.0) * (1.0 + 1e-9), g)
+    # G_j = max(right end of segment j − 1, left end of segment j), for j = 0..n.
+    big_g = np.maximum(np.concatenate(([0.0], right)), np.concatenate((left, [0.0])))
     xs = np.concatenate(([0.0], x))
     # Pass 1: the hull of the lowered chords f_j = H(x_j) − G_j (some may be < 0).
     f = np.concatenate(([total], chord - big_g))

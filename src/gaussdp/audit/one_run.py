@@ -46,6 +46,7 @@ from scipy.stats import binom
 from gaussdp._validation import (
     check_delta,
     check_epsilon,
+    check_finite,
     check_int,
     check_positive,
     check_probability,
@@ -84,6 +85,15 @@ def _check_counts(canaries: object, guesses: object, correct: object) -> tuple[i
     if v > r:
         raise ValueError(invalid("correct", f"at most guesses = {r}", v))
     return m, r, v
+
+
+def _check_guesses(k_plus: object, k_minus: object, canaries: int) -> tuple[int, int]:
+    """``(k_plus, k_minus)`` if both are integers ≥ 0 with a sum of at most ``canaries``."""
+    plus = check_int("k_plus", k_plus, minimum=0)
+    minus = check_int("k_minus", k_minus, minimum=0)
+    if plus + minus > canaries:
+        raise ValueError(invalid("k_plus + k_minus", f"at most {canaries} canaries", plus + minus))
+    return plus, minus
 
 
 def _p_values(m: int, r: int, v: int, epsilons: npt.NDArray[np.float64], delta: float) -> Any:
@@ -228,11 +238,7 @@ def count_correct(
         )
     if not np.all(np.isfinite(s)):
         raise ValueError(invalid("scores", "finite", s[~np.isfinite(s)][0]))
-    k_plus = check_int("k_plus", k_plus, minimum=0)
-    k_minus = check_int("k_minus", k_minus, minimum=0)
-    if k_plus + k_minus > s.size:
-        total = k_plus + k_minus
-        raise ValueError(invalid("k_plus + k_minus", f"at most {s.size} canaries", total))
+    k_plus, k_minus = _check_guesses(k_plus, k_minus, s.size)
     order = np.argsort(s, kind="stable")  # ascending
     out_guess, in_guess = order[:k_minus], order[s.size - k_plus :]
     correct = int(np.sum(inc[in_guess])) + int(np.sum(~inc[out_guess]))
@@ -343,8 +349,11 @@ def audit_table_release_one_run(
     """
     import pandas as pd
 
+    # Everything is checked before the release runs (no budget spent on a refused audit).
     m = check_int("canaries", canaries, minimum=2)
-    value = float(value)
+    value = check_finite("value", value)
+    _check_guesses(k_plus, k_minus, m)
+    check_probability("alpha", alpha, open_interval=True)
     source = check_rng(rng)
     included = _inclusion(m, source)
     rows = pd.DataFrame(
@@ -416,12 +425,16 @@ def audit_dpsgd_one_run(
 
     from gaussdp.ml import make_private
 
+    # Everything is checked before training starts.
     m = check_int("canaries", canaries, minimum=2)
+    _check_guesses(k_plus, k_minus, m)
+    check_probability("alpha", alpha, open_interval=True)
     noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
     steps = check_int("steps", steps, minimum=1)
     examples = check_int("examples", examples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     features = check_int("features", features, minimum=1)
+    max_grad_norm = check_positive("max_grad_norm", max_grad_norm)
     delta = check_delta("delta", delta)
     source = check_rng(rng)
     included = _inclusion(m, source)

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ __all__ = [
     "ghost_clipped_sums",
     "ghost_layers",
     "per_example_losses",
+    "recorded_forward",
     "signature",
     "vmap_attention",
 ]
@@ -170,8 +172,11 @@ def _own_trainable(module: nn.Module) -> list[nn.Parameter]:
 def ghost_layers(model: nn.Module) -> Layers | None:
     """The model's layers of :data:`GHOST_LAYERS` holding trainable parameters, or None.
 
-    None unless those layers hold every trainable parameter. The projections inside
-    ``nn.MultiheadAttention`` belong to it (they are not listed on their own).
+    None unless those layers hold every trainable parameter. Types are matched
+    exactly: a subclass may override ``forward``, which the formulas would not
+    describe. The projections inside ``nn.MultiheadAttention`` belong to it (they are
+    not listed on their own). A parameter held by several layers (tied weights) is
+    listed with each.
     """
     layers: Layers = []
     covered: set[int] = set()
@@ -179,9 +184,9 @@ def ghost_layers(model: nn.Module) -> Layers | None:
     for name, module in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in inside):
             continue
-        if isinstance(module, GHOST_LAYERS):
+        if type(module) in GHOST_LAYERS:
             own = _own_trainable(module)
-            if isinstance(module, nn.MultiheadAttention):
+            if type(module) is nn.MultiheadAttention:
                 inside.append(name)
             if own:
                 layers.append((name, module))
@@ -200,7 +205,17 @@ class LayerRecord:
     args: tuple[Any, ...]  # detached tensors (and other arguments) of the call
     kwargs: dict[str, Any]
     outputs: list[torch.Tensor]  # the outputs whose gradients are needed (in the graph)
+    versions: list[int]  # the outputs' version counters when recorded
     deltas: list[torch.Tensor | None] = field(default_factory=list)
+
+    @property
+    def modified(self) -> bool:
+        """Whether an output was modified in place after the call (e.g. ``ReLU(inplace=True)``).
+
+        The gradient with respect to such a tensor is taken at its modified value,
+        not at the layer's output.
+        """
+        return any(o._version != v for o, v in zip(self.outputs, self.versions, strict=True))
 
     @property
     def input(self) -> torch.Tensor:
@@ -213,19 +228,33 @@ def _detach(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-class LayerRecorder:
-    """Records each listed layer's inputs (detached) and outputs during a forward pass."""
+def _copy_out(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, tuple):
+        return tuple(_copy_out(o) for o in out)
+    return out
 
-    def __init__(self, layers: Layers) -> None:
+
+class LayerRecorder:
+    """Records each listed layer's inputs (detached) and outputs during a forward pass.
+
+    The layers named in ``copy`` pass a copy of their output on to the rest of the
+    model, so that an in-place operation after them (``ReLU(inplace=True)``) leaves the
+    recorded output intact (:func:`recorded_forward` fills it).
+    """
+
+    def __init__(self, layers: Layers, copy: set[str] | None = None) -> None:
         self._layers = layers
+        self._copy = set() if copy is None else copy
         self._seen: dict[str, list[LayerRecord]] = {name: [] for name, _ in layers}
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
     def __enter__(self) -> LayerRecorder:
-        def hook(name: str) -> Callable[..., None]:
+        def hook(name: str) -> Callable[..., Any]:
             def record(
                 module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-            ) -> None:
+            ) -> Any:
                 outs = list(out) if isinstance(out, tuple) else [out]
                 tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
                 self._seen[name].append(
@@ -234,8 +263,10 @@ class LayerRecorder:
                         tuple(_detach(a) for a in args),
                         {k: _detach(v) for k, v in kwargs.items()},
                         tensors,
+                        [o._version for o in tensors],
                     )
                 )
+                return _copy_out(out) if name in self._copy else None
 
             return record
 
@@ -249,11 +280,42 @@ class LayerRecorder:
             handle.remove()
 
     def io(self, batch: int) -> list[LayerRecord] | None:
-        """Each layer's record, or None unless each ran once in a configuration covered."""
+        """Each layer's record, or None unless each ran once in a configuration covered.
+
+        Also None if a recorded output was modified in place after its layer's call.
+        """
         records = [self._seen[name] for name, _ in self._layers]
-        if any(len(r) != 1 or not _covered(r[0], batch) for r in records):
+        if any(len(r) != 1 or r[0].modified or not _covered(r[0], batch) for r in records):
             return None
         return [r[0] for r in records]
+
+    def modified(self) -> list[str]:
+        """The layers one of whose recorded outputs was modified in place after the call."""
+        return [name for name, seen in self._seen.items() if any(r.modified for r in seen)]
+
+
+def recorded_forward(
+    layers: Layers,
+    copy: set[str],
+    run: Callable[[], Any],
+    batch: int,
+    replay: Callable[[], AbstractContextManager[Any]],
+) -> tuple[Any, list[LayerRecord] | None]:
+    """``run()`` with the layers recorded: its output and :meth:`LayerRecorder.io`.
+
+    If an in-place operation modified a layer's recorded output (``ReLU(inplace=True)``
+    after it), the layer is added to ``copy`` (kept by the caller, so later batches
+    copy at once) and ``run()`` is repeated within ``replay()`` (the caller's
+    generators reset to the first run's state: the same dropout masks).
+    """
+    with LayerRecorder(layers, copy) as recorder:
+        output = run()
+    modified = recorder.modified()
+    if modified and not copy.issuperset(modified):
+        copy.update(modified)
+        with replay(), LayerRecorder(layers, copy) as recorder:
+            output = run()
+    return output, recorder.io(batch)
 
 
 def _conv_padding(module: nn.Conv1d | nn.Conv2d) -> tuple[int, ...] | None:
@@ -501,6 +563,74 @@ def _parts(record: LayerRecord) -> list[Part]:
     return _linear_parts(module, x, d)
 
 
+def _params_of(part: Part) -> list[torch.Tensor]:
+    if isinstance(part, _Outer):
+        weight, bias = part.module.weight, part.module.bias
+        return [p for p in (weight, bias) if p is not None and p.requires_grad]
+    return [part.param]
+
+
+def _expanded(part: Part) -> list[Part]:
+    """The same gradients, every parameter as its own part (a Linear's δᵢaᵢᵀ formed)."""
+    if not isinstance(part, _Outer):
+        return [part]
+    parts: list[Part] = []
+    if part.module.weight.requires_grad:
+        _dense(parts, part.module.weight, part.delta[:, :, None] * part.act[:, None, :])
+    _dense(parts, part.module.bias, part.delta)
+    return parts
+
+
+def _merged(group: list[Part], batch: int) -> Part:
+    """One part with each example's gradient summed over the uses of a tied parameter."""
+    param = _params_of(group[0])[0]
+    if all(isinstance(p, _Rows) for p in group):
+        rows = [p for p in group if isinstance(p, _Rows)]
+        vocab = param.shape[0]
+        keys = torch.cat([p.example * vocab + p.row for p in rows])
+        values = torch.cat([p.values for p in rows])
+        unique, inverse = torch.unique(keys, return_inverse=True)
+        summed = values.new_zeros((unique.shape[0], values.shape[1])).index_add_(0, inverse, values)
+        return _Rows(param, unique // vocab, unique % vocab, summed)
+    dense = [p.grads for p in group if isinstance(p, _Dense)]
+    total = dense[0].clone() if dense else param.new_zeros((batch, *param.shape))
+    for grads in dense[1:]:
+        total += grads
+    for p in group:
+        if isinstance(p, _Rows):
+            total.index_put_((p.example, p.row), p.values, accumulate=True)
+    return _Dense(param, total)
+
+
+def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
+    """Parts with each parameter in exactly one: the uses of a tied parameter merged.
+
+    A parameter held by several layers (an output Linear sharing an Embedding's
+    weight) has as example i's gradient the sum of its uses' gradients; that sum
+    (computed in the gradients' dtype) is the vector whose norm is bounded and which
+    is clipped, as for any other parameter.
+    """
+    uses: dict[int, int] = {}
+    for part in parts:
+        for param in _params_of(part):
+            uses[id(param)] = uses.get(id(param), 0) + 1
+    if all(count == 1 for count in uses.values()):
+        return parts
+    single: list[Part] = []
+    tied: dict[int, list[Part]] = {}
+    for part in parts:
+        if all(uses[id(p)] == 1 for p in _params_of(part)):
+            single.append(part)
+            continue
+        for piece in _expanded(part):
+            key = id(_params_of(piece)[0])
+            if uses[key] == 1:
+                single.append(piece)
+            else:
+                tied.setdefault(key, []).append(piece)
+    return single + [_merged(group, batch) for group in tied.values()]
+
+
 def _drop(t: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
     """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread."""
     if not bool(dropped.any()):
@@ -529,7 +659,7 @@ def clipped_sums(
         position += len(record.outputs)
     device = records[0].outputs[0].device
     squared = torch.zeros(batch, dtype=torch.float64, device=device)
-    parts = [part for record in records for part in _parts(record)]
+    parts = _one_per_param([part for record in records for part in _parts(record)], batch)
     for part in parts:
         if isinstance(part, _Outer):
             delta_sq = squared_norm_upper(part.delta)
@@ -581,6 +711,9 @@ def ghost_clipped_sums(
     targets: torch.Tensor,
     squared_norm_upper: SquaredNorm,
     factors_of: Factors,
+    *,
+    copy: set[str] | None = None,
+    replay: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, list[LayerRecord]] | None:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, losses, squared norms.
 
@@ -590,13 +723,14 @@ def ghost_clipped_sums(
     ``factors_of`` turns per-example squared-norm bounds into clip factors. The
     forward pass runs on the whole batch: the caller must check that the model
     processes examples independently (``gaussdp.ml.dpsgd`` compares the losses and
-    squared norms returned here with a per-example pass).
+    squared norms returned here with a per-example pass). ``copy`` and ``replay`` are
+    those of :func:`recorded_forward`.
     """
     batch = inputs.shape[0]
     check_batch(batch)
-    with LayerRecorder(layers) as recorder:
-        output = model(inputs)
-    records = recorder.io(batch)
+    output, records = recorded_forward(
+        layers, set() if copy is None else copy, lambda: model(inputs), batch, replay
+    )
     if records is None:
         return None
     losses = per_example_losses(loss_fn, output, targets)

@@ -91,11 +91,11 @@ from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     LayerRecord,
-    LayerRecorder,
     check_batch,
     clipped_sums,
     ghost_clipped_sums,
     ghost_layers,
+    recorded_forward,
     signature,
     vmap_attention,
 )
@@ -105,6 +105,7 @@ from gaussdp.ml.noise import (
     SumNoiser,
     check_noise_mode,
     check_noise_multiplier,
+    sum_lattice,
 )
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
 
@@ -531,6 +532,10 @@ class _Engine:
         self.pending: list[torch.Tensor] | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
         self.checked: set[tuple[tuple[int, ...], ...]] = set()  # layer shapes checked
+        self.copy_outputs: set[str] = set()  # layers followed by an in-place operation
+        # Calls (input shapes and structure, see _call_key) where a layer ran in a
+        # configuration ghost clipping does not cover: they skip the batched forward.
+        self.uncovered: set[tuple[Any, ...]] = set()
         # The loss.backward() path: one record per training forward call since the last step.
         self.records: list[_Record] = []
         self.forward_calls = 0
@@ -550,7 +555,8 @@ class _Engine:
             )
         sums: list[torch.Tensor] | None = None
         losses: torch.Tensor | None = None
-        if self.ghost_layers is not None and inputs.shape[0] > 0:
+        key = _call_key([inputs], None)
+        if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered:
             clip, unit = self.max_grad_norm, self.noiser.unit
             rng_state = _rng_snapshot(self.device)  # the check replays the same dropout masks
             self.inside = True
@@ -564,6 +570,8 @@ class _Engine:
                     _squared_norm_upper,
                     # Factors over the noiser's unit (γ = 2**k, exact): sums in lattice units.
                     lambda squared: _factors_from_squared(squared, clip) / unit,
+                    copy=self.copy_outputs,
+                    replay=lambda: _replaying(rng_state, self.device),
                 )
             finally:
                 self.inside = False
@@ -590,6 +598,8 @@ class _Engine:
                         self.mode,
                     )
                 )
+            else:
+                self.uncovered.add(key)
         if sums is None:
             grads, losses = self._per_example(inputs, targets)
             if inputs.shape[0] == 0:
@@ -697,15 +707,20 @@ class _Engine:
             with torch.no_grad():
                 args, kwargs = tree_unflatten(record.inputs, record.spec)
                 return self.module(*args, **kwargs)
-        if self.ghost_layers is not None:
+        key = _call_key(record.inputs, record.spec)
+        if self.ghost_layers is not None and key not in self.uncovered:
             check_batch(record.batch)
             shadows = {
                 n: p.detach().requires_grad_() for n, p in zip(self.names, self.params, strict=True)
             }
             args, kwargs = tree_unflatten(record.inputs, record.spec)
-            with LayerRecorder(self.ghost_layers) as recorder:
-                output = functional_call(self.module, shadows, args, kwargs)
-            record.io = recorder.io(record.batch)
+            output, record.io = recorded_forward(
+                self.ghost_layers,
+                self.copy_outputs,
+                lambda: functional_call(self.module, shadows, args, kwargs),
+                record.batch,
+                lambda: _replaying(record.rng_state, self.device),
+            )
             if record.io is None and self.mode == "ghost":
                 raise ValueError(
                     invalid(
@@ -716,7 +731,9 @@ class _Engine:
                         self.mode,
                     )
                 )
-            if record.io is not None:
+            if record.io is None:
+                self.uncovered.add(key)
+            else:
                 record.outputs = tree_flatten(output)[0]
                 record.check = self._verify_now(signature(record.io, record.batch))
                 if not record.check:
@@ -936,6 +953,21 @@ def _batch_of(leaves: list[Any]) -> int:
     (batch,) = sizes
     assert batch is not None
     return int(batch)
+
+
+def _call_key(leaves: list[Any], spec: Any) -> tuple[Any, ...]:
+    """A training call's structure: the argument tree and every leaf but the batch size.
+
+    Tensors count by dtype and shape beyond the first dimension, other leaves by
+    ``repr``.
+    """
+    return (
+        str(spec),
+        *(
+            (t.dtype, tuple(t.shape[1:])) if isinstance(t, torch.Tensor) else repr(t)
+            for t in leaves
+        ),
+    )
 
 
 def _unbatch_one(t: torch.Tensor) -> torch.Tensor:
@@ -1495,10 +1527,8 @@ def _calibrate_rdp(
 
 def _step_event(sigma: float, clip: float, dim: int, rate: float, noise: NoiseMode) -> Event:
     """:attr:`DPOptimizer.step_event` of a run with noise multiplier ``sigma`` (> 0)."""
-    if noise == "secure":  # the lattice SumNoiser builds
-        return Subsampled(
-            Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(dim), sample_rate=rate
-        )
+    if noise == "secure":  # the lattice SumNoiser draws from
+        return Subsampled(sum_lattice(sigma, clip, dim), sample_rate=rate)
     return Subsampled(Gaussian(sigma=sigma), sample_rate=rate)
 
 

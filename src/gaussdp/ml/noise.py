@@ -61,6 +61,7 @@ __all__ = [
     "SumNoiser",
     "check_noise_mode",
     "check_noise_multiplier",
+    "sum_lattice",
 ]
 
 #: ``"secure"``: exact discrete Gaussian on a lattice (default);
@@ -107,6 +108,15 @@ def check_noise_multiplier(value: object) -> float:
         )
         return 0.0
     return check_positive("noise_multiplier", value)
+
+
+def sum_lattice(noise_multiplier: float, clip_norm: float, dim: int) -> LatticeGaussian:
+    """The lattice mechanism of the secure path for σ > 0, C and d (module notes, step 1).
+
+    ``Gaussian(sigma=σC, sensitivity=C).lattice(d)``: what :class:`SumNoiser` draws
+    from and what the accounting of :mod:`gaussdp.ml` composes, built in one place.
+    """
+    return Gaussian(sigma=noise_multiplier * clip_norm, sensitivity=clip_norm).lattice(dim)
 
 
 class SumNoiser:
@@ -181,7 +191,7 @@ class SumNoiser:
         self._lattice: LatticeGaussian | None = None
         self._stream: NoiseStream | None = None
         if sigma > 0 and noise == "secure":
-            self._lattice = Gaussian(sigma=sigma * clip, sensitivity=clip).lattice(self._dim)
+            self._lattice = sum_lattice(sigma, clip, self._dim)
             background = self._dim >= PREFETCH_MIN_DIM if prefetch is None else bool(prefetch)
             # σ_Z² ≤ 2**80 here (σ_Z ≈ 500·σ·√d), so the noise is int64.
             self._stream = NoiseStream(

@@ -1,0 +1,269 @@
+"""Ghost clipping on tied weights, in-place activations and layer subclasses.
+
+Each model is checked against the per-example path (``torch.func``) and by brute
+force: with no noise, the clipped gradient sum of a batch against the sum of the batch
+without example i, for every i, must differ by at most C.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from gaussdp.accounting import Subsampled  # noqa: E402
+from gaussdp.ml import SumNoiser, make_private  # noqa: E402
+from gaussdp.ml import dpsgd as dpsgd_module  # noqa: E402
+from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
+from gaussdp.ml.dpsgd import (  # noqa: E402
+    _factors_from_squared,
+    _squared_norm_upper,
+    _step_event,
+    clip_gradients,
+    per_example_gradients,
+)
+
+CLIP = 1.0
+VOCAB, WIDTH, TOKENS = 11, 6, 5
+
+
+class TiedSequence(nn.Module):
+    """Embedding → tanh → Linear sharing the embedding's weight, on every token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(ids))).mean(1)
+
+
+class TiedPooled(nn.Module):
+    """Embedding → mean over tokens → Linear (with a bias) sharing the embedding's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids).mean(1))
+
+
+def in_place_relu() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 7), nn.ReLU(inplace=True), nn.Linear(7, 3))
+
+
+class Doubled(nn.Linear):
+    """A Linear subclass whose forward is not a Linear's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(x) ** 2
+
+
+def subclassed() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 5), nn.Tanh(), Doubled(5, 3))
+
+
+def _tokens(n: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (n, TOKENS), generator=gen), torch.randint(
+        0, VOCAB, (n,), generator=gen
+    )
+
+
+def _features(n: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return 3 * torch.randn(n, 4, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def _private(
+    make: Callable[[], nn.Module], data: tuple[torch.Tensor, torch.Tensor], mode: str
+) -> tuple[nn.Module, object, object]:
+    torch.manual_seed(0)
+    net = make()
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        model, optimizer, _ = make_private(
+            net,
+            torch.optim.SGD(net.parameters(), lr=0.0),
+            DataLoader(TensorDataset(*data), batch_size=4),
+            loss_fn=nnf.cross_entropy,
+            noise_multiplier=0.0,
+            max_grad_norm=CLIP,
+            delta=1e-5,
+            grad_sample_mode=mode,  # type: ignore[arg-type]
+        )
+    return net, model, optimizer
+
+
+def _clipped_sum_fn(
+    make: Callable[[], nn.Module],
+    data: tuple[torch.Tensor, torch.Tensor],
+    mode: str,
+    api: str,
+) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], object]:
+    net, model, optimizer = _private(make, data, mode)
+
+    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()  # type: ignore[attr-defined]
+        if api == "backward":
+            model.backward(inputs, targets)  # type: ignore[attr-defined]
+        else:
+            nnf.cross_entropy(model(inputs), targets).backward()  # type: ignore[operator]
+        optimizer.step()  # type: ignore[attr-defined]
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
+        return flat.to(torch.float64) * optimizer.expected_batch_size  # type: ignore[attr-defined]
+
+    return clipped_sum, model
+
+
+def _reference(
+    make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clipped sum from per-example gradients (torch.func), and the squared norms."""
+    torch.manual_seed(0)
+    net = make()
+    grads, _ = per_example_gradients(net, nnf.cross_entropy, x, y)
+    names = [n for n, p in net.named_parameters() if p.requires_grad]
+    squared = sum(g.reshape(x.shape[0], -1).double().pow(2).sum(1) for g in grads.values())
+    clipped = clip_gradients(grads, CLIP)
+    return torch.cat([clipped[n].sum(0).reshape(-1).double() for n in names]), squared
+
+
+def _sensitivity(
+    clipped_sum: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> float:
+    full = clipped_sum(x, y)
+    worst = 0.0
+    for i in range(x.shape[0]):
+        keep = torch.arange(x.shape[0]) != i
+        worst = max(worst, float(torch.linalg.vector_norm(full - clipped_sum(x[keep], y[keep]))))
+    return worst
+
+
+APIS = ["backward", "idiom"]
+TIED = [TiedSequence, TiedPooled]
+
+
+# -- tied weights -----------------------------------------------------------------------------
+@pytest.mark.parametrize("make", TIED)
+def test_tied_weights_get_the_norm_of_the_sum_of_both_uses(make: Callable[[], nn.Module]) -> None:
+    torch.manual_seed(0)
+    net = make()
+    layers = ghost_layers(net)
+    assert layers is not None
+    assert len(layers) == 2
+    x, y = _tokens()
+    result = ghost_clipped_sums(
+        net,
+        layers,
+        nnf.cross_entropy,
+        x,
+        y,
+        _squared_norm_upper,
+        lambda s: _factors_from_squared(s, CLIP),
+    )
+    assert result is not None
+    sums, _, squared, _ = result
+    reference, exact_squared = _reference(make, x, y)
+    # Upper bounds on the squared norms of the summed gradients, tight to float32 rounding.
+    assert bool((squared >= exact_squared * (1 - 1e-6)).all())
+    torch.testing.assert_close(squared, exact_squared, rtol=1e-3, atol=0)
+    assert len(sums) == len(list(net.parameters()))  # the tied weight once
+    ghost = torch.cat([sums[id(p)].reshape(-1) for p in net.parameters()])
+    torch.testing.assert_close(ghost, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("make", TIED)
+def test_tied_weights_stay_on_the_ghost_path_with_sensitivity_c(
+    make: Callable[[], nn.Module], api: str
+) -> None:
+    x, y = _tokens()
+    clipped_sum, _ = _clipped_sum_fn(make, (x, y), "ghost", api)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    reference, _ = _reference(make, x, y)
+    torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
+
+
+# -- an in-place activation after a covered layer ---------------------------------------------
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", ["auto", "ghost"])
+def test_in_place_relu_after_a_layer_is_handled(mode: str, api: str) -> None:
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), mode, api)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "mixes examples" fallback
+        assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+        got = clipped_sum(x, y)
+    engine = model._engine  # type: ignore[attr-defined]
+    assert engine.ghost_layers is not None
+    assert engine.copy_outputs == {"0"}  # the first Linear's output is copied
+    reference, _ = _reference(in_place_relu, x, y)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
+
+
+# -- subclasses of covered layers -------------------------------------------------------------
+def test_subclasses_of_covered_layers_do_not_count() -> None:
+    assert ghost_layers(subclassed()) is None
+    x, y = _features()
+    with pytest.raises(ValueError, match="grad_sample_mode must be 'auto' or 'functorch'"):
+        _private(subclassed, (x, y), "ghost")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_subclassed_model_goes_through_torch_func(api: str) -> None:
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(subclassed, (x, y), "auto", api)
+    assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
+    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    reference, _ = _reference(subclassed, x, y)
+    torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
+
+
+# -- an uncovered configuration is not retried every step ---------------------------------------
+def reflect_conv() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv1d(1, 2, 3, padding=1, padding_mode="reflect"), nn.Flatten(), nn.Linear(8, 3)
+    )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_uncovered_configuration_is_decided_once(api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = torch.randn(10, 1, 4), torch.randint(0, 3, (10,))
+    clipped_sum, model = _clipped_sum_fn(reflect_conv, (x, y), "auto", api)
+    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+    target = "ghost_clipped_sums" if api == "backward" else "recorded_forward"
+    original = getattr(dpsgd_module, target)
+    calls: list[int] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dpsgd_module, target, counting)
+    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)  # 11 steps of 2 batch sizes
+    assert len(calls) == 1
+    reference, _ = _reference(reflect_conv, x, y)
+    torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
+
+
+# -- one lattice for the noise and the accounting ---------------------------------------------
+def test_calibration_event_uses_the_noisers_lattice() -> None:
+    noiser = SumNoiser(1.3, 0.7, 1234)
+    event = _step_event(1.3, 0.7, 1234, 0.01, "secure")
+    assert event == Subsampled(noiser.lattice, sample_rate=0.01)
