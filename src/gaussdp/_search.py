@@ -91,15 +91,30 @@ def sqrt_up(x: Fraction | float) -> float:
     return root if Fraction(root) ** 2 >= exact else up(root)
 
 
+def _fraction_to_float(x: Fraction) -> float:
+    """``float(x)``, or ±inf where ``x`` is beyond the float range (never OverflowError)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
 def fraction_up(x: Fraction) -> float:
-    """A float ≥ the rational ``x`` (``float()`` rounds to nearest; one ulp up if inexact)."""
-    value = float(x)
+    """A float ≥ the rational ``x`` (``float()`` rounds to nearest; one ulp up if inexact).
+
+    ``inf`` above the float range (the bound stays on the safe side).
+    """
+    value = _fraction_to_float(x)
+    if math.isinf(value):
+        return value if value > 0 else -sys.float_info.max
     return value if Fraction(value) >= x else up(value)
 
 
 def fraction_down(x: Fraction) -> float:
-    """A float ≤ the rational ``x``."""
-    value = float(x)
+    """A float ≤ the rational ``x`` (``-inf`` below the float range)."""
+    value = _fraction_to_float(x)
+    if math.isinf(value):
+        return value if value < 0 else sys.float_info.max
     return value if Fraction(value) <= x else down(value)
 
 

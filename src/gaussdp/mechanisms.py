@@ -408,7 +408,8 @@ class Gaussian:
     @property
     def rho(self) -> float:
         """ρ of the tight ρ-zCDP guarantee, Δ²/(2σ²) (Bun & Steinke 2016 Prop 1.6)."""
-        return self.mu**2 / 2
+        mu = self.mu
+        return mu * mu / 2  # ∞, not OverflowError, past μ = 1e154
 
     def rdp(self, order: float) -> float:
         """Rényi divergence bound at ``order`` α > 1: αΔ²/(2σ²) (Mironov 2017 Prop 7)."""

@@ -497,3 +497,19 @@ def test_composition_of_distinct_events_does_not_depend_on_the_order() -> None:
         assert got.lower == pytest.approx(want.lower, rel=1e-5)
         assert got.lower <= want.upper
         assert want.lower <= got.upper
+
+
+def test_importing_the_accounting_does_not_import_scipy_optimize() -> None:
+    # scipy.optimize (isotonic regression, used by the lower hull) costs about a second
+    # at import: it is imported where it is used, not with the package.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import gaussdp, gaussdp.accounting, gaussdp.accounting.calibration\n"
+        "import gaussdp.accounting.pld\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('scipy.optimize'))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -9,12 +9,22 @@ import mpmath as mp
 import pytest
 
 from gaussdp.accounting import (
+    DeltaBounds,
+    EpsilonBounds,
     PLDAccountant,
+    PrivacyLossDistribution,
     RDPAccountant,
     Subsampled,
+    _adaptive,
     calibrate_noise_multiplier,
 )
-from gaussdp.accounting._adaptive import MAX_GRID_POINTS
+from gaussdp.accounting._adaptive import (
+    EXTENDED_COST,
+    MAX_GRID_POINTS,
+    AdaptivePLD,
+    GridTooLargeError,
+    check_grid_points,
+)
 from gaussdp.mechanisms import DiscreteLaplace, Gaussian
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
@@ -140,3 +150,54 @@ def test_a_lattice_coarser_than_one_nat_is_divided_evenly(scale: float) -> None:
     assert b.lower <= exact * (1 + 1e-9) + 1e-15
     assert exact <= b.upper * (1 + 1e-9) + 1e-15
     assert b.upper - b.lower <= 1e-6 * max(exact, 1e-12) + 1e-12
+
+
+class _Bounds:
+    """A stand-in PLD for AdaptivePLD: fixed bounds, allowances that dominate."""
+
+    def __init__(self, upper: float, bare_upper: float) -> None:
+        self._upper, self._bare_upper = upper, bare_upper
+
+    def epsilon(self, delta: float) -> EpsilonBounds:
+        return EpsilonBounds(lower=1.0, upper=self._upper)
+
+    def delta(self, epsilon: float) -> DeltaBounds:
+        return DeltaBounds(lower=1e-7, upper=self._upper * 1e-6)
+
+    def without_allowances(self) -> _Bounds:
+        return _Bounds(self._bare_upper, self._bare_upper)
+
+
+def test_an_extended_rebuild_that_does_not_fit_keeps_the_float64_bounds() -> None:
+    calls: list[bool] = []
+
+    def build(h: float, extended: bool) -> _Bounds:
+        calls.append(extended)
+        if extended:  # the long double grid is over the memory bound
+            raise GridTooLargeError(2 * MAX_GRID_POINTS)
+        return _Bounds(upper=2.0, bare_upper=1.0)  # allowances: half of the upper bound
+
+    grid = AdaptivePLD(build, 1e-3, 1e-4, fixed=True, snap=lambda h: h)
+    b = grid.epsilon(1e-6)
+    assert (b.lower, b.upper) == (1.0, 2.0)  # the float64 grid's certified bracket
+    assert calls == [False, True]
+    grid.epsilon(1e-7)
+    assert calls == [False, True]  # extended precision is not tried again
+
+
+def test_long_double_grids_count_their_itemsize_in_the_memory_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    points = int(MAX_GRID_POINTS / EXTENDED_COST)
+    check_grid_points(points, extended=True)
+    if EXTENDED_COST > 1:  # x86-64: long double takes 16 bytes
+        check_grid_points(points + 1)
+        with pytest.raises(GridTooLargeError, match="value_discretization must be"):
+            check_grid_points(points + 1, extended=True)
+    # Through a composition: a window that fits in float64 and not in long double.
+    monkeypatch.setattr(_adaptive, "MAX_GRID_POINTS", 3500)
+    pld = PrivacyLossDistribution.from_laplace(1.0, value_discretization=2e-3)  # ~1000 points
+    pld.compose(pld)
+    if EXTENDED_COST > 1:
+        with pytest.raises(GridTooLargeError):
+            pld.compose(pld, extended_precision=True)

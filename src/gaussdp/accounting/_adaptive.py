@@ -28,13 +28,17 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from gaussdp._validation import check_positive
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.errors import invalid
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "EXTENDED_COST",
     "MAX_GRID_POINTS",
+    "MIN_STEP",
     "AdaptivePLD",
     "GridTooLargeError",
     "check_grid_points",
@@ -43,8 +47,14 @@ __all__ = [
 
 #: Default relative tolerance on ε of the PLD accountant's upper bound.
 DEFAULT_TOLERANCE = 1e-4
-#: Largest number of points of any grid the PLD code allocates.
+#: Smallest grid step a refinement builds: below it the grid's points e^{±h} are a few
+#: ulps from 1 and its chords carry no information.
+MIN_STEP = 1e-9
+#: Largest number of points of any grid the PLD code allocates (float64 points; see
+#: :func:`check_grid_points` for long double).
 MAX_GRID_POINTS = 3_000_000
+#: Memory of a long double (extended precision) grid point, in float64 points.
+EXTENDED_COST = np.dtype(np.longdouble).itemsize / np.dtype(np.float64).itemsize
 # Largest number of rebuilds with a finer grid per query, and the largest grid a
 # refinement may build (refining is for accuracy; it stops where it gets expensive).
 _MAX_REFINEMENTS = 4
@@ -70,10 +80,16 @@ class GridTooLargeError(ValueError):
         self.points = points
 
 
-def check_grid_points(points: int) -> None:
-    """Raise :class:`GridTooLargeError` if a grid of ``points`` points may not be allocated."""
-    if points > MAX_GRID_POINTS:
-        raise GridTooLargeError(points)
+def check_grid_points(points: int, extended: bool = False) -> None:
+    """Raise :class:`GridTooLargeError` if a grid of ``points`` points may not be allocated.
+
+    The bound is on memory, counted in float64 points: a grid whose arrays are long
+    double (``extended``) counts :data:`EXTENDED_COST` times its points (2 where long
+    double is stored in 16 bytes, x86-64; 1 where it is float64).
+    """
+    cost = math.ceil(points * EXTENDED_COST) if extended else points
+    if cost > MAX_GRID_POINTS:
+        raise GridTooLargeError(cost)
 
 
 def check_tolerance(value: object) -> float:
@@ -130,6 +146,7 @@ class AdaptivePLD:
         self._pld: _Built | None = None
         self._coarsened = False
         self._extended = False
+        self._no_extended = False  # extended precision did not fit the memory bound
 
     @property
     def value_discretization(self) -> float:
@@ -194,7 +211,8 @@ class AdaptivePLD:
         lower, upper = b.lower, b.upper
         built_extended = self._extended
         bare: EpsilonBounds | DeltaBounds | None = query(pld.without_allowances())
-        if not self._extended and bare is not None and upper - bare.upper > share * bare.upper:
+        allowances_too_large = bare is not None and upper - bare.upper > share * bare.upper
+        if not self._extended and not self._no_extended and allowances_too_large:
             self._extended = True
         stalled = 0
         for _ in range(_MAX_REFINEMENTS):
@@ -218,10 +236,27 @@ class AdaptivePLD:
             if stalled == 2:
                 break
         if self._extended and not built_extended:
-            pld = self._pld = self._build(self._h, True)
-            b = query(pld)
-            lower, upper = max(lower, b.lower), min(upper, b.upper)
+            rebuilt = self._rebuilt_extended()
+            if rebuilt is not None:
+                b = query(rebuilt)
+                lower, upper = max(lower, b.lower), min(upper, b.upper)
         return min(lower, upper), upper
+
+    def _rebuilt_extended(self) -> _Built | None:
+        """The current grid rebuilt with its FFTs in extended precision, or None where
+        that does not fit the memory bound (long double counts double, see
+        :func:`check_grid_points`): the float64 grid's bounds are certified and stand,
+        and later builds stay in float64. Not coarsened: a coarser grid in extended
+        precision would trade discretisation for round-off, and the bracket is already
+        the intersection of certified ones."""
+        try:
+            built = self._build(self._h, True)
+        except GridTooLargeError:
+            self._extended = False
+            self._no_extended = True
+            return None
+        self._pld = built
+        return built
 
     def _refinement(self, lower: float, upper: float) -> float | None:
         """The factor to divide h by, or None when the bracket is narrow enough."""
@@ -234,7 +269,7 @@ class AdaptivePLD:
         return min(16.0, max(1.5, 1.2 * math.sqrt(gap / target)))
 
     def _finer(self, factor: float) -> _Built | None:
-        h = self._snap(self._h / factor)
+        h = self._snap(max(self._h / factor, MIN_STEP))
         if h >= self._h:
             return None
         size = getattr(self._pld, "largest_grid", None)

@@ -56,7 +56,12 @@ from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
-from gaussdp.accounting._adaptive import DEFAULT_TOLERANCE, AdaptivePLD, check_tolerance
+from gaussdp.accounting._adaptive import (
+    DEFAULT_TOLERANCE,
+    MIN_STEP,
+    AdaptivePLD,
+    check_tolerance,
+)
 from gaussdp.accounting._bounded_range import bounded_range_pld
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
@@ -81,6 +86,7 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.pld import (
     DEFAULT_TAIL_MASS,
     DEFAULT_VALUE_DISCRETIZATION,
+    MAX_SUBSAMPLED_MU,
     PrivacyLossDistribution,
     check_value_discretization,
 )
@@ -383,7 +389,8 @@ def _gaussian_mu(leaves: Counter[Event]) -> float:
     for event, count in leaves.items():
         assert isinstance(event, Gaussian)
         squares.append(mul_up(float(count), mul_up(event.mu, event.mu)))
-    return sqrt_up(Fraction(add_up(*squares)))
+    total = add_up(*squares)
+    return math.inf if math.isinf(total) else sqrt_up(Fraction(total))
 
 
 # --------------------------------------------------------------------------------------
@@ -512,12 +519,26 @@ class GDPAccountant(Accountant):
         return type(self)()
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
-        eps = gdp_epsilon(self.mu, delta)  # DRS Cor 2.13, rounded up
-        return EpsilonBounds(lower=eps, upper=eps)
+        return _gdp_epsilon_bounds(self.mu, delta)
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
-        d = gdp_delta(self.mu, epsilon)  # DRS Cor 2.13
-        return DeltaBounds(lower=d, upper=d)
+        return _gdp_delta_bounds(self.mu, epsilon)
+
+
+def _gdp_epsilon_bounds(mu: float, delta: float, method: str = "") -> EpsilonBounds:
+    """ε of μ-GDP at ``delta`` (DRS Cor 2.13, rounded up; exact, so lower = upper)."""
+    if math.isinf(mu):  # Σμᵢ² past the float range: no finite bound (lower: trivial)
+        return EpsilonBounds(lower=0.0, upper=math.inf, method=method)
+    eps = gdp_epsilon(mu, delta)
+    return EpsilonBounds(lower=eps, upper=eps, method=method)
+
+
+def _gdp_delta_bounds(mu: float, epsilon: float, method: str = "") -> DeltaBounds:
+    """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13; exact, so lower = upper)."""
+    if math.isinf(mu):
+        return DeltaBounds(lower=0.0, upper=1.0, method=method)
+    d = gdp_delta(mu, epsilon)
+    return DeltaBounds(lower=d, upper=d, method=method)
 
 
 # --------------------------------------------------------------------------------------
@@ -554,10 +575,14 @@ class ZCDPAccountant(Accountant):
         return type(self)()
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
-        return EpsilonBounds(lower=0.0, upper=zcdp_epsilon(self.rho, delta))  # CKS Cor 13
+        rho = self.rho  # ∞ past the float range: no finite guarantee
+        upper = math.inf if math.isinf(rho) else zcdp_epsilon(rho, delta)  # CKS Cor 13
+        return EpsilonBounds(lower=0.0, upper=upper)
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
-        return DeltaBounds(lower=0.0, upper=zcdp_delta(self.rho, epsilon))  # CKS Cor 13
+        rho = self.rho
+        upper = 1.0 if math.isinf(rho) else zcdp_delta(rho, epsilon)  # CKS Cor 13
+        return DeltaBounds(lower=0.0, upper=upper)
 
 
 _RHO_TYPES: tuple[type, ...] = (
@@ -707,10 +732,14 @@ def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.
         # Mironov 2017 Prop 6: Laplace RDP, b = scale/Δ.
         e0 = event.pure_epsilon
         a = orders
-        val = np.logaddexp(
-            np.log(a / (2 * a - 1)) + (a - 1) * e0, np.log((a - 1) / (2 * a - 1)) - a * e0
-        ) / (a - 1)
-        return np.minimum(val, e0)
+        t1 = np.log(a / (2 * a - 1)) + (a - 1) * e0
+        t2 = np.log((a - 1) / (2 * a - 1)) - a * e0
+        # The log-sum cancels to ≈ 0 at small e0: add its absolute round-off (a few ulps
+        # of the terms) and never go above αε²/2 (pure ε-DP ⇒ ε²/2-zCDP, Bun & Steinke
+        # 2016 Prop 1.4), which stays positive where the log-sum is lost in round-off.
+        err = 8 * _UNIT * (np.abs(t1) + np.abs(t2) + 1.0)
+        val = (np.logaddexp(t1, t2) + err) / (a - 1)
+        return np.minimum(np.minimum(val, a * (mul_up(e0, e0) / 2)), e0)
     if isinstance(event, PureDP):
         # Pure ε-DP: D_α ≤ D_∞ = ε, and ε²/2-zCDP (Bun & Steinke 2016 Prop 1.4).
         return np.minimum(orders * event.rho, event.epsilon)
@@ -735,12 +764,14 @@ def _subsampled_gaussian_rdp(
     add and remove neighbours (Mironov et al. 2019 Thm 5).
     """
     out = np.full(orders.shape, np.inf)
+    if sigma * sigma == 0.0:  # σ² underflows: every RDP ≥ α/(2σ²) exceeds the float range
+        return out
     for i, a in enumerate(orders):
         if not float(a).is_integer():
             continue
         alpha = int(a)
         if q == 1.0:
-            out[i] = alpha / (2 * sigma**2)
+            out[i] = alpha / (2 * sigma * sigma)  # 0, not OverflowError, past σ = 1e154
             continue
         k = np.arange(alpha + 1, dtype=np.float64)
         log_binom = gammaln(alpha + 1) - gammaln(k + 1) - gammaln(alpha - k + 1)
@@ -748,7 +779,7 @@ def _subsampled_gaussian_rdp(
             log_binom
             + (alpha - k) * math.log1p(-q)
             + k * math.log(q)
-            + (k * k - k) / (2 * sigma**2)
+            + (k * k - k) / (2 * sigma * sigma)
         )
         out[i] = max(0.0, _log_sum_up(terms) / (alpha - 1))
     return out
@@ -911,6 +942,8 @@ class PLDAccountant(Accountant):
 
     def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
+            if _mu_too_large(event.mechanism):
+                return False
             return event.scheme == "poisson" and self._leaf_supported(event.mechanism)
         if isinstance(event, (DiscreteGaussian, DiscreteGaussianVector, DiscreteGaussianL2)):
             return float(event.sigma2) <= _MAX_DG_SIGMA2
@@ -919,6 +952,8 @@ class PLDAccountant(Accountant):
         return isinstance(event, (Gaussian, Laplace, PureDP, ApproxDP, ExponentialMechanism))
 
     def _refusal_reason(self, event: Event) -> str | None:
+        if isinstance(event, Subsampled) and _mu_too_large(event.mechanism):
+            return f"sensitivity/sigma above {MAX_SUBSAMPLED_MU:g}; use RDPAccountant"
         if isinstance(event, Subsampled) and event.scheme == "without_replacement":
             return (
                 "no proven PLD for sampling without replacement; use RDPAccountant "
@@ -940,7 +975,7 @@ class PLDAccountant(Accountant):
         h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
         for event in self._leaves:
             h = min(h, 2.0 * math.sqrt(tol) * _loss_spread(event))
-        return self._snap(max(h, 1e-9))
+        return self._snap(max(h, MIN_STEP))
 
     def _snap(self, h: float) -> float:
         """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
@@ -1011,8 +1046,8 @@ class PLDAccountant(Accountant):
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
         if self.is_exact:
-            eps = gdp_epsilon(_gaussian_mu(self._leaves), delta)  # DRS Cor 2.13 / 3.3, rounded up
-            return EpsilonBounds(lower=eps, upper=eps, method="gdp")
+            # DRS Cor 2.13 / 3.3, rounded up
+            return _gdp_epsilon_bounds(_gaussian_mu(self._leaves), delta, "gdp")
         single = self._single_l2_run()
         if single is not None:
             # One run: the max over the worst-case vectors (no composition involved).
@@ -1031,8 +1066,8 @@ class PLDAccountant(Accountant):
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
         if self.is_exact:
-            d = gdp_delta(_gaussian_mu(self._leaves), epsilon)  # DRS Cor 2.13 / Cor 3.3
-            return DeltaBounds(lower=d, upper=d, method="gdp")
+            # DRS Cor 2.13 / Cor 3.3
+            return _gdp_delta_bounds(_gaussian_mu(self._leaves), epsilon, "gdp")
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
@@ -1104,6 +1139,11 @@ def _compose_tree(parts: list[PrivacyLossDistribution], extended: bool) -> Priva
         ]
         parts = paired + parts[len(paired) * 2 :]
     return parts[0]
+
+
+def _mu_too_large(mechanism: object) -> bool:
+    """A Gaussian whose Δ/σ is beyond what the subsampled-Gaussian PLD is built for."""
+    return isinstance(mechanism, Gaussian) and not mechanism.mu <= MAX_SUBSAMPLED_MU
 
 
 def _subsampled(event: Event) -> bool:

@@ -242,6 +242,21 @@ class PrivacyFilter:
     def __repr__(self) -> str:
         return f"PrivacyFilter({self._budget}, spent={self.spent:.6g})"
 
+    # A lock cannot be pickled: the state is the budget and the history (taken under
+    # the lock, so a concurrent accept is either wholly in it or not at all); unpickling
+    # gives a fresh lock.
+    def __getstate__(self) -> dict[str, object]:
+        with self._lock:
+            return {"budget": self._budget, "accountant": self._accountant.copy()}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        budget, accountant = state["budget"], state["accountant"]
+        if not isinstance(budget, Budget) or not isinstance(accountant, Accountant):
+            raise TypeError(invalid("state", "a pickled PrivacyFilter", state))
+        self._budget = budget
+        self._accountant = accountant
+        self._lock = threading.RLock()
+
     @property
     def budget(self) -> Budget:
         """The budget."""

@@ -66,7 +66,6 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 from scipy import fft as sp_fft
-from scipy.optimize import isotonic_regression
 from scipy.special import ndtr, ndtri
 
 from gaussdp._search import add_up, largest_passing, smallest_passing
@@ -121,6 +120,9 @@ _LOSS_CAP = 64.0
 _SEARCH_REL = 1e-12
 _SEARCH_ABS = 1e-15
 _SEARCH_TOL = {"rel_tol": _SEARCH_REL, "abs_tol": _SEARCH_ABS}
+# Largest μ = Δ/σ of a Gaussian PLD: beyond it μ² overflows; δ(ε) is then 1 to within
+# e^{−μ²/8} for every ε < μ²/4, so the accountants answer from μ (GDP) or RDP instead.
+MAX_SUBSAMPLED_MU = 1e100
 # Largest number of support points enumerated for a discrete mechanism.
 _MAX_POINTS = 4_000_000
 
@@ -220,6 +222,8 @@ class _LossPMF:
     def delta_raw(self, epsilon: float) -> float:
         """Σ_{z > ε} p(z)(1 − e^{ε − z}) over the finite losses (no mass at +∞, no margin)."""
         n = self.probs.size
+        if n == 0 or epsilon >= (self.start + n - 1) * self.h:
+            return 0.0  # no finite loss above ε (also keeps a huge ε/h out of floor())
         # First index i with loss (start + i)·h > ε (the same products as ``losses``).
         i = min(max(math.floor(epsilon / self.h) - self.start, 0), n)
         while i > 0 and (self.start + i - 1) * self.h > epsilon:
@@ -235,7 +239,7 @@ class _LossPMF:
             raise ValueError("cannot compose PLDs on different grids or bound sides")
         n = self.probs.size + other.probs.size - 1
         size = sp_fft.next_fast_len(n, real=True)
-        check_grid_points(size)
+        check_grid_points(size, extended)
         dtype, unit = _precision(extended)
         fa = sp_fft.rfft(self.probs.astype(dtype), size)
         fb = sp_fft.rfft(other.probs.astype(dtype), size)
@@ -402,7 +406,7 @@ def _power(
     size = sp_fft.next_fast_len(max(i_hi - i_lo + 1, p.size), real=True)
     if extra is not None:
         size = max(size, sp_fft.next_fast_len(extra.probs.size, real=True))
-    check_grid_points(size)
+    check_grid_points(size, extended)
     i_hi = i_lo + size - 1
     # The wrapped mass: what lies above i_hi and below i_lo (Chernoff, exact MGF).
     a_top = (i_hi + 1) * h
@@ -731,6 +735,10 @@ def _lower_hull(x: FloatArray, y: FloatArray) -> npt.NDArray[np.intp]:
         slopes = (ys[1:] - ys[:-1]) / dx
     if not np.all(np.isfinite(slopes)) or not np.all(dx > 0):
         return _hull_of(x, y, idx)
+    # Imported here: scipy.optimize costs about a second at import (most PLDs never
+    # reach this point).
+    from scipy.optimize import isotonic_regression
+
     # The block starts, and the end (scipy includes both ends).
     blocks = np.asarray(isotonic_regression(slopes, weights=dx).blocks, dtype=np.intp)
     cand = idx[blocks]
@@ -831,6 +839,9 @@ def _from_points(
     low_mass = float(probs[low].sum())
     inside = ~(high | low)
     losses, probs = losses[inside], probs[inside]
+    if losses.size == 0:  # every P-mass is at +∞ (e.g. PureDP(1e300): e^{−ε} = 0)
+        empty = np.zeros(1)
+        return _LossPMF(h, 0, empty, inf_mass, 0.0, True), _LossPMF(h, 0, empty, 0.0, 0.0, False)
     if high_mass > 0 or low_mass > 0:
         losses = np.concatenate((losses, [-_LOSS_CAP, _LOSS_CAP]))
         probs = np.concatenate((probs, [0.0, 0.0]))
@@ -1015,6 +1026,14 @@ class PrivacyLossDistribution:
     ) -> PrivacyLossDistribution:
         """Poisson-subsampled Laplace; see :meth:`from_laplace`."""
         eps0 = d / scale
+        # The loss range: ln(1 + q(e^{±ε₀} − 1)), the upper end as
+        # ε₀ + ln(q + (1 − q)e^{−ε₀}) at large ε₀ (no overflow).
+        lo_loss = math.log1p(q * math.expm1(-eps0))
+        hi_loss = (
+            math.log1p(q * math.expm1(eps0))
+            if eps0 < 1.0
+            else eps0 + math.log(q + (1.0 - q) * math.exp(-eps0))
+        )
 
         def cdf_sf(x: FloatArray, loc: float) -> tuple[FloatArray, FloatArray]:
             u = (x - loc) / scale
@@ -1051,16 +1070,14 @@ class PrivacyLossDistribution:
             c0, s0 = cdf_sf(y, 0.0)
             cm, sm = mixture(y)
             # At the atoms (y* = 0 or Δ exactly) the event includes the whole flat part:
-            lo_atom = np.isclose(-t, np.log1p(q * np.expm1(-eps0)), rtol=0, atol=1e-15)
-            hi_atom = np.isclose(-t, np.log1p(q * np.expm1(eps0)), rtol=0, atol=1e-15)
+            lo_atom = np.isclose(-t, lo_loss, rtol=0, atol=1e-15)
+            hi_atom = np.isclose(-t, hi_loss, rtol=0, atol=1e-15)
             s0 = np.where(lo_atom, 1.0, np.where(hi_atom, cdf_sf(np.full_like(t, d), 0.0)[1], s0))
             c0 = 1.0 - s0
             sm = np.where(lo_atom, 1.0, np.where(hi_atom, mixture(np.full_like(t, d))[1], sm))
             cm = 1.0 - sm
             return s0, c0, sm, cm
 
-        lo_loss = math.log1p(q * math.expm1(-eps0))
-        hi_loss = math.log1p(q * math.expm1(eps0))
         remove = _from_continuous(h, lo_loss - h, hi_loss + h, cdfs_remove)
         add = _from_continuous(h, -hi_loss - h, -lo_loss + h, cdfs_add)
         return cls._build(h, remove, add, tail_mass)
@@ -1097,8 +1114,14 @@ class PrivacyLossDistribution:
             return cls.from_gaussian(
                 sigma, sensitivity, value_discretization=h, tail_mass=tail_mass
             )
-        d = sensitivity
-        s2 = sigma * sigma
+        # The pair depends on Δ/σ only: work in units of σ (no σ² underflow or overflow).
+        d = sensitivity / sigma
+        if not d <= MAX_SUBSAMPLED_MU:
+            raise ValueError(
+                invalid("sensitivity / sigma", f"at most {MAX_SUBSAMPLED_MU:g} for a PLD", d)
+            )
+        sigma = 1.0
+        s2 = 1.0
         log1mq = math.log1p(-q)
 
         def loss_of_y(y: float) -> float:
@@ -1691,7 +1714,7 @@ def _envelope(pmfs: Sequence[_LossPMF]) -> _LossPMF:
     i_lo = min(p.start for p in pmfs)
     i_hi = max(p.start + p.probs.size - 1 for p in pmfs)
     n = i_hi - i_lo + 1
-    check_grid_points(n)
+    check_grid_points(n, extended=True)  # its arrays are long double
     ld = np.longdouble
     t = np.arange(i_lo, i_hi + 1, dtype=ld) * ld(h)
     env = np.zeros(n, dtype=ld)

@@ -1503,10 +1503,14 @@ def _calibrate_rdp(
 ) -> float:
     """The smallest σ (to ``rtol``) whose RDP bound after ``steps`` steps meets ``target``.
 
-    Bisection on σ, which RDP's ε decreases in (Mironov et al. 2019, the accountant of
-    :class:`~gaussdp.accounting.RDPAccountant`); the returned σ is the upper end of the
-    final bracket, so its ε is at most ``target``.
+    RDP's ε decreases in σ (Mironov et al. 2019, the accountant of
+    :class:`~gaussdp.accounting.RDPAccountant`): the library's one safe-side search
+    (:func:`gaussdp.accounting.calibration._smallest_scale`, over
+    :func:`gaussdp._search.smallest_passing_score`) returns a σ at which ε was evaluated
+    to be at most ``target``.
     """
+    from gaussdp.accounting.calibration import _smallest_scale
+
     target = check_positive("target_epsilon", target)
 
     def eps(sigma: float) -> float:
@@ -1514,15 +1518,7 @@ def _calibrate_rdp(
         acc = RDPAccountant().compose(event, count=steps)
         return acc.epsilon(delta).upper
 
-    lo, hi = 0.05, 1.0
-    while eps(hi) > target:
-        lo, hi = hi, 2 * hi
-        if hi > 1e6:
-            raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
-    while hi / lo > 1 + rtol:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if eps(mid) > target else (lo, mid)
-    return hi
+    return _smallest_scale(eps, target, 1.0, rtol, step=2.0)
 
 
 def _step_event(sigma: float, clip: float, dim: int, rate: float, noise: NoiseMode) -> Event:
@@ -1551,7 +1547,7 @@ def _calibrate(
     """σ for ``target_epsilon``: its certified ε after ``steps`` steps is at most ``target``.
 
     ``event_of(σ)`` is the step event actually run (the lattice mechanism for secure
-    noise). RDP: the bisection of :func:`_calibrate_rdp`. PLD, with few evaluations
+    noise). RDP: :func:`_calibrate_rdp`. PLD, with few evaluations
     at the accountant's own grid (each about 2-4 s for N = 10⁶, batch 256, 10
     epochs): the RDP answer brackets σ from above (for the subsampled Gaussian the
     PLD bound is the tighter one); a search of ``Subsampled(Gaussian(σ), q)`` on a
