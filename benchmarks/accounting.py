@@ -12,8 +12,10 @@ Tables:
   q = 256/60000, 14,063 steps) at δ = 1e-5 and 1e-12, the small-q cases of issue 10,
   a long run at small δ (σ = 1, q = 1e-3, 10⁵ steps, δ = 1e-9: the round-off allowance
   matters), the large-dataset run that used to exhaust memory (σ = 1, q = 2.56e-4,
-  39,063 steps, δ = 1e-6), and mixes of 10 and 100 distinct events (subsampled Gaussians, discrete
-  Gaussians, discrete Laplace);
+  39,063 steps, δ = 1e-6), mixes of 10 and 100 distinct events (subsampled Gaussians, discrete
+  Gaussians, discrete Laplace), and 5 exponential-mechanism steps (ε = 1) with 10 runs of a
+  subsampled Gaussian (σ = 5, q = 1e-3) — gaussdp only: dp_accounting has no
+  ε-bounded-range event;
 * the sweep q ∈ {1e-5, 1e-4, 1e-3, 1e-2, 0.1} × steps ∈ {1e3, 1e4, 1e5, 1e6} ×
   σ ∈ {0.6, 1, 2} at δ = 1e-5 (``--sweep``; one round; gaussdp only unless
   ``--sweep-peers``).
@@ -21,6 +23,7 @@ Tables:
 Peers: dp_accounting's PLD accountant at h = 1e-4 (the ``bench`` extra). Run::
 
     python benchmarks/accounting.py [--rounds 3] [--sweep [--sweep-peers]] [--timeout 120]
+        [--only mix --only EM] [--gaussdp-only]
 """
 
 from __future__ import annotations
@@ -63,7 +66,12 @@ def _gaussdp(spec: dict[str, Any]) -> dict[str, Any]:
     from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
 
     acc = PLDAccountant()
-    if spec["kind"] == "dpsgd":
+    if spec["kind"] == "em":
+        from gaussdp.accounting import ExponentialMechanism
+
+        acc.compose(ExponentialMechanism(spec["em_epsilon"]), spec["em_count"])
+        acc.compose(Subsampled(Gaussian(spec["sigma"]), spec["q"]), spec["steps"])
+    elif spec["kind"] == "dpsgd":
         acc.compose(Subsampled(Gaussian(spec["sigma"]), spec["q"]), spec["steps"])
     else:
         for kind, p, count in _mix(spec["n"]):
@@ -82,6 +90,8 @@ def _dp_accounting(spec: dict[str, Any]) -> dict[str, Any]:
     from dp_accounting.pld import privacy_loss_distribution as pldlib
 
     h = 1e-4
+    if spec["kind"] == "em":
+        return {"na": "no ε-bounded-range event"}
     if spec["kind"] == "dpsgd":
         one = pldlib.from_gaussian_mechanism(
             spec["sigma"], sampling_prob=spec["q"], value_discretization_interval=h
@@ -175,6 +185,9 @@ def _table(
         ref = results.get((name, "dp_accounting"), [{}])[-1].get("eps")
         for method in methods:
             runs = results[(name, method)]
+            if runs and "na" in runs[-1]:
+                print(f"{name:34} {method:14} n/a: {runs[-1]['na']}")
+                continue
             if any("error" in r for r in runs):
                 print(f"{name:34} {method:14} failed: {runs[-1]['error']}")
                 continue
@@ -200,11 +213,15 @@ def main() -> None:
         "--sweep-peers", action="store_true", help="run dp_accounting on the sweep too"
     )
     parser.add_argument("--timeout", type=int, default=60, help="CPU seconds per child")
+    parser.add_argument(
+        "--only", action="append", help="headline cases whose name contains this (repeatable)"
+    )
+    parser.add_argument("--gaussdp-only", action="store_true", help="do not run dp_accounting")
     args = parser.parse_args()
     if args.child:
         _child(json.loads(args.child))
         return
-    methods = ["gaussdp", "dp_accounting"]
+    methods = ["gaussdp"] if args.gaussdp_only else ["gaussdp", "dp_accounting"]
     headline: list[tuple[str, dict[str, Any]]] = [
         (
             "DP-SGD ref δ=1e-5",
@@ -236,7 +253,21 @@ def main() -> None:
         ),
         ("mix of 10 distinct events", {"kind": "mix", "n": 10, "delta": MIX_DELTA}),
         ("mix of 100 distinct events", {"kind": "mix", "n": 100, "delta": MIX_DELTA}),
+        (
+            "5 EM(ε=1) + 10 × σ=5 q=1e-3",
+            {
+                "kind": "em",
+                "em_epsilon": 1.0,
+                "em_count": 5,
+                "sigma": 5.0,
+                "q": 1e-3,
+                "steps": 10,
+                "delta": 1e-5,
+            },
+        ),
     ]
+    if args.only:
+        headline = [case for case in headline if any(part in case[0] for part in args.only)]
     if not args.no_headline:
         results = _measure(headline, methods, args.rounds, args.timeout)
         _table(f"Headline cases, {args.rounds} interleaved rounds", headline, methods, results)

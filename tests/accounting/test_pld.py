@@ -471,23 +471,25 @@ def test_composition_of_distinct_events_does_not_depend_on_the_order() -> None:
             sigma, q, value_discretization=h, tail_mass=tail / count
         )
         events.append((Subsampled(Gaussian(sigma), q), one))
+    # The discrete events are composed on their loss lattices (coarser than h), then
+    # moved to h.
     for k in range(3):
         s2 = Fraction(6 + 3 * k) ** 2
         one = PrivacyLossDistribution.from_discrete_gaussian(
-            s2, value_discretization=h, tail_mass=tail
+            s2, value_discretization=float(1 / (2 * s2)), tail_mass=tail
         )
         events.append((DiscreteGaussian(s2), one))
     for k in range(2):
         t = 8 + 4 * k
         one = PrivacyLossDistribution.from_discrete_laplace(
-            t, value_discretization=h, tail_mass=tail
+            t, value_discretization=1 / t, tail_mass=tail
         )
         events.append((DiscreteLaplace(t), one))
     acc = PLDAccountant(value_discretization=h)
     reference: PrivacyLossDistribution | None = None
     for event, one in events:
         acc.compose(event, count)  # type: ignore[arg-type]
-        part = one.self_compose(count)
+        part = one.self_compose(count).regridded(h)
         reference = part if reference is None else reference.compose(part)
     assert reference is not None
     built = acc.pld()

@@ -127,6 +127,13 @@ class AdaptivePLD:
         that does not fit is refused.
     snap : callable
         Maps a wanted step to the step used (e.g. one dividing a loss lattice).
+    loose : bool
+        True when the bracket's width comes from the pairs themselves, not the grid:
+        the upper side is a dominating pair that is not tight under composition and the
+        lower side a different, realisable pair (an ε-bounded-range step, see
+        :mod:`gaussdp.accounting._bounded_range`). A finer grid cannot close that gap,
+        so the bracket does not drive refinement: ``h0`` (chosen for the tolerance from
+        the loss spread) is kept.
     """
 
     def __init__(
@@ -137,8 +144,10 @@ class AdaptivePLD:
         *,
         fixed: bool,
         snap: Callable[[float], float],
+        loose: bool = False,
     ) -> None:
         self._build = build
+        self._loose = loose
         self._tol = tolerance
         self._fixed = fixed
         self._snap = snap
@@ -259,8 +268,9 @@ class AdaptivePLD:
         return built
 
     def _refinement(self, lower: float, upper: float) -> float | None:
-        """The factor to divide h by, or None when the bracket is narrow enough."""
-        if self._fixed or not math.isfinite(upper) or upper <= 0.0:
+        """The factor to divide h by, or None when the bracket is narrow enough (or
+        cannot be narrowed by the grid: ``loose``)."""
+        if self._fixed or self._loose or not math.isfinite(upper) or upper <= 0.0:
             return None
         target = _GAP_FACTOR * self._tol * upper
         gap = upper - lower
@@ -295,6 +305,12 @@ class AdaptivePLD:
             return (
                 "the PLD cannot certify an upper bound here (its mass at +inf and its "
                 "numerical allowances exceed delta)"
+            )
+        if self._loose:
+            return (
+                f"grid step {self._h:.3g}: the bracket is wider than the tolerance because "
+                "the bounded-range dominating pair is not tight under composition (a "
+                "finer grid would not narrow it)"
             )
         if self._coarsened:
             return (
