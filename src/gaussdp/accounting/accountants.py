@@ -893,6 +893,10 @@ class PLDAccountant(Accountant):
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
         self._single_cache: list[PrivacyLossDistribution] | None = None
+        # One run's PLD of a single event on the last grid built: a rebuild on the same
+        # grid (in extended precision) does not discretise it again. (Not kept for many
+        # events: their one-run PLDs together could take a lot of memory.)
+        self._run_cache: dict[tuple[Event, float, float], PrivacyLossDistribution] = {}
 
     def __repr__(self) -> str:
         return f"PLDAccountant(events={len(self.events)}, count={self.count})"
@@ -908,6 +912,7 @@ class PLDAccountant(Accountant):
     def _invalidate(self) -> None:
         self._adaptive = None
         self._single_cache = None
+        self._run_cache = {}
 
     def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
@@ -995,10 +1000,19 @@ class PLDAccountant(Accountant):
             self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
         ):
             tail = self._tail_mass / count if _subsampled(event) else self._tail_mass
-            part = _event_pld(event, h, tail).self_compose(count, extended_precision=extended)
+            part = self._one_run(event, h, tail).self_compose(count, extended_precision=extended)
             _push_balanced(stacks[part.symmetric], part, extended)
         groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
         return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
+
+    def _one_run(self, event: Event, h: float, tail: float) -> PrivacyLossDistribution:
+        """One run's PLD of ``event`` on grid step ``h`` (kept when it is the only event)."""
+        if len(self._leaves) > 1:
+            return _event_pld(event, h, tail)
+        key = (event, h, tail)
+        if key not in self._run_cache:
+            self._run_cache = {key: _event_pld(event, h, tail)}
+        return self._run_cache[key]
 
     def _rdp(self) -> RDPAccountant | None:
         """The same composition in an RDP accountant, if it supports every event."""
