@@ -436,7 +436,7 @@ def test_power_of_a_super_probability_does_not_overflow() -> None:
     # A measure of mass 1.001 (an envelope may exceed 1) raised to 10⁶ runs: the mass
     # bound is infinite, not an OverflowError.
     base = _LossPMF(0.1, -1, np.array([0.5005, 0.5005]), 1e-3, 1e-12, True)
-    out = _power(base, 1_000_000, None, 1e-15)
+    out = _power(base, 1_000_000, 1e-15)
     assert out.inf_mass == math.inf or out.slack == math.inf
 
 

@@ -115,7 +115,7 @@ def test_lemmas_4_and_5_end_to_end_k_fold_power(upper: bool) -> None:
     p /= p.sum()
     k = 9
     base = _LossPMF(1e-2, -5, p, 0.0, 0.0, upper)
-    out = _power(base, k, None, 1e-30)
+    out = _power(base, k, 1e-30)
     exact = _exact_power(p, k)
     offset = out.start - k * base.start
     inside = sum(
@@ -126,6 +126,47 @@ def test_lemmas_4_and_5_end_to_end_k_fold_power(upper: bool) -> None:
     outside = mp.fsum(exact[j] for j in range(len(exact)) if not 0 <= j - offset < out.probs.size)
     assert inside + outside <= out.fft_l1 + out.slack
     assert out.fft_l1 < 1e-12
+
+
+@pytest.mark.parametrize("extended", [False, True])
+def test_only_surviving_coefficients_are_raised_and_each_bound_holds(extended: bool) -> None:
+    # _powered raises only the coefficients whose k-th power can exceed e^{−680}; the
+    # others are set to 0 with the bound 1e-290. Against 50-digit DFTs and powers: every
+    # coefficient's reported bound holds, and both kinds occur.
+    from gaussdp.accounting._roundoff import U_EXTENDED
+    from gaussdp.accounting.pld import _powered
+
+    rng = np.random.default_rng(11)
+    n, k = 64, 3000
+    x = np.zeros(n)
+    x[:5] = rng.random(5)
+    x /= x.sum()
+    phi = sp_fft.rfft(x.astype(np.longdouble) if extended else x)
+    unit = U_EXTENDED if extended else U
+    e = fft_gamma(n, unit) * float(np.sum(x))
+    powered, err = _powered(phi, k, e, extended)
+    exact = _exact_dft(x)
+    dead = 0
+    for j, (c, bound) in enumerate(zip(powered, err, strict=True)):
+        got = mp.mpc(mp.mpf(str(c.real)), mp.mpf(str(c.imag)))
+        assert abs(got - exact[j] ** k) <= bound, j
+        dead += int(c == 0)
+    assert 0 < dead < len(powered)
+
+
+@pytest.mark.parametrize("n", [7, 100, 29305, 94848, 115200, 945035])
+def test_power_lengths_are_5_smooth_and_carry_the_least_round_off(n: int) -> None:
+    from gaussdp.accounting.pld import _low_roundoff_len
+
+    size = _low_roundoff_len(n)
+    fast = sp_fft.next_fast_len(n, real=True)
+    assert n <= size <= max(fast, int(1.1 * n))
+    rest = size
+    for r in (2, 3, 5):
+        while rest % r == 0:
+            rest //= r
+    assert rest == 1
+    assert fft_gamma(size) <= fft_gamma(fast)
 
 
 def test_coefficient_error_l1_is_parseval_over_the_full_spectrum() -> None:
@@ -158,8 +199,8 @@ def test_extended_k_fold_power_is_within_its_smaller_allowance(upper: bool) -> N
     p /= p.sum()
     k = 9
     base = _LossPMF(1e-2, -5, p, 0.0, 0.0, upper)
-    out = _power(base, k, None, 1e-30, extended=True)
-    plain = _power(base, k, None, 1e-30)
+    out = _power(base, k, 1e-30, extended=True)
+    plain = _power(base, k, 1e-30)
     exact = _exact_power(p, k)
     offset = out.start - k * base.start
     inside = sum(

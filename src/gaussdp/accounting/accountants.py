@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar, Self, cast
@@ -925,6 +925,10 @@ class PLDAccountant(Accountant):
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
         self._single_cache: list[PrivacyLossDistribution] | None = None
+        # One run's PLD of a single event on the last grid built: a rebuild on the same
+        # grid (in extended precision) does not discretise it again. (Not kept for many
+        # events: their one-run PLDs together could take a lot of memory.)
+        self._run_cache: dict[tuple[Event, float, float], PrivacyLossDistribution] = {}
 
     def __repr__(self) -> str:
         return f"PLDAccountant(events={len(self.events)}, count={self.count})"
@@ -940,6 +944,7 @@ class PLDAccountant(Accountant):
     def _invalidate(self) -> None:
         self._adaptive = None
         self._single_cache = None
+        self._run_cache = {}
 
     def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
@@ -1032,10 +1037,19 @@ class PLDAccountant(Accountant):
             self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
         ):
             tail = self._tail_mass / count if _subsampled(event) else self._tail_mass
-            part = _composed_event_pld(event, count, h, tail, extended)
+            part = _composed_event_pld(event, count, h, tail, extended, self._one_run)
             _push_balanced(stacks[part.symmetric], part, extended)
         groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
         return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
+
+    def _one_run(self, event: Event, h: float, tail: float) -> PrivacyLossDistribution:
+        """One run's PLD of ``event`` on grid step ``h`` (kept when it is the only event)."""
+        if len(self._leaves) > 1:
+            return _event_pld(event, h, tail)
+        key = (event, h, tail)
+        if key not in self._run_cache:
+            self._run_cache = {key: _event_pld(event, h, tail)}
+        return self._run_cache[key]
 
     def _rdp(self) -> RDPAccountant | None:
         """The same composition in an RDP accountant, if it supports every event."""
@@ -1193,7 +1207,12 @@ def _lattice_grid(event: Event) -> float | None:
 
 
 def _composed_event_pld(
-    event: Event, count: int, h: float, tail_mass: float, extended: bool
+    event: Event,
+    count: int,
+    h: float,
+    tail_mass: float,
+    extended: bool,
+    one_run: Callable[[Event, float, float], PrivacyLossDistribution],
 ) -> PrivacyLossDistribution:
     """The PLD of ``count`` runs of ``event`` on grid step ``h``.
 
@@ -1202,12 +1221,13 @@ def _composed_event_pld(
     round-off, and moved to ``h`` once (:meth:`PrivacyLossDistribution.regridded`):
     the lower bound's discretisation error, O(h) per atom off the grid, is then paid
     once instead of at every run, and the lattice has fewer points to compose.
+    ``one_run(event, step, tail_mass)`` builds (or recalls) one run's PLD.
     """
     lattice = _lattice_grid(event)
     if count > 1 and lattice is not None and lattice > h:
-        on_lattice = _event_pld(event, lattice, tail_mass)
+        on_lattice = one_run(event, lattice, tail_mass)
         return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
-    return _event_pld(event, h, tail_mass).self_compose(count, extended_precision=extended)
+    return one_run(event, h, tail_mass).self_compose(count, extended_precision=extended)
 
 
 def _loss_spread(event: Event) -> float:
