@@ -23,8 +23,9 @@ rounds and the range (min-max) across them. Cells are microseconds per call for
 batches of 1 and 10, and samples per second for 10**3 and 10**6. A second table gives
 each peer's median time over gaussdp's (default source): above 1 gaussdp is faster,
 below 1 (marked "loses") the peer is. Numbers are only comparable within one run.
-Peak memory of the vectorised sampler is reported once (``tracemalloc``, 10**6 samples
-at sigma 10**3).
+``--laplace`` measures the discrete Laplace sampler instead (scales 10**3, 10**9 and
+10**50/7, gaussdp only). Peak memory of the vectorised sampler is reported once
+(``tracemalloc``, 10**6 samples at sigma 10**3).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 
 from gaussdp.privacy import DiscreteGaussianDistribution
 from gaussdp.random import ChaCha20Random
-from gaussdp.sampling import discrete_gaussian, discrete_gaussian_scalar
+from gaussdp.sampling import discrete_gaussian, discrete_gaussian_scalar, discrete_laplace
 
 Sampler = Callable[[int], object]
 BATCHES = (1, 10, 1000, 1_000_000)
@@ -160,6 +161,27 @@ def _rows() -> list[tuple[str, str, Sampler | str]]:
     return rows
 
 
+def _laplace_rows() -> list[tuple[str, str, Sampler | str]]:
+    """Discrete Laplace (``--laplace``): the small path, and scales past 2**26 (the int64
+    end and a huge scale)."""
+    chacha = ChaCha20Random(0)
+    rows: list[tuple[str, str, Sampler | str]] = []
+    for label, scale in (
+        ("scale=1e3", Fraction(10**3)),
+        ("scale=1e9", Fraction(10**9)),
+        ("scale=1e50/7", Fraction(10**50, 7)),
+    ):
+        rows += [
+            (label, OURS, lambda n, s=scale: discrete_laplace(s, n)),
+            (
+                label,
+                "gaussdp, ChaCha20Random",
+                lambda n, s=scale: discrete_laplace(s, n, rng=chacha),
+            ),
+        ]
+    return rows
+
+
 def _is_slow(name: str) -> bool:
     return not name.startswith("gaussdp,") and not name.startswith("numpy")
 
@@ -177,12 +199,15 @@ def main() -> None:
         action="store_true",
         help="instead: how much a batch's running time depends on the sampled values",
     )
+    parser.add_argument(
+        "--laplace", action="store_true", help="instead: the discrete Laplace sampler"
+    )
     args = parser.parse_args()
     if args.timing:
         timing_dependence()
         return
 
-    rows = _rows()
+    rows = _laplace_rows() if args.laplace else _rows()
     timings: dict[tuple[int, int], list[float]] = {}
     for _ in range(args.rounds):
         for index, (_, name, draw) in enumerate(rows):

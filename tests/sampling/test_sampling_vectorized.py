@@ -11,6 +11,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from sampling_stats import (
     Z_CRIT,
@@ -163,7 +164,11 @@ def test_laplace_cdf_helper_agrees_with_pmf() -> None:
     assert total == pytest.approx(cdf(3), rel=1e-12)
 
 
-@pytest.mark.parametrize("scale", [10**9, Fraction(10**40, 7)], ids=["1e9", "1e40/7"])
+@pytest.mark.parametrize(
+    "scale",
+    [Fraction(3 * 2**26 + 1, 3), 10**9, Fraction(10**40, 7)],
+    ids=["2^26+1/3", "1e9", "1e40/7"],
+)
 def test_discrete_laplace_big_scale(scale: Fraction | int) -> None:
     n = 40_000
     sample = discrete_laplace(scale, n, rng=ChaCha20Random(104))
@@ -390,6 +395,47 @@ def test_acceptance_lower_bounds_hold() -> None:
         a = plan.acceptance
         assert (got - m * a) / math.sqrt(m * a * (1 - a)) > -Z_CRIT
         assert got / m < a * 1.05  # the bound is tight, not just valid
+    for scale in [Fraction(1, 2), 100, Fraction(2**27 + 1, 2), Fraction(10**40, 7)]:
+        lplan = vec._laplace_plan(Fraction(scale))
+        m = 20_000
+        rng = ChaCha20Random(114)
+        got = (
+            len(vec._laplace_small(lplan, m, rng))
+            if lplan.huge is None
+            else len(vec._laplace_huge(lplan.huge, m, rng))
+        )
+        a = lplan.acceptance
+        assert (got - m * a) / math.sqrt(m * a * (1 - a)) > -Z_CRIT
+
+
+def _mod_bins_law(scale: Fraction, modulus: int, width: int) -> npt.NDArray[np.float64]:
+    """Exact P[(|X| mod modulus) // width = b] for X discrete Laplace (pmf ∝ r^|x|)."""
+    one_minus_r = -math.expm1(-1 / scale)  # 1 − r without cancellation
+    norm = one_minus_r / (2 - one_minus_r)  # P[X = 0] = (1 − r)/(1 + r)
+    cycle = -math.expm1(-modulus / scale)  # 1 − r^modulus
+    probs = []
+    for b in range(modulus // width):
+        # Σ over l in the bin and g ≥ 0 of P[|X| = g·modulus + l]; 2× for y ≥ 1.
+        block = math.exp(-b * width / scale) * -math.expm1(-width / scale) / one_minus_r
+        probs.append(2 * norm * block / cycle)
+    probs[0] -= norm  # |X| = 0 was counted twice
+    return np.array(probs)
+
+
+def test_discrete_laplace_huge_path_low_bits_follow_the_exact_law() -> None:
+    # Scale 2**39 + 1/3: S = 2**19, so Y = S·G + Lo with 19 bits of Lo assembled from a
+    # separate word. Chi-square (alpha = 1e-6 each) of the top 6 bits of Lo and of the
+    # bottom 6 bits of |X| against the exact pmf; fixed seed.
+    scale = Fraction(3 * 2**39 + 1, 3)
+    sample = discrete_laplace(scale, 100_000, rng=ChaCha20Random(115))
+    assert sample.dtype == np.int64
+    y = np.abs(sample)
+    for modulus, width in ((2**19, 2**13), (64, 1)):
+        probs = _mod_bins_law(scale, modulus, width)
+        assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+        counts = np.bincount((y % modulus) // width, minlength=modulus // width)
+        stat, crit = chi2_gof(counts, probs)
+        assert stat < crit, (modulus, stat, crit)
 
 
 def test_system_random_default_runs() -> None:
@@ -531,14 +577,3 @@ def test_cached_parameters_still_refuse_what_check_fraction_refuses() -> None:
     one = [discrete_gaussian(p, 3, rng=ChaCha20Random(4)) for p in (1, 1.0, "1", Fraction(1))]
     for other in one[1:]:
         np.testing.assert_array_equal(one[0], other)
-
-
-@pytest.mark.parametrize("t", [2**27 + 5, 2**64 + 1, 10**50 + 1, 2**200 - 3], ids=str)
-def test_big_path_low_parts_as_arrays_are_the_same_integers(t: int) -> None:
-    # The big path assembles outputs from numpy object arrays; the low parts must be the
-    # integers the per-value reading gives, from the same words (so outputs are unchanged).
-    big = vec._BigScale(t, 1)
-    for count in (0, 1, 7, 300):
-        arrays = vec._low_array(big, count, ChaCha20Random(count))
-        assert [int(x) for x in arrays] == vec._low_parts(big, count, ChaCha20Random(count))
-        assert all(0 <= int(x) < 2**big.shift or big.shift == 0 for x in arrays)

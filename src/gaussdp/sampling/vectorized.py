@@ -24,11 +24,11 @@ How a batch is drawn (σ below ``2**26``, "small path"):
    (:class:`gaussdp.sampling._exact.LazyUniform`). Bits are packed so that a
    candidate costs one word (``t <= 256``) or 1.5 words (§2.4).
 
-For larger scales ("big path", e.g. sigma2 = 10**100) the geometric part uses
-the decomposition of CKS Alg 2 itself, ``X = U + t V`` with ``U`` uniform in
-``[0, t)`` accepted with probability ``exp(-U/t)`` and ``V`` geometric with
-ratio ``exp(-1)``, on the top 64 bits of ``U``; low bits are drawn only for the
-values finally released (§2.3).
+For larger scales ("huge path": t or the Laplace scale above ``2**26``, e.g.
+sigma2 = 10**100) the geometric ``floor(scale E)`` is split as ``S G + Lo``:
+``G`` geometric with a scale in ``[2**20, 2**21)``, read as on the small path,
+and ``Lo`` in ``[0, S)``, independent, by rejection; outputs are assembled as
+64-bit limbs without Python ints (§2.3).
 
 Up to 16 outputs (without fixed work) the small path runs the same candidates
 one at a time on Python numbers, which avoids numpy's per-call overhead (§4.1).
@@ -258,7 +258,7 @@ class _GaussianPlan:
         self.inv_two_sigma2_f = float(1 / (2 * sigma2))
         self.small = self.t <= _SMALL_SCALE_MAX
         self.int64 = sigma2 <= _INT64_SCALE_MAX**2
-        self.huge = None if self.small else _HugeScale(sigma2, self.t)
+        self.huge = None if self.small else _HugeScale(Fraction(self.t), sigma2)
         t = self.t
         # Per-candidate acceptance lower bound (docs §4), on both paths:
         # (1 - q)/2 e^{-sigma2/(2t^2)} sqrt(2 pi sigma2) with q = e^{-1/t}.
@@ -277,27 +277,35 @@ class _GaussianPlan:
 
 
 class _HugeScale:
-    """Constants of the Gaussian path for ``t > 2**26``: X = S G + Lo (docs §2.3).
+    """The geometric ``X = floor(scale E)`` for ``scale > 2**26``: X = S G + Lo (docs §2.3).
 
-    ``S = 2**shift`` with ``tau = t / S`` in ``[2**20, 2**21)``; ``G = floor(-tau ln U)``
-    is read off like the small path, and ``Lo`` in ``[0, S)`` has ``P[Lo = l] ∝ e^{-l/t}``.
-    ``Lo`` is stored as the top ``shift`` bits of ``low_words`` big-endian words.
+    ``S = 2**shift`` with ``tau = scale / S`` in ``[2**20, 2**21)``; ``G = floor(-tau ln U)``
+    is read off like the small path, and ``Lo`` in ``[0, S)`` has
+    ``P[Lo = l] ∝ e^{-l/scale}``. ``Lo`` is stored as the top ``shift`` bits of
+    ``low_words`` big-endian words. ``scale`` is the Gaussian's ``t`` (with ``sigma2``,
+    for CKS Alg 3's acceptance) or the discrete Laplace's rational scale.
     """
 
-    def __init__(self, sigma2: Fraction, t: int) -> None:
-        self.t = t
-        self.shift = t.bit_length() - _HUGE_TAU_BITS
-        self.tau = Fraction(t, 1 << self.shift)
+    def __init__(self, scale: Fraction, sigma2: Fraction | None = None) -> None:
+        self.scale = scale
+        self.shift = (scale.numerator // scale.denominator).bit_length() - _HUGE_TAU_BITS
+        self.tau = scale / (1 << self.shift)
         self.tau_f = float(self.tau)
         self.low_words = -(-self.shift // 64)
         self.drop = 64 * self.low_words - self.shift  # unused low bits of the last word
         self.limbs = self.low_words + 1  # 64-bit limbs of X = (G << shift) | Lo
         self.frac_bits = min(self.shift, 53)  # bits of Lo / S read as a float
-        # Lo is accepted without looking at it when U'' < e^{-1/tau} <= e^{-Lo/t}:
-        # lo_accept <= 2**32 e^{-S/t} (exact integer bound, docs §2.3).
-        self.lo_accept = exp_neg_bounds(Fraction(1 << self.shift, t), 32)[0]
-        self.c_units_f = float(sigma2 / t / (1 << self.shift))  # c / S
-        self.k_f = float(Fraction(1 << (2 * self.shift)) / (2 * sigma2))  # S^2 / (2 sigma2)
+        # Lo is accepted without looking at it when U'' < e^{-1/tau} <= e^{-Lo/scale}:
+        # lo_accept <= 2**32 e^{-S/scale} (exact integer bound, docs §2.3).
+        self.lo_accept = exp_neg_bounds(Fraction(1 << self.shift) / scale, 32)[0]
+        self.c_units_f = self.k_f = 0.0
+        if sigma2 is not None:  # CKS Alg 3's acceptance, in units of S
+            self.c_units_f = float(sigma2 / scale / (1 << self.shift))  # c / S
+            self.k_f = float(Fraction(1 << (2 * self.shift)) / (2 * sigma2))  # S^2/(2 sigma2)
+
+    def lo_exponent(self, lo: int) -> Fraction:
+        """``lo / scale``: ``Lo = lo`` is accepted with probability ``e^{-lo/scale}``."""
+        return lo / self.scale
 
 
 class _LaplacePlan:
@@ -310,27 +318,10 @@ class _LaplacePlan:
         if self.small:
             q = math.exp(-1.0 / float(scale))
             self.acceptance = (1.0 + q) / 2.0 * (1 - 1e-9)  # only (negative, 0) is rejected
-            self.big = None
-        else:
-            self.big = _BigScale(scale.numerator, scale.denominator)
-            k = scale.numerator.bit_length()
-            frac = float(Fraction(scale.numerator, 2**k))
-            self.acceptance = frac * -math.expm1(-1.0) / 2.0 * (1 - 1e-9)
-
-
-class _BigScale:
-    """Constants of the CKS Alg 2 decomposition for scale ``t / s`` with large ``t`` (§2.3)."""
-
-    def __init__(self, t: int, s: int) -> None:
-        self.t = t
-        self.s = s
-        k = t.bit_length()
-        self.bits = min(k, 64)  # bits of U kept in the word H
-        self.shift = k - self.bits  # U = H * 2**shift + Lo, Lo < 2**shift
-        self.t_top = t >> self.shift
-        self.t_low = t & ((1 << self.shift) - 1)
-        self.top_f = float(Fraction(t, 1 << self.shift))  # T = t / 2**shift, correctly rounded
-        self.low_words = -(-self.shift // 64)
+            self.huge = None
+        else:  # rejected: B = 1 and Y = 0, probability (1 - e^{-1/scale})/2 < 2**-27
+            self.huge = _HugeScale(scale)
+            self.acceptance = (1.0 - 2.0**-27) * (1 - 1e-9)
 
 
 # ---------------------------------------------------------------------------
@@ -546,10 +537,10 @@ def _finish_low(huge: _HugeScale, low: U64Array, i: int, m: int, rng: RandomSour
     fresh ``U''``, until one is accepted (rejection sampling, independent of ``G``).
     """
     lo = _low_int(huge, low, i)
-    accepted = LazyUniform(m, 32, rng).below_exp_neg(Fraction(lo, huge.t))
+    accepted = LazyUniform(m, 32, rng).below_exp_neg(huge.lo_exponent(lo))
     while not accepted:
         lo = rng.randbits(huge.shift)
-        accepted = LazyUniform(0, 0, rng).below_exp_neg(Fraction(lo, huge.t))
+        accepted = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
     _set_low(huge, low, i, lo)
 
 
@@ -594,10 +585,18 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
         magnitude = (int(g[i]) << huge.shift) | _low_int(huge, low, i)
         lazy = LazyUniform(int(m_acc[i]), 32, rng)
         accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
-    index = np.flatnonzero(accepted)
+    return _limb_rows(huge, g, low, negative, np.flatnonzero(accepted))
+
+
+def _limb_rows(
+    huge: _HugeScale, g: IntArray, low: U64Array, negative: BoolArray, index: IntArray
+) -> U64Array:
+    """Rows ``[B, limbs of X...]`` (least significant limb first) of the lanes ``index``.
+
+    X = (G << shift) | Lo: the big-endian words [G, low...] shifted right by ``drop``.
+    """
     out = np.empty((index.size, 1 + huge.limbs), dtype=np.uint64)
     out[:, 0] = negative[index]
-    # X = (G << shift) | Lo: the big-endian words [G, low...] shifted right by `drop`.
     high = g[index].view(np.uint64)
     rows = [high, *(low[j, index] for j in range(huge.low_words))]
     drop = np.uint64(huge.drop)
@@ -608,6 +607,32 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
             limb |= rows[j - 1] << back
         out[:, huge.limbs - j] = limb
     return out
+
+
+def _laplace_huge(huge: _HugeScale, n: int, rng: RandomSource) -> U64Array:
+    """``n`` candidates of CKS Alg 2 with scale above ``2**26``; the kept ones as limb rows.
+
+    The magnitude ``Y = floor(scale E)`` is ``S G + Lo`` as in :func:`_gaussian_huge`
+    (§2.3). Each candidate reads ``1.5 + low_words`` words: ``[52 bits of U | B]``, half
+    a word for the 32 bits of ``U''`` and the words of ``Lo``. Returns rows
+    ``[B, limbs of Y...]`` like :func:`_gaussian_huge`.
+    """
+    n_half = (n + 1) // 2
+    words = rng.words(n + n_half + n * huge.low_words)
+    m_geo, negative = _split_word(words[:n])
+    halves = words[n : n + n_half]
+    m_lo = np.concatenate([halves >> np.uint64(32), halves & np.uint64(0xFFFFFFFF)])[:n]
+    low = words[n + n_half :].reshape(huge.low_words, n)  # big-endian words, Lo on top
+    # CKS Alg 2: Y geometric with ratio e^{-1/scale}, as S G + Lo (§2.3): G by inversion
+    # (§2.1), then Lo, accepted unseen when U'' + 2**-32 <= lo_accept / 2**32.
+    g = _geometric_exact(m_geo, 52, huge.tau, rng)
+    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept - 1)).tolist():
+        _finish_low(huge, low, i, int(m_lo[i]), rng)
+    # CKS Alg 2: if B = 1 and Y = 0, restart (Y = 0 iff G = 0 and Lo = 0).
+    keep = np.ones(n, dtype=np.bool_)
+    for i in np.flatnonzero(negative & (g == 0)).tolist():
+        keep[i] = _low_int(huge, low, i) != 0
+    return _limb_rows(huge, g, low, negative, np.flatnonzero(keep))
 
 
 def _gaussian_huge_few(
@@ -631,10 +656,10 @@ def _gaussian_huge_few(
         lo >>= huge.drop
         m_lo, m_acc = words[n + i] >> 32, words[n + i] & 0xFFFFFFFF
         if m_lo >= huge.lo_accept - 1:  # U'' did not accept Lo unseen: _finish_low
-            accepted_lo = LazyUniform(m_lo, 32, rng).below_exp_neg(Fraction(lo, huge.t))
+            accepted_lo = LazyUniform(m_lo, 32, rng).below_exp_neg(huge.lo_exponent(lo))
             while not accepted_lo:
                 lo = rng.randbits(huge.shift)
-                accepted_lo = LazyUniform(0, 0, rng).below_exp_neg(Fraction(lo, huge.t))
+                accepted_lo = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
         if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
             continue
         magnitude = (g << huge.shift) | lo
@@ -651,124 +676,6 @@ def _gaussian_huge_few(
             if len(out) == need:
                 break
     return out
-
-
-# ---------------------------------------------------------------------------
-# Big path (§2.3)
-# ---------------------------------------------------------------------------
-
-
-def _low_parts(big: _BigScale, count: int, rng: RandomSource) -> list[int]:
-    """``count`` fresh uniform integers in ``[0, 2**shift)``."""
-    if big.shift == 0:
-        return [0] * count
-    raw = rng.words(count * big.low_words).astype(">u8").tobytes()
-    step = 8 * big.low_words
-    drop = 64 * big.low_words - big.shift
-    return [int.from_bytes(raw[i * step : (i + 1) * step], "big") >> drop for i in range(count)]
-
-
-def _low_array(big: _BigScale, count: int, rng: RandomSource) -> ObjectArray:
-    """:func:`_low_parts` as an object array: the same words, the same integers."""
-    if big.shift == 0:
-        return np.zeros(count, dtype=object)
-    words: ObjectArray = (
-        rng.words(count * big.low_words).reshape(count, big.low_words).astype(object)
-    )
-    value: ObjectArray = words[:, 0]
-    for j in range(1, big.low_words):  # the words of one entry, most significant first
-        value = (value << 64) | words[:, j]
-    low: ObjectArray = value >> (64 * big.low_words - big.shift)
-    return low
-
-
-def _renumber(low: dict[int, int], lanes: IntArray) -> dict[int, int]:
-    """``low`` (keyed by lane) re-keyed by position in the sorted ``lanes``, where present."""
-    if not low:
-        return {}
-    keys = np.fromiter(low, dtype=np.int64, count=len(low))
-    where = np.searchsorted(lanes, keys)
-    present = where < lanes.size
-    present[present] = lanes[where[present]] == keys[present]
-    return {int(j): low[int(k)] for j, k in zip(where[present], keys[present], strict=True)}
-
-
-def _magnitudes(
-    big: _BigScale,
-    h: U64Array,
-    v: IntArray,
-    low: dict[int, int],
-    lanes: IntArray,
-    rng: RandomSource,
-) -> ObjectArray:
-    """CKS Alg 2: Y = floor((U + t V) / s) for ``lanes``, as Python ints in an object array.
-
-    ``U = H * 2**shift + Lo``: ``Lo`` is ``low[i]`` where it was drawn while deciding lane
-    ``i``; the others are drawn now, in lane order, with one read of the source.
-    """
-    known = _renumber(low, lanes)  # position in lanes -> Lo already drawn
-    has = np.zeros(lanes.size, dtype=np.bool_)
-    has[list(known)] = True
-    lo = np.empty(lanes.size, dtype=object)
-    lo[~has] = _low_array(big, lanes.size - len(known), rng)
-    for j, value in known.items():
-        lo[j] = value
-    x: ObjectArray = (h[lanes].astype(object) << big.shift) + lo + big.t * v[lanes].astype(object)
-    if big.s != 1:
-        x //= big.s
-    return x
-
-
-def _big_laplace_candidates(
-    big: _BigScale, n: int, rng: RandomSource
-) -> tuple[U64Array, IntArray, BoolArray, dict[int, int]]:
-    """CKS Alg 2 steps U, D, V, B on ``n`` candidates with a large ``t``.
-
-    Returns ``(h, v, negative, low)`` for the lanes that passed the ``U``
-    acceptance: ``U = h * 2**shift + Lo`` where ``Lo`` is ``low[i]`` if it was
-    drawn while deciding lane ``i``, and is otherwise still undrawn (uniform,
-    independent of all decisions so far).
-    """
-    w_u, w_acc = rng.words(2 * n).reshape(2, n)
-    h = w_u >> np.uint64(64 - big.bits) if big.bits < 64 else w_u
-    # CKS Alg 2: U <- uniform in {0, ..., t-1}, by rejection on (H, Lo) < t.
-    valid = h < np.uint64(big.t_top)
-    low: dict[int, int] = {}
-    for i in np.flatnonzero(h == np.uint64(big.t_top)).tolist():
-        if big.shift:
-            lo = _low_parts(big, 1, rng)[0]
-            if lo < big.t_low:
-                valid[i] = True
-                low[i] = lo
-    # CKS Alg 2: D <- Bernoulli(exp(-U/t)); x_f = H / T within 2**-50 of U/t.
-    x = h.astype(np.float64)
-    x /= big.top_f
-    m_acc = w_acc >> np.uint64(11)
-    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 53)
-    undecided &= valid
-    accepted &= valid
-    for i in np.flatnonzero(undecided).tolist():
-        if i not in low:
-            low[i] = _low_parts(big, 1, rng)[0]
-        u_exact = (int(h[i]) << big.shift) + low[i]
-        lazy = LazyUniform(int(m_acc[i]), 53, rng)
-        accepted[i] = lazy.below_exp_neg(Fraction(u_exact, big.t))
-    index = np.flatnonzero(accepted)
-    low = _renumber(low, index)
-    h = h[index]
-    # CKS Alg 2: V <- geometric with ratio exp(-1), and the sign B from the same word.
-    m_v, negative = _split_word(rng.words(index.size))
-    v, _ = _laplace_magnitudes(m_v, 52, negative, Fraction(1), rng)  # plain geometric
-    return h, v, negative, low
-
-
-def _laplace_big(big: _BigScale, n: int, rng: RandomSource) -> ObjectArray:
-    """``n`` U-candidates of CKS Alg 2 on the big path; returns the kept values."""
-    h, v, negative, low = _big_laplace_candidates(big, n, rng)
-    y = _magnitudes(big, h, v, low, np.arange(h.size), rng)
-    keep = ~(negative & np.equal(y, 0).astype(np.bool_))  # CKS Alg 2: B = 1, Y = 0: restart
-    signed: ObjectArray = np.where(negative, -y, y)[keep]
-    return signed
 
 
 # ---------------------------------------------------------------------------
@@ -886,15 +793,14 @@ def _reshaped(raw: Rows, shape: tuple[int, ...], big_ints: BigInts) -> Output:
     return raw.reshape(shape)  # type: ignore[return-value]
 
 
-def _finish_limbs(
-    plan: _GaussianPlan, raw: Rows, shape: tuple[int, ...], big_ints: BigInts
-) -> Output:
-    """The values of :func:`_gaussian_huge` as the output type (docs §5)."""
+def _finish_limbs(plan: Plan, raw: Rows, shape: tuple[int, ...], big_ints: BigInts) -> Output:
+    """The values of :func:`_gaussian_huge` or :func:`_laplace_huge` as the output type
+    (docs §5)."""
     assert isinstance(raw, _LimbRows)
     negative, magnitude = raw.negative, raw.magnitude
     if plan.int64:
         if magnitude[:, 1:].any() or bool((magnitude[:, 0] >= np.uint64(2**63)).any()):
-            raise OverflowError("a discrete Gaussian draw exceeds the int64 range")
+            raise OverflowError("a draw exceeds the int64 range")
         return _signed(magnitude[:, 0].astype(np.int64), negative).reshape(shape)
     big = BigIntArray._owned(negative.reshape(shape), magnitude.reshape((*shape, -1)))
     return big if big_ints == "limbs" else big.to_object()
@@ -925,17 +831,22 @@ def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
 def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
     """CKS Alg 2 for ``plan``: the small path (§2.1) or the big one (§2.3)."""
     assert isinstance(plan, _LaplacePlan)
-    big = plan.big
-    empty = _empty_values(np.int64 if plan.int64 else object)
-    if big is None:
+    huge = plan.huge
+    if huge is None:
         return _Drawer(
             lambda m: _laplace_small(plan, m, source),
             plan.acceptance,
-            empty,
+            _empty_values(np.int64),
             _reshaped,
             lambda m, need: _laplace_small_few(plan, m, need, source),
         )
-    return _Drawer(lambda m: _laplace_big(big, m, source), plan.acceptance, empty, _reshaped, None)
+    return _Drawer(
+        lambda m: _laplace_huge(huge, m, source),
+        plan.acceptance,
+        lambda n: _LimbRows(n, huge.limbs),
+        functools.partial(_finish_limbs, plan),
+        None,
+    )
 
 
 def _draw_few(few: Few, n: int, acceptance: float, ints: bool) -> IntArray | ObjectArray:
