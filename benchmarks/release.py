@@ -3,7 +3,8 @@
 Run with::
 
     python benchmarks/release.py --data /tmp/visits_10m.parquet \
-        [--pipelinedp-python /tmp/pdp/bin/python] [--opendp-python /tmp/odp/bin/python]
+        [--pipelinedp-python /tmp/pdp/bin/python] [--opendp-python /tmp/odp/bin/python] \
+        [--spark] [--tumult-python /work/venv-tumult/bin/python]
 
 The table (synthetic site visits, 1000 pages, 10 visits per user on average,
 written by ``examples/make_visits.py`` if ``--data`` does not exist) gets, per
@@ -23,7 +24,24 @@ keys) and ε = 1, δ = 10⁻⁶:
 - ``opendp polars``: OpenDP's Polars context, ``truncate_per_group(2)`` and
   ``truncate_num_groups(3, keep="first")`` by page; under an (ε, δ) budget it uses Laplace
   noise (its own choice). OpenDP pins one Polars version (``opendp==0.16``:
-  ``polars==1.36.1``), so it usually needs its own environment.
+  ``polars==1.36.1``), so it usually needs its own environment;
+- ``gaussdp (spark)`` (``--spark``): the same release on gaussdp's Spark engine
+  (local mode, the machine's cores), reading the Parquet file;
+- ``tumult analytics (spark)`` (``--tumult-python``): Tumult Analytics 0.21 on
+  Spark, ``AddRowsWithID("user_id")`` with ``MaxGroupsPerID("page", 3)`` and
+  ``MaxRowsPerGroupPerID("page", 2)``, under ``ApproxDPBudget(1, 10⁻⁶)`` — the
+  budget type of this (ε, δ): ``get_groups`` (private partition selection) at
+  (ε/4, δ), then count, sum and average per released page at (ε/4, 0) each
+  (Tumult adds Laplace noise under an (ε, δ) budget; Gaussian needs ρ-zCDP).
+
+Both Spark runs use the smaller table (``--small-rows``, 10⁶ by default, the one
+PipelineDP uses; gaussdp on DuckDB is timed on it too): gaussdp on Spark is the
+like-for-like comparison for Tumult, DuckDB the engine gaussdp uses by default.
+Spark's session (the JVM) is started before the clock, like imports; their CPU
+seconds are those of the whole process tree — the Python process, Spark's JVM
+and the Python workers it starts — read from ``/proc`` (Linux), and their peak
+memory in the notes is the sum of those processes' peaks (the table's
+``peak MB`` column is the Python process's alone).
 
 PipelineDP and OpenDP fill a missing ``minutes`` with 0; gaussdp ignores it in
 sums and means (its documented handling). This does not change the work done.
@@ -33,6 +51,13 @@ Peers that do not fit the project's environment run under another interpreter
 
     python -m venv /tmp/pdp && /tmp/pdp/bin/pip install pipeline-dp pyarrow
     python -m venv /tmp/odp && /tmp/odp/bin/pip install 'opendp[polars]==0.16.0'
+    python3.11 -m venv /tmp/tml && /tmp/tml/bin/pip install 'tmlt.analytics==0.21.0'
+
+``tmlt.analytics`` 0.21 needs ``pandas<2``, ``pyspark[sql]<3.6`` and ``numpy<2`` on
+Python 3.10–3.11 (pandas 2.2 and pyspark 4 only on Python 3.12, which this machine
+lacks), so on 3.11 it conflicts with gaussdp's ``pandas>=2.2`` and the project's
+pyspark 4 and is in none of its extras; it runs under ``--tumult-python`` (its Spark
+3.5 runs on Java 17, like the project's).
 
 A peer that is not installed there is reported as such, and the issue's figure
 is shown for orientation. Each method runs in its own fresh process, so peak
@@ -65,7 +90,7 @@ PEERS_AS_MEASURED = {"pipelinedp": 3.6e4, "opendp": 2.3e5}
 MISSING_EXIT = 3
 
 
-def _gaussdp(data: str) -> tuple[float, str]:
+def _gaussdp(data: str) -> tuple[float, float, str]:
     limit = os.environ.get("GAUSSDP_BENCH_MEMORY_LIMIT") or None
     import duckdb  # noqa: F401  (imported lazily by gaussdp.release: not timed, like peers')
     import pandas  # noqa: F401  (the result frame)
@@ -92,7 +117,7 @@ def _gaussdp(data: str) -> tuple[float, str]:
     return seconds, cpu, f"memory_limit {limit or 'default'}"
 
 
-def _plain(data: str) -> tuple[float, str]:
+def _plain(data: str) -> tuple[float, float, str]:
     import duckdb
 
     start, cpu = time.perf_counter(), time.process_time()
@@ -104,7 +129,7 @@ def _plain(data: str) -> tuple[float, str]:
     return time.perf_counter() - start, time.process_time() - cpu, ""
 
 
-def _pipelinedp(data: str) -> tuple[float, str]:
+def _pipelinedp(data: str) -> tuple[float, float, str]:
     import pipeline_dp  # type: ignore[import-not-found]
     import pyarrow.parquet as pq
 
@@ -134,7 +159,7 @@ def _pipelinedp(data: str) -> tuple[float, str]:
     return seconds, cpu, f"pipeline-dp {_version('pipeline-dp')}, {groups} pages released"
 
 
-def _opendp(data: str) -> tuple[float, str]:
+def _opendp(data: str) -> tuple[float, float, str]:
     import opendp.prelude as dp  # type: ignore[import-not-found]
     import polars as pl
 
@@ -181,13 +206,122 @@ def _opendp(data: str) -> tuple[float, str]:
     return seconds, cpu, note
 
 
+def _tree_usage() -> tuple[float, float]:
+    """CPU seconds (user + system, with reaped children's) of this process and all its
+    descendants — Spark's JVM and the Python workers it starts — and the sum of their peak
+    resident memory in MB, from ``/proc`` (Linux)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            stats[int(entry.name)] = text.rsplit(")", 1)[1].split()  # after "(comm)"
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)  # fields[1]: ppid
+    ticks, peak_kb, todo = 0, 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        if pid in stats:
+            ticks += sum(int(x) for x in stats[pid][11:15])  # utime stime cutime cstime
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        peak_kb += next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0
+        )
+    return ticks / os.sysconf("SC_CLK_TCK"), peak_kb / 1024
+
+
+def _spark_session() -> object:
+    """A local Spark session, quiet, started before the clock (like imports)."""
+    # Spark starts Python workers with `python3` from PATH unless told (Tumult needs its own).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _gaussdp_spark(data: str) -> tuple[float, float, str]:
+    import pandas  # noqa: F401  (the result frame)
+
+    from gaussdp.budget import Budget
+    from gaussdp.release import Release
+
+    _spark_session()
+    start, (cpu, _) = time.perf_counter(), _tree_usage()
+    (
+        Release(
+            data,
+            privacy_unit="user_id",
+            budget=Budget(epsilon=EPSILON, delta=DELTA),
+            max_groups_per_unit=L0,
+            max_rows_per_group=LINF,
+            engine="spark",
+        )
+        .count(by="page")
+        .sum("minutes", bounds=BOUNDS, by="page")
+        .mean("minutes", bounds=BOUNDS, by="page")
+        .run()
+    )
+    seconds, (cpu_end, peak) = time.perf_counter() - start, _tree_usage()
+    return seconds, cpu_end - cpu, f"pyspark {_version('pyspark')}; processes' peaks {peak:.0f} MB"
+
+
+def _tumult(data: str) -> tuple[float, float, str]:
+    import tmlt.analytics as tm  # type: ignore[import-not-found]
+
+    spark = _spark_session()
+    start, (cpu, _) = time.perf_counter(), _tree_usage()
+    session = tm.Session.from_dataframe(
+        privacy_budget=tm.ApproxDPBudget(EPSILON, DELTA),
+        source_id="visits",
+        dataframe=spark.read.parquet(data),  # type: ignore[attr-defined]
+        protected_change=tm.AddRowsWithID("user_id"),
+    )
+    bounded = (
+        tm.QueryBuilder("visits")
+        .enforce(tm.MaxGroupsPerID("page", L0))
+        .enforce(tm.MaxRowsPerGroupPerID("page", LINF))
+    )
+    # Private partition selection spends δ; count, sum and mean get Laplace noise (δ = 0).
+    groups = session.evaluate(bounded.get_groups(["page"]), tm.ApproxDPBudget(EPSILON / 4, DELTA))
+    keys = tm.KeySet.from_dataframe(groups)
+    share = tm.ApproxDPBudget(EPSILON / 4, 0)
+    for query in (
+        bounded.groupby(keys).count(),
+        bounded.groupby(keys).sum("minutes", *BOUNDS),
+        bounded.groupby(keys).average("minutes", *BOUNDS),
+    ):
+        released = session.evaluate(query, share).toPandas()
+    seconds, (cpu_end, peak) = time.perf_counter() - start, _tree_usage()
+    note = (
+        f"tmlt.analytics {_version('tmlt.analytics')}, pyspark {_version('pyspark')}, "
+        f"{len(released)} pages released; processes' peaks {peak:.0f} MB"
+    )
+    return seconds, cpu_end - cpu, note
+
+
 def _version(dist: str) -> str:
     from importlib.metadata import version
 
     return version(dist)
 
 
-WORKERS = {"gaussdp": _gaussdp, "plain": _plain, "pipelinedp": _pipelinedp, "opendp": _opendp}
+WORKERS = {
+    "gaussdp": _gaussdp,
+    "gaussdp-spark": _gaussdp_spark,
+    "plain": _plain,
+    "pipelinedp": _pipelinedp,
+    "opendp": _opendp,
+    "tumult": _tumult,
+}
 
 
 def _worker(method: str, data: str) -> None:
@@ -198,7 +332,7 @@ def _worker(method: str, data: str) -> None:
     except ModuleNotFoundError as exc:
         print(json.dumps({"missing": exc.name}))
         raise SystemExit(MISSING_EXIT) from None
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "note": note}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "note": note}), flush=True)
 
 
 class Outcome:
@@ -224,6 +358,9 @@ class Outcome:
 
 def _run(python: str, method: str, data: Path, outcome: Outcome) -> None:
     """Run one method once in a fresh process of ``python`` and add to ``outcome``."""
+    if not Path(python).exists():
+        outcome.error = f"not installed ({python} not found)"
+        return
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             [python, __file__, "--worker", method, "--data", str(data)], stdout=out, stderr=err
@@ -271,12 +408,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows if --data is written")
     parser.add_argument("--data", type=Path, default=Path("visits_10m.parquet"))
     parser.add_argument(
+        "--small-rows",
         "--pipelinedp-rows",
         type=int,
         default=1_000_000,
-        help="PipelineDP's table (same shape, written next to --data); 0: use --data",
+        help="the table of PipelineDP and the Spark runs (same shape, written next to --data); "
+        "0: use --data",
     )
     parser.add_argument("--pipelinedp-python", default=sys.executable, metavar="PYTHON")
+    parser.add_argument(
+        "--tumult-python", metavar="PYTHON", help="an interpreter with tmlt.analytics (see above)"
+    )
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="time gaussdp on Spark too (implied by --tumult-python)",
+    )
     parser.add_argument("--opendp-python", default=sys.executable, metavar="PYTHON")
     parser.add_argument("--skip-pipelinedp", action="store_true")
     parser.add_argument("--skip-opendp", action="store_true")
@@ -296,10 +443,11 @@ def main() -> None:
         os.environ["GAUSSDP_BENCH_MEMORY_LIMIT"] = args.memory_limit  # read by the workers
     _ensure_table(args.data, args.rows)
     n = _count_rows(args.data)
+    spark = args.spark or args.tumult_python is not None
     small, n_small = args.data, n
-    if not args.skip_pipelinedp and 0 < args.pipelinedp_rows < n:
-        small = args.data.with_name(f"{args.data.stem}-{args.pipelinedp_rows}rows.parquet")
-        _ensure_table(small, args.pipelinedp_rows)
+    if (spark or not args.skip_pipelinedp) and 0 < args.small_rows < n:
+        small = args.data.with_name(f"{args.data.stem}-{args.small_rows}rows.parquet")
+        _ensure_table(small, args.small_rows)
         n_small = _count_rows(small)
 
     # (label, method, interpreter, table, rows)
@@ -309,11 +457,15 @@ def main() -> None:
     ]
     if not args.skip_opendp:
         plan.append(("opendp polars", "opendp", args.opendp_python, args.data, n))
+    if small != args.data and (spark or not args.skip_pipelinedp):
+        label = "gaussdp (duckdb), smaller table"
+        plan.append((label, "gaussdp", sys.executable, small, n_small))
     if not args.skip_pipelinedp:
-        if small != args.data:
-            label = "gaussdp (duckdb), smaller table"
-            plan.append((label, "gaussdp", sys.executable, small, n_small))
         plan.append(("pipelinedp local", "pipelinedp", args.pipelinedp_python, small, n_small))
+    if spark:
+        plan.append(("gaussdp (spark)", "gaussdp-spark", sys.executable, small, n_small))
+    if args.tumult_python:
+        plan.append(("tumult analytics (spark)", "tumult", args.tumult_python, small, n_small))
     outcomes = {label: Outcome(rows) for label, _, _, _, rows in plan}
     for _ in range(max(args.repeat, 1)):
         for label, method, python, table, _rows in plan:
@@ -378,6 +530,21 @@ def main() -> None:
             if label == "pipelinedp local" and same and same.rate:
                 line += f"; on the same {same.rows:,}-row table {same.rate / rate:.3g}×"
             print(line)
+    same, on_spark = (
+        outcomes.get("gaussdp (duckdb), smaller table"),
+        outcomes.get("gaussdp (spark)"),
+    )
+    tumult = outcomes.get("tumult analytics (spark)")
+    if tumult and tumult.rate and tumult.cpu_rate:
+        for label, ours in [("gaussdp (spark)", on_spark), ("gaussdp (duckdb)", same)]:
+            if ours and ours.rate and ours.cpu_rate:
+                print(
+                    f"- {label} ÷ tumult on the same {tumult.rows:,}-row table: "
+                    f"{ours.rate / tumult.rate:.3g}× in wall time, "
+                    f"{ours.cpu_rate / tumult.cpu_rate:.3g}× per CPU second"
+                )
+    elif args.tumult_python is None:
+        print("- tumult analytics: not run (pass --tumult-python, see the docstring)")
 
 
 if __name__ == "__main__":
