@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gaussdp.accounting import Subsampled  # noqa: E402
 from gaussdp.ml import SumNoiser, make_private  # noqa: E402
+from gaussdp.ml import _ghost as ghost_module  # noqa: E402
 from gaussdp.ml import dpsgd as dpsgd_module  # noqa: E402
 from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
 from gaussdp.ml.dpsgd import (  # noqa: E402
@@ -267,3 +268,110 @@ def test_calibration_event_uses_the_noisers_lattice() -> None:
     noiser = SumNoiser(1.3, 0.7, 1234)
     event = _step_event(1.3, 0.7, 1234, 0.01, "secure")
     assert event == Subsampled(noiser.lattice, sample_rate=0.01)
+
+
+# -- large layers: per-example gradients formed a few examples at a time -----------------------
+class SequenceConv(nn.Module):
+    """A Conv2d and a Linear on [batch, tokens, features], both forming dense gradients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 3, 3, padding=1)
+        self.mix = nn.Linear(4, 5)
+        self.head = nn.Linear(3 * 4 * 5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.mix(self.conv(x.reshape(-1, 1, 4, 4))))
+        return self.head(h.flatten(1))
+
+
+def _image_data(n: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return 3 * torch.randn(n, 16, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def _ghost_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    layers = ghost_layers(net)
+    assert layers is not None
+    result = ghost_clipped_sums(
+        net, layers, nnf.cross_entropy, x, y, _squared_norm_upper,
+        lambda s: _factors_from_squared(s, CLIP),
+    )  # fmt: skip
+    assert result is not None
+    sums, _, squared, _ = result
+    return torch.cat([sums[id(p)].reshape(-1) for p in net.parameters()]), squared
+
+
+def test_chunked_per_example_gradients_give_the_same_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x, y = _image_data()
+    torch.manual_seed(0)
+    net = SequenceConv()
+    whole, whole_squared = _ghost_sums(net, x, y)
+    formed: list[int] = []
+    original = ghost_module._weight_part
+
+    def spy(parts: list[object], param: torch.Tensor, batch: int, form: object) -> None:
+        original(parts, param, batch, form)  # type: ignore[arg-type]
+        formed.append(type(parts[-1]).__name__ == "_Chunked")
+
+    monkeypatch.setattr(ghost_module, "FORM_LIMIT", 3 * 27)  # conv: 3 examples at a time
+    monkeypatch.setattr(ghost_module, "_weight_part", spy)
+    chunked, chunked_squared = _ghost_sums(net, x, y)
+    assert formed == [True, True]  # the conv and the sequence Linear were chunked
+    torch.testing.assert_close(chunked_squared, whole_squared, rtol=1e-6, atol=0)
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-9)
+    reference, _ = _reference(SequenceConv, x, y)
+    torch.testing.assert_close(chunked, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_chunked_path_keeps_sensitivity_c(api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ghost_module, "FORM_LIMIT", 2 * 27)
+    x, y = _image_data()
+    clipped_sum, _ = _clipped_sum_fn(SequenceConv, (x, y), "ghost", api)
+    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+
+
+def _chunked_sum(
+    base: torch.Tensor, growth: float, monkeypatch: pytest.MonkeyPatch
+) -> torch.Tensor:
+    """clipped_sums of one chunked parameter whose second formation is ``growth`` times larger."""
+    param = torch.zeros(base.shape[1:])
+    batch = base.shape[0]
+    calls: list[int] = []
+
+    def form(start: int, stop: int) -> torch.Tensor:
+        calls.append(start)
+        return base[start:stop] * (1.0 if len(calls) <= batch else growth)
+
+    part = ghost_module._Chunked(param, batch, form)
+    record = ghost_module.LayerRecord(nn.Identity(), (), {}, [torch.zeros(batch)], [0])
+    monkeypatch.setattr(ghost_module, "_parts", lambda _record: [part])
+    monkeypatch.setattr(ghost_module, "FORM_LIMIT", param.numel())  # one example at a time
+    sums, _ = ghost_module.clipped_sums(
+        [record], (None,), batch, _squared_norm_upper, lambda s: _factors_from_squared(s, CLIP)
+    )
+    assert len(calls) == 2 * batch
+    return sums[id(param)]
+
+
+def test_a_second_formation_with_larger_values_is_scaled_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A kernel that does not give the same values twice (non-deterministic GPU kernels):
+    # an example whose gradient comes out 1 % larger the second time still contributes
+    # norm ≤ C.
+    base = torch.randn(1, 4, 5, generator=torch.Generator().manual_seed(2)) * 10
+    norm = float(torch.linalg.vector_norm(_chunked_sum(base, 1.01, monkeypatch)))
+    assert CLIP * (1 - 1e-4) <= norm <= CLIP
+    several = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3)) * 10
+    factors = _factors_from_squared(_squared_norm_upper(several), CLIP)
+    expected = (factors[:, None, None] * several.double()).sum(0)
+    torch.testing.assert_close(
+        _chunked_sum(several, 1.01, monkeypatch), expected, rtol=1e-5, atol=1e-8
+    )
+    torch.testing.assert_close(
+        _chunked_sum(several, 1.0, monkeypatch), expected, rtol=1e-12, atol=1e-14
+    )

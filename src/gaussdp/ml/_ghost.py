@@ -20,6 +20,12 @@ example at once (the per-example losses are summed). Per layer:
   wherever that is cheaper than the T×T Gram matrices of the ghost norm, which for
   convolutions is almost always. Only one layer's per-example
   gradients are held at a time, never the whole model's, and no ``vmap`` is needed.
+  A layer whose B per-example weight gradients would exceed :data:`FORM_LIMIT`
+  float32 values (2²⁴, 64 MB) forms them for ⌊2²⁴/numel⌋ examples at a time (at least
+  one): once for the norms, and again, after the clip factors are known, for the
+  sum — twice the work of that layer's weight gradients, memory bounded by
+  max(2²⁴, numel) float32 values per layer plus the float64 copy of the sum's chunk
+  (max(2²², numel) values).
 - ``nn.Embedding``: example i's gradient is non-zero only in the rows of its own
   tokens; those rows (repeated tokens summed within the example) are formed sparsely
   with ``index_add`` — at most B·T rows, never B copies of the table.
@@ -97,6 +103,11 @@ GHOST_MAX_BATCH = 2**16 - 3
 
 #: Float64 elements per chunk of the clipped sum of materialised per-example gradients.
 _CHUNK = 2**22
+
+#: Float32 elements of one layer's per-example weight gradients formed at once: a layer
+#: whose B per-example gradients would be more (a ResNet's last convolutions at batch
+#: 256: 2.4 GB) forms them for a range of examples at a time, twice (norms, then sum).
+FORM_LIMIT = 2**24
 
 #: The layer types ghost clipping covers.
 GHOST_LAYERS: tuple[type[nn.Module], ...] = (
@@ -411,7 +422,29 @@ class _Rows:
     values: torch.Tensor
 
 
-Part = _Outer | _Dense | _Rows
+@dataclass
+class _Chunked:
+    """A parameter's per-example gradients, formed for a range of examples at a time.
+
+    ``form(start, stop)`` returns the gradients ``[stop - start, *shape]`` of examples
+    start to stop − 1; at most ``step`` examples are formed at once (``step · numel ≤``
+    :data:`FORM_LIMIT` where possible).
+    """
+
+    param: torch.Tensor
+    batch: int
+    form: Callable[[int, int], torch.Tensor]
+    squared: torch.Tensor | None = None  # per-example bounds of the first pass
+
+    @property
+    def step(self) -> int:
+        return max(1, FORM_LIMIT // max(1, self.param.numel()))
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(a, min(a + self.step, self.batch)) for a in range(0, self.batch, self.step)]
+
+
+Part = _Outer | _Dense | _Rows | _Chunked
 
 
 def _zeros_if_none(delta: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -423,6 +456,16 @@ def _dense(parts: list[Part], param: torch.Tensor | None, grads: torch.Tensor) -
         parts.append(_Dense(param, grads))
 
 
+def _weight_part(
+    parts: list[Part], param: torch.Tensor, batch: int, form: Callable[[int, int], torch.Tensor]
+) -> None:
+    """A weight's per-example gradients: formed now, or in chunks above :data:`FORM_LIMIT`."""
+    if batch * param.numel() <= FORM_LIMIT:
+        parts.append(_Dense(param, form(0, batch)))
+    else:
+        parts.append(_Chunked(param, batch, form))
+
+
 def _linear_parts(module: nn.Linear, x: torch.Tensor, d: torch.Tensor) -> list[Part]:
     batch = x.shape[0]
     if x.dim() == 2:
@@ -431,7 +474,11 @@ def _linear_parts(module: nn.Linear, x: torch.Tensor, d: torch.Tensor) -> list[P
     deltas = d.reshape(batch, -1, d.shape[-1])
     parts: list[Part] = []
     if module.weight.requires_grad:  # Σₜ δᵢₜ aᵢₜᵀ for every example at once
-        _dense(parts, module.weight, torch.bmm(deltas.transpose(1, 2), acts))
+
+        def form(start: int, stop: int) -> torch.Tensor:
+            return torch.bmm(deltas[start:stop].transpose(1, 2), acts[start:stop])
+
+        _weight_part(parts, module.weight, batch, form)
     _dense(parts, module.bias, deltas.sum(1))
     return parts
 
@@ -447,26 +494,31 @@ def _conv_parts(module: nn.Conv1d | nn.Conv2d, x: torch.Tensor, d: torch.Tensor)
         dilation, padding = (1, *dilation), (0, *padding)
     parts: list[Part] = []
     if module.weight.requires_grad:
-        # Each example's weight gradient at once: the batch folded into the channels,
+        # Each example's weight gradient at once: the examples folded into the channels,
         # one convolution group per (example, group) — the weight gradient of a
         # grouped convolution keeps the groups apart.
-        groups = batch * module.groups
         out_channels, in_per_group = module.weight.shape[0], module.weight.shape[1]
-        shape = (batch * out_channels, in_per_group, *kernel)
-        _, weight, _ = torch.ops.aten.convolution_backward(
-            d.reshape(1, batch * d.shape[1], *d.shape[2:]),
-            x.reshape(1, batch * x.shape[1], *x.shape[2:]),
-            x.new_empty(shape),
-            None,
-            list(stride),
-            list(padding),
-            list(dilation),
-            False,
-            [0, 0],
-            groups,
-            [False, True, False],
-        )
-        _dense(parts, module.weight, weight.reshape(batch, *module.weight.shape))
+
+        def form(start: int, stop: int) -> torch.Tensor:
+            n = stop - start
+            xs, ds = x[start:stop], d[start:stop]
+            _, weight, _ = torch.ops.aten.convolution_backward(
+                ds.reshape(1, n * ds.shape[1], *ds.shape[2:]),
+                xs.reshape(1, n * xs.shape[1], *xs.shape[2:]),
+                xs.new_empty((n * out_channels, in_per_group, *kernel)),
+                None,
+                list(stride),
+                list(padding),
+                list(dilation),
+                False,
+                [0, 0],
+                n * module.groups,
+                [False, True, False],
+            )
+            grads: torch.Tensor = weight.reshape(n, *module.weight.shape)
+            return grads
+
+        _weight_part(parts, module.weight, batch, form)
     _dense(parts, module.bias, d.sum((2, 3)))
     return parts
 
@@ -563,6 +615,11 @@ def _parts(record: LayerRecord) -> list[Part]:
     return _linear_parts(module, x, d)
 
 
+def _formed(part: Part) -> Part:
+    """A chunked part formed in full (for a tied parameter, whose uses are merged)."""
+    return _Dense(part.param, part.form(0, part.batch)) if isinstance(part, _Chunked) else part
+
+
 def _params_of(part: Part) -> list[torch.Tensor]:
     if isinstance(part, _Outer):
         weight, bias = part.module.weight, part.module.bias
@@ -622,7 +679,7 @@ def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
         if all(uses[id(p)] == 1 for p in _params_of(part)):
             single.append(part)
             continue
-        for piece in _expanded(part):
+        for piece in _expanded(_formed(part)):
             key = id(_params_of(piece)[0])
             if uses[key] == 1:
                 single.append(piece)
@@ -669,6 +726,11 @@ def clipped_sums(
                 squared += delta_sq
         elif isinstance(part, _Dense):
             squared += squared_norm_upper(part.grads)
+        elif isinstance(part, _Chunked):
+            part.squared = torch.cat(
+                [squared_norm_upper(part.form(a, b)) for a, b in part.ranges()]
+            )
+            squared += part.squared
         else:
             # Per-row bounds added per example in float64 (relative error below 2⁻³⁰ for
             # fewer than 2²² rows, covered by the factor).
@@ -686,14 +748,21 @@ def clipped_sums(
             if part.module.bias is not None and part.module.bias.requires_grad:
                 sums[id(part.module.bias)] = weighted.sum(0)
         elif isinstance(part, _Dense):
-            # Σᵢ cᵢgᵢ, in chunks of examples so that the float64 copy stays small (any
-            # order of the B terms of an entry has the same error bound).
-            flat = _drop(part.grads, dropped).reshape(batch, -1)
-            total = torch.zeros(flat.shape[1], dtype=torch.float64, device=device)
-            per_chunk = max(1, _CHUNK // max(1, flat.shape[1]))
-            for start in range(0, batch, per_chunk):
-                chunk = flat[start : start + per_chunk].to(torch.float64)
-                total += factors[start : start + per_chunk] @ chunk
+            total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
+            _add_weighted(total, _drop(part.grads, dropped), factors)
+            sums[id(part.param)] = total.reshape(part.param.shape)
+        elif isinstance(part, _Chunked):
+            # The same examples' gradients formed again. Should a kernel not give the
+            # same values twice (non-deterministic GPU kernels), an example whose new
+            # bound exceeds the first pass's has this block scaled down to that bound,
+            # so its whole contribution still has norm ≤ cᵢ·(its bound) ≤ C(1 − 2⁻²⁰).
+            assert part.squared is not None
+            total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
+            for a, b in part.ranges():
+                grads = _drop(part.form(a, b), dropped[a:b])
+                first, again = part.squared[a:b], squared_norm_upper(grads)
+                shrink = torch.where(again > first, torch.sqrt(first / again) * (1 - 2.0**-40), 1.0)
+                _add_weighted(total, grads, factors[a:b] * shrink)
             sums[id(part.param)] = total.reshape(part.param.shape)
         else:
             keep = ~dropped[part.example]
@@ -701,6 +770,19 @@ def clipped_sums(
             total = torch.zeros(part.param.shape, dtype=torch.float64, device=device)
             sums[id(part.param)] = total.index_add_(0, part.row[keep], scaled)
     return sums, squared
+
+
+def _add_weighted(total: torch.Tensor, grads: torch.Tensor, factors: torch.Tensor) -> None:
+    """``total += Σᵢ factorsᵢ·gradsᵢ`` in float64, a few examples at a time.
+
+    In chunks of examples, so that the float64 copy stays small: any order of the
+    terms of an entry has the same error bound (module notes).
+    """
+    flat = grads.reshape(grads.shape[0], -1)
+    per_chunk = max(1, _CHUNK // max(1, flat.shape[1]))
+    for start in range(0, flat.shape[0], per_chunk):
+        chunk = flat[start : start + per_chunk].to(torch.float64)
+        total += factors[start : start + per_chunk] @ chunk
 
 
 def ghost_clipped_sums(
