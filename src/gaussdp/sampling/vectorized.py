@@ -529,19 +529,23 @@ def _set_low(huge: _HugeScale, low: U64Array, i: int, value: int) -> None:
         shifted >>= 64
 
 
-def _finish_low(huge: _HugeScale, low: U64Array, i: int, m: int, rng: RandomSource) -> None:
-    """Lane ``i``'s ``Lo`` when ``U''`` (prefix ``m``, 32 bits) did not accept it unseen.
+def _accept_low(huge: _HugeScale, lo: int, m: int, rng: RandomSource) -> int:
+    """``Lo`` when ``U''`` (prefix ``m``, 32 bits) did not accept the first ``lo`` unseen.
 
     ``Lo`` has ``P[Lo = l] ∝ e^{-l/t}`` on ``[0, S)``: a uniform ``l`` accepted when
     ``U'' < e^{-l/t}`` (decided exactly, §3), otherwise a fresh uniform ``l`` and a
     fresh ``U''``, until one is accepted (rejection sampling, independent of ``G``).
     """
-    lo = _low_int(huge, low, i)
     accepted = LazyUniform(m, 32, rng).below_exp_neg(huge.lo_exponent(lo))
     while not accepted:
         lo = rng.randbits(huge.shift)
         accepted = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
-    _set_low(huge, low, i, lo)
+    return lo
+
+
+def _finish_low(huge: _HugeScale, low: U64Array, i: int, m: int, rng: RandomSource) -> None:
+    """Lane ``i``'s ``Lo`` by :func:`_accept_low`, stored back in ``low``."""
+    _set_low(huge, low, i, _accept_low(huge, _low_int(huge, low, i), m, rng))
 
 
 def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSource) -> U64Array:
@@ -559,9 +563,9 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
     low = words[2:]  # big-endian words whose top `shift` bits are Lo
     # CKS Alg 2: the geometric X = S G + Lo (§2.3); first G, by inversion (§2.1),
     g = _geometric_exact(m_geo, 52, huge.tau, rng)
-    # then Lo: accepted unseen when U'' + 2**-32 <= lo_accept / 2**32 <= e^{-S/t}.
+    # then Lo: accepted unseen when U'' < (m'' + 1) / 2**32 <= lo_accept / 2**32 <= e^{-S/t}.
     m_lo = words[1] >> np.uint64(32)
-    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept - 1)).tolist():
+    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept)).tolist():
         _finish_low(huge, low, i, int(m_lo[i]), rng)
     # CKS Alg 2: if B = 1 and Y = 0, restart (X = 0 iff G = 0 and Lo = 0).
     keep = np.ones(n, dtype=np.bool_)
@@ -624,9 +628,9 @@ def _laplace_huge(huge: _HugeScale, n: int, rng: RandomSource) -> U64Array:
     m_lo = np.concatenate([halves >> np.uint64(32), halves & np.uint64(0xFFFFFFFF)])[:n]
     low = words[n + n_half :].reshape(huge.low_words, n)  # big-endian words, Lo on top
     # CKS Alg 2: Y geometric with ratio e^{-1/scale}, as S G + Lo (§2.3): G by inversion
-    # (§2.1), then Lo, accepted unseen when U'' + 2**-32 <= lo_accept / 2**32.
+    # (§2.1), then Lo, accepted unseen when U'' < (m'' + 1) / 2**32 <= lo_accept / 2**32.
     g = _geometric_exact(m_geo, 52, huge.tau, rng)
-    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept - 1)).tolist():
+    for i in np.flatnonzero(m_lo >= np.uint64(huge.lo_accept)).tolist():
         _finish_low(huge, low, i, int(m_lo[i]), rng)
     # CKS Alg 2: if B = 1 and Y = 0, restart (Y = 0 iff G = 0 and Lo = 0).
     keep = np.ones(n, dtype=np.bool_)
@@ -655,11 +659,8 @@ def _gaussian_huge_few(
             lo = (lo << 64) | word
         lo >>= huge.drop
         m_lo, m_acc = words[n + i] >> 32, words[n + i] & 0xFFFFFFFF
-        if m_lo >= huge.lo_accept - 1:  # U'' did not accept Lo unseen: _finish_low
-            accepted_lo = LazyUniform(m_lo, 32, rng).below_exp_neg(huge.lo_exponent(lo))
-            while not accepted_lo:
-                lo = rng.randbits(huge.shift)
-                accepted_lo = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
+        if m_lo >= huge.lo_accept:  # U'' did not accept Lo unseen (m'' + 1 > lo_accept)
+            lo = _accept_low(huge, lo, m_lo, rng)
         if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
             continue
         magnitude = (g << huge.shift) | lo
