@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from gaussdp.release import ReleaseResult
     from gaussdp.release.core import RunProgress
+    from gaussdp.release.ledger import LedgerSummary
 
 __all__ = ["register"]
 
@@ -311,7 +312,7 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
 
     if book is not None:
         summary = book.summary()
-        unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
+        unit = summary.symbol
         at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
         _, limit = budget_limit(summary.total)
         return (
@@ -569,7 +570,6 @@ def ledger_show(
         from gaussdp.audit.report import html_report
 
         report_file.write_text(html_report(ledger=book), encoding="utf-8")
-    unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
     if as_json:
         typer.echo(
             json.dumps(
@@ -600,8 +600,17 @@ def ledger_show(
             )
         )
         return
-    # Every value whole at any width: the text fields are stacked one per line when the
-    # columns do not fit (the event description is long), never cut.
+    screen = console()
+    screen.print(ledger_table(f"ledger {path}", summary, screen.width))
+
+
+def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
+    """A ledger's entries and totals (``gaussdp ledger show``, ``gaussdp explain --ledger``).
+
+    Every value whole at any width: the text fields are stacked one per line
+    when the columns do not fit (the event description is long), never cut.
+    """
+    unit = summary.symbol
     names = ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed")
     header = [(name, name == f"{unit} alone") for name in names]
     rows = [
@@ -617,14 +626,14 @@ def ledger_show(
         ]
         for r in summary.rows
     ]
-    screen = console()
-    table = fit_table(f"ledger {path}", header, rows, screen.width, separator="\n")
+    table = fit_table(title, header, rows, width, separator="\n")
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
-        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at}"
-        f" (lower bound {summary.spent_lower:.6g}); remaining {unit} = {summary.remaining:.6g}"
+        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at} (certified upper "
+        f"bound; lower bound {summary.spent_lower:.6g}); remaining {unit} = "
+        f"{summary.remaining:.6g}"
     )
-    screen.print(table)
+    return table
 
 
 def register(app: typer.Typer) -> None:
