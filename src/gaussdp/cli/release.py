@@ -29,6 +29,7 @@ from gaussdp.cli._output import (
     is_interrupt,
     is_quiet,
 )
+from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -327,19 +328,24 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def stdin_csv() -> Iterator[Path]:
-    """Standard input copied, in chunks, to a private temporary ``.csv`` file (removed after).
+    """Standard input copied, in chunks, to ``stdin.csv`` in a private temporary folder
+    (removed after).
 
     The release reads its input more than once (validation, then one pass per
     grouping), so a pipe is kept on disk, readable by this user only, for the run.
+    The file's name is what an engine's error line shows (``opening stdin.csv``);
+    empty input is refused here, naming standard input.
     """
-    fd, name = tempfile.mkstemp(prefix="gaussdp-stdin-", suffix=".csv")
-    path = Path(name)
+    folder = Path(tempfile.mkdtemp(prefix="gaussdp-stdin-"))  # mode 0700
+    path = folder / "stdin.csv"
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with path.open("wb") as handle:
             shutil.copyfileobj(sys.stdin.buffer, handle, 2**20)
+        if path.stat().st_size == 0:
+            fail(invalid("standard input (--data -)", "a CSV with at least its header line", ""))
         yield path
     finally:
-        path.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _describe(step: RunProgress, engine: str) -> str:
@@ -433,11 +439,11 @@ def release_command(
     from gaussdp.release import load_spec, release_from_spec
 
     parsed = load_spec(spec)
+    if data == "-" and (engine or parsed.get("engine", "duckdb")) != "duckdb":
+        fail("--data - (CSV on standard input) needs the duckdb engine")  # before reading it
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(stdin_csv()) if data == "-" else data
         release = release_from_spec(parsed, source, engine=engine)
-        if data == "-" and release.engine != "duckdb":
-            fail("--data - (CSV on standard input) needs the duckdb engine")
         _release(release, spec, data, ledger, out, fmt, report_file, show, as_json)
 
 
