@@ -117,3 +117,19 @@ def test_quantiles_with_selection_match_public_keys(no_noise: None) -> None:
     public = public[public["page"].isin(pages)]
     # (The intervals differ: with selection part of the budget goes to it, so σ differs.)
     assert selected["value"].tolist() == public["value"].tolist()
+
+
+def test_mean_interval_with_a_count_at_minus_its_half_width() -> None:
+    # A noisy count of exactly −h (h the count's interval half-width) made the interval's
+    # upper count 0: a division by zero, which filterwarnings=error turns into a failure.
+    from types import SimpleNamespace
+
+    from gaussdp.release.core import _ratio
+
+    noise = SimpleNamespace(std=1.0, half_bonferroni=3.0)
+    value, std, low, high = _ratio(
+        np.array([5.0, 40.0]), np.array([-3.0, 10.0]), noise, noise, 1.0, 0.0, 60.0
+    )  # type: ignore[arg-type]
+    assert (low[0], high[0]) == (0.0, 60.0)  # unusable count: the bounds
+    assert 0.0 < low[1] <= value[1] <= high[1] < 60.0
+    assert np.all(np.isfinite(std))

@@ -1382,8 +1382,12 @@ def _ratio(
     hs, hc = nzs.half_bonferroni * gamma, nzc.half_bonferroni
     c_lo, c_hi = c - hc, c + hc
     usable = c_lo >= 1  # else the count's interval reaches 0: fall back to the bounds
-    safe_lo = np.where(usable, c_lo, 1.0)
-    ratios = np.stack([(s - hs) / safe_lo, (s - hs) / c_hi, (s + hs) / safe_lo, (s + hs) / c_hi])
+    # Both ends replaced where unusable: a noisy count of exactly −hc made c_hi = 0 and
+    # numpy warn of a division by zero (an error under -W error, after the charge).
+    safe_lo, safe_hi = np.where(usable, c_lo, 1.0), np.where(usable, c_hi, 1.0)
+    ratios = np.stack(
+        [(s - hs) / safe_lo, (s - hs) / safe_hi, (s + hs) / safe_lo, (s + hs) / safe_hi]
+    )
     low = np.where(usable, np.clip(ratios.min(axis=0), lo, hi), lo)
     high = np.where(usable, np.clip(ratios.max(axis=0), lo, hi), hi)
     return value, std, low, high
