@@ -133,3 +133,12 @@ def test_mean_interval_with_a_count_at_minus_its_half_width() -> None:
     assert (low[0], high[0]) == (0.0, 60.0)  # unusable count: the bounds
     assert 0.0 < low[1] <= value[1] <= high[1] < 60.0
     assert np.all(np.isfinite(std))
+
+
+def test_duckdb_prints_no_progress_bar_of_its_own() -> None:
+    engine = DuckDBEngine(pd.DataFrame({"x": [1]}))
+    try:
+        (row,) = engine.query("SELECT current_setting('enable_progress_bar_print')")
+    finally:
+        engine.close()
+    assert row == (False,)

@@ -369,6 +369,9 @@ class DuckDBEngine(Engine):
                 invalid("DuckDB settings", "valid (memory_limit, threads)", str(error))
             ) from None
         con = self._con
+        # DuckDB prints its own progress bar by default (to stderr, on long queries): a library
+        # prints nothing; Release.run's `progress` reports to whoever asks.
+        con.execute("SET enable_progress_bar_print = false")
         try:
             if isinstance(source, str | os.PathLike):
                 kind, files = _files(source)
