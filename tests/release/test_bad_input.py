@@ -95,14 +95,12 @@ def test_engine_error_after_reservation_is_one_line(
     # Simulate a failure of the release query itself (after the checks passed): an
     # engine error quoting a record. It becomes EngineError, with the record only in
     # __cause__, and the reservation stays counted.
-    query = DuckDBEngine.query
+    columns = DuckDBEngine.columns
 
     def failing(self: DuckDBEngine, sql: str, *, action: str = "running") -> Any:
-        if action == "reading the data":
-            return query(self, sql, action=action)
-        return query(self, "SELECT CAST('7,a,abc' AS INTEGER)", action=action)
+        return columns(self, "SELECT CAST('7,a,abc' AS INTEGER)", action=action)
 
-    monkeypatch.setattr(DuckDBEngine, "query", failing)
+    monkeypatch.setattr(DuckDBEngine, "columns", failing)
     book = ledger(tmp_path)
     frame = pd.DataFrame({"user": [1, 2], "minutes": [1.0, 2.0]})
     with pytest.raises(EngineError) as caught:

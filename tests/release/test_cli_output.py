@@ -143,3 +143,37 @@ def test_ledger_show_fits_80_columns_with_every_value_whole(
             for token in str(row[key]).split():
                 assert token in output, (key, token)
         assert whole(format_value(row["cost"]), output)
+
+
+def test_explain_ledger_prints_ledger_shows_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One table for both commands (cli.release.ledger_table): the same rows, whole at 80
+    # columns, and the same caption with the certified upper and the lower bound.
+    from gaussdp.cli import app as full_app
+    from gaussdp.cli import explain as cli_explain
+    from gaussdp.mechanisms import Gaussian
+    from gaussdp.release import Budget, Ledger
+
+    db = tmp_path / "eps.db"
+    book = Ledger(db, total=Budget(epsilon=3.0, delta=1e-5))
+    for label in ("counts of visits per page and day", "sums"):
+        book.charge(Gaussian(sigma=4.0), label=label)
+    screen = narrow(monkeypatch)
+    monkeypatch.setattr(cli_explain, "console", cli_release.console)  # the same 80 columns
+    runner = CliRunner()
+    assert runner.invoke(full_app, ["ledger", "show", str(db)]).exit_code == 0
+    shown = screen.getvalue()
+    screen.seek(0)
+    screen.truncate()
+    result = runner.invoke(full_app, ["explain", "--ledger", str(db)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    explained = screen.getvalue()
+    assert max(len(line) for line in explained.splitlines()) <= 80
+    assert shown[shown.index("┏") :] in explained  # the table and caption, the title aside
+    assert "What ledger" in explained
+    for row in book.summary().rows:
+        assert whole(format_value(row.cost), explained)
+        for token in row.event.split():
+            assert token in explained
+    assert "certified upper" in explained

@@ -62,11 +62,26 @@ def test_release_reads_csv_from_stdin(app: typer.Typer, private_tmp: Path) -> No
     assert list(private_tmp.glob("gaussdp-stdin-*")) == []
 
 
-def test_stdin_bad_input_and_spark(app: typer.Typer, private_tmp: Path) -> None:
+def test_stdin_bad_input_and_spark(
+    app: typer.Typer, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = str(EXAMPLES / "visits.toml")
     r = CliRunner().invoke(app, ["release", spec, "--data", "-"], input="")
     assert r.exit_code == 2
-    assert "non-empty" in r.output
+    # Named as what the user gave, not as the temporary copy.
+    assert "standard input (--data -) must be a CSV with at least its header line" in r.output
+    assert "gaussdp-stdin" not in r.output
+    assert list(private_tmp.glob("gaussdp-stdin-*")) == []
+    # A malformed table: the engine's line names stdin.csv, not a temporary path.
+    r = CliRunner().invoke(app, ["release", spec, "--data", "-"], input="\x00\x01binary")
+    assert r.exit_code == 2
+    assert "gaussdp-stdin" not in r.output
+    # Spark is refused before standard input is read (nothing copied).
+
+    def never() -> None:
+        raise AssertionError("standard input was read")
+
+    monkeypatch.setattr(cli_release, "stdin_csv", never)
     r = CliRunner().invoke(
         app, ["release", spec, "--data", "-", "--engine", "spark"], input="user_id\n1\n"
     )

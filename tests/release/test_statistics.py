@@ -376,6 +376,15 @@ def test_spec_takes_the_new_statistics() -> None:
     bad = {**spec, "query": [{"statistic": "count", "quantiles": [0.5]}]}
     with pytest.raises(ValueError, match=r"^query\[0\] \(count\): quantiles must be omitted"):
         release_from_spec(bad, None)
+    # A unit counts once per group whatever its rows: an L∞ for distinct_units is refused
+    # (from the spec and from Query alike), not silently ignored.
+    bad = {**spec, "query": [{"statistic": "distinct_units", "max_rows_per_group": 3}]}
+    with pytest.raises(
+        ValueError, match=r"^query\[0\] \(distinct_units\): max_rows_per_group must be omitted"
+    ):
+        release_from_spec(bad, None)
+    with pytest.raises(ValueError, match="max_rows_per_group must be omitted for distinct_units"):
+        Query("distinct_units", by=("page",), max_rows_per_group=1)
 
 
 def test_tree_keeps_linf_rows_by_systematic_sampling() -> None:

@@ -329,7 +329,7 @@ def _budget_section_release(report: PrivacyReport) -> str:
 
 def _ledger_sections(ledger: Ledger) -> tuple[str, TradeoffCurve | None]:
     summary = ledger.summary()
-    unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
+    unit = summary.symbol
     rows = "".join(
         f"<tr><td>{r.id}</td><td>{_e(r.status)}</td><td>{_e(_fmt(r.cost))}</td>"
         f"<td>{_e(r.what)}</td><td>{_e(r.event)}</td>"

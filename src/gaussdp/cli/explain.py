@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gaussdp.cli._output import console, emit, fail, format_value, handle_errors, json_number
+from gaussdp.cli._output import console, emit, fail, handle_errors, json_number
 
 if TYPE_CHECKING:
     from gaussdp.privacy.tradeoff import TradeoffCurve
@@ -46,9 +46,9 @@ def explain_curve(
     noise_multiplier: float | None,
     sample_rate: float | None,
     steps: int | None,
-    ledger: Path | None = None,
 ) -> TradeoffCurve:
-    """The trade-off curve of the one guarantee the options describe."""
+    """The trade-off curve of the one guarantee the options describe (a ledger's:
+    :func:`ledger_curve`)."""
     from gaussdp.privacy.tradeoff import TradeoffCurve
 
     _check_one_guarantee(
@@ -59,11 +59,8 @@ def explain_curve(
             "--noise-multiplier/--sample-rate/--steps": any(
                 v is not None for v in (noise_multiplier, sample_rate, steps)
             ),
-            "--ledger": ledger is not None,
         }
     )
-    if ledger is not None:
-        return ledger_curve(ledger)[1]
     if mu is not None:
         return TradeoffCurve.from_gdp(mu)
     if rho is not None:
@@ -95,14 +92,11 @@ def ledger_curve(path: Path) -> tuple[LedgerSummary, TradeoffCurve]:
             TradeoffCurve.from_epsilon_delta(0.0, 0.0), description="nothing spent"
         )
     curve = TradeoffCurve.from_accountant(book.accountant())
-    unit = _SYMBOLS[summary.unit]
+    unit = summary.symbol
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     entries = f"{len(summary.rows)} {'entry' if len(summary.rows) == 1 else 'entries'}"
     description = f"ledger {path}: {entries}, {unit} ≤ {summary.spent:.4g}{at}"
     return summary, replace(curve, description=description)
-
-
-_SYMBOLS = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
 
 
 def _ledger_json(summary: LedgerSummary) -> dict[str, object]:
@@ -126,24 +120,6 @@ def _ledger_json(summary: LedgerSummary) -> dict[str, object]:
             for r in summary.rows
         ],
     }
-
-
-def _print_ledger(path: Path, summary: LedgerSummary) -> None:
-    from rich.table import Table
-
-    unit = _SYMBOLS[summary.unit]
-    table = Table(title=f"What ledger {path} spent", show_header=True, header_style="bold")
-    for name in ("id", "status", "what", "event", f"{unit} alone"):
-        table.add_column(name)
-    for r in summary.rows:
-        table.add_row(str(r.id), r.status, r.what, r.event, format_value(r.cost))
-    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
-    table.caption = (
-        f"composed: {unit} ≤ {summary.spent:.6g}{at} (certified upper bound), "
-        f"≥ {summary.spent_lower:.6g} (lower bound of the same accounting); "
-        f"total {summary.total}, remaining {unit} = {summary.remaining:.6g}"
-    )
-    console().print(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -211,7 +187,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(jsonlib.dumps(payload, indent=2, allow_nan=False))
             return
         if summary is not None and ledger is not None:
-            _print_ledger(ledger, summary)
+            from gaussdp.cli.release import ledger_table
+
+            screen = console()
+            screen.print(ledger_table(f"What ledger {ledger} spent", summary, screen.width))
         rows: list[tuple[str, str, object]] = [("guarantee", "guarantee", result.guarantee)]
         rows += [(f"max TPR at FPR = {f:g}", f"max_tpr_{f:g}", t) for f, t in readings]
         rows += [

@@ -29,12 +29,14 @@ from gaussdp.cli._output import (
     is_interrupt,
     is_quiet,
 )
+from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from gaussdp.release import ReleaseResult
     from gaussdp.release.core import RunProgress
+    from gaussdp.release.ledger import LedgerSummary
 
 __all__ = ["register"]
 
@@ -311,7 +313,7 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
 
     if book is not None:
         summary = book.summary()
-        unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
+        unit = summary.symbol
         at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
         _, limit = budget_limit(summary.total)
         return (
@@ -326,19 +328,24 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def stdin_csv() -> Iterator[Path]:
-    """Standard input copied, in chunks, to a private temporary ``.csv`` file (removed after).
+    """Standard input copied, in chunks, to ``stdin.csv`` in a private temporary folder
+    (removed after).
 
     The release reads its input more than once (validation, then one pass per
     grouping), so a pipe is kept on disk, readable by this user only, for the run.
+    The file's name is what an engine's error line shows (``opening stdin.csv``);
+    empty input is refused here, naming standard input.
     """
-    fd, name = tempfile.mkstemp(prefix="gaussdp-stdin-", suffix=".csv")
-    path = Path(name)
+    folder = Path(tempfile.mkdtemp(prefix="gaussdp-stdin-"))  # mode 0700
+    path = folder / "stdin.csv"
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with path.open("wb") as handle:
             shutil.copyfileobj(sys.stdin.buffer, handle, 2**20)
+        if path.stat().st_size == 0:
+            fail(invalid("standard input (--data -)", "a CSV with at least its header line", ""))
         yield path
     finally:
-        path.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _describe(step: RunProgress, engine: str) -> str:
@@ -432,11 +439,11 @@ def release_command(
     from gaussdp.release import load_spec, release_from_spec
 
     parsed = load_spec(spec)
+    if data == "-" and (engine or parsed.get("engine", "duckdb")) != "duckdb":
+        fail("--data - (CSV on standard input) needs the duckdb engine")  # before reading it
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(stdin_csv()) if data == "-" else data
         release = release_from_spec(parsed, source, engine=engine)
-        if data == "-" and release.engine != "duckdb":
-            fail("--data - (CSV on standard input) needs the duckdb engine")
         _release(release, spec, data, ledger, out, fmt, report_file, show, as_json)
 
 
@@ -569,7 +576,6 @@ def ledger_show(
         from gaussdp.audit.report import html_report
 
         report_file.write_text(html_report(ledger=book), encoding="utf-8")
-    unit = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[summary.unit]
     if as_json:
         typer.echo(
             json.dumps(
@@ -600,8 +606,17 @@ def ledger_show(
             )
         )
         return
-    # Every value whole at any width: the text fields are stacked one per line when the
-    # columns do not fit (the event description is long), never cut.
+    screen = console()
+    screen.print(ledger_table(f"ledger {path}", summary, screen.width))
+
+
+def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
+    """A ledger's entries and totals (``gaussdp ledger show``, ``gaussdp explain --ledger``).
+
+    Every value whole at any width: the text fields are stacked one per line
+    when the columns do not fit (the event description is long), never cut.
+    """
+    unit = summary.symbol
     names = ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed")
     header = [(name, name == f"{unit} alone") for name in names]
     rows = [
@@ -617,14 +632,14 @@ def ledger_show(
         ]
         for r in summary.rows
     ]
-    screen = console()
-    table = fit_table(f"ledger {path}", header, rows, screen.width, separator="\n")
+    table = fit_table(title, header, rows, width, separator="\n")
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
-        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at}"
-        f" (lower bound {summary.spent_lower:.6g}); remaining {unit} = {summary.remaining:.6g}"
+        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at} (certified upper "
+        f"bound; lower bound {summary.spent_lower:.6g}); remaining {unit} = "
+        f"{summary.remaining:.6g}"
     )
-    screen.print(table)
+    return table
 
 
 def register(app: typer.Typer) -> None:

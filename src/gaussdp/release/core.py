@@ -741,7 +741,7 @@ class Release:
             aggregates = []
             for sql in sqls:
                 tracker.stage("bounding and aggregating")
-                aggregates.append(engine.query(sql))
+                aggregates.append(engine.columns(sql))
         finally:
             engine.close()
         tracker.stage("adding noise")
@@ -954,15 +954,18 @@ def _open(release: Release) -> Engine:
 def _aggregate(
     release: Release, rng: RandomSource | None = None
 ) -> tuple[Plan, list[list[tuple[Any, ...]]]]:
-    """Run only the engine part (bounding and aggregation); for tests and audits."""
+    """Run only the engine part (bounding and aggregation); for tests and audits.
+
+    The rows are those of :meth:`Engine.columns`, the fetch a release uses.
+    """
     plan = release.plan()
     engine = _open(release)
     try:
         _, sqls = _prepare(release, plan, engine, check_rng(rng))
-        rows = [engine.query(sql) for sql in sqls]
+        results = [engine.columns(sql) for sql in sqls]
     finally:
         engine.close()
-    return plan, rows
+    return plan, [list(zip(*(c.tolist() for c in columns), strict=True)) for columns in results]
 
 
 def _report(plan: Plan, queries: Sequence[Query]) -> PrivacyReport:
@@ -1026,21 +1029,8 @@ def _ints(column: np.ndarray[Any, Any]) -> _Ints:
         return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
 
 
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[np.ndarray[Any, Any]]:
-    """The engine's rows as ``width`` object columns, copied in C (no per-row Python work)."""
-    table = np.empty((len(rows), width), dtype=object)
-    if rows:
-        try:
-            table[:] = rows
-        except ValueError:  # a key that numpy takes for a sequence (a LIST column)
-            for i, row in enumerate(rows):
-                for j, value in enumerate(row):
-                    table[i, j] = value
-    return [table[:, j] for j in range(width)]
-
-
 def _cells(
-    g: Grouping, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
+    g: Grouping, typed: tuple[KeyTuple, ...] | None, columns: list[np.ndarray[Any, Any]]
 ) -> tuple[list[_Ints], list[_Ints], _Ints]:
     """Key columns (user values), aggregate columns and distinct-unit counts, one entry per cell.
 
@@ -1051,7 +1041,7 @@ def _cells(
     """
     width = len(g.by) + (1 if g.histogram is not None else 0)
     n_out = len(g.outputs)
-    columns = _columns(rows, width + 1 + n_out)
+    rows = len(columns[0])
     keys = columns[:width]
     units = _ints(columns[width])
     aggs = [_ints(c) for c in columns[width + 1 : width + 1 + n_out]]
@@ -1088,53 +1078,72 @@ def _cells(
     return key_columns, [pick(a) for a in aggs], pick(units)
 
 
+@dataclass(frozen=True, slots=True)
+class _Leaves:
+    """A quantile tree's nonzero leaf counts, sparse: engine row i adds ``count[i]`` to leaf
+    ``leaf[i]`` of group ``group[i]`` (−1: a group that is not released). Each (group, leaf)
+    appears once (the SQL groups by keys and leaf)."""
+
+    group: np.ndarray[Any, Any]
+    leaf: np.ndarray[Any, Any]
+    count: np.ndarray[Any, Any]
+
+    def kept(self, keep: np.ndarray[Any, Any]) -> _Leaves:
+        """Only the groups where ``keep`` (bool per group) holds, renumbered in order."""
+        number = np.where(keep, np.cumsum(keep) - 1, -1)
+        group = np.where(self.group >= 0, number[np.maximum(self.group, 0)], -1)
+        return _Leaves(group, self.leaf, self.count)
+
+    def dense(self, groups: int, resolution: int) -> _Ints:
+        """The groups × leaves array of counts."""
+        out = np.zeros((groups, resolution), dtype=np.int64)
+        at = self.group >= 0
+        out[self.group[at], self.leaf[at]] = self.count[at]
+        return out
+
+
 def _tree_cells(
-    g: Grouping, resolution: int, typed: tuple[KeyTuple, ...] | None, rows: list[tuple[Any, ...]]
-) -> tuple[list[_Ints], list[_Ints], _Ints]:
-    """Key columns, the leaf counts (one array per leaf) and distinct units, one entry per group.
+    g: Grouping, typed: tuple[KeyTuple, ...] | None, columns: list[np.ndarray[Any, Any]]
+) -> tuple[list[_Ints], _Leaves, _Ints]:
+    """Key columns, the leaf counts (sparse, :class:`_Leaves`) and distinct units per group.
 
     The engine's rows are (keys…, leaf, units, count), ordered by keys and leaf
     (:func:`gaussdp.release.sql.tree_sql`); a group's units are the sum of its
     rows' ``units``. Public keys (or the one group of an ungrouped query) all
-    appear, missing ones with zero counts.
+    appear, missing ones with zero counts. The counts stay sparse until private
+    partition selection has dropped most candidate groups: 10⁶ candidates ×
+    256 leaves would be 2 GB of zeros.
     """
     import pandas as pd
 
     width = len(g.by)
-    columns = _columns(rows, width + 3)
+    rows = len(columns[0])
     keys = columns[:width]
     # Each row's group: the keys factorised column by column, in order of first appearance
     # (the engine's order, which the SQL fixes), the codes combined after each column so
     # they stay below the number of rows.
-    code = np.zeros(len(rows), dtype=np.int64)
+    code = np.zeros(rows, dtype=np.int64)
     for column in keys:
         part, uniques = pd.factorize(column, use_na_sentinel=False)
         code = pd.factorize(code * len(uniques) + part)[0]
-    # A group's first row is where the code exceeds every earlier one (codes count up).
+    # A group's first row is where the code exceeds every earlier one (codes count up), and
+    # its rows are contiguous (the engine's rows come ordered by the keys).
     first = np.flatnonzero(code > np.maximum.accumulate(np.r_[-1, code[:-1]]))
-    found: list[KeyTuple] = (
-        list(zip(*(column[first] for column in keys), strict=True)) if width else [()] * len(first)
-    )
-    leaves = np.zeros((len(found), resolution), dtype=np.int64)
-    np.add.at(leaves, (code, _ints(columns[width]).astype(np.intp)), _ints(columns[width + 2]))
-    units = np.zeros(len(found), dtype=np.int64)
-    np.add.at(units, code, _ints(columns[width + 1]))
+    units = np.add.reduceat(_ints(columns[width + 1]), first) if rows else np.zeros(0, np.int64)
+    leaf, count = _ints(columns[width]), _ints(columns[width + 2])
     if g.by and g.keys is None:  # private partition selection happens later
-        wanted, at = found, np.arange(len(found))
-    else:
-        public = g.keys if g.keys is not None else ((),)
-        values = typed if typed is not None else public
-        wanted = list(public)
-        index = {key: i for i, key in enumerate(found)}
-        at = np.array([index.get(v, -1) for v in values], dtype=np.intp)
+        return [column[first] for column in keys], _Leaves(code, leaf, count), units
+    public = g.keys if g.keys is not None else ((),)
+    values = typed if typed is not None else public
+    found = zip(*(column[first] for column in keys), strict=True) if width else [()] * len(first)
+    index = {key: i for i, key in enumerate(found)}
+    at = np.array([index.get(v, -1) for v in values], dtype=np.intp)
     hit = at >= 0
-    take = np.where(hit, at, 0)
-    leaves = (
-        np.where(hit[:, None], leaves[take], 0) if len(found) else np.zeros((len(at), resolution))
-    ).astype(np.int64)
-    units = np.where(hit, units[take], 0) if len(found) else np.zeros(len(at), np.int64)
-    key_columns = [np.array([k[j] for k in wanted], dtype=object) for j in range(width)]
-    return key_columns, [leaves[:, j] for j in range(resolution)], units
+    position = np.full(len(first), -1, dtype=np.int64)  # engine's group → public key's index
+    position[at[hit]] = np.flatnonzero(hit)
+    key_columns = [np.array([k[j] for k in public], dtype=object) for j in range(width)]
+    units = np.where(hit, units[at], 0) if len(first) else np.zeros(len(at), np.int64)
+    return key_columns, _Leaves(position[code], leaf, count), units
 
 
 def _tree_frame(
@@ -1157,7 +1166,7 @@ def _tree_frame(
     branching, resolution = q.branching or 2, q.resolution or 1
     groups = leaves.shape[0]
     noisy = []
-    for level in tree.node_counts(leaves.reshape(groups, resolution), branching):
+    for level in tree.node_counts(leaves, branching):
         z = np.asarray(_noise.draw(m.sigma2, level.size, rng))
         noisy.append(np.asarray(_add(level.reshape(-1), z), dtype=np.float64).reshape(level.shape))
     consistent = tree.consistent_leaves(noisy, branching)
@@ -1191,7 +1200,7 @@ def _results(
     release: Release,
     plan: Plan,
     typed: list[tuple[KeyTuple, ...] | None],
-    aggregates: list[list[tuple[Any, ...]]],
+    aggregates: list[list[np.ndarray[Any, Any]]],
     rng: RandomSource,
     noise: dict[Fraction, _Noise],
     *,
@@ -1208,26 +1217,30 @@ def _results(
                 group_columns.append(c)
     has_bins = any(q.statistic == "histogram" for q in queries)
     per_query: dict[int, pd.DataFrame] = {}
-    for g, g_typed, rows in zip(plan.groupings, typed, aggregates, strict=True):
+    for g, g_typed, result in zip(plan.groupings, typed, aggregates, strict=True):
+        leaves: _Leaves | None = None
+        aggs: list[_Ints] = []
         if g.tree is not None:
-            keys, aggs, units = _tree_cells(g, g.tree.resolution, g_typed, rows)
+            keys, leaves, units = _tree_cells(g, g_typed, result)
         else:
-            keys, aggs, units = _cells(g, g_typed, rows)
+            keys, aggs, units = _cells(g, g_typed, result)
         if g.selection is not None:
             s = g.selection
             z = _noise.draw(s.sigma2, len(units), rng)
             keep = np.asarray(_add(units, np.asarray(z)) >= s.threshold, dtype=bool)
             keys = [k[keep] for k in keys]
             aggs = [a[keep] for a in aggs]
+            leaves = None if leaves is None else leaves.kept(keep)
             units = units[keep]
         n = len(units)
         base: dict[str, Any] = {
             plan.internal[k]: column for k, column in zip(g.by, keys, strict=False)
         }
-        if g.tree is not None:
+        if leaves is not None and g.tree is not None:
+            counts = leaves.dense(n, g.tree.resolution)
             for m in g.measures:  # one noisy tree per quantile query
                 per_query[m.query] = _tree_frame(
-                    queries[m.query], base, np.stack(aggs, axis=1), m, release.confidence, rng
+                    queries[m.query], base, counts, m, release.confidence, rng
                 )
             continue
         noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]] = {}
@@ -1369,8 +1382,12 @@ def _ratio(
     hs, hc = nzs.half_bonferroni * gamma, nzc.half_bonferroni
     c_lo, c_hi = c - hc, c + hc
     usable = c_lo >= 1  # else the count's interval reaches 0: fall back to the bounds
-    safe_lo = np.where(usable, c_lo, 1.0)
-    ratios = np.stack([(s - hs) / safe_lo, (s - hs) / c_hi, (s + hs) / safe_lo, (s + hs) / c_hi])
+    # Both ends replaced where unusable: a noisy count of exactly −hc made c_hi = 0 and
+    # numpy warn of a division by zero (an error under -W error, after the charge).
+    safe_lo, safe_hi = np.where(usable, c_lo, 1.0), np.where(usable, c_hi, 1.0)
+    ratios = np.stack(
+        [(s - hs) / safe_lo, (s - hs) / safe_hi, (s + hs) / safe_lo, (s + hs) / safe_hi]
+    )
     low = np.where(usable, np.clip(ratios.min(axis=0), lo, hi), lo)
     high = np.where(usable, np.clip(ratios.max(axis=0), lo, hi), hi)
     return value, std, low, high

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gaussdp.errors import EngineError, MissingExtraError, invalid
 
 __all__ = [
@@ -225,6 +227,17 @@ class Engine(ABC):
         """Run ``sql`` and return all rows (:class:`EngineError` on failure)."""
 
     @abstractmethod
+    def columns(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[np.ndarray[Any, Any]]:
+        """Run ``sql`` and return its result column by column (:class:`EngineError` on failure).
+
+        Each column is an object array of the values :meth:`query` returns
+        (``int``, ``str``, ``datetime.date``, …), except that an engine may
+        return a column of integers without NULLs as ``int64``.
+        """
+
+    @abstractmethod
     def close(self) -> None:
         """Release what :meth:`register` created."""
 
@@ -259,6 +272,36 @@ def default_memory_limit() -> int:
     except (AttributeError, OSError, ValueError):  # pragma: no cover - not POSIX
         total = 4 * 2**30
     return max(256 * 2**20, min(2**30, total // 4))
+
+
+#: DuckDB types whose Arrow form converts to the same Python values as DuckDB's ``fetchall``.
+_ARROW_EXACT = re.compile(
+    r"(U?(TINYINT|SMALLINT|INTEGER|BIGINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\s*\d+\)|VARCHAR|DATE"
+    r"|TIMESTAMP|TIMESTAMP WITH TIME ZONE|BOOLEAN)"
+    r"\Z"
+)
+
+
+def _from_arrow(column: Any) -> np.ndarray[Any, Any]:
+    """One Arrow result column as numpy (see :meth:`DuckDBEngine.columns`)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    kind = column.type
+    if column.null_count == 0:
+        # Integers that fit int64 (not UBIGINT: those beyond 2⁶³ would wrap).
+        if pa.types.is_integer(kind) and (kind.bit_width < 64 or pa.types.is_signed_integer(kind)):
+            return np.asarray(column.to_numpy(), dtype=np.int64)
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+    return np.fromiter(column.to_pylist(), dtype=object, count=len(column))
+
+
+def _columns_of(rows: Sequence[Sequence[Any]], width: int) -> list[np.ndarray[Any, Any]]:
+    """Result rows as ``width`` object columns (``np.fromiter``: a value that is itself a
+    sequence stays one value)."""
+    return [
+        np.fromiter((row[j] for row in rows), dtype=object, count=len(rows)) for j in range(width)
+    ]
 
 
 class DuckDBEngine(Engine):
@@ -326,6 +369,9 @@ class DuckDBEngine(Engine):
                 invalid("DuckDB settings", "valid (memory_limit, threads)", str(error))
             ) from None
         con = self._con
+        # DuckDB prints its own progress bar by default (to stderr, on long queries): a library
+        # prints nothing; Release.run's `progress` reports to whoever asks.
+        con.execute("SET enable_progress_bar_print = false")
         try:
             if isinstance(source, str | os.PathLike):
                 kind, files = _files(source)
@@ -398,6 +444,34 @@ class DuckDBEngine(Engine):
     ) -> list[tuple[Any, ...]]:
         with self.failures(action), self._watch():
             return [tuple(row) for row in self._con.execute(sql).fetchall()]
+
+    def columns(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[np.ndarray[Any, Any]]:
+        """The result through Arrow, column by column: no Python tuple per row.
+
+        A 10⁶-row result comes back in a fraction of the time ``fetchall`` and
+        the copy of its tuples into arrays take. Integer columns without NULLs
+        are ``int64``; strings are object arrays of ``str``; other types are
+        converted value by value as :meth:`query` returns them. Where Arrow's
+        Python values differ from DuckDB's own (``HUGEINT`` comes back as a
+        ``Decimal``, ``INTERVAL`` as Arrow's own type), or without pyarrow
+        (an optional dependency), the rows are fetched as by :meth:`query`.
+        """
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            arrow = False
+        else:
+            arrow = True
+        with self.failures(action), self._watch():
+            relation = self._con.sql(sql)
+            if relation is None:  # pragma: no cover - gaussdp's SQL is always a SELECT
+                return []
+            if not arrow or not all(_ARROW_EXACT.match(str(t)) for t in relation.types):
+                return _columns_of(relation.fetchall(), len(relation.columns))
+            table = relation.to_arrow_table()
+        return [_from_arrow(table.column(i)) for i in range(table.num_columns)]
 
     @contextlib.contextmanager
     def _watch(self) -> Iterator[None]:
@@ -522,13 +596,24 @@ class SparkEngine(Engine):
     def query(
         self, sql: str, *, action: str = "running the release query"
     ) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self._collect(sql, action)[0]]
+
+    def columns(
+        self, sql: str, *, action: str = "running the release query"
+    ) -> list[np.ndarray[Any, Any]]:
+        rows, width = self._collect(sql, action)
+        return _columns_of(rows, width)
+
+    def _collect(self, sql: str, action: str) -> tuple[list[Any], int]:
+        """The result's rows (collected to the driver: the small per-group result) and width."""
         # ANSI mode: an integer overflow in the bounding raises instead of wrapping.
         conf = self._spark.conf
         before = conf.get("spark.sql.ansi.enabled", None)
         conf.set("spark.sql.ansi.enabled", "true")
         try:
             with self.failures(action):
-                return [tuple(row) for row in self._spark.sql(sql).collect()]
+                frame = self._spark.sql(sql)
+                return frame.collect(), len(frame.columns)
         finally:
             if before is None:
                 conf.unset("spark.sql.ansi.enabled")

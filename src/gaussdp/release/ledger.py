@@ -165,6 +165,11 @@ class LedgerSummary:
     slack: float
     rows: tuple[LedgerRow, ...]
 
+    @property
+    def symbol(self) -> str:
+        """The unit's symbol: ``"ε"``, ``"ρ"`` or ``"μ"``."""
+        return {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[self.unit]
+
 
 class Ledger:
     """A persistent privacy filter (one SQLite file, WAL mode).

@@ -166,7 +166,7 @@ class Query:
     max_groups_per_unit, max_rows_per_group : int, optional
         This query's own L0 and L∞, instead of the release's; its sensitivity
         and the accounting use them. L0 only for grouped queries (``by`` or a
-        histogram's bins).
+        histogram's bins); no L∞ for ``distinct_units`` (meaningless there).
 
     Examples
     --------
@@ -266,6 +266,15 @@ class Query:
             l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
             object.__setattr__(self, "max_groups_per_unit", l0)
         if self.max_rows_per_group is not None:
+            if self.statistic == "distinct_units":
+                raise ValueError(
+                    invalid(
+                        "max_rows_per_group",
+                        "omitted for distinct_units (a unit counts once in each of its "
+                        "groups, however many rows it has there)",
+                        self.max_rows_per_group,
+                    )
+                )
             linf = check_int("max_rows_per_group", self.max_rows_per_group, minimum=1)
             if linf > MAX_ROWS_PER_GROUP:
                 raise ValueError(
