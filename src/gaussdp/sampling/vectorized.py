@@ -536,12 +536,16 @@ def _finish_low(huge: _HugeScale, low: U64Array, i: int, m: int, rng: RandomSour
     ``U'' < e^{-l/t}`` (decided exactly, §3), otherwise a fresh uniform ``l`` and a
     fresh ``U''``, until one is accepted (rejection sampling, independent of ``G``).
     """
-    lo = _low_int(huge, low, i)
+    _set_low(huge, low, i, _accepted_low(huge, m, _low_int(huge, low, i), rng))
+
+
+def _accepted_low(huge: _HugeScale, m: int, lo: int, rng: RandomSource) -> int:
+    """The ``Lo`` that :func:`_finish_low` keeps, from the first ``lo`` and ``U''``'s prefix."""
     accepted = LazyUniform(m, 32, rng).below_exp_neg(huge.lo_exponent(lo))
     while not accepted:
         lo = rng.randbits(huge.shift)
         accepted = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
-    _set_low(huge, low, i, lo)
+    return lo
 
 
 def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSource) -> U64Array:
@@ -586,6 +590,35 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
         lazy = LazyUniform(int(m_acc[i]), 32, rng)
         accepted[i] = lazy.below_exp_neg(plan.gamma(magnitude))
     return _limb_rows(huge, g, low, negative, np.flatnonzero(accepted))
+
+
+def _laplace_huge_few(huge: _HugeScale, n: int, need: int, rng: RandomSource) -> list[int]:
+    """:func:`_laplace_huge` on ``n`` candidates, one at a time, stopping after ``need``.
+
+    The same words in the same layout and the same decisions (§2.3, §4.1), on Python
+    ints; the outputs are Python ints.
+    """
+    n_half = (n + 1) // 2
+    words = _word_list(rng, n + n_half + n * huge.low_words)
+    out: list[int] = []
+    for i in range(n):
+        w = words[i]
+        negative = w & 1
+        g = _geometric_one(w >> 12, 52, huge.tau, huge.tau_f, rng)
+        m_lo = words[n + i] >> 32 if i < n_half else words[n + i - n_half] & 0xFFFFFFFF
+        lo = 0
+        for word in words[n + n_half + i :: n]:
+            lo = (lo << 64) | word
+        lo >>= huge.drop
+        if m_lo >= huge.lo_accept - 1:  # U'' did not accept Lo unseen: _finish_low
+            lo = _accepted_low(huge, m_lo, lo, rng)
+        if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        magnitude = (g << huge.shift) | lo
+        out.append(-magnitude if negative else magnitude)
+        if len(out) == need:
+            break
+    return out
 
 
 def _limb_rows(
@@ -656,10 +689,7 @@ def _gaussian_huge_few(
         lo >>= huge.drop
         m_lo, m_acc = words[n + i] >> 32, words[n + i] & 0xFFFFFFFF
         if m_lo >= huge.lo_accept - 1:  # U'' did not accept Lo unseen: _finish_low
-            accepted_lo = LazyUniform(m_lo, 32, rng).below_exp_neg(huge.lo_exponent(lo))
-            while not accepted_lo:
-                lo = rng.randbits(huge.shift)
-                accepted_lo = LazyUniform(0, 0, rng).below_exp_neg(huge.lo_exponent(lo))
+            lo = _accepted_low(huge, m_lo, lo, rng)
         if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
             continue
         magnitude = (g << huge.shift) | lo
@@ -845,7 +875,8 @@ def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
         plan.acceptance,
         lambda n: _LimbRows(n, huge.limbs),
         functools.partial(_finish_limbs, plan),
-        None,
+        lambda m, need: _laplace_huge_few(huge, m, need, source),
+        not plan.int64,
     )
 
 
