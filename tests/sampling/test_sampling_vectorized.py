@@ -479,6 +479,7 @@ def _both_paths(
         *[(discrete_gaussian, s) for s in (Fraction(1, 4), 1, Fraction(7, 3), 100, 65536, 10**12)],
         *[(discrete_gaussian, s) for s in (10**18, 10**100)],  # t > 2**26: the huge path
         *[(discrete_laplace, s) for s in (Fraction(1, 10), 1, Fraction(5, 2), 1000, 2**20)],
+        *[(discrete_laplace, s) for s in (10**9, Fraction(10**40, 7))],  # the huge path
     ],
     # Names, not reprs: a function's repr holds its address, which differs between
     # pytest-xdist workers and makes them collect different tests.
@@ -488,9 +489,10 @@ def test_few_outputs_are_the_vectorised_outputs(
     monkeypatch: pytest.MonkeyPatch, sampler: object, param: object
 ) -> None:
     # Same words, same bit layout, same decisions: the outputs and the position in the
-    # stream afterwards agree (65536 has t = 257: the unpacked layout; 10**100 gives
-    # Python ints).
+    # stream afterwards agree (65536 has t = 257: the unpacked layout; 10**100 and
+    # 10**40/7 give Python ints).
     assert vec._FEW_MAX >= 16
+    int64_max = 2**80 if sampler is discrete_gaussian else 2**40  # σ² or scale
     for seed in range(25):
         for n in (1, 2, 5, 16):
             a, b, a_next, b_next = _both_paths(
@@ -500,7 +502,7 @@ def test_few_outputs_are_the_vectorised_outputs(
                 lambda seed=seed: ChaCha20Random(seed),
             )
             assert a.tolist() == b.tolist()
-            assert a.dtype == b.dtype == (object if param == 10**100 else np.int64)
+            assert a.dtype == b.dtype == (object if param > int64_max else np.int64)
             assert a_next == b_next
 
 

@@ -592,6 +592,35 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
     return _limb_rows(huge, g, low, negative, np.flatnonzero(accepted))
 
 
+def _laplace_huge_few(huge: _HugeScale, n: int, need: int, rng: RandomSource) -> list[int]:
+    """:func:`_laplace_huge` on ``n`` candidates, one at a time, stopping after ``need``.
+
+    The same words in the same layout and the same decisions (§2.3, §4.1), on Python
+    ints; the outputs are Python ints.
+    """
+    n_half = (n + 1) // 2
+    words = _word_list(rng, n + n_half + n * huge.low_words)
+    out: list[int] = []
+    for i in range(n):
+        w = words[i]
+        negative = w & 1
+        g = _geometric_one(w >> 12, 52, huge.tau, huge.tau_f, rng)
+        m_lo = words[n + i] >> 32 if i < n_half else words[n + i - n_half] & 0xFFFFFFFF
+        lo = 0
+        for word in words[n + n_half + i :: n]:
+            lo = (lo << 64) | word
+        lo >>= huge.drop
+        if m_lo >= huge.lo_accept:  # U'' did not accept Lo unseen (m'' + 1 > lo_accept)
+            lo = _accept_low(huge, lo, m_lo, rng)
+        if negative and g == 0 and lo == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            continue
+        magnitude = (g << huge.shift) | lo
+        out.append(-magnitude if negative else magnitude)
+        if len(out) == need:
+            break
+    return out
+
+
 def _limb_rows(
     huge: _HugeScale, g: IntArray, low: U64Array, negative: BoolArray, index: IntArray
 ) -> U64Array:
@@ -846,7 +875,8 @@ def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
         plan.acceptance,
         lambda n: _LimbRows(n, huge.limbs),
         functools.partial(_finish_limbs, plan),
-        None,
+        lambda m, need: _laplace_huge_few(huge, m, need, source),
+        not plan.int64,
     )
 
 
