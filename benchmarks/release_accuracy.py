@@ -21,14 +21,14 @@ standard deviation of the absolute errors over √runs).
   candidates, pure ε; each of k quantiles gets ε/k).
 - ``pipelinedp``: ``Metrics.PERCENTILE`` (its quantile tree), ``VARIANCE``,
   ``PRIVACY_ID_COUNT`` with Gaussian noise at (ε, δ), one public partition.
-
 - ``tumult``: Tumult Analytics (``tmlt.analytics`` 0.21, on Spark) under an
   ``ApproxDPBudget(ε, δ)`` — the budget type of the (ε, δ) used here — and
   ``AddOneRow()`` (one row per user, so a row is the unit): ``quantile`` (each of
   k levels one query at (ε/k, δ/k); Tumult's quantile is pure ε and spends no
   δ), ``variance`` and ``count`` (under an ``ApproxDPBudget`` Tumult adds
   Laplace noise and sets δ to 0: its Gaussian noise needs a ``RhoZCDPBudget``,
-  whose quantiles would get ε = √(2ρ) from the ρ that (ε, δ) allows — less).
+  whose quantiles would get ε = √(8ρ) (Tumult charges ε²/8) from the ρ ≈ 0.02
+  that (1, 10⁻⁶) allows: ≈ 0.4 against 1 — less).
   To avoid Spark's per-query overhead (≈ 15 s a query on a loaded 2-core
   machine), the runs are the groups of one grouped query: the table is copied
   ``--runs`` times with a ``copy`` column, and each query is grouped by
