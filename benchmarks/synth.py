@@ -3,8 +3,9 @@
 Run with::
 
     python benchmarks/synth.py [--data bn|xor|wine|census] [--rows 5000] [--seeds 5] \
-        [--epsilon 1.0] [--delta 1e-6] [--methods gaussdp-mst,gaussdp-aim,mst,aim] \
-        [--timeout 3600] [--smartnoise-python /work/venv-snsynth/bin/python]
+        [--first-seed 0] [--epsilon 1.0] [--delta 1e-6] \
+        [--methods gaussdp-mst,gaussdp-aim,mst,aim] [--timeout 3600] \
+        [--smartnoise-python /work/venv-snsynth/bin/python]
 
 Every method gets the same discretised table (each column's cell codes, from
 the public domains of :mod:`gaussdp.synth.data` or ``examples/synth_census.py``),
@@ -13,7 +14,9 @@ same ε and δ, and draws as many rows as the input has. The error of a run is t
 average, over all 3-way marginals, of the total-variation distance between the
 synthetic and the true table's marginal (the workload error of McKenna et al.
 2021, halved); the table reports its mean and standard deviation over the seeds
-and the mean time per run (fit and sample, after imports).
+and the mean time per run (fit and sample, after imports): wall seconds and
+the CPU seconds of the process (all its threads; on a shared machine the wall
+time mostly measures the load).
 
 - ``gaussdp MST`` / ``gaussdp AIM``: :class:`gaussdp.synth.Synthesizer`
   (L0 = L∞ = 1; ``method="mst"|"aim"``, AIM with its defaults: all 3-way
@@ -60,13 +63,13 @@ def _peer(method: str, codes: str, epsilon: float, delta: float, seed: int, out:
 
     np.random.seed(seed)  # noqa: NPY002 - snsynth and mbi<2 draw from numpy's global generator
     data = pd.read_csv(codes)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     synth = Synthesizer.create(method, epsilon=epsilon, delta=delta)
     synth.fit(data, categorical_columns=list(data.columns), preprocessor_eps=0.0)
     sample = synth.sample(len(data))
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     sample.to_csv(out, index=False)
-    print(json.dumps({"seconds": seconds}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu}))
 
 
 def _dataset(name: str, rows: int) -> tuple[dict[str, np.ndarray], dict[str, int], object]:
@@ -118,6 +121,7 @@ def main() -> None:
     parser.add_argument("--data", choices=["bn", "xor", "wine", "census"], default="bn")
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, ...")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--iters", type=int, default=1000)
@@ -146,12 +150,12 @@ def main() -> None:
         f"epsilon = {args.epsilon}, delta = {args.delta}, {args.seeds} seeds"
     )
     table = pd.DataFrame(truth)
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, float]]] = {}
     methods = args.methods.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         codes_csv = os.path.join(tmp, "codes.csv")
         table.to_csv(codes_csv, index=False)
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for ours in ("mst", "aim"):
                 if f"gaussdp-{ours}" not in methods:
                     continue
@@ -166,12 +170,12 @@ def main() -> None:
                     iters=args.iters,
                     method=ours,
                 )
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 result = synth.run(rows=n, rng=ChaCha20Random(seed))
-                seconds = time.perf_counter() - start
+                seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
                 out = {c: result.frame[c].to_numpy(dtype=np.int64) for c in sizes}
                 name = f"gaussdp {ours.upper()}"
-                results.setdefault(name, []).append((_error(out, truth, sizes), seconds))
+                results.setdefault(name, []).append((_error(out, truth, sizes), seconds, cpu))
                 print(f"seed {seed} {name}: {results[name][-1]} {result.tree}", flush=True)
             for method in ("mst", "aim"):
                 if method not in methods:
@@ -196,19 +200,21 @@ def main() -> None:
                 if proc.returncode != 0:
                     print(f"{name}: failed: {proc.stderr.strip().splitlines()[-1:]}")
                     continue
-                seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+                timing = json.loads(proc.stdout.strip().splitlines()[-1])
                 sample = pd.read_csv(out_csv)
                 out = {c: sample[c].to_numpy(dtype=np.int64) for c in sizes}
-                results.setdefault(name, []).append((_error(out, truth, sizes), seconds))
+                error = _error(out, truth, sizes)
+                results.setdefault(name, []).append((error, timing["seconds"], timing["cpu"]))
                 print(f"seed {seed} {name}: {results[name][-1]}", flush=True)
-    print(f"\n| method | 3-way TV error, mean ± sd over {args.seeds} seeds | seconds per run |")
-    print("|---|---|---|")
+    print(f"\n| method | 3-way TV error, mean ± sd over {args.seeds} seeds | seconds | CPU s |")
+    print("|---|---|---|---|")
     for name, runs in results.items():
-        errors = np.array([e for e, _ in runs])
-        times = np.array([t for _, t in runs])
+        errors = np.array([e for e, _, _ in runs])
+        times = np.array([t for _, t, _ in runs])
+        cpus = np.array([c for _, _, c in runs])
         print(
             f"| {name} | {errors.mean():.4f} ± {errors.std(ddof=1) if len(runs) > 1 else 0:.4f} "
-            f"| {times.mean():.2f} |"
+            f"| {times.mean():.2f} | {cpus.mean():.2f} |"
         )
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from gaussdp.accounting import (
     Composed,
+    Event,
     PLDAccountant,
     RecordedCost,
     SelfComposed,
@@ -24,6 +25,7 @@ from gaussdp.accounting import (
     event_from_json,
     event_to_json,
 )
+from gaussdp.accounting.filter import budget_accountant, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, LedgerError
 from gaussdp.mechanisms import Gaussian, Laplace
@@ -406,3 +408,33 @@ def test_fraction_and_float_fields_round_trip_exactly(tmp_path: Path) -> None:
     (entry,) = ledger.entries()
     assert entry.event == lattice
     assert isinstance(entry.event.sigma2, Fraction)  # type: ignore[union-attr]
+
+
+def test_remembered_spends_are_the_fresh_compositions(tmp_path: Path) -> None:
+    # The ledger remembers what each history spends (a PLD build can take seconds);
+    # every answer must equal a fresh composition of the history as it is in the file.
+    total = Budget(epsilon=1.0, delta=1e-6)
+    ledger = Ledger(tmp_path / "m.db", total=total)
+    other = Ledger(tmp_path / "m.db")  # another writer of the same file
+    gauss, other_run = Gaussian(sigma=20.0), Gaussian(sigma=10.0)
+
+    def fresh(*events: Event) -> float:
+        acc = budget_accountant(total)
+        for e in events:
+            acc.compose(e)
+        return spent(total, acc).value
+
+    r = ledger.reserve(SelfComposed(gauss, 4), label="block")
+    assert ledger.spent == fresh(SelfComposed(gauss, 4))
+    ledger.commit_part(r, 2)  # the entry shrinks: the history changes, so must the spend
+    assert ledger.spent == fresh(SelfComposed(gauss, 2))
+    other.reserve(other_run, label="elsewhere")
+    assert ledger.spent == fresh(SelfComposed(gauss, 2), other_run)
+    big = SelfComposed(gauss, 4000)
+    with pytest.raises(BudgetExceededError) as first:
+        ledger.reserve(big, label="too much")
+    with pytest.raises(BudgetExceededError) as again:  # a retry: the same refusal
+        ledger.reserve(big, label="too much")
+    assert str(again.value) == str(first.value)
+    assert f"costs ε = {fresh(big):.3g}" in str(first.value)
+    assert len(ledger.entries()) == 2

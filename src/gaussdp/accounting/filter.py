@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gaussdp._validation import check_int
@@ -139,6 +140,7 @@ def refusal(
     *,
     owner: str = "filter",
     what: str = "this",
+    measure: Callable[[Budget, Accountant], Spent] = spent,
 ) -> tuple[str | None, Accountant]:
     """Check ``count`` runs of ``event`` against ``budget`` after the history in ``before``.
 
@@ -147,7 +149,8 @@ def refusal(
     ``(message, before)`` with a one-line message in the budget's own terms
     (``what`` names the event, ``owner`` the budget's holder):
     ``"refused: this costs ε = 0.41 at δ = 1e-06; the ledger has ε = 0.22 left of
-    3 (δ = 1e-05)"``. ``before`` is never changed.
+    3 (δ = 1e-05)"``. ``before`` is never changed. ``measure`` is :func:`spent`
+    or a function with the same results (a ledger's remembers them per history).
 
     Raises
     ------
@@ -155,12 +158,12 @@ def refusal(
         If the budget's accountant cannot account for the event.
     """
     after = before.copy().compose(event, count)
-    total_spent = spent(budget, after)
+    total_spent = measure(budget, after)
     symbol, limit = budget_limit(budget)
     if total_spent.value <= limit:
         return None, after
-    alone = spent(budget, budget_accountant(budget).compose(event, count)).value
-    used = spent(budget, before).value
+    alone = measure(budget, budget_accountant(budget).compose(event, count)).value
+    used = measure(budget, before).value
     at = f" at δ = {budget.delta:g}" if symbol == "ε" else ""
     of = f" (δ = {budget.delta:g})" if symbol == "ε" else ""
     message = (

@@ -46,6 +46,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +66,14 @@ from gaussdp.accounting.events import (
     event_from_json,
     event_to_json,
 )
-from gaussdp.accounting.filter import budget_accountant, budget_limit, left_of, refusal, spent
+from gaussdp.accounting.filter import (
+    Spent,
+    budget_accountant,
+    budget_limit,
+    left_of,
+    refusal,
+    spent,
+)
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, LedgerError, invalid
 
@@ -218,6 +226,9 @@ class Ledger:
         self.total = self._load_total()
         if total is not None and total != self.total:
             raise ValueError(invalid("total", f"the ledger's stored total {self.total}", total))
+        # What each history spends, remembered (see _measure).
+        self._spent: dict[tuple[str, str], Spent] = {}
+        self._spent_lock = threading.Lock()
 
     # -- storage ----------------------------------------------------------------------
     def _error(self, what: str, todo: str) -> LedgerError:
@@ -388,6 +399,29 @@ class Ledger:
                 ) from error
         return acc
 
+    def _measure(self, budget: Budget, accountant: Accountant) -> Spent:
+        """:func:`~gaussdp.accounting.filter.spent`, remembered per history.
+
+        What a history spends is a function of the budget and of the events
+        composed, in order, into a fresh accountant of the budget's kind (every
+        accountant here is one: :meth:`_accountant_of`, or ``refusal``'s own);
+        the key is their exact serialisation, so a remembered value is the one a
+        new computation would give. A reserve's total is the next reserve's
+        history, and a refused request's cost alone and the history's spend are
+        asked again on a retry: each composition (a PLD build, about a second
+        for a synthesis run) is then made once per process. The last 32 are kept.
+        """
+        key = (repr(budget), event_to_json(accountant.history))
+        with self._spent_lock:
+            known = self._spent.get(key)
+        if known is None:
+            known = spent(budget, accountant)
+            with self._spent_lock:
+                if len(self._spent) >= 32:
+                    del self._spent[next(iter(self._spent))]
+                self._spent[key] = known
+        return known
+
     # -- spending ---------------------------------------------------------------------
     def check(self, event: Event, count: int = 1, *, what: str = "this") -> None:
         """Raise :class:`BudgetExceededError` if ``event`` would be refused now (writes nothing).
@@ -398,7 +432,9 @@ class Ledger:
         """
         check_event(event)
         acc = self.accountant()
-        message, _ = refusal(self.total, acc, event, count, owner="ledger", what=what)
+        message, _ = refusal(
+            self.total, acc, event, count, owner="ledger", what=what, measure=self._measure
+        )
         if message is not None:
             raise BudgetExceededError(message)
 
@@ -441,7 +477,9 @@ class Ledger:
         payload = None if detail is None else json.dumps(detail)
         with self._write() as con:
             before = self._accountant_of(self._read_entries(con))
-            message, _ = refusal(self.total, before, event, owner="ledger", what=what)
+            message, _ = refusal(
+                self.total, before, event, owner="ledger", what=what, measure=self._measure
+            )
             if message is not None:
                 raise BudgetExceededError(message)
             cur = con.execute(
@@ -522,7 +560,7 @@ class Ledger:
     @property
     def spent(self) -> float:
         """What the history spends in the total's unit (ε at its δ, ρ or μ; upper bound)."""
-        return spent(self.total, self.accountant()).value
+        return self._measure(self.total, self.accountant()).value
 
     @property
     def remaining(self) -> float:
@@ -532,7 +570,7 @@ class Ledger:
     def summary(self) -> LedgerSummary:
         """Entries with their cost alone, and the totals: what ``gaussdp ledger show`` prints."""
         entries = self.entries()
-        total = spent(self.total, self._accountant_of(entries))
+        total = self._measure(self.total, self._accountant_of(entries))
         symbol, limit = budget_limit(self.total)
         rows = tuple(
             LedgerRow(
@@ -543,7 +581,7 @@ class Ledger:
                 committed_at=e.committed_at,
                 who=e.who,
                 event=describe(e.event),
-                cost=spent(self.total, self._accountant_of([e])).value,
+                cost=self._measure(self.total, self._accountant_of([e])).value,
             )
             for e in entries
         )

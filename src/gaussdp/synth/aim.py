@@ -151,15 +151,17 @@ def run_rounds(
     sigma_of: Callable[[float], float],
     fit: Callable[[list[Any], Any], Any],
     source: RandomSource,
-) -> tuple[list[Round], Any, Fraction]:
-    """Run AIM's rounds until ``capacity`` is spent; return them, the model and ρ_used.
+) -> tuple[list[Round], Any]:
+    """Run AIM's rounds until ``capacity`` is spent; return them and the last model.
 
     ``measurements`` (the 1-way ones) is extended in place. ``measure(clique,
     rho)`` measures a marginal with at most ``rho`` (a float) and returns the
     measurement, its release and its exact realised ρ; ``sigma_of(rho)`` is
     the noise std such a measurement adds (in rows); ``fit(measurements,
     warm_start)`` fits the model. ``truth`` holds the bounded true marginals of
-    every candidate (C order); ``unit_sensitivity`` is L0·L∞.
+    every candidate (C order); ``unit_sensitivity`` is L0·L∞. The realised
+    ρ's are in the rounds' events (the report); their exact sum never exceeds
+    ``capacity`` (checked here).
     """
     from gaussdp.synth.model import _mbi, model_marginal
 
@@ -210,7 +212,7 @@ def run_rounds(
         annealed = not last and moved <= bias_factor * measurement.std * cells[chosen]
         done.append(Round(chosen, epsilon, sensitivity, measurement, release, annealed))
         if last:
-            return done, model, used
+            return done, model
         if annealed:  # AIM Alg. 1, budget annealing: σ/2 and 2ε, so 4× the ρ of each part.
             rho_m, rho_s = 4 * rho_m, 4 * rho_s
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp._search import fraction_down, fraction_up
+from gaussdp._search import fraction_down, fraction_up, smallest_passing_score
 from gaussdp._validation import check_int, check_positive
 from gaussdp.accounting import (
     Composed,
@@ -52,6 +52,7 @@ from gaussdp.accounting import (
     RecordedCost,
     SelfComposed,
 )
+from gaussdp.accounting.filter import budget_accountant, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
@@ -71,17 +72,25 @@ __all__ = ["SynthEvent", "SynthReport", "SynthResult", "Synthesizer"]
 
 Method = Literal["mst", "aim"]
 
-_ACCOUNTING = (
+#: (d, L0, L∞, ε, δ) → (ρ, ε): MST's plan calibrated by the PLD composition of its events.
+_MST_CALIBRATION: dict[
+    tuple[int, int, int, float | None, float | None], tuple[float, float | None]
+] = {}
+
+_EVENTS = (
     "rho-zCDP: each marginal is exact discrete Gaussian noise N_Z(0, sigma^2) on bounded counts, "
     "rho = Delta^2/(2 sigma^2) (CKS Thm 4/14); each exponential-mechanism choice is "
-    "epsilon-bounded-range, epsilon^2/8-zCDP (Cesar & Rogers 2021 Lemma 3.2); rho's add "
-    "(Bun & Steinke 2016 Lemma 2.3); epsilon at delta by CKS Cor 13"
+    "epsilon-bounded-range, epsilon^2/8-zCDP (Cesar & Rogers 2021 Lemma 3.2); "
 )
-_ACCOUNTING_AIM = _ACCOUNTING.replace(
-    "rho's add (Bun & Steinke 2016 Lemma 2.3)",
-    "AIM's adaptive rounds stop before the rho's sum exceeds the budget's rho, a zCDP "
+_ACCOUNTING_MST = (
+    _EVENTS + "rho's add (Bun & Steinke 2016 Lemma 2.3); with an (epsilon, delta) budget, "
+    "epsilon at delta is the ledger's check of the composition of these events (PLD "
+    "accountant; the noise is calibrated to meet it), else CKS Cor 13's"
+)
+_ACCOUNTING_AIM = (
+    _EVENTS + "AIM's adaptive rounds stop before the rho's sum exceeds the budget's rho, a zCDP "
     "filter (AIM's privacy analysis; the Renyi filter of Feldman & Zrnic 2021), so the run is "
-    "rho-zCDP for that rho",
+    "rho-zCDP for that rho; epsilon at delta by CKS Cor 13"
 )
 
 
@@ -170,7 +179,7 @@ class SynthReport:
     @property
     def accounting(self) -> str:
         """How the run is accounted, with the results cited."""
-        return _ACCOUNTING_AIM if self.method == "AIM" else _ACCOUNTING
+        return _ACCOUNTING_AIM if self.method == "AIM" else _ACCOUNTING_MST
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -241,6 +250,9 @@ class Synthesizer:
         L∞ ≥ 1: and at most this many times in one cell.
     iters : int
         Mirror-descent iterations of the model fit (default 1000).
+    round_iters : int
+        AIM only: iterations of the re-fit after each round, warm-started
+        from the previous model (default 100); the final model gets ``iters``.
     max_sigma : float
         The largest noise standard deviation (in rows) of a 1-way marginal
         cell that still counts as a measurement; a budget that gives more is
@@ -289,6 +301,7 @@ class Synthesizer:
         max_groups_per_unit: int,
         max_rows_per_group: int,
         iters: int = 1000,
+        round_iters: int = 100,
         max_sigma: float = 1e4,
         method: Method = "mst",
         workload: int | Sequence[Sequence[str]] | None = None,
@@ -331,6 +344,7 @@ class Synthesizer:
         self.max_groups_per_unit = check_int("max_groups_per_unit", max_groups_per_unit, minimum=1)
         self.max_rows_per_group = check_int("max_rows_per_group", max_rows_per_group, minimum=1)
         self.iters = check_int("iters", iters, minimum=1)
+        self.round_iters = check_int("round_iters", round_iters, minimum=1)
         self.max_sigma = check_positive("max_sigma", max_sigma)
         if method not in ("mst", "aim"):
             raise ValueError(invalid("method", "'mst' or 'aim'", method))
@@ -363,11 +377,30 @@ class Synthesizer:
     def _make_plan(self) -> tuple[float, float, float, float]:
         """The ρ of each phase and the ε of each selection; refuses a budget too small."""
         capacity = self.budget.rho_capacity()
-        d = len(self.columns)
         if capacity <= 0.0:
             raise ValueError(
                 invalid("budget", "large enough to measure the 1-way marginals", self.budget)
             )
+        self._epsilon: float | None = None
+        if self.method == "mst" and self.budget.epsilon is not None:
+            capacity, self._epsilon = self._calibrate(capacity)
+        plan = self._phases(capacity)
+        one_way = self._one_way(None, plan[0])
+        sigma = max(c.sigma for c in one_way.report.costs)
+        if not sigma <= self.max_sigma:
+            raise ValueError(
+                invalid(
+                    "budget",
+                    f"large enough to measure the 1-way marginals with noise std <= max_sigma "
+                    f"= {self.max_sigma:g} rows (it gives {sigma:.4g})",
+                    self.budget,
+                )
+            )
+        return plan
+
+    def _phases(self, capacity: float) -> tuple[float, float, float, float]:
+        """The ρ of each phase and the ε of each selection for a total ρ ``capacity``."""
+        d = len(self.columns)
         rho1 = capacity if d == 1 else capacity / 3
         rho2 = rho3 = 0.0 if d == 1 else capacity / 3
         eps_sel = 0.0
@@ -380,18 +413,53 @@ class Synthesizer:
             eps_sel = math.sqrt(8 * rho2 / (d - 1))
             while Fraction(eps_sel) ** 2 * (d - 1) / 8 > Fraction(rho2):
                 eps_sel = math.nextafter(eps_sel, 0.0)
-        one_way = self._one_way(None, rho1)
-        sigma = max(c.sigma for c in one_way.report.costs)
-        if not sigma <= self.max_sigma:
-            raise ValueError(
-                invalid(
-                    "budget",
-                    f"large enough to measure the 1-way marginals with noise std <= max_sigma "
-                    f"= {self.max_sigma:g} rows (it gives {sigma:.4g})",
-                    self.budget,
-                )
-            )
         return rho1, rho2, rho3, eps_sel
+
+    def _calibrate(self, capacity: float) -> tuple[float, float | None]:
+        """MST's ρ scale for an (ε, δ) budget by the PLD composition of its events.
+
+        The events' parameters are fixed before the data are read (they depend
+        on d, L0, L∞ and the budget only), so the run is accounted by the
+        composition of its events — what a ledger with an (ε, δ) total does
+        (:func:`gaussdp.accounting.filter.refusal`: the PLD accountant, zCDP's
+        and RDP's as fallbacks). Cor 13's ρ capacity fits (CKS Cor 13: its
+        zCDP bound is one the check takes); the largest ρ (within 10⁻³ relative,
+        at most 1.5× it) whose composition the check admits is searched by
+        :func:`gaussdp._search.smallest_passing_score` (regula falsi), which
+        returns a point it evaluated to pass. Returns that ρ and the ε the
+        check certifies for it at δ (cached per d, L0, L∞, ε, δ); if the check
+        refuses even Cor 13's capacity, that capacity and ``None`` (Cor 13's ε).
+        """
+        budget = self.budget
+        key = (
+            len(self.columns),
+            self.max_groups_per_unit,
+            self.max_rows_per_group,
+            budget.epsilon,
+            budget.delta,
+        )
+        cached = _MST_CALIBRATION.get(key)
+        if cached is not None:
+            return cached
+        limit = float(budget.epsilon or 0.0)
+        certified: dict[float, float] = {}
+
+        def excess(y: float) -> float:
+            # ε of the run's events at the ρ scale −y, minus the budget's ε: ≤ 0 iff the
+            # check a ledger or filter makes (refusal: ε ≤ its limit) admits it alone.
+            event = self._planned(self._phases(capacity * -y)).event
+            value = spent(budget, budget_accountant(budget).compose(event)).value
+            certified[-y] = value
+            return value - limit  # its sign is that of the exact comparison
+
+        # Scale s ∈ [1, 1.5] as y = −s, so that the excess is non-increasing in y.
+        try:
+            scale = -smallest_passing_score(excess, -1.5, -1.0, rel_tol=1e-3)
+            out: tuple[float, float | None] = (capacity * scale, certified[scale])
+        except ValueError:  # not even Cor 13's capacity passes the check: plan by Cor 13
+            out = (capacity, None)
+        _MST_CALIBRATION[key] = out
+        return out
 
     def _one_way(self, source: object, rho: float) -> Release:
         release = self._release(source, rho)
@@ -440,9 +508,12 @@ class Synthesizer:
         ]
 
     def _report(
-        self, one: Release, two: Release | None, tree: Sequence[tuple[str, ...]]
+        self,
+        one: Release,
+        two: Release | None,
+        tree: Sequence[tuple[str, ...]],
+        eps_sel: float,
     ) -> SynthReport:
-        _, _, _, eps_sel = self._plan
         events = self._events(one, [(c.name,) for c in self.columns])
         d = len(self.columns)
         delta_q = self.max_groups_per_unit * self.max_rows_per_group
@@ -462,9 +533,9 @@ class Synthesizer:
             events.extend(self._events(two, list(tree) or [()] * (d - 1)))
         # ρ's add (Bun & Steinke 2016 Lemma 2.3); summed exactly, rounded up.
         rho = fraction_up(sum((Fraction(e.rho) for e in events), Fraction(0)))
-        return SynthReport(
-            tuple(events), rho, self.budget.delta, self.budget.epsilon_at(rho), self.budget
-        )
+        # ε: the PLD composition's, as calibrated (an (ε, δ) budget), else CKS Cor 13's.
+        epsilon = self._epsilon if self._epsilon is not None else self.budget.epsilon_at(rho)
+        return SynthReport(tuple(events), rho, self.budget.delta, epsilon, self.budget)
 
     def _report_aim(self, one: Release, rounds: Sequence[Round] | None) -> SynthReport:
         """AIM's report: the 1-way events, then each round's (or, before the run, their cap)."""
@@ -499,14 +570,18 @@ class Synthesizer:
     @property
     def report(self) -> SynthReport:
         """The privacy report, computed before any data are read."""
-        rho1, _, rho3, _ = self._plan
         if self.method == "aim":
-            return self._report_aim(self._one_way(None, rho1), None)
+            return self._report_aim(self._one_way(None, self._plan[0]), None)
+        return self._planned(self._plan)
+
+    def _planned(self, plan: tuple[float, float, float, float]) -> SynthReport:
+        """MST's report for ``plan`` before the run (the tree's pairs unknown)."""
+        rho1, _, rho3, eps_sel = plan
         d = len(self.columns)
         # Any d − 1 pairs: a count's cost does not depend on its keys.
         pair = tuple(c.name for c in self.columns[:2])
         two = self._marginals(None, rho3, [(pair[0], pair[-1])] * (d - 1)) if d > 1 else None
-        return self._report(self._one_way(None, rho1), two, ())
+        return self._report(self._one_way(None, rho1), two, (), eps_sel)
 
     # -- running ----------------------------------------------------------------------
     def _load(self) -> pd.DataFrame:
@@ -627,8 +702,8 @@ class Synthesizer:
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
         # 4. Post-processing: fit, sample, decode.
-        if model is None:
-            model = fit_model(cells, measurements, iters=self.iters)
+        # MST: one fit; AIM: the last round's model refined, warm-started.
+        model = fit_model(cells, measurements, iters=self.iters, warm_start=model)
         n_out = rows if rows is not None else max(round(float(model.total)), 0)
         gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
         model_codes = sample_codes(model, n_out, gen)
@@ -681,7 +756,7 @@ class Synthesizer:
             # 3. The chosen 2-way marginals.
             two = self._marginals(coded, rho3, tree, sizes)
             measurements += self._measure(two, tree, source, sizes)
-        return tree, self._report(one, two, tree)
+        return tree, self._report(one, two, tree, eps_sel)
 
     def _run_aim(
         self,
@@ -712,9 +787,9 @@ class Synthesizer:
             return math.sqrt(part.sigma2)
 
         def fit(ms: list[Any], warm: Any) -> Any:
-            return fit_model(sizes, ms, iters=self.iters, warm_start=warm)
+            return fit_model(sizes, ms, iters=self.round_iters, warm_start=warm)
 
-        rounds, model, _ = run_rounds(
+        rounds, model = run_rounds(
             sizes=sizes,
             weights=weights,
             truth=truth,

@@ -10,6 +10,8 @@ settings of JAX, made once.
 from __future__ import annotations
 
 import importlib
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +68,48 @@ def _mbi() -> Any:
     return importlib.import_module("mbi")
 
 
+@dataclass(frozen=True)
+class _SlotLoss:
+    """½ Σ_slots Σ_j w_j·(μ_r,j − ȳ_j)²: Private-PGM's L2 loss grouped by clique.
+
+    A static part of the compiled program (``mbi`` jits one mirror-descent
+    block per loss structure): compared by its ``slots`` only, so two fits
+    whose models have the same cliques reuse one compiled program whatever
+    their measurements (the weights and targets are traced data).
+    """
+
+    slots: tuple[tuple[str, ...], ...]
+
+    def __call__(self, marginals: Any, data: Any) -> Any:
+        import jax.numpy as jnp
+
+        loss: Any = 0.0
+        for r, (w, y) in zip(self.slots, data, strict=True):
+            diff = marginals.project(r).datavector() - y
+            loss += 0.5 * jnp.vdot(w * diff, diff)
+        return loss
+
+
+def _slots(
+    cliques: Sequence[tuple[str, ...]], names: Sequence[str]
+) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The model's cliques (maximal measured ones) and every loss slot.
+
+    The slots are every non-empty subset of a model clique of at most 3
+    columns (so measuring one of them later does not change the program)
+    and the measured cliques themselves, in a fixed order.
+    """
+    order = {n: i for i, n in enumerate(names)}
+    distinct = sorted(set(cliques), key=lambda c: (-len(c), [order[a] for a in c]))
+    maximal = [c for i, c in enumerate(distinct) if not any(set(c) <= set(b) for b in distinct[:i])]
+    slots = set(distinct)
+    for c in maximal:
+        if len(c) <= 3:
+            for k in range(1, len(c) + 1):
+                slots.update(itertools.combinations(c, k))
+    return maximal, sorted(slots, key=lambda c: (len(c), [order[a] for a in c]))
+
+
 def fit_model(
     sizes: Mapping[str, int],
     measurements: Sequence[Measurement],
@@ -75,27 +119,47 @@ def fit_model(
 ) -> Any:
     """Fit a Markov random field to ``measurements`` by mirror descent (Private-PGM).
 
-    Each measurement enters the L2 loss weighted by 1/std (McKenna et al. 2019,
-    Algorithm 1, as implemented by ``mbi.estimation.MirrorDescent``); the total
-    is :func:`estimate_total`.
-    ``warm_start`` (a model fitted to a subset of the measurements) starts
-    from its potentials.
+    The loss is Private-PGM's, ½ Σ_m ‖(Q_m μ_m − y_m)/σ_m‖² (McKenna et al.
+    2019, Algorithm 1, as ``mbi.estimation.MirrorDescent`` minimises it; Q_m
+    scales a merged cell's entry by 1/√cells, its noise std being σ√cells).
+    Measurements of one clique are combined into their sufficient statistic —
+    per cell the weight W = Σ_m q²/σ_m² and the weighted mean ȳ = Σ_m (q²/σ_m²)
+    y_m / W — which changes the loss by a constant only (same gradient, same
+    minimiser), and every subset of a model clique gets a slot (weight 0 when
+    unmeasured): the compiled program then depends on the model's cliques
+    only, and AIM's rounds that measure a clique the model covers reuse it.
+    The total is :func:`estimate_total`. ``warm_start`` (a model fitted to a
+    subset of the measurements) starts from its potentials.
     """
     mbi = _mbi()
-    domain = mbi.Domain(tuple(sizes), tuple(sizes.values()))
-    linear = []
+    names = tuple(sizes)
+    domain = mbi.Domain(names, tuple(sizes.values()))
+    maximal, slots = _slots([m.clique for m in measurements], names)
+    weight = {r: np.zeros(math.prod(sizes[a] for a in r)) for r in slots}
+    target = {r: np.zeros_like(weight[r]) for r in slots}
     for m in measurements:
-        values = np.asarray(m.values, dtype=np.float64)
-        if m.cells is None:
-            linear.append(mbi.LinearMeasurement(values, m.clique, stddev=m.std))
-        else:
-            # A merged cell's noise has std σ√m: scaled by 1/√m, every entry has std σ.
-            w = 1.0 / np.sqrt(m.cells.astype(np.float64))
-            query = mbi.WeightedQuery(w)
-            linear.append(mbi.LinearMeasurement(values * w, m.clique, stddev=m.std, query=query))
+        q2 = 1.0 if m.cells is None else 1.0 / m.cells.astype(np.float64)
+        w = q2 / m.std**2 * np.ones_like(weight[m.clique])
+        weight[m.clique] += w
+        target[m.clique] += w * np.asarray(m.values, dtype=np.float64)
+    data = tuple(
+        (
+            weight[r],
+            np.divide(target[r], weight[r], out=np.zeros_like(weight[r]), where=weight[r] > 0),
+        )
+        for r in slots
+    )
+    # The gradient's Lipschitz constant, bounded as ``mbi`` does for identity queries:
+    # max over model cliques C of Σ_{r routed to C} max(W_r)·|C|/|r| (exact when W is flat).
+    blocks = dict.fromkeys(maximal, 0.0)
+    for r in slots:
+        home = next(c for c in maximal if set(r) <= set(c))
+        blocks[home] += float(weight[r].max()) * math.prod(sizes[a] for a in home) / weight[r].size
+    lipschitz = max(max(blocks.values()), 1e-12)
+    loss = mbi.marginal_loss.MarginalLossFn(maximal, _SlotLoss(tuple(slots)), data, lipschitz)
     total = estimate_total(measurements)
     return mbi.estimation.MirrorDescent().estimate(
-        domain, linear, known_total=total, iters=iters, warm_start=warm_start
+        domain, loss, known_total=total, iters=iters, warm_start=warm_start
     )
 
 

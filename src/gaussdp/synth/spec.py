@@ -7,6 +7,7 @@ A spec::
     max_rows_per_group = 1        # L∞: times a person counts in one cell
     rows = 10000                  # optional: synthetic rows (default: the estimated total)
     iters = 1000                  # optional: model-fit iterations
+    round_iters = 100             # optional, AIM: re-fit iterations after each round
     max_sigma = 1e4               # optional: refuse budgets noisier than this per 1-way cell
     method = "aim"                # optional: "mst" (default) or "aim"
     workload = 2                  # optional, AIM: an order, or [["age", "sex"], ...]
@@ -54,6 +55,7 @@ _TOP = {
     "max_rows_per_group",
     "rows",
     "iters",
+    "round_iters",
     "max_sigma",
     "method",
     "workload",
@@ -128,6 +130,7 @@ def synthesizer_from_spec(spec: Mapping[str, Any], source: object) -> Synthesize
         max_groups_per_unit=_required("spec", spec, "max_groups_per_unit"),
         max_rows_per_group=_required("spec", spec, "max_rows_per_group"),
         iters=spec.get("iters", 1000),
+        round_iters=spec.get("round_iters", 100),
         max_sigma=spec.get("max_sigma", 1e4),
         method=spec.get("method", "mst"),
         workload=spec.get("workload"),
