@@ -130,15 +130,15 @@ def _child(master: str, path: str, out: str) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     plans: list[str] = []
     returned: list[int] = []
-    query = SparkEngine.query
+    collect = SparkEngine._collect  # what query() and columns() both bring to the driver
 
-    def recording(self: SparkEngine, sql: str, *, action: str = "running") -> list[Any]:
+    def recording(self: SparkEngine, sql: str, action: str) -> tuple[list[Any], int]:
         plans.append(str(self._spark.sql(sql)._jdf.queryExecution().executedPlan().toString()))
-        result = query(self, sql, action=action)
-        returned.append(len(result))
-        return result
+        rows, width = collect(self, sql, action)
+        returned.append(len(rows))
+        return rows, width
 
-    SparkEngine.query = recording  # type: ignore[method-assign]
+    SparkEngine._collect = recording  # type: ignore[method-assign]
     try:
         _, aggregates = _aggregate(build(path, "spark"), ChaCha20Random(SEED))
         context = spark.sparkContext._jsc.sc()
