@@ -189,3 +189,20 @@ def test_delta_at_a_huge_epsilon_is_the_mass_at_infinity(
     beyond = pld.delta(200.0)
     assert far.upper == beyond.upper
     assert 0.0 <= far.lower <= far.upper < 1e-5
+
+
+@pytest.mark.parametrize(
+    "event",
+    [ApproxDP(1.0, 1e-6), Laplace(1.0), Subsampled(Gaussian(1.0), 0.01)],
+    ids=["approx-dp", "laplace", "subsampled-gaussian"],
+)
+def test_delta_beyond_every_finite_loss_does_not_refine_the_grid(event: Event) -> None:
+    # There δ is the mass at +∞ (upper) and 0 (lower) on every grid: refining cannot
+    # narrow the bracket, and used to cost seconds of finer grids.
+    acc = PLDAccountant().compose(event, 3)
+    step = acc.value_discretization
+    top = acc.pld().largest_finite_loss
+    far = acc.delta(1e300)
+    assert acc.value_discretization == step
+    assert far.upper == acc.pld().delta(top).upper or far.method == "rdp"
+    assert 0.0 <= far.lower <= far.upper <= acc.delta(top / 2).upper

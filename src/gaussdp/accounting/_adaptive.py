@@ -199,12 +199,27 @@ class AdaptivePLD:
         return EpsilonBounds(lower, upper, method="pld", note=self._note(lower, upper))
 
     def delta(self, epsilon: float) -> DeltaBounds:
-        """Bounds on δ at ``epsilon``, refining the grid until the bracket is narrow."""
-        lower, upper = self._refine(lambda pld: pld.delta(epsilon), self._tol)
+        """Bounds on δ at ``epsilon``, refining the grid until the bracket is narrow.
+
+        At an ε beyond every finite loss of the grid (``largest_finite_loss``) no grid
+        is refined (both bounds stay certified; only the tightness is at stake): the
+        upper δ there is the mass at +∞ plus the allowances, and the lower δ is 0 (its
+        losses are rounded down). A finer grid could only resolve the mass that this
+        grid's windows moved to +∞ (at most the tail bound per operation, 1e-15 by
+        default), at the cost of grids up to 16² times larger.
+        """
+
+        def beyond(pld: _Built) -> bool:
+            return epsilon >= getattr(pld, "largest_finite_loss", math.inf)
+
+        lower, upper = self._refine(lambda pld: pld.delta(epsilon), self._tol, beyond)
         return DeltaBounds(lower, upper, method="pld", note=self._note(lower, upper))
 
     def _refine(
-        self, query: Callable[[_Built], EpsilonBounds | DeltaBounds], share: float
+        self,
+        query: Callable[[_Built], EpsilonBounds | DeltaBounds],
+        share: float,
+        settled: Callable[[_Built], bool] | None = None,
     ) -> tuple[float, float]:
         """The bracket of ``query``, intersected over the grids built: every grid's
         bounds are certified, so the largest lower and the smallest upper are too. Stops
@@ -214,7 +229,8 @@ class AdaptivePLD:
         If the numerical allowances (round-off, wrapped mass) move the upper bound by
         more than ``share``·upper (or make it infinite), the next grid is built with its
         FFTs in extended precision (and every later one): the finer grid if the
-        discretisation asks for one, else the same grid again."""
+        discretisation asks for one, else the same grid again. No grid is refined where
+        ``settled(pld)`` says a finer one cannot change the bracket."""
         pld = self.pld()
         b = query(pld)
         lower, upper = b.lower, b.upper
@@ -224,7 +240,8 @@ class AdaptivePLD:
         if not self._extended and not self._no_extended and allowances_too_large:
             self._extended = True
         stalled = 0
-        for _ in range(_MAX_REFINEMENTS):
+        refinements = 0 if settled is not None and settled(pld) else _MAX_REFINEMENTS
+        for _ in range(refinements):
             # The allowances (round-off, wrapped mass) do not shrink with h: the step is
             # refined only while the discretisation alone leaves the bracket too wide
             # (the same grid's bare bracket is reused).

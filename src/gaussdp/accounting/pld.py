@@ -1612,6 +1612,14 @@ class PrivacyLossDistribution:
             for pmf in (self.upper_remove, self.upper_add, self.lower_remove, self.lower_add)
         )
 
+    @property
+    def largest_finite_loss(self) -> float:
+        """The largest loss on the grid of the four PMFs: δ(ε) is constant beyond it."""
+        return max(
+            (pmf.start + pmf.probs.size - 1) * pmf.h
+            for pmf in (self.upper_remove, self.upper_add, self.lower_remove, self.lower_add)
+        )
+
     def loss_masses(self, *, upper: bool, remove: bool) -> LossMasses:
         """The discretised losses and masses of one side (``upper``: the certified one)
         and one neighbouring direction (``remove`` or add), with its δ allowance."""
