@@ -515,8 +515,8 @@ class _Engine:
             raise ValueError(
                 invalid(
                     "grad_sample_mode",
-                    f"'auto' or 'functorch' unless layers of the types {names} hold "
-                    "every trainable parameter",
+                    f"'auto' or 'functorch' unless layers of the types {names} (those "
+                    "types exactly, not subclasses) hold every trainable parameter",
                     grad_sample_mode,
                 )
             )
