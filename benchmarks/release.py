@@ -524,14 +524,21 @@ def main() -> None:
         verdict = "met" if plain / base_cpu <= 10 else "NOT met"
         times = plain / base_cpu
         print(f"- target gaussdp CPU ≤ 10× a plain DuckDB group-by: {times:.3g}× ({verdict})")
-    for label, target in [("opendp polars", 10), ("pipelinedp local", 100)]:
-        rate = outcomes[label].rate if label in outcomes else None
-        if base and rate:
-            verdict = "met" if base / rate >= target else "NOT met"
-            line = f"- target gaussdp ≥ {target}× {label}: {base / rate:.3g}× ({verdict})"
+    # Issue 12's targets; judged by CPU per row (wall times on a shared machine mislead).
+    for label, target in [("opendp polars", 15), ("pipelinedp local", 100)]:
+        peer = outcomes.get(label)
+        rate, cpu_rate = (peer.rate, peer.cpu_rate) if peer else (None, None)
+        if base and base_cpu and rate and cpu_rate:
+            times = base_cpu / cpu_rate
+            verdict = "met" if times >= target else "NOT met"
+            line = (
+                f"- target gaussdp ≥ {target}× {label} in CPU: {times:.3g}× ({verdict}); "
+                f"by wall time {base / rate:.3g}×"
+            )
             same = outcomes.get("gaussdp (duckdb), smaller table")
-            if label == "pipelinedp local" and same and same.rate:
-                line += f"; on the same {same.rows:,}-row table {same.rate / rate:.3g}×"
+            if label == "pipelinedp local" and same and same.cpu_rate:
+                ratio = same.cpu_rate / cpu_rate
+                line += f"; on the same {same.rows:,}-row table {ratio:.3g}× in CPU"
             print(line)
     # gaussdp on DuckDB on Tumult's table: the smaller one, or --data itself
     same = outcomes.get("gaussdp (duckdb), smaller table") or outcomes["gaussdp (duckdb)"]
