@@ -124,6 +124,9 @@ def _child(spec: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
     # Imports are not timed.
     if spec["method"] == "gaussdp":
+        # The PLD's lower hull imports scipy.optimize on first use (about 0.2 s).
+        import scipy.optimize  # noqa: F401
+
         import gaussdp.accounting  # noqa: F401
     else:
         import dp_accounting.pld.privacy_loss_distribution  # noqa: F401
