@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.special import ndtr
 
-from gaussdp.accounting import ExponentialMechanism, PLDAccountant, Subsampled
+from gaussdp.accounting import ExponentialMechanism, PLDAccountant, PureDP, Subsampled
 from gaussdp.accounting.pld import PrivacyLossDistribution
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
 
@@ -145,3 +145,24 @@ def test_lemma_7_an_l1_error_moves_every_curve_value_by_at_most_itself() -> None
         assert old.fft_l1 > 0.0
         assert new.fft_l1 == 0.0
         assert new.slack >= old.slack + old.fft_l1
+
+
+def test_pure_dp_runs_compose_on_their_lattice() -> None:
+    # k runs of PureDP(ε₀): the loss is (k − 2i)ε₀ with binomial P-mass (randomised
+    # response, KOV 2015 Thm 2.1 / 3.3); alone and with a Gaussian, against exact sums.
+    eps0, k, sigma = 0.3, 10, 2.0
+    a = 1 / (1 + math.exp(-eps0))
+    i = np.arange(k + 1)
+    law = np.array([math.comb(k, j) for j in i]) * a ** (k - i) * (1 - a) ** i
+    losses = (k - 2 * i) * eps0
+    alone = PLDAccountant().compose(PureDP(eps0), k)
+    mixed = PLDAccountant().compose(PureDP(eps0), k).compose(Gaussian(sigma))
+    for eps in (0.0, 0.5, 1.5, 2.5):
+        exact = float(np.sum(law * np.maximum(1 - np.exp(eps - losses), 0.0)))
+        b = alone.delta(eps)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= 1e-9
+        exact = float(np.sum(law * _gaussian_curve(1 / sigma, eps - losses)))
+        m = mixed.delta(eps)
+        assert m.lower <= exact <= m.upper
+        assert m.upper - m.lower <= 1e-4 * exact

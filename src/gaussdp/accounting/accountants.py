@@ -1206,6 +1206,21 @@ def _lattice_grid(event: Event) -> float | None:
     return lattice if lattice <= 1.0 else lattice / math.ceil(lattice)
 
 
+def _worst_case_on_lattice(
+    event: Event, h: float, tail_mass: float
+) -> PrivacyLossDistribution | None:
+    """The worst-case pair of a :class:`PureDP` or :class:`ApproxDP` step with
+    h < ε ≤ 1 on grid step ε (else None): its losses are ±ε and +∞ (KOV 2015 Thm 2.1),
+    so composing its runs there is exact (KOV Thm 3.3) up to round-off. Built from the
+    losses themselves (ln p − ln q would round them off the grid)."""
+    if not isinstance(event, (PureDP, ApproxDP)) or not h < event.epsilon <= 1.0:
+        return None
+    delta = event.delta if isinstance(event, ApproxDP) else 0.0
+    return PrivacyLossDistribution.from_approx_dp(
+        event.epsilon, delta, value_discretization=event.epsilon, tail_mass=tail_mass
+    )
+
+
 def _composed_event_pld(
     event: Event,
     count: int,
@@ -1217,17 +1232,22 @@ def _composed_event_pld(
     """The PLD of ``count`` runs of ``event`` on grid step ``h``.
 
     An event whose losses lie on a lattice coarser than ``h`` (discrete Laplace,
-    discrete Gaussian) is composed on its lattice, where both bounds are exact up to
-    round-off, and moved to ``h`` once (:meth:`PrivacyLossDistribution.regridded`):
-    the lower bound's discretisation error, O(h) per atom off the grid, is then paid
-    once instead of at every run, and the lattice has fewer points to compose.
-    ``one_run(event, step, tail_mass)`` builds (or recalls) one run's PLD.
+    discrete Gaussian, pure and approximate DP steps) is composed on its lattice, where
+    both bounds are exact up to round-off, and moved to ``h`` once
+    (:meth:`PrivacyLossDistribution.regridded`): the lower bound's discretisation
+    error, O(h) per atom off the grid, is then paid once instead of at every run, and
+    the lattice has fewer points to compose. ``one_run(event, step, tail_mass)`` builds
+    (or recalls) one run's PLD.
     """
     lattice = _lattice_grid(event)
+    on_lattice: PrivacyLossDistribution | None = None
     if count > 1 and lattice is not None and lattice > h:
         on_lattice = one_run(event, lattice, tail_mass)
-        return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
-    return one_run(event, h, tail_mass).self_compose(count, extended_precision=extended)
+    elif count > 1:
+        on_lattice = _worst_case_on_lattice(event, h, tail_mass)
+    if on_lattice is None:
+        return one_run(event, h, tail_mass).self_compose(count, extended_precision=extended)
+    return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
 
 
 def _loss_spread(event: Event) -> float:
