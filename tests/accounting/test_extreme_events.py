@@ -206,3 +206,17 @@ def test_delta_beyond_every_finite_loss_does_not_refine_the_grid(event: Event) -
     assert acc.value_discretization == step
     assert far.upper == acc.pld().delta(top).upper or far.method == "rdp"
     assert 0.0 <= far.lower <= far.upper <= acc.delta(top / 2).upper
+
+
+@pytest.mark.parametrize("count", [1, 10])
+def test_losses_all_beyond_the_cap_keep_their_mass(count: int) -> None:
+    # Discrete Laplace with scale 1/100: every finite loss is ±100, beyond the ±64 cap.
+    # Its P-mass goes to +∞ on the upper side; a regression once dropped it (δ = 0).
+    # Exact: the loss is 100·k with P-probability ≥ (1 − 2e^{−100})^k,
+    # so δ(ε) ≥ 1 − 10⁻⁹ for every ε below 100·k − 1.
+    pld = PrivacyLossDistribution.from_discrete_laplace(Fraction(1, 100))
+    composed = pld.self_compose(count) if count > 1 else pld
+    assert composed.delta(50.0 * count).upper >= 1 - 1e-9
+    acc = PLDAccountant()
+    acc.compose(DiscreteLaplace(Fraction(1, 100)), count)
+    assert acc.epsilon(1e-5).upper >= 100.0 * count * (1 - 1e-9)

@@ -866,7 +866,7 @@ def _from_points(
     low_mass = float(probs[low].sum())
     inside = ~(high | low)
     losses, probs = losses[inside], probs[inside]
-    if losses.size == 0:  # every P-mass is at +∞ (e.g. PureDP(1e300): e^{−ε} = 0)
+    if losses.size == 0 and high_mass == 0 and low_mass == 0:  # every P-mass is at +∞
         empty = np.zeros(1)
         return _LossPMF(h, 0, empty, inf_mass, 0.0, True), _LossPMF(h, 0, empty, 0.0, 0.0, False)
     if high_mass > 0 or low_mass > 0:
