@@ -53,6 +53,7 @@ EVENTS = [
     ApproxDP(1.0, 1e-7),
     ExponentialMechanism(0.5),
     PartitionSelection(100, 60, 2, 2**64),
+    PartitionSelection(100, 60, 2, 2**64, exact=True),
     RecordedCost(rho=0.01, mu=0.1, slack=1e-70, delta=1e-8),
     RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0),
     SelfComposed(Subsampled(LATTICE, 0.01), 100),
@@ -96,8 +97,8 @@ def test_unknown_types_and_versions_are_refused() -> None:
     text = event_to_json(Gaussian(1.0))
     with pytest.raises(UnknownEventError, match="^event type must be one of .*got 'Exponential'"):
         event_from_json(text.replace('"Gaussian"', '"Exponential"'))
-    with pytest.raises(UnknownEventError, match="event format must be 1 or 2"):
-        event_from_json(text.replace('"format":2', '"format":3'))
+    with pytest.raises(UnknownEventError, match="event format must be 1, 2 or 3"):
+        event_from_json(text.replace('"format":3', '"format":4'))
     with pytest.raises(ValueError, match="event JSON must be valid JSON"):
         event_from_json("{not json")
     with pytest.raises(ValueError, match="Gaussian fields must be"):
@@ -115,7 +116,7 @@ def test_format_1_is_still_read() -> None:
         '"scheme":"poisson"},"count":1000}}'
     )
     assert event_from_json(old) == SelfComposed(Subsampled(Gaussian(1.1), 0.01), 1000)
-    assert '"format":2' in event_to_json(event_from_json(old))
+    assert '"format":3' in event_to_json(event_from_json(old))
     assert '"sample_rate":0.01' in event_to_json(event_from_json(old))
 
 

@@ -45,7 +45,7 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     payload = json.loads(r.output)
     assert payload["report"]["epsilon"] <= 1.0
-    assert payload["report"]["mode"] == "gdp"
+    assert payload["report"]["mode"] == "pld"
     assert {"statistic", "value", "std", "ci_low", "ci_high"} <= set(payload["results"][0])
     assert len(pd.read_csv(out)) == len(payload["results"])
     # Dates are ISO strings, not pandas' default epoch milliseconds.

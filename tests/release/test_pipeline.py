@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,8 @@ import pyarrow as pa
 import pytest
 from release_reference import arrow_table, bounded_aggregates, make_rows
 
+from gaussdp.accounting.filter import budget_accountant
 from gaussdp.budget import Budget
-from gaussdp.mechanisms import epsilon_with_slack
-from gaussdp.privacy import gdp_epsilon
 from gaussdp.random import ChaCha20Random
 from gaussdp.release import Ledger, Release, load_spec, release_from_spec
 from gaussdp.release.core import _aggregate
@@ -183,11 +181,12 @@ def test_report_epsilon_within_budget_and_equals_accountant() -> None:
     report = release.report
     assert 0 < report.selection_delta <= BUDGET.delta / 2
     assert report.epsilon <= 1.0
-    # μ-GDP accounting (tests/release/test_accounting.py has the hand computations).
-    at = partial(gdp_epsilon, report.mu)
-    assert report.epsilon == epsilon_with_slack(at, 1e-6 - report.selection_delta, report.slack)
+    # PLD accounting of the plan's events (tests/release/test_accounting.py and
+    # test_exact_accounting.py have the hand and independent computations).
+    assert report.mode == "pld"
+    acc = budget_accountant(BUDGET).compose(release.plan().event)
+    assert report.epsilon == acc.epsilon(1e-6).upper
     assert report.rho == pytest.approx(sum(c.rho for c in report.costs), rel=1e-12)
-    assert report.mu == pytest.approx(math.sqrt(sum(c.mu**2 for c in report.costs)), rel=1e-12)
 
 
 def test_private_selection_drops_small_groups(no_noise: None) -> None:
@@ -311,11 +310,12 @@ def test_ledger_is_charged_the_report(tmp_path: Path) -> None:
         max_groups_per_unit=1,
         max_rows_per_group=1,
     ).count(by="page")
-    mu1, a1, d1 = release.report.mu, release.report.slack, release.report.selection_delta
-    # A total that fits two such releases (μ√2.5 at δ − 2δ_s, slack 2A) but not three:
-    # the ledger composes μ's exactly (DRS Cor 3.3).
-    at = partial(gdp_epsilon, mu1 * math.sqrt(2.5))
-    total = Budget(epsilon=epsilon_with_slack(at, 1e-5 - 2 * d1, 2 * a1), delta=1e-5)
+    # A total that fits two such releases but not three: the ledger composes the events
+    # with the same accountant.
+    event = release.plan().event
+    two, three = (budget_accountant(BUDGET).compose(event, n).epsilon(1e-5).upper for n in (2, 3))
+    assert two < three
+    total = Budget(epsilon=(two + three) / 2, delta=1e-5)
     ledger = Ledger(tmp_path / "b.db", total=total)
     release.run(ledger=ledger)
     (entry,) = ledger.entries()

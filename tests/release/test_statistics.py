@@ -134,6 +134,12 @@ def test_every_part_moves_by_at_most_its_sensitivity() -> None:
         for pi, p in enumerate(plan.parts):
             change = l2(full[pi], moved[pi])
             assert change <= p.sensitivity * (1 + 1e-12), (p, unit, change)
+            if p.box is not None:  # box-constrained: ≤ n cells move, each by ≤ K (integers)
+                n, k = p.box
+                steps = [moved[pi].get(c, 0.0) - full[pi].get(c, 0.0) for c in full[pi]]
+                steps += [v for c, v in moved[pi].items() if c not in full[pi]]
+                assert all(s == round(s) and abs(s) <= k for s in steps), (p, unit)
+                assert sum(1 for s in steps if s) <= n, (p, unit)
             if unit == 99:
                 worst[pi] = change
     by_kind = {(p.query, p.kind): worst[pi] / p.sensitivity for pi, p in enumerate(plan.parts)}

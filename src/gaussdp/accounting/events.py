@@ -627,6 +627,14 @@ class PartitionSelection:
     δ = L0·P[Z ≥ τ − 1] (union bound; Bun & Steinke 2016 Def 8.1 and Lemma 8.3 for
     zCDP). Accountants compose its :attr:`noise` and add :attr:`delta`.
 
+    The released counts' noise is accounted one of two ways (``exact``): by the
+    smoothing argument, as :class:`LatticeNoise` with L2 sensitivity √L0 over
+    ``cells`` coordinates (μ-GDP up to a slack; the default), or exactly, as
+    :class:`DiscreteGaussianVector` with sensitivities (1,)·L0: a unit changes at
+    most L0 counts, each by at most 1, and that product of one-dimensional pairs
+    dominates every such change (the shift family N_Z(s, σ²) has a monotone
+    likelihood ratio; proof in :mod:`gaussdp.release.plan`).
+
     Parameters
     ----------
     sigma2 : Fraction, int, float or str
@@ -637,18 +645,24 @@ class PartitionSelection:
         L0 ≥ 1.
     cells : int
         An a-priori bound on the candidate groups (times bins), ≥ 1.
+    exact : bool, default False
+        Account the noise exactly (:class:`DiscreteGaussianVector`) instead of by
+        the smoothing argument (:class:`LatticeNoise`).
 
     Examples
     --------
     >>> s = PartitionSelection(sigma2=100, threshold=60, max_groups_per_unit=1, cells=2**64)
     >>> 0 < s.delta < 1e-6
     True
+    >>> PartitionSelection(100, 60, 2, 2**64, exact=True).noise
+    DiscreteGaussianVector(sigma2=Fraction(100, 1), sensitivities=(1, 1))
     """
 
     sigma2: Fraction
     threshold: int
     max_groups_per_unit: int
     cells: int
+    exact: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
@@ -656,6 +670,8 @@ class PartitionSelection:
         l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
         object.__setattr__(self, "max_groups_per_unit", l0)
         object.__setattr__(self, "cells", check_int("cells", self.cells, minimum=1))
+        if not isinstance(self.exact, bool):
+            raise TypeError(invalid("exact", "True or False", self.exact))
 
     @property
     def delta(self) -> float:
@@ -663,9 +679,13 @@ class PartitionSelection:
         return selection_delta(self.sigma2, self.threshold, self.max_groups_per_unit)
 
     @property
-    def noise(self) -> LatticeNoise:
-        """The noise on the distinct-unit counts: L2 sensitivity √L0 over :attr:`cells`."""
-        return LatticeNoise(self.sigma2, Fraction(self.max_groups_per_unit), self.cells)
+    def noise(self) -> LatticeNoise | DiscreteGaussianVector:
+        """The noise on the distinct-unit counts: L2 sensitivity √L0 over :attr:`cells`,
+        or (``exact``) at most L0 counts changed by at most 1 each."""
+        l0 = self.max_groups_per_unit
+        if self.exact:
+            return DiscreteGaussianVector(self.sigma2, (1,) * l0)
+        return LatticeNoise(self.sigma2, Fraction(l0), self.cells)
 
 
 def selection_delta(sigma2: Fraction, threshold: int, max_groups_per_unit: int) -> float:
@@ -898,9 +918,10 @@ def check_event(event: object) -> Event:
 #: meaning; a new field or event type raises the version, and readers refuse versions
 #: they do not know (and types they do not know: :class:`UnknownEventError`).
 #: Format 2: ``Subsampled.rate`` became ``sample_rate`` (the parameter glossary) and
-#: ``ExponentialMechanism`` was added; format-1 text is still read.
-EVENT_FORMAT = 2
-_READABLE_FORMATS = (1, 2)
+#: ``ExponentialMechanism`` was added; format-1 text is still read. Format 3:
+#: ``PartitionSelection.exact`` (absent in earlier formats: False).
+EVENT_FORMAT = 3
+_READABLE_FORMATS = (1, 2, 3)
 
 
 def _upgrade_format_1(value: object) -> object:
@@ -1016,9 +1037,9 @@ def event_from_json(text: str | bytes) -> Event:
     version = data.get("format")
     if isinstance(version, bool) or version not in _READABLE_FORMATS:
         raise UnknownEventError(
-            invalid("event format", f"1 or {EVENT_FORMAT} (upgrade gaussdp)", version)
+            invalid("event format", f"1, 2 or {EVENT_FORMAT} (upgrade gaussdp)", version)
         )
-    tree = data["event"] if version == EVENT_FORMAT else _upgrade_format_1(data["event"])
+    tree = _upgrade_format_1(data["event"]) if version == 1 else data["event"]
     return event_from_dict(tree)
 
 

@@ -258,6 +258,11 @@ def _report_table(report: dict[str, Any], width: int) -> Table:
             f"accounted in μ: total μ = {report['mu']:.6g} (slack A = {report['slack']:.3g}; "
             f"ρ = {report['rho']:.6g} for information); "
         )
+    elif report["mode"] == "pld":
+        totals = (
+            f"accounted by PLDs (exact for count-like parts; slack A = {report['slack']:.3g}; "
+            f"ρ = {report['rho']:.6g} for information); "
+        )
     else:
         mu = report["mu"]
         totals = f"accounted in ρ: total ρ = {report['rho']:.6g}" + (

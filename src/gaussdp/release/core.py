@@ -15,14 +15,14 @@ import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
 from gaussdp.accounting.filter import PrivacyFilter
-from gaussdp.budget import Accounting, Budget
+from gaussdp.budget import Budget
 from gaussdp.errors import EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import _noise, tree
 from gaussdp.release.engines import DECLARABLE, Engine, open_engine
 from gaussdp.release.keys import typed_keys
-from gaussdp.release.plan import Grouping, Measure, Plan, make_plan
+from gaussdp.release.plan import Grouping, Measure, Plan, PlanAccounting, make_plan
 from gaussdp.release.queries import KeyTuple, Query, Statistic, key_tuples
 from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql, tree_sql
 
@@ -42,7 +42,8 @@ class QueryCost:
     units); ``sensitivity`` the L2 sensitivity in the same units (grid rounding
     included); ``mu`` = Δ/√(σ² − τ²) the part's μ-GDP by the smoothing argument
     (:class:`gaussdp.LatticeGaussian`, up to ``slack``; ``None`` if σ² ≤ τ² = 9,
-    possible only with ρ accounting); ``rho`` = Δ²/(2σ²) its exact ρ-zCDP (CKS
+    possible only with ρ accounting, or if the part is accounted by its exact
+    discrete Gaussian PLD, ``"pld"`` mode); ``rho`` = Δ²/(2σ²) its exact ρ-zCDP (CKS
     Thm 4/14); ``cells`` the a-priori number of noisy coordinates (2⁶⁴ × bins
     for privately selected groups) and ``slack`` = cells·a; ``delta`` is
     nonzero only for partition selection. Which of μ and ρ is accounted is
@@ -63,7 +64,7 @@ class QueryCost:
     threshold: int | None = None
 
 
-_ACCOUNTING: dict[Accounting, str] = {
+_ACCOUNTING: dict[PlanAccounting, str] = {
     "gdp": (
         "mu-GDP: each part is exact lattice noise N_Z(0, s^2 + 9), within e^(+-c*a) of a "
         "(Delta/s)-GDP Gaussian mechanism over its c cells by the smoothing argument "
@@ -71,6 +72,14 @@ _ACCOUNTING: dict[Accounting, str] = {
         "slack A = sum c_i*a; partition selection's delta added; epsilon at delta = "
         "eps_mu((delta - selection delta)*e^-A) + 2A (DRS Cor 2.13), from the realised "
         "noise, by the accountant of the budget (gaussdp.accounting)"
+    ),
+    "pld": (
+        "privacy loss distributions: each count-like part (a unit changes <= L0 cells by "
+        "<= K grid units each) is exact N_Z(0, s^2), dominated by L0 shifts by K "
+        "(monotone likelihood ratio) and accounted by its exact PLD; other parts by the "
+        "smoothing argument (N_Z(0, s^2 + 9), slack A); partition selection's delta added; "
+        "epsilon at delta from the composed PLD of the realised noise, by the accountant of "
+        "the budget (gaussdp.accounting)"
     ),
     "zcdp": (
         "rho-zCDP per part (CKS Thm 4/14), added over parts (Bun & Steinke 2016 Lemma 2.3); "
@@ -88,20 +97,24 @@ class PrivacyReport:
     ----------
     costs : tuple of QueryCost
         One entry per noisy part (a mean has a sum and a count part).
-    mode : {'gdp', 'zcdp'}
-        The accounting, which follows the budget: μ-GDP for (ε, δ) and μ
-        budgets, ρ-zCDP for ρ budgets (:attr:`gaussdp.Budget.accounting`).
+    mode : {'pld', 'gdp', 'zcdp'}
+        The accounting, which follows the budget: for (ε, δ) budgets privacy
+        loss distributions (``'pld'``: count-like parts by their exact discrete
+        Gaussian PLD, the others by the smoothing argument; ``'gdp'`` if no part
+        is count-like), μ-GDP for μ budgets, ρ-zCDP for ρ budgets.
     rho : float
         Σρᵢ (Bun & Steinke 2016 Lemma 2.3): the release is ρ-zCDP with
         partition selection's δ on top — in either mode (for information in
         μ mode).
     mu : float or None
         √Σμᵢ² (DRS Cor 3.3): the release is μ-GDP up to ``slack``, with
-        partition selection's δ on top; ``None`` if some part has σ² ≤ τ².
+        partition selection's δ on top; ``None`` if some part has σ² ≤ τ² or
+        is accounted by its exact PLD (``'pld'`` mode).
     slack : float
-        A = Σcᵢ·a: the release's pmf is within e^{±A} of the μ-GDP
-        composition's (a ≈ 2.8·10⁻⁷⁷ per coordinate, ≈ 5·10⁻⁵⁸ per privately
-        grouped part; it enters ε as below).
+        A = Σcᵢ·a over the parts accounted by the smoothing argument: the
+        release's pmf is within e^{±A} of the composition's with those parts
+        continuous Gaussians (a ≈ 2.8·10⁻⁷⁷ per coordinate, ≈ 5·10⁻⁵⁸ per
+        privately grouped part; it enters ε as below).
     selection_delta : float
         δ spent by private partition selection (0 with public keys).
     delta : float or None
@@ -109,7 +122,9 @@ class PrivacyReport:
     epsilon : float or None
         ε at ``delta`` from the realised σ²'s: in μ mode
         ε_μ((δ − ``selection_delta``)·e^{−A}) + 2A
-        (DRS Cor 2.13, computed by the accountants); in ρ
+        (DRS Cor 2.13, computed by the accountants); in PLD mode the PLD
+        accountant's certified ε of the composition at
+        (δ − ``selection_delta``)·e^{−A}, + 2A; in ρ
         mode CKS Cor 13 at δ − ``selection_delta``. An upper bound that holds
         for the exact discrete noise actually drawn.
     budget : Budget
@@ -117,7 +132,7 @@ class PrivacyReport:
     """
 
     costs: tuple[QueryCost, ...]
-    mode: Accounting
+    mode: PlanAccounting
     rho: float
     mu: float | None
     slack: float

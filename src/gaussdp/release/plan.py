@@ -43,7 +43,7 @@ A *part* is one noisy vector accounted as a whole: a count or a sum over all
 cells of a grouping, a vector sum's d coordinates over all cells, or a private
 partition selection's noisy distinct-unit counts. A mean is a sum part and a
 count part sharing the query's weight equally. The accounting follows the
-budget (:attr:`gaussdp.Budget.accounting`):
+budget (:attr:`gaussdp.Budget.accounting`; (ε, δ) budgets then go to PLD below):
 
 - **μ-GDP** ((ε, δ) and μ budgets). The total μ_cap (:meth:`Budget.mu_capacity`)
   is split as μᵢ² = wᵢ·μ_cap² (weights normalised), and a part with L2
@@ -62,14 +62,69 @@ budget (:attr:`gaussdp.Budget.accounting`):
 - **ρ-zCDP** (ρ budgets). ρᵢ = wᵢ·ρ, σ² = Δ²/(2ρᵢ) rounded up to a multiple of
   2⁻³²; the part is Δ²/(2σ²) ≤ ρᵢ -zCDP exactly (CKS Thm 4; Thm 14 for the vector
   of all cells), ρ's add (Bun & Steinke 2016 Lemma 2.3), and ε at δ is CKS Cor 13.
+  For a box-constrained part (below) this ρ is n·K²/(2σ²) = Δ²/(2σ²): CKS Thm 14
+  needs no τ², so ρ budgets never paid it.
+- **PLD** ((ε, δ) budgets, :attr:`Plan.accounting` ``"pld"``). The τ² of the
+  μ-GDP accounting costs most where Δ² is small: a sensitivity-1 count at
+  ε = 1, δ = 10⁻⁶ has Δ²/μ² ≈ 17.8 and σ² = 26.8. A part is *box-constrained*
+  when a unit changes at most n = L0 of its coordinates, each by an integer of
+  absolute value at most K (``Part.box``): counts and histograms (K = L∞), sums
+  (K above), distinct units and partition selection's counts (K = 1), the
+  three parts of a variance (K = L∞, L∞·R, L∞·R²). Such a part is accounted
+  exactly, with no τ² and no slack, by the following argument; vector sums (an
+  L2 ball) and quantile trees (L1 per level) keep the smoothing argument, and
+  the two kinds compose in one PLD.
 
-Every part is an event (:class:`gaussdp.accounting.LatticeNoise`, or a
-:class:`gaussdp.accounting.PartitionSelection` for a selection) and the plan is
-their :class:`~gaussdp.accounting.Composed` event (:attr:`Plan.event`): the
-totals (ρ, μ, slack, δ, ε) are computed from it by the accountants — the
-zCDP, GDP and PLD accountants, the same ones a filter or a ledger uses — from
-the realised σ²'s, and the plan is checked against the budget by the filter's
-own check.
+  (a) *Monotone likelihood ratio.* p_s(y) ∝ e^{−(y−s)²/(2σ²)}, y ∈ ℤ, with the
+  same normaliser for every integer s, so for s′ > s the ratio
+  p_{s′}(y)/p_s(y) = e^{(s′−s)(2y−s−s′)/(2σ²)} increases in y. By Neyman–Pearson
+  the most powerful tests of N_Z(0, σ²) against N_Z(s, σ²), s > 0, are the
+  (randomised) upper thresholds, the same family for every s > 0 (Karlin–Rubin;
+  Lehmann & Romano, Testing Statistical Hypotheses, Thm 3.4.1). At a threshold
+  test of level α the type-II error P_s[accept] decreases in s (the family is
+  stochastically increasing), so the trade-off curve T(N_Z(0), N_Z(s)) is
+  pointwise non-increasing in s ≥ 0, and s ↦ −s (the reflection y ↦ −y, and
+  the translation y ↦ y − s for the reversed pair) shows it depends on |s| only
+  and is symmetric. Hence (N_Z(0), N_Z(K)) *dominates* (N_Z(0), N_Z(s)) for
+  every integer |s| ≤ K: T is pointwise lower, equivalently its hockey-stick
+  divergences H_{e^ε} are larger for every ε ∈ ℝ (DRS 2022 Prop 2.12), and by
+  Blackwell's theorem (DRS Thm 2.10) a Markov kernel maps the first pair onto
+  the second (s = 0: the constant kernel onto N_Z(0)).
+  (b) *Tensorisation.* For a neighbouring pair the part's outputs are
+  f(D) + Z and f(D′) + Z, Z with independent N_Z(0, σ²) coordinates; after the
+  public translation by −f(D) the pair is the product over coordinates j of
+  (N_Z(0), N_Z(s_j)), s_j = f(D′)_j − f(D)_j, with at most n non-zero s_j and
+  each |s_j| ≤ K. The product of the n kernels of (a) at the changed
+  coordinates, with fresh N_Z(0) draws for the others, maps the n-fold product
+  of (N_Z(0), N_Z(K)) onto this pair, so the n-fold product dominates the part
+  for every neighbouring pair and both directions (the pair is symmetric).
+  Its PLD is the n-fold composition of the one-dimensional discrete Gaussian's,
+  i.e. :class:`~gaussdp.accounting.DiscreteGaussianVector` with sensitivities
+  (K,)·n (CKS Thm 14: the loss is the sum of the coordinates' losses), which
+  the PLD accountant builds exactly (``PrivacyLossDistribution.from_discrete_gaussian``)
+  and certifies after discretisation. Dominating pairs compose, adaptively too
+  (Zhu, Dong & Wang 2022 Thm 10), so the release's ε is that of the composed
+  PLD of every part's dominating pair, with the smoothing parts' slack and
+  partition selection's δ added as in μ-GDP mode.
+
+  The split keeps the μ-GDP one's proportions: with a common capacity c, part i
+  gets σᵢ² = Δᵢ²/(wᵢc²) if exact, Δᵢ²/(wᵢc²) + τ² otherwise. c is searched from
+  the μ-GDP plan's μ_cap (:func:`_calibrate_exact`) and the plan is certified
+  by the budget's own accountant. Box parts whose μ-GDP σ² exceeds
+  :data:`_EXACT_MAX_SIGMA2` (2²⁰) keep the smoothing argument, where τ² changes
+  σ² by less than 10⁻⁵, and so does every part of a plan whose μ_cap exceeds
+  :data:`_EXACT_MAX_MU` (2, ε ≳ 10 at δ = 10⁻⁶; 0.5 for δ < 10⁻⁹), where the
+  exact PLDs' large losses make them slow to certify. The plan's ``mu`` is then ``None`` (a discrete
+  Gaussian is not exactly μ-GDP); ``rho`` stays exact.
+
+Every part is an event (:class:`gaussdp.accounting.LatticeNoise`, or
+:class:`gaussdp.accounting.DiscreteGaussianVector` for an exact part, or a
+:class:`gaussdp.accounting.PartitionSelection` for a selection, ``exact`` as its
+part) and the plan is their :class:`~gaussdp.accounting.Composed` event
+(:attr:`Plan.event`): the totals (ρ, μ, slack, δ, ε) are computed from it by
+the accountants — the zCDP, GDP and PLD accountants, the same ones a filter or
+a ledger uses — from the realised σ²'s, and the plan is checked against the
+budget by the filter's own check.
 
 Private partition selection (Gaussian thresholding): the number of distinct
 units per group after L0 bounding gets N_Z(0, σ_s²) (L2 sensitivity √L0); a
@@ -89,14 +144,22 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from gaussdp._search import smallest_passing_int
+from gaussdp._search import fraction_up, smallest_passing_int
 from gaussdp.accounting.accountants import (
     Accountant,
     GDPAccountant,
+    PLDAccountant,
     UnsupportedEventError,
     ZCDPAccountant,
 )
-from gaussdp.accounting.events import Composed, Event, LatticeNoise, PartitionSelection
+from gaussdp.accounting.calibration import _smallest_scale
+from gaussdp.accounting.events import (
+    Composed,
+    DiscreteGaussianVector,
+    Event,
+    LatticeNoise,
+    PartitionSelection,
+)
 from gaussdp.accounting.filter import budget_accountant, refusal
 from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
@@ -122,6 +185,21 @@ _TAU2 = LatticeGaussian.SMOOTHING_TAU2
 _MAX_GROUPS = 2**64
 
 PartKind = Literal["count", "sum", "sum of squares", "vector", "tree", "distinct units"]
+#: How a plan is accounted: the budget's (μ-GDP, ρ-zCDP), or, for an (ε, δ) budget
+#: with box-constrained parts, privacy loss distributions ("pld", see the module docs).
+PlanAccounting = Literal["gdp", "zcdp", "pld"]
+#: Box-constrained parts with a larger σ² (in the μ-GDP plan) keep the smoothing
+#: argument: τ²/σ² < 10⁻⁵ there, and the exact PLD's support (±10σ) would grow.
+_EXACT_MAX_SIGMA2 = 2**20
+#: Above this total μ (ε ≳ 10 at δ = 10⁻⁶; 0.5 for δ < 10⁻⁹, ε ≳ 3.5 at δ = 10⁻¹²) plans
+#: stay μ-GDP: the exact PLDs' losses (K²/(2σ²) per coordinate) grow so large, and at
+#: small δ their tails matter so far out, that certifying them makes planning slow
+#: (measured: minutes at ε = 10, δ = 10⁻¹²).
+_EXACT_MAX_MU = {False: 2.0, True: 0.5}
+_SMALL_DELTA = 1e-9
+#: The PLD grid of the calibration's search, as a multiple of the accountant's own step
+#: (as make_private's calibration does), and its relative tolerance on the scale.
+_MEDIUM, _RTOL = 8.0, 1e-3
 
 
 def grid_step(bound: float) -> float:
@@ -142,16 +220,21 @@ def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _sigma2(sensitivity2: Fraction, share: Fraction, accounting: Accounting) -> Fraction:
+def _sigma2(
+    sensitivity2: Fraction, share: Fraction, accounting: Accounting, *, smoothing: bool = True
+) -> Fraction:
     """The part's σ² from its share, rounded up to a multiple of 2⁻³².
 
     μ-GDP: σ² = Δ²/μᵢ² + τ² (``share`` = μᵢ²), so Δ/√(σ² − τ²) ≤ μᵢ (the
-    smoothing argument, :class:`gaussdp.LatticeGaussian`). ρ-zCDP: σ² = Δ²/(2ρᵢ)
-    (``share`` = ρᵢ), so Δ²/(2σ²) ≤ ρᵢ (CKS Thm 4).
+    smoothing argument, :class:`gaussdp.LatticeGaussian`); without ``smoothing``
+    (a part accounted by its exact PLD) σ² = Δ²/μᵢ², μᵢ then only sets the split.
+    ρ-zCDP: σ² = Δ²/(2ρᵢ) (``share`` = ρᵢ), so Δ²/(2σ²) ≤ ρᵢ (CKS Thm 4).
     """
-    gdp = accounting == "gdp"
-    exact = sensitivity2 / share + _TAU2 if gdp else sensitivity2 / (2 * share)
-    return Fraction(math.ceil(exact * _SIGMA2_DENOMINATOR), _SIGMA2_DENOMINATOR)
+    if accounting == "gdp":
+        value = sensitivity2 / share + (_TAU2 if smoothing else 0)
+    else:
+        value = sensitivity2 / (2 * share)
+    return Fraction(math.ceil(value * _SIGMA2_DENOMINATOR), _SIGMA2_DENOMINATOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +277,11 @@ class Part:
     sensitivity2: Fraction
     sigma2: Fraction
     cells: int
+    #: (n, K) for a box-constrained part: a unit changes at most n coordinates, each
+    #: by an integer of absolute value ≤ K (then Δ² = n·K²); ``None`` otherwise.
+    box: tuple[int, int] | None = None
+    #: Accounted by its exact discrete Gaussian PLD (needs ``box``), not by smoothing.
+    exact: bool = False
 
     @property
     def sensitivity(self) -> float:
@@ -206,25 +294,34 @@ class Part:
         return self.gamma * math.sqrt(self.sigma2)
 
     @property
-    def noise(self) -> LatticeNoise:
-        """The part's noise as an event: N_Z(0, σ²) on ``cells`` coordinates, L2 sensitivity Δ."""
+    def noise(self) -> LatticeNoise | DiscreteGaussianVector:
+        """The part's noise as an event: N_Z(0, σ²) on ``cells`` coordinates, L2 sensitivity
+        Δ; if ``exact``, the dominating pair: n coordinates shifted by K each (module docs)."""
+        if self.exact and self.box is not None:
+            n, k = self.box
+            return DiscreteGaussianVector(self.sigma2, (k,) * n)
         return LatticeNoise(self.sigma2, self.sensitivity2, self.cells)
 
     @property
     def rho(self) -> float:
         """Δ²/(2σ²), rounded up: the part is exactly this ρ-zCDP (CKS Thm 4/14)."""
-        return self.noise.rho
+        return fraction_up(self.sensitivity2 / (2 * self.sigma2))
 
     @property
     def mu(self) -> float | None:
-        """Δ/√(σ² − τ²), rounded up (smoothing argument); ``None`` if σ² ≤ τ²."""
-        mu = self.noise.mu
+        """Δ/√(σ² − τ²), rounded up (smoothing argument); ``None`` if σ² ≤ τ² or the part is
+        accounted exactly (a discrete Gaussian is not exactly μ-GDP)."""
+        if self.exact:
+            return None
+        mu = LatticeNoise(self.sigma2, self.sensitivity2, self.cells).mu
         return None if math.isinf(mu) else mu
 
     @property
     def slack(self) -> float:
-        """cells·a: the part's pmf is within e^{±slack} of a μ-GDP mechanism's."""
-        return self.noise.smoothing_slack
+        """cells·a: the part's pmf is within e^{±slack} of a μ-GDP mechanism's (0 if exact)."""
+        if self.exact:
+            return 0.0
+        return LatticeNoise(self.sigma2, self.sensitivity2, self.cells).smoothing_slack
 
 
 def _slack(cells: int) -> float:
@@ -301,27 +398,29 @@ class Plan:
 
     Attributes
     ----------
-    accounting : {'gdp', 'zcdp'}
-        How the release is accounted (follows the budget).
+    accounting : {'pld', 'gdp', 'zcdp'}
+        How the release is accounted: ``'pld'`` for an (ε, δ) budget with an
+        exact (box-constrained) part, else the budget's.
     rho : float
         Σρᵢ over the parts (rounded up): a ρ-zCDP guarantee in either accounting.
     mu : float or None
         √Σμᵢ² (rounded up; DRS Cor 3.3), μ-GDP up to ``slack``; ``None`` if some
-        part has σ² ≤ τ² (possible only with ρ accounting).
+        part has σ² ≤ τ² (possible only with ρ accounting) or is exact.
     slack : float
-        A = Σcᵢ·a, the certified smoothing slack of ``mu``.
+        A = Σcᵢ·a over the parts accounted by the smoothing argument.
     selection_delta : float
         Σδ_s spent by private partition selection.
     epsilon : float or None
         ε at the budget's δ of this accounting, from the realised σ²'s:
-        ε_μ((δ − Σδ_s)e^{−A}) + 2A (μ-GDP) or CKS Cor 13 at δ − Σδ_s (ρ-zCDP);
+        ε_μ((δ − Σδ_s)e^{−A}) + 2A (μ-GDP), the PLD accountant's certified
+        ε((δ − Σδ_s)e^{−A}) + 2A (PLD) or CKS Cor 13 at δ − Σδ_s (ρ-zCDP);
         ``None`` without a δ.
     """
 
     groupings: tuple[Grouping, ...]
     internal: dict[str, str]
     parts: tuple[Part, ...]
-    accounting: Accounting
+    accounting: PlanAccounting
     rho: float
     mu: float | None
     slack: float
@@ -340,7 +439,8 @@ def _plan_event(groupings: Sequence[Grouping], parts: Sequence[Part]) -> Compose
     for p in parts:
         g = groupings[p.grouping]
         if p.query is None and g.selection is not None:
-            events.append(PartitionSelection(p.sigma2, g.selection.threshold, g.l0, p.cells))
+            threshold = g.selection.threshold
+            events.append(PartitionSelection(p.sigma2, threshold, g.l0, p.cells, exact=p.exact))
         else:
             events.append(p.noise)
     return Composed(tuple(events))
@@ -478,34 +578,121 @@ def make_plan(
             invalid("budget", f"large enough to leave a positive {_UNIT[accounting]}", budget)
         )
 
-    def plan_at(k: int) -> Plan:
-        # k steps of 10⁻¹² below the capacity, for the float roundings of the totals.
+    def split(at: float, exact: frozenset[int] = frozenset(), totals: bool = True) -> Plan:
         return _split(
             groupings,
             queries,
             internal,
             name,
             budget=budget,
-            capacity=capacity * (1 - k * 1e-12),
+            capacity=at,
             sel_delta=sel_delta,
             selection_count=selection_count,
             selection_weight=selection_weight,
+            exact=exact,
+            totals=totals,
         )
 
+    def plan_at(k: int) -> Plan:
+        # k steps of 10⁻¹² below the capacity, for the float roundings of the totals.
+        return split(capacity * (1 - k * 1e-12))
+
     # The filter's own check decides (the capacity itself passes unless rounding disagrees).
-    plan = plan_at(0)
-    if _within(plan):
+    k = 0
+    if not _within(plan_at(0)):  # pragma: no cover - only if the totals' rounding disagrees
+        try:
+            k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
+        except ValueError:  # the capacity is computed from the budget
+            raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
+    plan = plan_at(k)
+    small_delta = budget.delta is not None and budget.delta < _SMALL_DELTA
+    if budget.kind != "approx_dp" or capacity > _EXACT_MAX_MU[small_delta]:
         return plan
-    try:  # pragma: no cover - reached only if the totals' rounding disagrees with the budget's
-        k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
-    except ValueError:  # pragma: no cover - the capacity is computed from the budget
-        raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
-    return plan_at(k)  # pragma: no cover
+    # An (ε, δ) budget: box-constrained parts are accounted by their exact PLD (module
+    # docs), those whose σ² is small enough for τ² to matter.
+    exact = frozenset(
+        i for i, p in enumerate(plan.parts) if p.box is not None and p.sigma2 <= _EXACT_MAX_SIGMA2
+    )
+    if not exact:
+        return plan
+    # The calibrated scale depends on these only (a release plans more than once).
+    key: tuple[object, ...] = (tuple(queries), budget, max_groups_per_unit, max_rows_per_group)
+    key += (sel_delta, selection_weight)
+    calibrated = _calibrate_exact(
+        lambda at, totals: split(at, exact, totals), capacity, budget, _EXACT_SCALES.get(key)
+    )
+    if calibrated is None:  # pragma: no cover - the search found no finite scale
+        # The search left the groupings at its last evaluation: the plan is split again.
+        return plan_at(k)
+    exact_plan, scale = calibrated
+    if len(_EXACT_SCALES) >= _MAX_CACHED:
+        _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)))
+    _EXACT_SCALES[key] = scale
+    return exact_plan
+
+
+#: Calibrated scales of recent plans (by their inputs), so that planning a release again
+#: (its report, then its run) costs one certification instead of a search.
+_EXACT_SCALES: dict[tuple[object, ...], float] = {}
+_MAX_CACHED = 64
+
+
+def _calibrate_exact(
+    split: Callable[[float, bool], Plan],
+    capacity: float,
+    budget: Budget,
+    known: float | None = None,
+) -> tuple[Plan, float] | None:
+    """The plan with exact parts at the largest common capacity that meets the budget.
+
+    Every part keeps its share μᵢ² = wᵢ·c² of a capacity c (σᵢ² = Δᵢ²/μᵢ² for an exact
+    part, + τ² for the others); the scale s = 1/c is searched on a PLD grid 8 times
+    coarser than the accountant's (:func:`~gaussdp.accounting.calibration._smallest_scale`,
+    safe side, to a relative 10⁻³, aimed 10⁻³ below ε), from the μ-GDP plan's capacity;
+    the answer is then certified by the budget's accountant at the plan's realised
+    σ²'s (the filter's check), raising s by 10⁻³ until it passes. A ``known`` scale (an
+    earlier calibration's) skips the search, never the certification. Returns the plan
+    and its scale, or ``None`` if no such plan is found (the caller keeps the μ-GDP plan).
+    """
+    delta, target = budget.delta, budget.epsilon
+    if delta is None or target is None:  # pragma: no cover - an (ε, δ) budget
+        return None
+    scale = known if known is not None else _search_scale(split, 1.0 / capacity, delta, target)
+    if scale is None:  # pragma: no cover - no finite scale found
+        return None
+    for _ in range(_MAX_CERTIFY):
+        plan = split(1 / scale, True)
+        # plan.epsilon is the budget's accountant's certified ε of plan.event: exactly
+        # the filter's check (:func:`_within`) on an empty history, computed once.
+        if plan.epsilon is not None and plan.epsilon <= target:
+            return plan, scale
+        scale *= 1 + _RTOL  # pragma: no cover - the search aimed below the target
+    return None  # pragma: no cover
+
+
+def _search_scale(
+    split: Callable[[float, bool], Plan], start: float, delta: float, target: float
+) -> float | None:
+    """The smallest scale (to 10⁻³) whose plan's ε, on the search's PLD grid, is ≤ target."""
+    try:
+        grid = PLDAccountant().compose(split(1 / start, False).event).value_discretization
+        h = min(1.0, _MEDIUM * grid)
+
+        def eps(scale: float) -> float:
+            acc = PLDAccountant(value_discretization=h).compose(split(1 / scale, False).event)
+            return acc.epsilon(delta).upper
+
+        # Aimed 0.1 % below the target: the accountant's own grid can exceed this one's.
+        return _smallest_scale(eps, target * (1 - _RTOL), start, _RTOL, step=1.05)
+    except (ValueError, UnsupportedEventError):  # pragma: no cover - no finite scale found
+        return None
 
 
 _UNIT: dict[Accounting, str] = {"gdp": "mu", "zcdp": "rho"}
 #: The most steps of 10⁻¹² the capacity is lowered by to meet the budget (10 %).
 _MAX_SHRINK = 10**11
+#: The most steps of 10⁻³ the exact calibration's scale is raised by to certify it.
+_MAX_CERTIFY = 100
 
 
 def _within(plan: Plan) -> bool:
@@ -529,8 +716,16 @@ def _split(
     sel_delta: float,
     selection_count: int,
     selection_weight: float,
+    exact: frozenset[int] = frozenset(),
+    totals: bool = True,
 ) -> Plan:
-    """Give every part its share of ``capacity`` (μ or ρ), its σ², and total the costs."""
+    """Give every part its share of ``capacity`` (μ or ρ), its σ², and total the costs.
+
+    The parts numbered in ``exact`` (box-constrained ones) are accounted by their
+    exact PLD, with σ² = Δ²/μᵢ² (no τ²). Without ``totals`` the plan's ρ, μ, slack
+    and ε are left at 0/None (for the calibration's searches, which evaluate ε
+    themselves).
+    """
     accounting = budget.accounting
     # μ-GDP splits μ² (μᵢ² = wᵢμ², so DRS Cor 3.3 gives back μ); zCDP splits ρ (Lemma 2.3).
     total = Fraction(capacity) ** 2 if accounting == "gdp" else Fraction(capacity)
@@ -540,7 +735,7 @@ def _split(
     for gi, g in enumerate(groupings):
         g.measures = []
         g.selection = None
-        noise = _Noise(g, gi, accounting, parts)
+        noise = _Noise(g, gi, accounting, parts, exact)
         l0, linf = g.l0, g.linf
         for qi in g.queries:
             q = queries[qi]
@@ -554,7 +749,7 @@ def _split(
             elif q.statistic == "distinct_units":
                 # A unit is in at most L0 groups and counts once in each: Δ² = L0.
                 out = g.output_index(Output("units"))
-                noise.add(qi, "distinct units", 1.0, Fraction(l0), share, [("count", out)])
+                noise.add(qi, "distinct units", 1.0, Fraction(l0), share, [("count", out)], bound=1)
             elif q.statistic in ("variance", "std"):
                 _variance(noise, qi, q, name("x", q.columns[0]), linf, share)
             elif q.statistic == "quantile":
@@ -584,7 +779,7 @@ def _split(
                 k = max(-total_lo, total_hi)
                 i = g.value_index(ScalarValue(name("x", q.columns[0]), lo, hi, gamma))
                 out = g.output_index(Output("sum", i, -1, total_lo, total_hi))
-                noise.add(qi, "sum", gamma, Fraction(l0 * k * k), share, [("sum", out)])
+                noise.add(qi, "sum", gamma, Fraction(l0 * k * k), share, [("sum", out)], bound=k)
                 if q.statistic == "mean":
                     noise.count(qi, g.output_index(Output("valid", i)), linf, share)
             else:
@@ -608,27 +803,41 @@ def _split(
                     noise.count(qi, g.output_index(Output("valid", i)), linf, share)
         if g.private_keys:
             share = total * Fraction(selection_weight) / weights
-            s2 = _sigma2(Fraction(l0), share, accounting)
+            exact_part = len(parts) in exact
+            s2 = _sigma2(Fraction(l0), share, accounting, smoothing=not exact_part)
             tau, spent = _threshold(s2, l0, sel_delta / selection_count, g.cells)
             g.selection = Selection(s2, tau, spent)
-            parts.append(Part(None, gi, "distinct units", 1.0, Fraction(l0), s2, g.cells))
+            # A unit changes at most L0 distinct-unit counts, each by 1: box (L0, 1).
+            parts.append(
+                Part(
+                    None, gi, "distinct units", 1.0, Fraction(l0), s2, g.cells, (l0, 1), exact_part
+                )
+            )
 
-    # The totals, by the accountants (ρ-zCDP; μ-GDP with the smoothing slack; ε at δ).
+    mode: PlanAccounting = "pld" if any(p.exact for p in parts) else accounting
+    if not totals:
+        return Plan(
+            tuple(groupings), internal, tuple(parts), mode, 0.0, None, 0.0, 0.0, None, budget
+        )
+    # The totals, by the accountants (ρ-zCDP; μ-GDP with the smoothing slack, or the
+    # budget's PLD accountant for exact parts; ε at δ).
     event = _plan_event(groupings, parts)
     zcdp = ZCDPAccountant().compose(event)
-    gdp = _composed(GDPAccountant(), event)
+    gdp = _composed(GDPAccountant(), event)  # None with exact parts: no μ certificate
+    acc = zcdp if accounting == "zcdp" else _composed(budget_accountant(budget), event)
     epsilon = None
     if budget.delta is not None:
-        acc = zcdp if accounting == "zcdp" else _composed(budget_accountant(budget), event)
         epsilon = None if acc is None else acc.epsilon(budget.delta).upper
+    # The smoothing slack of the parts that use it (all of them unless some are exact).
+    slack = gdp.slack if gdp is not None else acc.slack if acc is not None else 0.0
     return Plan(
         tuple(groupings),
         internal,
         tuple(parts),
-        accounting,
+        mode,
         zcdp.rho,
         gdp.mu if isinstance(gdp, GDPAccountant) else None,
-        zcdp.slack if gdp is None else gdp.slack,
+        slack,
         zcdp.extra_delta,
         epsilon,
         budget,
@@ -643,6 +852,7 @@ class _Noise:
     index: int
     accounting: Accounting
     parts: list[Part]
+    exact: frozenset[int]
 
     def add(
         self,
@@ -654,16 +864,21 @@ class _Noise:
         roles: list[tuple[str, int]],
         *,
         coordinates: int = 1,
+        bound: int | None = None,
     ) -> None:
-        sigma2 = _sigma2(sensitivity2, share, self.accounting)
+        """Add a part; ``bound`` K for a box-constrained one (≤ L0 cells, each by ≤ K)."""
+        box = None if bound is None else (self.grouping.l0, bound)
+        exact = box is not None and len(self.parts) in self.exact
+        sigma2 = _sigma2(sensitivity2, share, self.accounting, smoothing=not exact)
         for role, out in roles:
             self.grouping.measures.append(Measure(qi, role, out, gamma, sigma2))
         cells = self.grouping.cells * len(roles) * coordinates
-        self.parts.append(Part(qi, self.index, kind, gamma, sensitivity2, sigma2, cells))
+        part = Part(qi, self.index, kind, gamma, sensitivity2, sigma2, cells, box, exact)
+        self.parts.append(part)
 
     def count(self, qi: int, out: int, linf: int, share: Fraction) -> None:
         l0 = self.grouping.l0
-        self.add(qi, "count", 1.0, Fraction(l0 * linf * linf), share, [("count", out)])
+        self.add(qi, "count", 1.0, Fraction(l0 * linf * linf), share, [("count", out)], bound=linf)
 
 
 def _variance(noise: _Noise, qi: int, q: Query, column: str, linf: int, share: Fraction) -> None:
@@ -693,8 +908,7 @@ def _variance(noise: _Noise, qi: int, q: Query, column: str, linf: int, share: F
     i = g.value_index(ScalarValue(column, lo, hi, gamma, center))
     out_sum = g.output_index(Output("sum", i, -1, total_lo, total_hi))
     out_sq = g.output_index(Output("sumsq", i, -1, 0, k_sq))
-    noise.add(qi, "sum", gamma, Fraction(l0 * k_sum * k_sum), share, [("sum", out_sum)])
-    noise.add(
-        qi, "sum of squares", gamma * gamma, Fraction(l0 * k_sq * k_sq), share, [("sumsq", out_sq)]
-    )
+    sum2, sq2 = Fraction(l0 * k_sum * k_sum), Fraction(l0 * k_sq * k_sq)
+    noise.add(qi, "sum", gamma, sum2, share, [("sum", out_sum)], bound=k_sum)
+    noise.add(qi, "sum of squares", gamma * gamma, sq2, share, [("sumsq", out_sq)], bound=k_sq)
     noise.count(qi, g.output_index(Output("valid", i)), linf, share)

@@ -1,0 +1,202 @@
+"""Exact accounting of box-constrained parts under (ε, δ) budgets (plan.py's module docs).
+
+The domination argument checked by brute force (mpmath hockey-stick divergences of
+the discrete Gaussian shift family, and of products of shifts against the box
+corner); the PLD of ``DiscreteGaussianVector`` against exact sums; ρ without τ²;
+the variance saved; the report, the filter, the ledger and ``explain`` agreeing on
+the plan's events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pandas as pd
+import pytest
+from exact_reference import discrete_gaussian_pmf
+
+from gaussdp.accounting import (
+    DiscreteGaussianVector,
+    PartitionSelection,
+    PLDAccountant,
+    PrivacyFilter,
+)
+from gaussdp.accounting.events import event_from_json
+from gaussdp.budget import Budget
+from gaussdp.release import Ledger, Release
+
+FRAME = pd.DataFrame({"u": [1, 2, 3], "p": ["x", "y", "x"], "m": [1.0, 2.0, 3.0]})
+
+
+def release(budget: Budget, l0: int = 1, linf: int = 1) -> Release:
+    return Release(
+        FRAME, privacy_unit="u", budget=budget, max_groups_per_unit=l0, max_rows_per_group=linf
+    )
+
+
+def hockey_sticks(sigma2: float, shift: int, epsilons: list[float]) -> list[mpmath.mpf]:
+    """H_{e^ε}(N_Z(0, σ²) ‖ N_Z(s, σ²)) by exact sums (mpmath, 40 digits) over ±(20σ + |s|)."""
+    with mpmath.workdps(40):
+        half = int(20 * math.sqrt(sigma2)) + abs(shift) + 5
+        s2 = mpmath.mpf(sigma2)
+        weight = [mpmath.exp(-mpmath.mpf(y * y) / (2 * s2)) for y in range(-half, half + 1)]
+        norm = mpmath.fsum(weight)
+        p = [w / norm for w in weight]
+        q = [
+            mpmath.exp(-mpmath.mpf((y - shift) ** 2) / (2 * s2)) / norm
+            for y in range(-half, half + 1)
+        ]
+        return [
+            mpmath.fsum(
+                max(mpmath.mpf(0), a - mpmath.exp(e) * b) for a, b in zip(p, q, strict=True)
+            )
+            for e in epsilons
+        ]
+
+
+EPSILONS = [-2.0, -0.5, 0.0, 0.3, 1.0, 2.5, 5.0]
+
+
+@pytest.mark.parametrize("sigma2", [0.3, 1.0, 4.5, 20.0])
+def test_the_shift_family_is_dominated_by_its_largest_shift(sigma2: float) -> None:
+    """(a): H_{e^ε}(N_Z(0) ‖ N_Z(s)) is non-decreasing in |s| for every ε (negative too),
+    and the same for the reversed pair: (N_Z(0), N_Z(K)) dominates every |s| ≤ K."""
+    curves = {s: hockey_sticks(sigma2, s, EPSILONS) for s in range(-4, 5)}
+    for s in range(4):
+        for e, small, large in zip(EPSILONS, curves[s], curves[s + 1], strict=True):
+            assert small <= large + mpmath.mpf(10) ** -12, (sigma2, s, e)
+    for s in range(1, 5):
+        # Symmetric in the sign of s and in the pair's order (reflection, translation).
+        for a, b in zip(curves[s], curves[-s], strict=True):
+            assert abs(a - b) < mpmath.mpf(10) ** -30
+    # Strictly: a larger shift is strictly less private somewhere.
+    assert curves[2][3] > curves[1][3]
+
+
+def product_hockey_stick(sigma2: float, shifts: tuple[int, ...], epsilon: float) -> float:
+    """H_{e^ε} of ⊗_j (N_Z(0, σ²), N_Z(s_j, σ²)), by summing over the product's outcomes."""
+    support, pmf, _ = discrete_gaussian_pmf(sigma2)
+    grids = np.meshgrid(*([support] * len(shifts)), indexing="ij")
+    p = np.ones_like(grids[0], dtype=float)
+    loss = np.zeros_like(p)
+    for grid, s in zip(grids, shifts, strict=True):
+        p = p * pmf[grid - support[0]]
+        loss += (s * s - 2 * s * grid) / (2 * sigma2)
+    return float(np.sum(p * np.maximum(0.0, -np.expm1(epsilon - loss))))
+
+
+@pytest.mark.parametrize("sigma2", [0.7, 3.0])
+def test_products_are_dominated_by_the_box_corner(sigma2: float) -> None:
+    """(b): every change of ≤ n = 2 coordinates by ≤ K = 2 each is dominated by (K, K)."""
+    for e in EPSILONS:
+        corner = product_hockey_stick(sigma2, (2, 2), e)
+        for shifts in itertools.product(range(-2, 3), repeat=2):
+            assert product_hockey_stick(sigma2, shifts, e) <= corner + 1e-14, (shifts, e)
+
+
+@pytest.mark.parametrize(("sigma2", "k", "n"), [("17.9", 1, 1), ("143", 1, 2), ("40", 3, 3)])
+def test_the_vector_pld_is_the_exact_product(sigma2: str, k: int, n: int) -> None:
+    """DiscreteGaussianVector(σ², (K,)·n) is accounted as the n-fold product: the PLD
+    accountant's bounds bracket the exact δ(ε) of the product (sums over S = Σ y_j)."""
+    s2 = float(Fraction(sigma2))
+    support, pmf, _ = discrete_gaussian_pmf(s2, n)
+    loss = (n * k * k - 2 * k * support) / (2 * s2)
+    acc = PLDAccountant().compose(DiscreteGaussianVector(Fraction(sigma2), (k,) * n))
+    for e in (0.1, 0.5, 1.0, 2.0):
+        exact = float(np.sum(pmf * np.maximum(0.0, -np.expm1(e - loss))))
+        bounds = acc.delta(e)
+        assert bounds.lower * (1 - 1e-9) <= exact <= bounds.upper * (1 + 1e-9), (e, exact, bounds)
+        assert bounds.upper <= exact * (1 + 1e-3) + 1e-15
+    # ρ-zCDP: n·K²/(2σ²) exactly (CKS Thm 14), no τ².
+    assert acc.events[0][0].rho == pytest.approx(n * k * k / (2 * s2), rel=1e-15)  # type: ignore[union-attr]
+
+
+def test_distinct_units_lose_the_smoothing_variance() -> None:
+    """The issue's example: a sensitivity-1 count at ε = 1, δ = 10⁻⁶ had σ² = Δ²/μ² + 9 ≈ 26.8."""
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    plan = release(budget).distinct_units().plan()
+    (part,) = plan.parts
+    mu_cap = budget.mu_capacity(0.0, 0.0)
+    assert plan.accounting == "pld"
+    assert part.exact
+    assert part.box == (1, 1)
+    assert 1 / mu_cap**2 + 9 == pytest.approx(26.8, abs=0.05)
+    # Measured: σ² = 17.94, 67 % of the μ-GDP plan's variance (≈ Δ²/μ² = 17.8).
+    assert float(part.sigma2) == pytest.approx(1 / mu_cap**2, rel=1e-2)
+    assert float(part.sigma2) < 0.68 * (1 / mu_cap**2 + 9)
+    assert part.rho == pytest.approx(1 / (2 * float(part.sigma2)), rel=1e-12)  # no τ² in ρ
+    assert plan.rho == pytest.approx(part.rho, rel=1e-12)
+    assert plan.epsilon is not None
+    assert 0.997 < plan.epsilon <= 1.0
+
+
+def test_the_filter_the_ledger_and_explain_agree_with_the_report(tmp_path: Path) -> None:
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    r = release(budget, l0=2, linf=3).count(by="p", keys=["x", "y"]).distinct_units()
+    report, event = r.report, r.plan().event
+    assert report.mode == "pld"
+    assert report.epsilon is not None
+    # The event holds the exact parts' dominating pairs.
+    assert [type(e).__name__ for e in event.events] == ["DiscreteGaussianVector"] * 2
+    assert event.events[0].sensitivities == (3, 3)  # type: ignore[union-attr]
+    f = PrivacyFilter(Budget(epsilon=3.0, delta=1e-6))
+    assert f.cost(event) == report.epsilon
+    total = Budget(epsilon=3.0, delta=1e-6)
+    ledger = Ledger(tmp_path / "b.db", total=total)
+    r.run(ledger=ledger)
+    summary = ledger.summary()
+    assert summary.spent == report.epsilon
+    # The lower bound is informative now (the composition is a PLD, no slack, no δ).
+    assert report.epsilon * 0.999 < summary.spent_lower <= summary.spent
+    from gaussdp.cli.explain import ledger_curve
+
+    _, curve = ledger_curve(tmp_path / "b.db")
+    assert f"ε ≤ {summary.spent:.4g}" in curve.description
+
+
+def test_partition_selection_is_exact_too() -> None:
+    r = release(Budget(epsilon=1.0, delta=1e-6), l0=2).count(by="p")
+    plan = r.plan()
+    selection = [e for e in plan.event.events if isinstance(e, PartitionSelection)]
+    assert len(selection) == 1
+    assert selection[0].exact
+    assert selection[0].noise == DiscreteGaussianVector(selection[0].sigma2, (1, 1))
+    g = plan.groupings[0]
+    assert g.selection is not None
+    assert g.selection.delta <= 0.5e-6
+    assert plan.slack == 0.0  # every part exact: no smoothing slack at all
+
+
+def test_format_2_partition_selections_read_as_smoothed() -> None:
+    old = (
+        '{"format":2,"event":{"type":"PartitionSelection","sigma2":{"fraction":"100/1"},'
+        '"threshold":60,"max_groups_per_unit":2,"cells":4}}'
+    )
+    event = event_from_json(old)
+    assert isinstance(event, PartitionSelection)
+    assert not event.exact
+    with pytest.raises(TypeError, match="^exact must be True or False, got 1$"):
+        PartitionSelection(100, 60, 2, 4, exact=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("budget", "mode"),
+    [
+        (Budget(mu=1.0), "gdp"),
+        (Budget(rho=0.5), "zcdp"),
+        (Budget(epsilon=60.0, delta=1e-2), "gdp"),  # μ_cap > 2: the exact grids would be slow
+        (Budget(epsilon=1e-3, delta=1e-6), "gdp"),  # every σ² > 2²⁰: τ² is negligible
+    ],
+)
+def test_other_budgets_keep_their_accounting(budget: Budget, mode: str) -> None:
+    r = release(budget).count().sum("m", bounds=(0, 10))
+    plan = r.plan()
+    assert plan.accounting == mode
+    assert not any(p.exact for p in plan.parts)
+    json.dumps(r.report.to_dict(), allow_nan=False)
