@@ -628,6 +628,11 @@ def make_plan(
     if len(_EXACT_SCALES) >= _MAX_CACHED:
         _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)))
     _EXACT_SCALES[key] = scale
+    pairs = zip(exact_plan.parts, plan.parts, strict=True)
+    if any(e.exact and e.sigma2 > g.sigma2 for e, g in pairs):
+        # Not an improvement for the exact parts (a tiny ε, where τ² is negligible and
+        # the search's coarse grid costs more): the μ-GDP plan, split again.
+        return plan_at(k)
     return exact_plan
 
 
