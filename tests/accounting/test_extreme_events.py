@@ -13,6 +13,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
+from gaussdp import BudgetExceededError
 from gaussdp._search import fraction_down, fraction_up
 from gaussdp.accounting import (
     Accountant,
@@ -25,6 +26,7 @@ from gaussdp.accounting import (
     LatticeNoise,
     PartitionSelection,
     PLDAccountant,
+    PrivacyFilter,
     PrivacyLossDistribution,
     PureDP,
     RDPAccountant,
@@ -35,6 +37,7 @@ from gaussdp.accounting import (
 )
 from gaussdp.accounting.events import DiscreteGaussianL2, Event
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+from gaussdp.privacy import gdp_epsilon
 
 TEMPLATE = re.compile(r"^\S.* must be .+, got .+$", re.DOTALL)
 EXTREMES = (1e-300, 1e300)
@@ -220,3 +223,23 @@ def test_losses_all_beyond_the_cap_keep_their_mass(count: int) -> None:
     acc = PLDAccountant()
     acc.compose(DiscreteLaplace(Fraction(1, 100)), count)
     assert acc.epsilon(1e-5).upper >= 100.0 * count * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("sigma", [0.02, 0.01, 1e-5, 1e-100, 1e-160, 1e-200])
+def test_a_gaussian_with_huge_mu_in_a_mix_gets_an_answer(sigma: float) -> None:
+    # Alone, a Gaussian takes the exact μ-GDP path; in a mix its one-run PLD once held
+    # NaN (e^{t} overflowing beyond the cap) or overflowed building μ², and the filter
+    # raised. The answer must be an upper bound on the Gaussian's own ε.
+    acc = PLDAccountant()
+    acc.compose(Gaussian(sigma)).compose(PureDP(0.1))
+    bounds = acc.epsilon(1e-6)
+    assert bounds.lower <= bounds.upper
+    mu = 1.0 / sigma
+    if mu < 1e9:
+        assert bounds.upper >= gdp_epsilon(mu, 1e-6)
+    f = PrivacyFilter(epsilon=1e300, delta=1e-6)
+    f.accept(PureDP(0.1))
+    try:  # an answer or a refusal, not a raw exception
+        f.accept(Gaussian(sigma))
+    except BudgetExceededError:
+        assert mu > 1e100

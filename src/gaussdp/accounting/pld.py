@@ -120,8 +120,10 @@ _LOSS_CAP = 64.0
 _SEARCH_REL = 1e-12
 _SEARCH_ABS = 1e-15
 _SEARCH_TOL = {"rel_tol": _SEARCH_REL, "abs_tol": _SEARCH_ABS}
-# Largest μ = Δ/σ of a Gaussian PLD: beyond it μ² overflows; δ(ε) is then 1 to within
-# e^{−μ²/8} for every ε < μ²/4, so the accountants answer from μ (GDP) or RDP instead.
+# Largest μ = Δ/σ of a (subsampled) Gaussian PLD built on the grid: beyond it μ²
+# overflows. Every loss of the Gaussian is then far past the cap (its upper PLD is all
+# mass at +∞); a subsampled one's δ tends to max(q, 1 − e^ε(1 − q)), and the
+# accountants answer it from RDP instead.
 MAX_SUBSAMPLED_MU = 1e100
 # Largest number of support points enumerated for a discrete mechanism.
 _MAX_POINTS = 4_000_000
@@ -179,6 +181,8 @@ class _LossPMF:
             target = (delta - self.allowance - self.inf_mass) / (1.0 + _REL_MARGIN)
         else:
             target = (delta + self.allowance) / (1.0 - _REL_MARGIN)
+        if math.isnan(target):  # NaN masses: nothing certified (upper ∞, lower 0)
+            return math.inf if self.upper else 0.0
         if target <= 0.0:
             return math.inf
         n = self.probs.size
@@ -832,9 +836,10 @@ def _from_continuous(
     h: float, loss_lo: float, loss_hi: float, cdfs: CdfFn
 ) -> tuple[_LossPMF, _LossPMF]:
     """Upper and lower PMFs of a pair given P(L ≤ t), P(L > t), Q(L ≤ t), Q(L > t)."""
-    # Losses beyond ±_LOSS_CAP nats go to +∞ / are moved to the edge (see _LOSS_CAP).
-    loss_lo = max(loss_lo, -_LOSS_CAP)
-    loss_hi = min(loss_hi, _LOSS_CAP)
+    # Losses beyond ±_LOSS_CAP nats go to +∞ / are moved to the edge (see _LOSS_CAP),
+    # also when the whole window lies beyond one cap (e^{t} then stays finite).
+    loss_lo = min(max(loss_lo, -_LOSS_CAP), _LOSS_CAP - h)
+    loss_hi = max(min(loss_hi, _LOSS_CAP), -_LOSS_CAP + h)
     i0 = math.floor(loss_lo / h)
     i1 = max(math.ceil(loss_hi / h), i0 + 1)
     # Building one run's PMFs (CDFs, bins, both sides, the lower hull in long double)
@@ -852,6 +857,12 @@ def _from_continuous(
     return _from_bins(h, i0, pb, qb, ab, bb, below, above)
 
 
+def _all_at_infinity(h: float, mass: float = 1.0) -> tuple[_LossPMF, _LossPMF]:
+    """Upper: P-mass ``mass`` at +∞ and none finite; lower: no mass (δ ≥ 0, trivially)."""
+    empty = np.zeros(1)
+    return _LossPMF(h, 0, empty, mass, 0.0, True), _LossPMF(h, 0, empty, 0.0, 0.0, False)
+
+
 def _from_points(
     h: float, losses: FloatArray, probs: FloatArray, inf_mass: float
 ) -> tuple[_LossPMF, _LossPMF]:
@@ -867,8 +878,7 @@ def _from_points(
     inside = ~(high | low)
     losses, probs = losses[inside], probs[inside]
     if losses.size == 0 and high_mass == 0 and low_mass == 0:  # every P-mass is at +∞
-        empty = np.zeros(1)
-        return _LossPMF(h, 0, empty, inf_mass, 0.0, True), _LossPMF(h, 0, empty, 0.0, 0.0, False)
+        return _all_at_infinity(h, inf_mass)
     if high_mass > 0 or low_mass > 0:
         losses = np.concatenate((losses, [-_LOSS_CAP, _LOSS_CAP]))
         probs = np.concatenate((probs, [0.0, 0.0]))
@@ -981,6 +991,8 @@ class PrivacyLossDistribution:
         h = check_value_discretization(value_discretization)
         tail_mass = _check_tail(tail_mass)
         mu = sensitivity / sigma
+        if not mu <= MAX_SUBSAMPLED_MU:  # μ² would overflow; every loss is far past the cap
+            return cls._build(h, _all_at_infinity(h), None, tail_mass)
         mean = mu * mu / 2
 
         def cdfs(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
