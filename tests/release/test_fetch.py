@@ -142,3 +142,59 @@ def test_duckdb_prints_no_progress_bar_of_its_own() -> None:
     finally:
         engine.close()
     assert row == (False,)
+
+
+def test_dates_beyond_python_fall_back_to_fetchall() -> None:
+    # Arrow's to_pylist raises OverflowError on DuckDB's 'infinity'::DATE (after the budget
+    # was charged, the release failed); fetchall clamps it: the columns give fetchall's values.
+    engine = DuckDBEngine(pd.DataFrame({"x": [1]}))
+    try:
+        sql = (
+            "SELECT i, CASE WHEN i = 0 THEN 'infinity'::DATE ELSE DATE '2020-01-01' END AS d,"
+            " CASE WHEN i = 1 THEN '-infinity'::TIMESTAMP ELSE TIMESTAMP '2020-01-01' END AS t"
+            " FROM range(3) r(i) ORDER BY i"
+        )
+        assert _rows(engine.columns(sql)) == engine.query(sql)
+    finally:
+        engine.close()
+
+
+def test_release_grouped_by_an_infinite_date_runs() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "create table t as select i as u, case when i%10=0 then 'infinity'::DATE"
+            " else DATE '2020-01-01' end as d from range(200) r(i)"
+        )
+        release = Release(
+            (con, "t"),
+            privacy_unit="u",
+            budget=Budget(epsilon=1, delta=1e-6),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+        )
+        result = release.count(by="d").run(rng=ChaCha20Random(3))
+    finally:
+        con.close()
+    assert "d" in result.frame.columns
+
+
+def test_tree_units_do_not_depend_on_row_order() -> None:
+    # Each group's distinct units are summed by group, whether or not its rows are contiguous.
+    from gaussdp.release.core import _tree_cells
+    from gaussdp.release.plan import Grouping
+
+    keys = np.array(["a", "b", "a", "c", "b", "a"], dtype=object)
+    leaf = np.array([0, 1, 2, 0, 3, 1], dtype=np.int64)
+    units = np.array([1, 2, 3, 4, 5, 6], dtype=np.int64)
+    count = np.array([1, 1, 1, 1, 1, 1], dtype=np.int64)
+    g = Grouping(by=("k",), keys=None, histogram=None, l0=1, linf=1)
+    found, leaves, per_group = _tree_cells(g, None, [keys, leaf, units, count])
+    assert found[0].tolist() == ["a", "b", "c"]
+    assert per_group.tolist() == [1 + 3 + 6, 2 + 5, 4]
+    order = np.argsort(keys, kind="stable")  # the same rows, contiguous
+    _, _, contiguous = _tree_cells(g, None, [c[order] for c in (keys, leaf, units, count)])
+    assert contiguous.tolist() == per_group.tolist()
+    assert leaves.dense(3, 4).tolist() == [[1, 1, 1, 0], [0, 1, 0, 1], [1, 0, 0, 0]]

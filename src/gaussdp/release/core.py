@@ -1141,10 +1141,11 @@ def _tree_cells(
     for column in keys:
         part, uniques = pd.factorize(column, use_na_sentinel=False)
         code = pd.factorize(code * len(uniques) + part)[0]
-    # A group's first row is where the code exceeds every earlier one (codes count up), and
-    # its rows are contiguous (the engine's rows come ordered by the keys).
+    # A group's first row is where the code exceeds every earlier one (codes count up). Its
+    # units are summed by code, whatever the order of its rows (exact int64 sums).
     first = np.flatnonzero(code > np.maximum.accumulate(np.r_[-1, code[:-1]]))
-    units = np.add.reduceat(_ints(columns[width + 1]), first) if rows else np.zeros(0, np.int64)
+    units = np.zeros(len(first), dtype=np.int64)
+    np.add.at(units, code, _ints(columns[width + 1]))
     leaf, count = _ints(columns[width]), _ints(columns[width + 2])
     if g.by and g.keys is None:  # private partition selection happens later
         return [column[first] for column in keys], _Leaves(code, leaf, count), units

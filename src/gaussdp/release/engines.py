@@ -455,7 +455,9 @@ class DuckDBEngine(Engine):
         are ``int64``; strings are object arrays of ``str``; other types are
         converted value by value as :meth:`query` returns them. Where Arrow's
         Python values differ from DuckDB's own (``HUGEINT`` comes back as a
-        ``Decimal``, ``INTERVAL`` as Arrow's own type), or without pyarrow
+        ``Decimal``, ``INTERVAL`` as Arrow's own type), where Arrow cannot
+        convert a value (a ``DATE`` or ``TIMESTAMP`` beyond Python's range,
+        such as ``'infinity'``, which ``fetchall`` clamps), or without pyarrow
         (an optional dependency), the rows are fetched as by :meth:`query`.
         """
         try:
@@ -471,7 +473,12 @@ class DuckDBEngine(Engine):
             if not arrow or not all(_ARROW_EXACT.match(str(t)) for t in relation.types):
                 return _columns_of(relation.fetchall(), len(relation.columns))
             table = relation.to_arrow_table()
-        return [_from_arrow(table.column(i)) for i in range(table.num_columns)]
+            try:
+                return [_from_arrow(table.column(i)) for i in range(table.num_columns)]
+            except (OverflowError, ValueError):
+                # Values beyond Python's range (DuckDB's 'infinity'::DATE or TIMESTAMP):
+                # Arrow's conversion raises where ``fetchall`` clamps them.
+                return _columns_of(relation.fetchall(), len(relation.columns))
 
     @contextlib.contextmanager
     def _watch(self) -> Iterator[None]:
