@@ -438,3 +438,36 @@ def test_remembered_spends_are_the_fresh_compositions(tmp_path: Path) -> None:
     assert str(again.value) == str(first.value)
     assert f"costs ε = {fresh(big):.3g}" in str(first.value)
     assert len(ledger.entries()) == 2
+
+
+def test_ledger_pickles_without_its_spend_cache(tmp_path: Path) -> None:
+    import pickle
+
+    ledger = Ledger(tmp_path / "p.db", total=Budget(epsilon=1.0, delta=1e-6))
+    ledger.charge(Gaussian(sigma=20.0), label="one")
+    before = ledger.spent
+    copy = pickle.loads(pickle.dumps(ledger))
+    assert copy.path == ledger.path
+    assert copy.total == ledger.total
+    assert copy._spent == {}  # the cache (and its lock) were made afresh
+    assert copy.spent == before
+    copy.charge(Gaussian(sigma=20.0), label="two")  # the copy writes the same file
+    assert len(ledger.entries()) == 2
+
+
+def test_spend_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.db", total=Budget(epsilon=1.0, delta=1e-6))
+    budget = ledger.total
+    accountants = []
+    for i in range(33):
+        acc = budget_accountant(budget)
+        acc.compose(Gaussian(sigma=10.0 + i))
+        accountants.append(acc)
+    for acc in accountants[:32]:
+        ledger._measure(budget, acc)
+    ledger._measure(budget, accountants[0])  # a hit: the first becomes the most recent
+    ledger._measure(budget, accountants[32])  # evicts the least recently used, the second
+    keys = [history for _, history in ledger._spent]
+    assert len(keys) == 32
+    assert event_to_json(accountants[0].history) in keys
+    assert event_to_json(accountants[1].history) not in keys

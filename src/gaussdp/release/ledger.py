@@ -47,6 +47,7 @@ import os
 import socket
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -227,7 +228,19 @@ class Ledger:
         if total is not None and total != self.total:
             raise ValueError(invalid("total", f"the ledger's stored total {self.total}", total))
         # What each history spends, remembered (see _measure).
-        self._spent: dict[tuple[str, str], Spent] = {}
+        self._spent: OrderedDict[tuple[str, str], Spent] = OrderedDict()
+        self._spent_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        # The spend cache and its lock stay behind (a lock does not pickle); the file holds
+        # everything that is spent.
+        state = dict(self.__dict__)
+        del state["_spent"], state["_spent_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._spent = OrderedDict()
         self._spent_lock = threading.Lock()
 
     # -- storage ----------------------------------------------------------------------
@@ -409,17 +422,21 @@ class Ledger:
         new computation would give. A reserve's total is the next reserve's
         history, and a refused request's cost alone and the history's spend are
         asked again on a retry: each composition (a PLD build, about a second
-        for a synthesis run) is then made once per process. The last 32 are kept.
+        for a synthesis run) is then made once per process. The 32 most recently
+        used are kept.
         """
         key = (repr(budget), event_to_json(accountant.history))
         with self._spent_lock:
             known = self._spent.get(key)
+            if known is not None:
+                self._spent.move_to_end(key)  # least recently used goes first
         if known is None:
             known = spent(budget, accountant)
             with self._spent_lock:
-                if len(self._spent) >= 32:
-                    del self._spent[next(iter(self._spent))]
                 self._spent[key] = known
+                self._spent.move_to_end(key)
+                while len(self._spent) > 32:
+                    self._spent.popitem(last=False)
         return known
 
     # -- spending ---------------------------------------------------------------------
