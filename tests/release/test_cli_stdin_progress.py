@@ -86,7 +86,16 @@ def test_stdin_bad_input_and_spark(
         app, ["release", spec, "--data", "-", "--engine", "spark"], input="user_id\n1\n"
     )
     assert r.exit_code == 2
-    assert "needs the duckdb engine" in r.output
+    assert (
+        "--engine must be 'duckdb' with --data - (CSV on standard input), got 'spark'" in r.output
+    )
+    # An unknown engine is named as such, not as a stdin limitation.
+    r = CliRunner().invoke(
+        app, ["release", spec, "--data", "-", "--engine", "bogus"], input="user_id\n1\n"
+    )
+    assert r.exit_code == 2
+    assert "engine must be 'duckdb' or 'spark', got 'bogus'" in r.output
+    assert "standard input" not in r.output
     assert list(private_tmp.glob("gaussdp-stdin-*")) == []
 
 

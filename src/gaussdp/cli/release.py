@@ -444,8 +444,12 @@ def release_command(
     from gaussdp.release import load_spec, release_from_spec
 
     parsed = load_spec(spec)
-    if data == "-" and (engine or parsed.get("engine", "duckdb")) != "duckdb":
-        fail("--data - (CSV on standard input) needs the duckdb engine")  # before reading it
+    if data == "-":  # checked before standard input is read
+        chosen = engine or parsed.get("engine", "duckdb")
+        if chosen not in ("duckdb", "spark"):
+            fail(invalid("engine", "'duckdb' or 'spark'", chosen))
+        if chosen != "duckdb":
+            fail(invalid("--engine", "'duckdb' with --data - (CSV on standard input)", chosen))
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(stdin_csv()) if data == "-" else data
         release = release_from_spec(parsed, source, engine=engine)
