@@ -177,3 +177,43 @@ def test_explain_ledger_prints_ledger_shows_table(
         for token in row.event.split():
             assert token in explained
     assert "certified upper" in explained
+
+
+def test_ledger_json_is_one_shape_with_nan_and_inf_as_null(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ledger show --json` and `explain --ledger --json` print the same object
+    # (cli.release.ledger_json); a non-finite value is null (strict JSON), never NaN/Infinity.
+    import dataclasses
+    import math
+
+    from gaussdp.cli import app as full_app
+    from gaussdp.mechanisms import Gaussian
+    from gaussdp.release import Budget, Ledger
+
+    db = tmp_path / "eps.db"
+    book = Ledger(db, total=Budget(epsilon=3.0, delta=1e-5))
+    book.charge(Gaussian(sigma=4.0), label="counts")
+    summary = Ledger.summary
+
+    def odd(self: Ledger) -> object:
+        s = summary(self)
+        rows = tuple(dataclasses.replace(r, cost=math.nan) for r in s.rows)
+        return dataclasses.replace(s, remaining=-math.inf, slack=math.nan, rows=rows)
+
+    monkeypatch.setattr(Ledger, "summary", odd)
+    runner = CliRunner()
+    shown = runner.invoke(full_app, ["ledger", "show", str(db), "--json"])
+    assert shown.exit_code == 0, shown.output
+    explained = runner.invoke(full_app, ["explain", "--ledger", str(db), "--json"])
+    assert explained.exit_code == 0, (explained.output, explained.exception)
+    for text in (shown.stdout, explained.stdout):
+        assert "NaN" not in text
+        assert "Infinity" not in text
+    ledger = json.loads(shown.stdout)
+    assert json.loads(explained.stdout)["ledger"] == ledger
+    assert (ledger["remaining"], ledger["slack"]) == (None, None)
+    (entry,) = ledger["entries"]
+    assert entry["cost"] is None
+    assert entry["what"] == "counts"
+    assert ledger["spent"] == pytest.approx(book.spent)

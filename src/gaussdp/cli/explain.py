@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gaussdp.cli._output import console, emit, fail, handle_errors, json_number
+from gaussdp.cli._output import console, emit, fail, handle_errors
 
 if TYPE_CHECKING:
     from gaussdp.privacy.tradeoff import TradeoffCurve
@@ -99,29 +99,6 @@ def ledger_curve(path: Path) -> tuple[LedgerSummary, TradeoffCurve]:
     return summary, replace(curve, description=description)
 
 
-def _ledger_json(summary: LedgerSummary) -> dict[str, object]:
-    return {
-        "total": summary.total.as_dict(),
-        "unit": summary.unit,
-        "delta": summary.delta,
-        "spent": json_number(summary.spent),
-        "spent_lower": summary.spent_lower,
-        "remaining": summary.remaining,
-        "selection_delta": summary.selection_delta,
-        "slack": summary.slack,
-        "entries": [
-            {
-                "id": r.id,
-                "status": r.status,
-                "what": r.what,
-                "event": r.event,
-                "cost": json_number(r.cost),
-            }
-            for r in summary.rows
-        ],
-    }
-
-
 def register(app: typer.Typer) -> None:
     """Add ``explain`` to ``app``."""
 
@@ -183,7 +160,9 @@ def register(app: typer.Typer) -> None:
             payload["max_tpr_at"] = {f"{f:g}": t for f, t in readings}
             payload["text"] = result.text()
             if summary is not None:
-                payload["ledger"] = _ledger_json(summary)
+                from gaussdp.cli.release import ledger_json
+
+                payload["ledger"] = ledger_json(summary)
             typer.echo(jsonlib.dumps(payload, indent=2, allow_nan=False))
             return
         if summary is not None and ledger is not None:

@@ -28,6 +28,7 @@ from gaussdp.cli._output import (
     handle_errors,
     is_interrupt,
     is_quiet,
+    json_number,
 )
 from gaussdp.errors import invalid
 
@@ -586,37 +587,38 @@ def ledger_show(
 
         report_file.write_text(html_report(ledger=book), encoding="utf-8")
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "total": summary.total.as_dict(),
-                    "unit": summary.unit,
-                    "delta": summary.delta,
-                    "spent": summary.spent,
-                    "spent_lower": summary.spent_lower,
-                    "remaining": summary.remaining,
-                    "selection_delta": summary.selection_delta,
-                    "slack": summary.slack,
-                    "entries": [
-                        {
-                            "id": r.id,
-                            "status": r.status,
-                            "what": r.what,
-                            "reserved_at": r.when,
-                            "committed_at": r.committed_at,
-                            "who": r.who,
-                            "event": r.event,
-                            "cost": r.cost,
-                        }
-                        for r in summary.rows
-                    ],
-                },
-                indent=2,
-            )
-        )
+        typer.echo(json.dumps(ledger_json(summary), indent=2, allow_nan=False))
         return
     screen = console()
     screen.print(ledger_table(f"ledger {path}", summary, screen.width))
+
+
+def ledger_json(summary: LedgerSummary) -> dict[str, object]:
+    """A ledger's entries and totals as JSON values (``gaussdp ledger show --json``,
+    ``gaussdp explain --ledger --json``); NaN and infinities become null."""
+    return {
+        "total": {key: json_number(value) for key, value in summary.total.as_dict().items()},
+        "unit": summary.unit,
+        "delta": json_number(summary.delta),
+        "spent": json_number(summary.spent),
+        "spent_lower": json_number(summary.spent_lower),
+        "remaining": json_number(summary.remaining),
+        "selection_delta": json_number(summary.selection_delta),
+        "slack": json_number(summary.slack),
+        "entries": [
+            {
+                "id": r.id,
+                "status": r.status,
+                "what": r.what,
+                "reserved_at": r.when,
+                "committed_at": r.committed_at,
+                "who": r.who,
+                "event": r.event,
+                "cost": json_number(r.cost),
+            }
+            for r in summary.rows
+        ],
+    }
 
 
 def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
