@@ -86,6 +86,8 @@ def test_report_is_the_composition_of_its_events() -> None:
     assert report.epsilon == certified
     assert 0.999 <= report.epsilon <= 1.0  # the budget is spent, not wasted
     assert zcdp_epsilon(report.rho, 1e-6) > 1.0  # Cor 13 could not certify this plan
+    assert report.mode == "pld"  # the report says where its ε comes from
+    assert report.to_dict()["mode"] == "pld"
     assert all(e.sensitivity == 1.0 for e in report.events)
     # The ledger is charged the events themselves: the selections as ε-bounded-range
     # ExponentialMechanism events, composed by the accountants (zCDP: ε²/8 each).
@@ -101,6 +103,7 @@ def test_a_rho_budget_is_planned_in_rho() -> None:
     report = _synth(None, budget).report
     assert 0.999 * 0.05 <= report.rho <= 0.05
     assert report.epsilon == zcdp_epsilon(report.rho, 1e-6)  # CKS Cor 13
+    assert report.to_dict()["mode"] == "zcdp"
 
 
 @pytest.mark.parametrize(

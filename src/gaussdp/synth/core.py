@@ -20,8 +20,10 @@ r"""MST (McKenna, Miklau & Sheldon 2021) and AIM (McKenna et al. 2022) on the re
    (post-processing).
 
 The run is ρ-zCDP with ρ = Σ Δᵢ²/(2σᵢ²) + Σ εⱼ²/8 (Bun & Steinke 2016 Lemma
-2.3), reported as ε at δ by CKS Cor 13. The report is known before the data
-are read; a ledger is charged once for the whole run.
+2.3). With an (ε, δ) budget its ε at δ is the PLD accountant's for the
+composition of these events, the noise calibrated to meet it (ρ can exceed
+the budget's Cor 13 capacity); with a ρ budget ε is CKS Cor 13's. The report
+is known before the data are read; a ledger is charged once for the whole run.
 
 ``method="aim"``: the 1-way marginals, then adaptive rounds of selection and
 measurement over a workload's marginals until the budget is spent
@@ -142,8 +144,13 @@ class SynthReport:
 
     ``rho`` is the run's ρ-zCDP: for MST the sum of the events' ρ (rounded
     up); for AIM the budget's ρ capacity, which the adaptive rounds' sum never
-    exceeds (a zCDP filter). ``epsilon`` is the ε at ``delta`` of ρ-zCDP (CKS
-    Cor 13), ``None`` without δ.
+    exceeds (a zCDP filter). ``epsilon`` is the ε at ``delta`` (``None``
+    without δ), as ``mode`` says: ``"pld"`` for MST with an (ε, δ) budget —
+    the ε the PLD accountant certifies for the composition of the run's
+    events (the check a ledger makes), to which the noise was calibrated; its
+    ``rho`` can then exceed ``budget.rho_capacity()``, the ε staying within
+    the budget's — or ``"zcdp"``: ρ's ε by CKS Cor 13 (AIM, a ρ budget, or an
+    MST plan the PLD check refused at Cor 13's capacity).
     """
 
     events: tuple[SynthEvent, ...]
@@ -152,6 +159,7 @@ class SynthReport:
     epsilon: float | None
     budget: Budget
     method: str = "MST"
+    mode: Literal["zcdp", "pld"] = "zcdp"
 
     @property
     def event(self) -> Event:
@@ -185,7 +193,7 @@ class SynthReport:
         """A JSON-ready dictionary."""
         return {
             "method": self.method,
-            "mode": "zcdp",
+            "mode": self.mode,
             "accounting": self.accounting,
             "budget": self.budget.as_dict(),
             "rho": self.rho,
@@ -242,7 +250,9 @@ class Synthesizer:
     privacy_unit : str
         The column identifying a person; all their rows are protected together.
     budget : Budget
-        An (ε, δ) or ρ budget (the run is accounted in ρ-zCDP).
+        An (ε, δ) or ρ budget. A ρ budget, and AIM, are accounted in
+        ρ-zCDP; MST with an (ε, δ) budget by the PLD composition of its
+        events (:attr:`SynthReport.mode`).
     max_groups_per_unit : int
         L0 ≥ 1: a unit counts in at most this many cells of each marginal
         (e.g. its number of rows to keep when a person has several).
@@ -534,8 +544,13 @@ class Synthesizer:
         # ρ's add (Bun & Steinke 2016 Lemma 2.3); summed exactly, rounded up.
         rho = fraction_up(sum((Fraction(e.rho) for e in events), Fraction(0)))
         # ε: the PLD composition's, as calibrated (an (ε, δ) budget), else CKS Cor 13's.
-        epsilon = self._epsilon if self._epsilon is not None else self.budget.epsilon_at(rho)
-        return SynthReport(tuple(events), rho, self.budget.delta, epsilon, self.budget)
+        if self._epsilon is not None:
+            return SynthReport(
+                tuple(events), rho, self.budget.delta, self._epsilon, self.budget, mode="pld"
+            )
+        return SynthReport(
+            tuple(events), rho, self.budget.delta, self.budget.epsilon_at(rho), self.budget
+        )
 
     def _report_aim(self, one: Release, rounds: Sequence[Round] | None) -> SynthReport:
         """AIM's report: the 1-way events, then each round's (or, before the run, their cap)."""
