@@ -60,3 +60,27 @@ def test_a_clique_the_model_covers_reuses_the_compiled_program() -> None:
     # (a, c) is not covered: a new model structure, compiled once.
     fit_model(SIZES, [*more, Measurement(("a", "c"), rng.normal(20, 5, 6), 2.0)], iters=50)
     assert mbi.estimation.Estimator._multi_step._cache_size() == compiled + 1
+
+
+def test_lipschitz_routes_each_slot_as_mbi_does() -> None:
+    # A slot contained in two model cliques goes to the one with the smaller domain
+    # (mbi's clique_mapping): here (a,) to (a, c) with 6 cells, not (a, b) with 20, so the
+    # bound is mbi's 4 (blocks (a, b): 1, (a, c): 1 + 6/2), not 11.
+    from gaussdp.synth.model import _lipschitz, _slots
+
+    mbi = _mbi()
+    sizes = {"a": 2, "b": 10, "c": 3}
+    stds = {("a",): 1.0, ("a", "b"): 1.0, ("a", "c"): 1.0}
+    maximal, slots = _slots(list(stds), tuple(sizes))
+    weight = {
+        r: np.full(int(np.prod([sizes[a] for a in r])), 1 / stds[r] ** 2 if r in stds else 0.0)
+        for r in slots
+    }
+    domain = mbi.Domain(tuple(sizes), tuple(sizes.values()))
+    linear = [
+        mbi.LinearMeasurement(np.zeros(int(np.prod([sizes[a] for a in r]))), r, stddev=s)
+        for r, s in stds.items()
+    ]
+    want = mbi.marginal_loss.calculate_l2_lipschitz_from_metadata(domain, linear)
+    assert want == 4.0
+    assert _lipschitz(sizes, maximal, weight) == want

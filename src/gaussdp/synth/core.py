@@ -263,6 +263,8 @@ class Synthesizer:
     round_iters : int
         AIM only: iterations of the re-fit after each round, warm-started
         from the previous model (default 100); the final model gets ``iters``.
+        Checked but not used by MST (one fit, of ``iters``), like the other
+        AIM-only options below.
     max_sigma : float
         The largest noise standard deviation (in rows) of a 1-way marginal
         cell that still counts as a measurement; a budget that gives more is

@@ -110,6 +110,27 @@ def _slots(
     return maximal, sorted(slots, key=lambda c: (len(c), [order[a] for a in c]))
 
 
+def _lipschitz(
+    sizes: Mapping[str, int],
+    maximal: Sequence[tuple[str, ...]],
+    weight: Mapping[tuple[str, ...], npt.NDArray[np.float64]],
+) -> float:
+    """The loss gradient's Lipschitz constant, bounded as ``mbi`` does for identity queries
+    (``calculate_l2_lipschitz_from_metadata``): max over model cliques C of
+    Σ_{r routed to C} max(W_r)·|C|/|r| (exact when W is flat), each slot r routed, as
+    ``mbi``'s ``clique_mapping`` does, to the containing model clique of smallest domain
+    (the first such in ``maximal``'s order on a tie)."""
+
+    def cells(c: Sequence[str]) -> int:
+        return math.prod(sizes[a] for a in c)
+
+    blocks = dict.fromkeys(maximal, 0.0)
+    for r, w in weight.items():
+        home = min((c for c in maximal if set(r) <= set(c)), key=cells)
+        blocks[home] += float(w.max()) * cells(home) / w.size
+    return max(max(blocks.values()), 1e-12)
+
+
 def fit_model(
     sizes: Mapping[str, int],
     measurements: Sequence[Measurement],
@@ -149,13 +170,7 @@ def fit_model(
         )
         for r in slots
     )
-    # The gradient's Lipschitz constant, bounded as ``mbi`` does for identity queries:
-    # max over model cliques C of Σ_{r routed to C} max(W_r)·|C|/|r| (exact when W is flat).
-    blocks = dict.fromkeys(maximal, 0.0)
-    for r in slots:
-        home = next(c for c in maximal if set(r) <= set(c))
-        blocks[home] += float(weight[r].max()) * math.prod(sizes[a] for a in home) / weight[r].size
-    lipschitz = max(max(blocks.values()), 1e-12)
+    lipschitz = _lipschitz(sizes, maximal, weight)
     loss = mbi.marginal_loss.MarginalLossFn(maximal, _SlotLoss(tuple(slots)), data, lipschitz)
     total = estimate_total(measurements)
     return mbi.estimation.MirrorDescent().estimate(
