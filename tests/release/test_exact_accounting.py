@@ -200,3 +200,20 @@ def test_other_budgets_keep_their_accounting(budget: Budget, mode: str) -> None:
     assert plan.accounting == mode
     assert not any(p.exact for p in plan.parts)
     json.dumps(r.report.to_dict(), allow_nan=False)
+
+
+def test_a_mu_budget_filter_or_ledger_gets_the_mu_gdp_plan(tmp_path: Path) -> None:
+    # A μ-GDP accountant cannot account for exact discrete Gaussian parts: charged to a
+    # μ budget, an (ε, δ) release runs on its μ-GDP (smoothing) plan instead of failing.
+    r = release(Budget(epsilon=1.0, delta=1e-6))
+    r.count()
+    assert r.plan().accounting == "pld"
+    mu_plan = r.plan(exact=False)
+    assert mu_plan.accounting == "gdp"
+    assert mu_plan.mu is not None
+    f = PrivacyFilter(mu=5.0)
+    assert r.run(filter=f).report.mode == "gdp"
+    assert f.spent == pytest.approx(mu_plan.mu)
+    ledger = Ledger(tmp_path / "mu.db", total=Budget(mu=5.0))
+    assert r.run(ledger=ledger).report.mode == "gdp"
+    assert ledger.spent == pytest.approx(mu_plan.mu)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
-from gaussdp.accounting.filter import PrivacyFilter
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
 from gaussdp.budget import Budget
 from gaussdp.errors import EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
@@ -639,8 +639,13 @@ class Release:
         )
 
     # -- planning ---------------------------------------------------------------------
-    def plan(self) -> Plan:
-        """The data-independent plan (groupings, noise, costs)."""
+    def plan(self, *, exact: bool = True) -> Plan:
+        """The data-independent plan (groupings, noise, costs).
+
+        ``exact=False``: under an (ε, δ) budget, every part on the μ-GDP (smoothing)
+        plan, as :meth:`run` uses for a filter or ledger whose accountant cannot
+        account for the exact discrete Gaussian parts (a μ budget's).
+        """
         return make_plan(
             list(self._queries),
             privacy_unit=self.privacy_unit,
@@ -649,6 +654,7 @@ class Release:
             max_rows_per_group=self.max_rows_per_group,
             selection_delta=self.selection_delta,
             selection_weight=self.selection_weight,
+            exact=exact,
         )
 
     @property
@@ -727,6 +733,9 @@ class Release:
             raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
         spend_to = self.filter if filter is None else filter
         plan = self.plan()
+        target = budget_accountant(spend_to.budget if ledger is None else ledger.total)
+        if plan.accounting == "pld" and not target.supports(plan.event):
+            plan = self.plan(exact=False)  # e.g. a μ-budget filter: the μ-GDP plan
         report = _report(plan, self._queries)
         noise = _noise_facts(plan, self.confidence)
         event = plan.event

@@ -139,6 +139,7 @@ Steinke 2016 Def 8.1, Lemma 8.3 for zCDP), so ε is reported at δ − Σδ_s.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -509,8 +510,13 @@ def make_plan(
     max_rows_per_group: int,
     selection_delta: float | None,
     selection_weight: float,
+    exact: bool = True,
 ) -> Plan:
-    """Group the queries, derive sensitivities and grids, split the budget, set thresholds."""
+    """Group the queries, derive sensitivities and grids, split the budget, set thresholds.
+
+    ``exact=False`` keeps every part on the μ-GDP (smoothing) plan under an (ε, δ)
+    budget, for a filter or ledger whose accountant cannot account for exact parts.
+    """
     if not queries:
         raise ValueError(invalid("queries", "at least one query (call .count(), .sum(), …)", []))
     internal: dict[str, str] = {"pu": privacy_unit}
@@ -606,28 +612,29 @@ def make_plan(
             raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
     plan = plan_at(k)
     small_delta = budget.delta is not None and budget.delta < _SMALL_DELTA
-    if budget.kind != "approx_dp" or capacity > _EXACT_MAX_MU[small_delta]:
+    if not exact or budget.kind != "approx_dp" or capacity > _EXACT_MAX_MU[small_delta]:
         return plan
     # An (ε, δ) budget: box-constrained parts are accounted by their exact PLD (module
     # docs), those whose σ² is small enough for τ² to matter.
-    exact = frozenset(
+    exact_parts = frozenset(
         i for i, p in enumerate(plan.parts) if p.box is not None and p.sigma2 <= _EXACT_MAX_SIGMA2
     )
-    if not exact:
+    if not exact_parts:
         return plan
     # The calibrated scale depends on these only (a release plans more than once).
     key: tuple[object, ...] = (tuple(queries), budget, max_groups_per_unit, max_rows_per_group)
     key += (sel_delta, selection_weight)
     calibrated = _calibrate_exact(
-        lambda at, totals: split(at, exact, totals), capacity, budget, _EXACT_SCALES.get(key)
+        lambda at, totals: split(at, exact_parts, totals), capacity, budget, _EXACT_SCALES.get(key)
     )
     if calibrated is None:  # pragma: no cover - the search found no finite scale
         # The search left the groupings at its last evaluation: the plan is split again.
         return plan_at(k)
     exact_plan, scale = calibrated
-    if len(_EXACT_SCALES) >= _MAX_CACHED:
-        _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)))
-    _EXACT_SCALES[key] = scale
+    with _EXACT_SCALES_LOCK:  # releases may be planned from several threads
+        if len(_EXACT_SCALES) >= _MAX_CACHED:
+            _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)), None)
+        _EXACT_SCALES[key] = scale
     pairs = zip(exact_plan.parts, plan.parts, strict=True)
     if any(e.exact and e.sigma2 > g.sigma2 for e, g in pairs):
         # Not an improvement for the exact parts (a tiny ε, where τ² is negligible and
@@ -639,6 +646,7 @@ def make_plan(
 #: Calibrated scales of recent plans (by their inputs), so that planning a release again
 #: (its report, then its run) costs one certification instead of a search.
 _EXACT_SCALES: dict[tuple[object, ...], float] = {}
+_EXACT_SCALES_LOCK = threading.Lock()
 _MAX_CACHED = 64
 
 
