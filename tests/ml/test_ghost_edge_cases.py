@@ -375,3 +375,117 @@ def test_a_second_formation_with_larger_values_is_scaled_back(
     torch.testing.assert_close(
         _chunked_sum(several, 1.0, monkeypatch), expected, rtol=1e-12, atol=1e-14
     )
+
+
+def test_a_non_finite_second_formation_counts_as_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NaN > bound is false: the row used to keep its factor (a NaN sum); an infinite row
+    # got factor 0 and 0·inf = NaN. Either way the example now contributes nothing.
+    several = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3)) * 10
+    for growth in (float("nan"), float("inf")):
+        sums = _chunked_sum(several, growth, monkeypatch)
+        assert bool(torch.isfinite(sums).all())
+        assert float(torch.linalg.vector_norm(sums)) == 0.0
+
+
+# -- a model that modifies its input in place -------------------------------------------------
+class Scale(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(2)
+
+
+def scaled_input() -> nn.Module:
+    return nn.Sequential(Scale(), nn.Linear(4, 7), nn.ReLU(inplace=True), nn.Linear(7, 3))
+
+
+def test_a_repeat_after_an_in_place_activation_sees_the_inputs_unchanged() -> None:
+    # The repeat (the ReLU changed the first Linear's output) used to run on inputs the
+    # first run had already doubled: activations 4x.
+    x, y = _features()
+    results = []
+    for copy in (set(), {"1", "3"}):  # found by a repeat; known up front
+        torch.manual_seed(0)
+        net = scaled_input()
+        layers = ghost_layers(net)
+        assert layers is not None
+        inputs = x.clone()
+        result = ghost_clipped_sums(
+            net,
+            layers,
+            nnf.cross_entropy,
+            inputs,
+            y,
+            _squared_norm_upper,
+            lambda s: _factors_from_squared(s, CLIP),
+            copy=copy,
+        )
+        assert result is not None
+        torch.testing.assert_close(inputs, 2 * x, rtol=0, atol=0)  # doubled once
+        sums, losses, squared, _ = result
+        flat = torch.cat([sums[id(p)].reshape(-1) for p in net.parameters()])
+        results.append((flat, losses, squared))
+    for found, known in zip(*results, strict=True):
+        torch.testing.assert_close(found, known, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", ["auto", "ghost"])
+def test_a_model_modifying_its_input_in_place_is_run_on_it_once(mode: str, api: str) -> None:
+    # The check against the per-example path (and that path) run the model again: they
+    # see the inputs as the first run did, so no false "mixes examples" alarm.
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(scaled_input, (x, y), mode, api)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "mixes examples" fallback
+        assert _sensitivity(lambda a, b: clipped_sum(a.clone(), b), x, y) <= CLIP * (1 + 1e-6)
+        inputs = x.clone()
+        got = clipped_sum(inputs, y)
+    torch.testing.assert_close(inputs, 2 * x, rtol=0, atol=0)
+    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+    reference, _ = _reference(lambda: scaled_input()[1:], 2 * x, y)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
+
+
+# -- layers whose trainable parameters are not the ones the formulas read ------------------------
+def _weight_normed(kind: str) -> Callable[[], nn.Module]:
+    def make() -> nn.Module:
+        net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3))
+        utils = nn.utils
+        wrap = {
+            "weight_norm": utils.weight_norm,
+            "spectral_norm": utils.spectral_norm,
+            "parametrized weight_norm": utils.parametrizations.weight_norm,
+            "parametrized spectral_norm": utils.parametrizations.spectral_norm,
+        }[kind]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # legacy weight_norm is deprecated
+            net[2] = wrap(net[2])
+        return net
+
+    return make
+
+
+NORMED = ["weight_norm", "spectral_norm", "parametrized weight_norm", "parametrized spectral_norm"]
+
+
+@pytest.mark.parametrize("kind", NORMED)
+def test_normalised_weights_are_not_ghost_layers(kind: str) -> None:
+    # The legacy wrappers keep the type nn.Linear but train weight_g/weight_v
+    # (weight_orig): the formulas, keyed by module.weight, raised KeyError.
+    make = _weight_normed(kind)
+    net = make()
+    assert ghost_layers(net) is None
+    assert ghost_layers(net[0]) is not None
+    x, y = _features()
+    with pytest.raises(ValueError, match="grad_sample_mode must be 'auto' or 'functorch'"):
+        _private(make, (x, y), "ghost")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_weight_norm_goes_through_torch_func(api: str) -> None:
+    make = _weight_normed("weight_norm")
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(make, (x, y), "auto", api)
+    assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
+    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    reference, _ = _reference(make, x, y)
+    torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)

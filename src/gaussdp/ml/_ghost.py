@@ -70,7 +70,7 @@ with the per-example path.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +92,7 @@ __all__ = [
     "clipped_sums",
     "ghost_clipped_sums",
     "ghost_layers",
+    "input_guard",
     "per_example_losses",
     "recorded_forward",
     "signature",
@@ -180,6 +181,25 @@ def _own_trainable(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters(recurse=False) if p.requires_grad]
 
 
+# The parameters the formulas read, by name (``module.weight`` and so on).
+_FORMULA_PARAMS = frozenset({"weight", "bias"})
+_ATTENTION_PARAMS = frozenset(
+    {"in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"}
+    | {"in_proj_bias", "bias_k", "bias_v"}
+)
+
+
+def _plain(module: nn.Module, names: frozenset[str]) -> bool:
+    """Whether the module's registered parameters are among ``names``, each its attribute.
+
+    Not so under the legacy ``torch.nn.utils.weight_norm`` or ``spectral_norm``: they
+    keep the type but train ``weight_g``/``weight_v`` (``weight_orig``), from which
+    ``module.weight`` is computed at each call.
+    """
+    own = module._parameters
+    return set(own) <= names and all(getattr(module, k) is v for k, v in own.items())
+
+
 def ghost_layers(model: nn.Module) -> Layers | None:
     """The model's layers of :data:`GHOST_LAYERS` holding trainable parameters, or None.
 
@@ -187,7 +207,9 @@ def ghost_layers(model: nn.Module) -> Layers | None:
     exactly: a subclass may override ``forward``, which the formulas would not
     describe. The projections inside ``nn.MultiheadAttention`` belong to it (they are
     not listed on their own). A parameter held by several layers (tied weights) is
-    listed with each.
+    listed with each. A layer whose registered parameters are not exactly those the
+    formulas read (legacy weight or spectral normalisation) does not count either;
+    ``torch.nn.utils.parametrize`` changes the type, so its layers do not count.
     """
     layers: Layers = []
     covered: set[int] = set()
@@ -196,6 +218,14 @@ def ghost_layers(model: nn.Module) -> Layers | None:
         if any(name.startswith(prefix + ".") for prefix in inside):
             continue
         if type(module) in GHOST_LAYERS:
+            if isinstance(module, nn.MultiheadAttention):
+                plain = _plain(module, _ATTENTION_PARAMS) and _plain(
+                    module.out_proj, _FORMULA_PARAMS
+                )
+            else:
+                plain = _plain(module, _FORMULA_PARAMS)
+            if not plain:
+                continue
             own = _own_trainable(module)
             if type(module) is nn.MultiheadAttention:
                 inside.append(name)
@@ -305,25 +335,47 @@ class LayerRecorder:
         return [name for name, seen in self._seen.items() if any(r.modified for r in seen)]
 
 
+def input_guard(inputs: Sequence[Any]) -> Callable[[], None]:
+    """Copies the tensors among ``inputs``; the function returned restores them.
+
+    For a model that modifies its inputs in place (``x.mul_(2)``,
+    ``Dropout(inplace=True)`` as the first layer): each later run on the same inputs
+    (a repeat, the per-example check or path) must see them as the first run did, so
+    that the change is applied once. Restores only tensors modified since the copy.
+    """
+    saved = [(t, t._version, t.detach().clone()) for t in inputs if isinstance(t, torch.Tensor)]
+
+    def restore() -> None:
+        with torch.no_grad():
+            for tensor, version, value in saved:
+                if tensor._version != version:
+                    tensor.detach().copy_(value)
+
+    return restore
+
+
 def recorded_forward(
     layers: Layers,
     copy: set[str],
     run: Callable[[], Any],
     batch: int,
     replay: Callable[[], AbstractContextManager[Any]],
+    restore: Callable[[], None],
 ) -> tuple[Any, list[LayerRecord] | None]:
     """``run()`` with the layers recorded: its output and :meth:`LayerRecorder.io`.
 
     If an in-place operation modified a layer's recorded output (``ReLU(inplace=True)``
     after it), the layer is added to ``copy`` (kept by the caller, so later batches
     copy at once) and ``run()`` is repeated within ``replay()`` (the caller's
-    generators reset to the first run's state: the same dropout masks).
+    generators reset to the first run's state: the same dropout masks), after
+    ``restore()`` (an :func:`input_guard` of the inputs ``run()`` reads).
     """
     with LayerRecorder(layers, copy) as recorder:
         output = run()
     modified = recorder.modified()
     if modified and not copy.issuperset(modified):
         copy.update(modified)
+        restore()
         with replay(), LayerRecorder(layers, copy) as recorder:
             output = run()
     return output, recorder.io(batch)
@@ -759,10 +811,16 @@ def clipped_sums(
             assert part.squared is not None
             total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
             for a, b in part.ranges():
+                # A row that is not finite the second time counts as zero (as everywhere);
+                # ``~(again <= first)`` also scales down a NaN bound (to zero, with the row).
                 grads = _drop(part.form(a, b), dropped[a:b])
+                bad = ~torch.isfinite(grads.reshape(grads.shape[0], -1)).all(1)
+                grads = _drop(grads, bad)
                 first, again = part.squared[a:b], squared_norm_upper(grads)
-                shrink = torch.where(again > first, torch.sqrt(first / again) * (1 - 2.0**-40), 1.0)
-                _add_weighted(total, grads, factors[a:b] * shrink)
+                shrink = torch.where(
+                    ~(again <= first), torch.sqrt(first / again) * (1 - 2.0**-40), 1.0
+                )
+                _add_weighted(total, grads, torch.where(bad, 0.0, factors[a:b] * shrink))
             sums[id(part.param)] = total.reshape(part.param.shape)
         else:
             keep = ~dropped[part.example]
@@ -796,6 +854,7 @@ def ghost_clipped_sums(
     *,
     copy: set[str] | None = None,
     replay: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    restore: Callable[[], None] | None = None,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, list[LayerRecord]] | None:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, losses, squared norms.
 
@@ -805,13 +864,19 @@ def ghost_clipped_sums(
     ``factors_of`` turns per-example squared-norm bounds into clip factors. The
     forward pass runs on the whole batch: the caller must check that the model
     processes examples independently (``gaussdp.ml.dpsgd`` compares the losses and
-    squared norms returned here with a per-example pass). ``copy`` and ``replay`` are
-    those of :func:`recorded_forward`.
+    squared norms returned here with a per-example pass). ``copy``, ``replay`` and
+    ``restore`` are those of :func:`recorded_forward` (by default an
+    :func:`input_guard` of ``inputs``).
     """
     batch = inputs.shape[0]
     check_batch(batch)
     output, records = recorded_forward(
-        layers, set() if copy is None else copy, lambda: model(inputs), batch, replay
+        layers,
+        set() if copy is None else copy,
+        lambda: model(inputs),
+        batch,
+        replay,
+        input_guard([inputs]) if restore is None else restore,
     )
     if records is None:
         return None

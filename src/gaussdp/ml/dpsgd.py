@@ -95,6 +95,7 @@ from gaussdp.ml._ghost import (
     clipped_sums,
     ghost_clipped_sums,
     ghost_layers,
+    input_guard,
     recorded_forward,
     signature,
     vmap_attention,
@@ -556,7 +557,9 @@ class _Engine:
         sums: list[torch.Tensor] | None = None
         losses: torch.Tensor | None = None
         key = _call_key([inputs], None)
+        restore: Callable[[], None] = _nothing  # before each later run on the same inputs
         if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered:
+            restore = input_guard([inputs])
             clip, unit = self.max_grad_norm, self.noiser.unit
             rng_state = _rng_snapshot(self.device)  # the check replays the same dropout masks
             self.inside = True
@@ -572,12 +575,14 @@ class _Engine:
                     lambda squared: _factors_from_squared(squared, clip) / unit,
                     copy=self.copy_outputs,
                     replay=lambda: _replaying(rng_state, self.device),
+                    restore=restore,
                 )
             finally:
                 self.inside = False
             if ghost is not None:
                 by_id, ghost_losses, squared, layer_records = ghost
                 if self._verify_now(signature(layer_records, inputs.shape[0])):
+                    restore()
                     with _replaying(rng_state, self.device):
                         grads, losses = self._per_example(inputs, targets)
                     norms = _total_squared_norms(grads, inputs.shape[0])
@@ -601,6 +606,7 @@ class _Engine:
             else:
                 self.uncovered.add(key)
         if sums is None:
+            restore()
             grads, losses = self._per_example(inputs, targets)
             if inputs.shape[0] == 0:
                 factors = torch.zeros(0, dtype=torch.float64, device=self.device)
@@ -720,6 +726,7 @@ class _Engine:
                 lambda: functional_call(self.module, shadows, args, kwargs),
                 record.batch,
                 lambda: _replaying(record.rng_state, self.device),
+                record.restore,
             )
             if record.io is None and self.mode == "ghost":
                 raise ValueError(
@@ -751,6 +758,7 @@ class _Engine:
 
     def _vmap_forward(self, record: _Record) -> Any:
         """The output with every example run on its own (a batch of one, vmap)."""
+        record.restore()
         params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
         buffers = {k: v.detach() for k, v in self.module.named_buffers()}
         batched = [i for i, t in enumerate(record.inputs) if isinstance(t, torch.Tensor)]
@@ -843,6 +851,7 @@ class _Engine:
         self, record: _Record, cots: list[torch.Tensor | None]
     ) -> dict[str, torch.Tensor]:
         """Each example's gradient of ⟨output, cotangent⟩, the example run on its own."""
+        record.restore()
         params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
         buffers = {k: v.detach() for k, v in self.module.named_buffers()}
         batched = [i for i, t in enumerate(record.inputs) if isinstance(t, torch.Tensor)]
@@ -888,6 +897,8 @@ class _Record:
         self.spec = spec
         self.batch = batch
         self.rng_state = rng_state
+        # Each run after the first sees the inputs as the first did (in-place changes).
+        self.restore = input_guard(inputs) if engine.ghost_layers is not None else _nothing
         self.io: list[LayerRecord] | None = None  # ghost path: each layer's call
         self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
         self.check = False  # ghost path: compare with the per-example path at the step
@@ -921,6 +932,10 @@ class _Capture(torch.autograd.Function):
 
 
 RngState = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _nothing() -> None:
+    """No inputs to restore (a single run on them)."""
 
 
 def _rng_snapshot(device: torch.device) -> RngState:
