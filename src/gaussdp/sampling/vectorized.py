@@ -89,7 +89,8 @@ _TWO_M53 = 2.0**-53
 # geometric in a high part read the same way and low bits (Gaussian) or use the CKS Alg 2
 # decomposition (Laplace), §2.3.
 _SMALL_SCALE_MAX = Fraction(2**26)
-# Huge Gaussian path: G = floor(-tau ln U) with tau = t / 2**shift in [2**20, 2**21) (§2.3).
+# Huge path (Gaussian and Laplace): G = floor(-tau ln U), tau = scale / 2**shift in
+# [2**20, 2**21) (§2.3).
 _HUGE_TAU_BITS = 21
 # Outputs are int64 when the scale is at most 2**40 (so |value| >= 2**63 has probability
 # below 10**-(10**6)); otherwise an object array of Python ints.
@@ -509,7 +510,7 @@ def _laplace_small_few(plan: _LaplacePlan, n: int, need: int, rng: RandomSource)
 
 
 # ---------------------------------------------------------------------------
-# Huge Gaussian path (§2.3): X = S G + Lo, outputs as 64-bit limbs
+# Huge path, Gaussian and Laplace (§2.3): X = S G + Lo, outputs as 64-bit limbs
 # ---------------------------------------------------------------------------
 
 
@@ -725,8 +726,9 @@ def _check_size(size: object) -> tuple[int, ...]:
 class _LimbRows:
     """The output of the huge path: the signs and the limbs of ``n`` values.
 
-    Filled with rows ``[B, limbs...]`` of :func:`_gaussian_huge`, block by block, into two
-    contiguous arrays (no second copy of the limbs when the output is built).
+    Filled with rows ``[B, limbs...]`` of :func:`_gaussian_huge` or :func:`_laplace_huge`,
+    block by block, into two contiguous arrays (no second copy of the limbs when the
+    output is built).
     """
 
     def __init__(self, n: int, limbs: int) -> None:
@@ -859,7 +861,7 @@ def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
 
 
 def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
-    """CKS Alg 2 for ``plan``: the small path (§2.1) or the big one (§2.3)."""
+    """CKS Alg 2 for ``plan``: the small path (§2.1) or the huge one (§2.3)."""
     assert isinstance(plan, _LaplacePlan)
     huge = plan.huge
     if huge is None:
@@ -949,7 +951,7 @@ def _sample(
         values = _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
         if draw.few_ints and big_ints == "limbs":
             assert isinstance(plan, _GaussianPlan)
-            assert plan.huge is not None  # few_ints: the huge Gaussian path
+            assert plan.huge is not None  # few_ints: the huge path (limbs: Gaussian only)
             return BigIntArray._from_ints(values, plan.huge.limbs)
         return values
     return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
