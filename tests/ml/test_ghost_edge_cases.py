@@ -489,3 +489,45 @@ def test_weight_norm_goes_through_torch_func(api: str) -> None:
     assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
     reference, _ = _reference(make, x, y)
     torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
+
+
+# -- tied weights above FORM_LIMIT --------------------------------------------------------------
+@pytest.mark.parametrize("make", TIED)
+def test_tied_weights_are_summed_a_few_examples_at_a_time(
+    make: Callable[[], nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sum of a tied weight's uses was formed for the whole batch at once, whatever
+    # FORM_LIMIT said.
+    x, y = _tokens()
+    torch.manual_seed(0)
+    net = make()
+    whole, whole_squared = _ghost_sums(net, x, y)
+    tied = net.embed.weight  # type: ignore[union-attr]
+    kinds: list[str] = []
+    original = ghost_module._one_per_param
+
+    def spy(parts: list[object], batch: int) -> list[object]:
+        out = original(parts, batch)  # type: ignore[arg-type]
+        kinds.extend(
+            type(p).__name__ for p in out if any(q is tied for q in ghost_module._params_of(p))
+        )
+        return out  # type: ignore[return-value]
+
+    monkeypatch.setattr(ghost_module, "FORM_LIMIT", 3 * tied.numel())  # 3 examples at a time
+    monkeypatch.setattr(ghost_module, "_one_per_param", spy)
+    chunked, chunked_squared = _ghost_sums(net, x, y)
+    assert kinds == ["_Chunked"]
+    torch.testing.assert_close(chunked_squared, whole_squared, rtol=1e-6, atol=0)
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-9)
+    reference, _ = _reference(make, x, y)
+    torch.testing.assert_close(chunked, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", TIED)
+def test_chunked_tied_weights_keep_sensitivity_c(
+    make: Callable[[], nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ghost_module, "FORM_LIMIT", 2 * VOCAB * WIDTH)
+    x, y = _tokens()
+    clipped_sum, _ = _clipped_sum_fn(make, (x, y), "ghost", "backward")
+    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)

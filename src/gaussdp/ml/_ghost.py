@@ -667,11 +667,6 @@ def _parts(record: LayerRecord) -> list[Part]:
     return _linear_parts(module, x, d)
 
 
-def _formed(part: Part) -> Part:
-    """A chunked part formed in full (for a tied parameter, whose uses are merged)."""
-    return _Dense(part.param, part.form(0, part.batch)) if isinstance(part, _Chunked) else part
-
-
 def _params_of(part: Part) -> list[torch.Tensor]:
     if isinstance(part, _Outer):
         weight, bias = part.module.weight, part.module.bias
@@ -679,36 +674,37 @@ def _params_of(part: Part) -> list[torch.Tensor]:
     return [part.param]
 
 
-def _expanded(part: Part) -> list[Part]:
-    """The same gradients, every parameter as its own part (a Linear's δᵢaᵢᵀ formed)."""
-    if not isinstance(part, _Outer):
-        return [part]
-    parts: list[Part] = []
-    if part.module.weight.requires_grad:
-        _dense(parts, part.module.weight, part.delta[:, :, None] * part.act[:, None, :])
-    _dense(parts, part.module.bias, part.delta)
-    return parts
+def _slicer(part: Part, param: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
+    """``form(start, stop)``: the part's gradients for ``param`` of examples start to stop − 1."""
+    if isinstance(part, _Chunked):
+        return part.form
+    if isinstance(part, _Dense):
+        grads = part.grads
+        return lambda a, b: grads[a:b]
+    if isinstance(part, _Outer):
+        act, delta = part.act, part.delta
+        if param is part.module.weight:
+            return lambda a, b: delta[a:b, :, None] * act[a:b, None, :]  # δᵢaᵢᵀ
+        return lambda a, b: delta[a:b]
+    rows = part
+
+    def form(a: int, b: int) -> torch.Tensor:
+        keep = (rows.example >= a) & (rows.example < b)
+        out = rows.values.new_zeros((b - a, *param.shape))
+        index = (rows.example[keep] - a, rows.row[keep])
+        return out.index_put_(index, rows.values[keep], accumulate=True)
+
+    return form
 
 
-def _merged(group: list[Part], batch: int) -> Part:
-    """One part with each example's gradient summed over the uses of a tied parameter."""
-    param = _params_of(group[0])[0]
-    if all(isinstance(p, _Rows) for p in group):
-        rows = [p for p in group if isinstance(p, _Rows)]
-        vocab = param.shape[0]
-        keys = torch.cat([p.example * vocab + p.row for p in rows])
-        values = torch.cat([p.values for p in rows])
-        unique, inverse = torch.unique(keys, return_inverse=True)
-        summed = values.new_zeros((unique.shape[0], values.shape[1])).index_add_(0, inverse, values)
-        return _Rows(param, unique // vocab, unique % vocab, summed)
-    dense = [p.grads for p in group if isinstance(p, _Dense)]
-    total = dense[0].clone() if dense else param.new_zeros((batch, *param.shape))
-    for grads in dense[1:]:
-        total += grads
-    for p in group:
-        if isinstance(p, _Rows):
-            total.index_put_((p.example, p.row), p.values, accumulate=True)
-    return _Dense(param, total)
+def _merged_rows(param: torch.Tensor, rows: list[_Rows]) -> _Rows:
+    """Embedding rows of several uses, summed per example and row."""
+    vocab = param.shape[0]
+    keys = torch.cat([p.example * vocab + p.row for p in rows])
+    values = torch.cat([p.values for p in rows])
+    unique, inverse = torch.unique(keys, return_inverse=True)
+    summed = values.new_zeros((unique.shape[0], values.shape[1])).index_add_(0, inverse, values)
+    return _Rows(param, unique // vocab, unique % vocab, summed)
 
 
 def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
@@ -717,7 +713,8 @@ def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
     A parameter held by several layers (an output Linear sharing an Embedding's
     weight) has as example i's gradient the sum of its uses' gradients; that sum
     (computed in the gradients' dtype) is the vector whose norm is bounded and which
-    is clipped, as for any other parameter.
+    is clipped, as for any other parameter. The sums are formed for a range of
+    examples at a time above :data:`FORM_LIMIT`, as for any weight.
     """
     uses: dict[int, int] = {}
     for part in parts:
@@ -726,18 +723,35 @@ def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
     if all(count == 1 for count in uses.values()):
         return parts
     single: list[Part] = []
-    tied: dict[int, list[Part]] = {}
+    tied: dict[int, tuple[torch.Tensor, list[Part]]] = {}
     for part in parts:
-        if all(uses[id(p)] == 1 for p in _params_of(part)):
+        params = _params_of(part)
+        if all(uses[id(p)] == 1 for p in params):
             single.append(part)
             continue
-        for piece in _expanded(_formed(part)):
-            key = id(_params_of(piece)[0])
-            if uses[key] == 1:
-                single.append(piece)
+        for param in params:
+            if uses[id(param)] == 1:
+                _weight_part(single, param, batch, _slicer(part, param))
             else:
-                tied.setdefault(key, []).append(piece)
-    return single + [_merged(group, batch) for group in tied.values()]
+                tied.setdefault(id(param), (param, []))[1].append(part)
+    merged: list[Part] = []
+    for param, group in tied.values():
+        rows = [p for p in group if isinstance(p, _Rows)]
+        if len(rows) == len(group):
+            merged.append(_merged_rows(param, rows))
+            continue
+        forms = [_slicer(p, param) for p in group]
+
+        def form(
+            a: int, b: int, forms: list[Callable[[int, int], torch.Tensor]] = forms
+        ) -> torch.Tensor:
+            total = forms[0](a, b).clone()
+            for more in forms[1:]:
+                total += more(a, b)
+            return total
+
+        _weight_part(merged, param, batch, form)
+    return single + merged
 
 
 def _drop(t: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
