@@ -71,6 +71,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -329,7 +330,8 @@ def _worker(method: str, data: str) -> None:
 
 
 class Outcome:
-    """Best seconds and highest peak memory of one method's runs, or why it did not run."""
+    """One method's runs (one per interleaved round): median and range of its times, highest
+    peak memory, or why it did not run."""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
@@ -341,12 +343,30 @@ class Outcome:
 
     @property
     def rate(self) -> float | None:
-        return self.rows / min(self.seconds) if self.seconds else None
+        """Rows per second of the median run."""
+        return self.rows / statistics.median(self.seconds) if self.seconds else None
 
     @property
     def cpu_rate(self) -> float | None:
-        """Rows per CPU second (best run): comparable on a shared machine, unlike wall time."""
-        return self.rows / min(self.cpu) if self.cpu and min(self.cpu) > 0 else None
+        """Rows per CPU second (median run): comparable on a shared machine, unlike wall time."""
+        cpu = statistics.median(self.cpu) if self.cpu else 0.0
+        return self.rows / cpu if cpu > 0 else None
+
+    def spread(self) -> str:
+        """The runs' range of wall and CPU seconds, for the notes."""
+        return (
+            f"wall {min(self.seconds):.2f}–{max(self.seconds):.2f} s, "
+            f"CPU {min(self.cpu):.2f}–{max(self.cpu):.2f} s over {len(self.seconds)} runs"
+        )
+
+
+def _rounds(slow: Outcome, fast: Outcome) -> str:
+    """The range over interleaved rounds of slow's CPU per row ÷ fast's, each round's two runs
+    taken together (empty for one round, or runs missing)."""
+    if len(slow.cpu) != len(fast.cpu) or len(slow.cpu) < 2 or 0 in slow.cpu + fast.cpu:
+        return ""
+    ratios = [(a / slow.rows) / (b / fast.rows) for a, b in zip(slow.cpu, fast.cpu, strict=True)]
+    return f" (per round {min(ratios):.3g}–{max(ratios):.3g}×)"
 
 
 def _run(python: str, method: str, data: Path, outcome: Outcome) -> None:
@@ -421,7 +441,11 @@ def main() -> None:
     parser.add_argument("--skip-pipelinedp", action="store_true")
     parser.add_argument("--skip-opendp", action="store_true")
     parser.add_argument(
-        "--repeat", type=int, default=1, help="runs per method (best time: the machine is shared)"
+        "--repeat",
+        type=int,
+        default=1,
+        help="interleaved rounds (each runs every method once, in turn): the table gives the "
+        "median run, the notes the range",
     )
     parser.add_argument(
         "--memory-limit", help="gaussdp's DuckDB memory_limit (e.g. 512MB; default its own)"
@@ -469,7 +493,7 @@ def main() -> None:
     base_cpu = outcomes["gaussdp (duckdb)"].cpu_rate
     print(
         f"\n{n:,} rows, {PAGES} pages, count + sum + mean per page, L0 = {L0}, L∞ = {LINF}, "
-        f"ε = {EPSILON:g}, δ = {DELTA:g}; best of {max(args.repeat, 1)} run(s); "
+        f"ε = {EPSILON:g}, δ = {DELTA:g}; median of {max(args.repeat, 1)} interleaved round(s); "
         f"'gaussdp ×' = gaussdp's rows/s on {n:,} rows ÷ the method's rows/s; 'CPU ×' the "
         "same per CPU second (all threads; times after imports)\n"
     )
@@ -486,18 +510,18 @@ def main() -> None:
             )
             notes.append(f"{label}: {outcome.error[:300]}")
             continue
-        seconds = min(outcome.seconds)
+        seconds = statistics.median(outcome.seconds)
         ratio = f"{base / rate:>9.3g}" if base else f"{'—':>9}"
-        cpu = min(outcome.cpu)
+        cpu = statistics.median(outcome.cpu)
         cpu_rate = outcome.cpu_rate
         cpu_ratio = f"{base_cpu / cpu_rate:>7.3g}" if base_cpu and cpu_rate else f"{'—':>7}"
         print(
             f"| {label:<36} | {outcome.rows:>10,} | {seconds:>7.2f} | {cpu:>7.2f} | {rate:>8.3g} "
             f"| {outcome.peak_mb:>7.0f} | {ratio} | {cpu_ratio} |"
         )
-        runs = ", ".join(f"{t:.2f}" for t in outcome.seconds)
-        if outcome.note or len(outcome.seconds) > 1:
-            notes.append(f"{label}: " + "; ".join(filter(None, [f"runs {runs} s", outcome.note])))
+        spread = outcome.spread() if len(outcome.seconds) > 1 else ""
+        if outcome.note or spread:
+            notes.append(f"{label}: " + "; ".join(filter(None, [spread, outcome.note])))
     for method, rate in PEERS_AS_MEASURED.items():
         label = {"pipelinedp": "pipelinedp local", "opendp": "opendp polars"}[method]
         if label in outcomes and outcomes[label].rate is None:
@@ -509,11 +533,16 @@ def main() -> None:
     print()
     for note in notes:
         print(f"- {note}")
-    plain = outcomes["plain duckdb group-by (no privacy)"].cpu_rate
+    ours = outcomes["gaussdp (duckdb)"]
+    plain_outcome = outcomes["plain duckdb group-by (no privacy)"]
+    plain = plain_outcome.cpu_rate
     if base_cpu and plain:
         verdict = "met" if plain / base_cpu <= 10 else "NOT met"
         times = plain / base_cpu
-        print(f"- target gaussdp CPU ≤ 10× a plain DuckDB group-by: {times:.3g}× ({verdict})")
+        print(
+            f"- target gaussdp CPU ≤ 10× a plain DuckDB group-by: {times:.3g}× ({verdict})"
+            + _rounds(ours, plain_outcome)
+        )
     # Issue 12's targets; judged by CPU per row (wall times on a shared machine mislead).
     for label, target in [("opendp polars", 15), ("pipelinedp local", 100)]:
         peer = outcomes.get(label)
@@ -522,8 +551,8 @@ def main() -> None:
             times = base_cpu / cpu_rate
             verdict = "met" if times >= target else "NOT met"
             line = (
-                f"- target gaussdp ≥ {target}× {label} in CPU: {times:.3g}× ({verdict}); "
-                f"by wall time {base / rate:.3g}×"
+                f"- target gaussdp ≥ {target}× {label} in CPU: {times:.3g}× ({verdict})"
+                f"{_rounds(peer, ours) if peer else ''}; by wall time {base / rate:.3g}×"
             )
             same = outcomes.get("gaussdp (duckdb), smaller table")
             if label == "pipelinedp local" and same and same.cpu_rate:
