@@ -26,7 +26,9 @@ gaussdp checks its batched path against the per-example one on calls 1, 2, 4, â€
 the medians leave them out). Per method and step: the median and the range over
 the rounds of the wall time and of the CPU time of every process involved â€” this
 process (all its threads) and its child processes (gaussdp's noise worker), read
-from ``time.process_time`` and ``/proc/<pid>/schedstat`` (Linux). A worker's CPU
+from ``time.process_time`` and ``/proc/<pid>/schedstat`` (Linux); a method's
+child processes are those started while it was built (``make_private`` starts the
+noise worker) or during its warm-up. A worker's CPU
 time is counted from the start of its method's block to the start of its next
 one, which includes the draw prefetched after the block's last step. Ratios:
 CPU per step over Opacus ghost's, wall time over the non-private step's.
@@ -45,6 +47,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import nn
@@ -154,13 +157,23 @@ class Method:
     cpu: list[float] = field(default_factory=list)
 
 
+def spawning(build: Callable[[], Step | str]) -> tuple[Step | str, set[int]]:
+    """``build()`` and the child processes it started.
+
+    gaussdp's noise worker starts in ``make_private``, before any step.
+    """
+    before = child_pids()
+    made = build()
+    return made, child_pids() - before
+
+
 def measure(methods: list[Method], rounds: int, block: int, warmup: int) -> None:
     """Interleaved rounds: each method takes ``block`` steps in turn (see the notes)."""
     for method in methods:
         before = child_pids()
         for _ in range(warmup):
             method.step()
-        method.children = child_pids() - before
+        method.children |= child_pids() - before
     starts = [cpu_of(m.children) for m in methods]
     own: list[float] = [0.0] * len(methods)
     for _ in range(rounds + 1):
@@ -351,19 +364,27 @@ def main() -> None:
         torch.manual_seed(0)
         dataset, x, y = data(name, args.batch, 4 * args.batch)
         params = sum(p.numel() for p in make().parameters())
-        candidates: list[tuple[str, Step | str]] = [
-            ("non-private", nonprivate_step(make, x, y)),
-            ("gaussdp secure", gaussdp_step(make, dataset, x, y, "secure")),
-            ("gaussdp secure loss.backward", gaussdp_step(make, dataset, x, y, "secure", True)),
-            ("gaussdp insecure-float", gaussdp_step(make, dataset, x, y, "insecure-float")),
-            ("opacus ghost (float noise)", opacus_step(make, dataset, x, y)),
-            ("opacus ghost secure_mode", opacus_step(make, dataset, x, y, secure=True)),
+        builders: list[tuple[str, Callable[[], Step | str]]] = [
+            ("non-private", partial(nonprivate_step, make, x, y)),
+            ("gaussdp secure", partial(gaussdp_step, make, dataset, x, y, "secure")),
+            (
+                "gaussdp secure loss.backward",
+                partial(gaussdp_step, make, dataset, x, y, "secure", True),
+            ),
+            (
+                "gaussdp insecure-float",
+                partial(gaussdp_step, make, dataset, x, y, "insecure-float"),
+            ),
+            ("opacus ghost (float noise)", partial(opacus_step, make, dataset, x, y)),
+            ("opacus ghost secure_mode", partial(opacus_step, make, dataset, x, y, secure=True)),
         ]
         if args.opacus_hooks:
-            candidates.append(
-                ("opacus hooks (float noise)", opacus_step(make, dataset, x, y, "hooks"))
+            builders.append(
+                ("opacus hooks (float noise)", partial(opacus_step, make, dataset, x, y, "hooks"))
             )
-        methods = [Method(m, s) for m, s in candidates if not isinstance(s, str)]
+        built = [(label, *spawning(build)) for label, build in builders]
+        candidates = [(label, step) for label, step, _ in built]
+        methods = [Method(m, s, kids) for m, s, kids in built if not isinstance(s, str)]
         measure(methods, args.rounds, args.block, args.warmup)
         by_name = {m.name: m for m in methods}
         base = statistics.median(by_name["non-private"].wall)

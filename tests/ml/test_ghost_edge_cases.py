@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from brute_force import sensitivity, step_sum  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -114,18 +115,7 @@ def _clipped_sum_fn(
     api: str,
 ) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], object]:
     net, model, optimizer = _private(make, data, mode)
-
-    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad()  # type: ignore[attr-defined]
-        if api == "backward":
-            model.backward(inputs, targets)  # type: ignore[attr-defined]
-        else:
-            nnf.cross_entropy(model(inputs), targets).backward()  # type: ignore[operator]
-        optimizer.step()  # type: ignore[attr-defined]
-        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
-        return flat.to(torch.float64) * optimizer.expected_batch_size  # type: ignore[attr-defined]
-
-    return clipped_sum, model
+    return step_sum(net, model, optimizer, api), model
 
 
 def _reference(
@@ -139,19 +129,6 @@ def _reference(
     squared = sum(g.reshape(x.shape[0], -1).double().pow(2).sum(1) for g in grads.values())
     clipped = clip_gradients(grads, CLIP)
     return torch.cat([clipped[n].sum(0).reshape(-1).double() for n in names]), squared
-
-
-def _sensitivity(
-    clipped_sum: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
-) -> float:
-    full = clipped_sum(x, y)
-    worst = 0.0
-    for i in range(x.shape[0]):
-        keep = torch.arange(x.shape[0]) != i
-        worst = max(worst, float(torch.linalg.vector_norm(full - clipped_sum(x[keep], y[keep]))))
-    return worst
 
 
 APIS = ["backward", "idiom"]
@@ -196,7 +173,7 @@ def test_tied_weights_stay_on_the_ghost_path_with_sensitivity_c(
     clipped_sum, _ = _clipped_sum_fn(make, (x, y), "ghost", api)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning
-        assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+        assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
     reference, _ = _reference(make, x, y)
     torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
 
@@ -209,7 +186,7 @@ def test_in_place_relu_after_a_layer_is_handled(mode: str, api: str) -> None:
     clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), mode, api)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "mixes examples" fallback
-        assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+        assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
         got = clipped_sum(x, y)
     engine = model._engine  # type: ignore[attr-defined]
     assert engine.ghost_layers is not None
@@ -231,7 +208,7 @@ def test_subclassed_model_goes_through_torch_func(api: str) -> None:
     x, y = _features()
     clipped_sum, model = _clipped_sum_fn(subclassed, (x, y), "auto", api)
     assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
-    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
     reference, _ = _reference(subclassed, x, y)
     torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
 
@@ -257,7 +234,7 @@ def test_uncovered_configuration_is_decided_once(api: str, monkeypatch: pytest.M
         return original(*args, **kwargs)
 
     monkeypatch.setattr(dpsgd_module, target, counting)
-    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)  # 11 steps of 2 batch sizes
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)  # 11 steps of 2 batch sizes
     assert len(calls) == 1
     reference, _ = _reference(reflect_conv, x, y)
     torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
@@ -331,7 +308,7 @@ def test_chunked_path_keeps_sensitivity_c(api: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(ghost_module, "FORM_LIMIT", 2 * 27)
     x, y = _image_data()
     clipped_sum, _ = _clipped_sum_fn(SequenceConv, (x, y), "ghost", api)
-    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
 
 
 def _chunked_sum(
@@ -436,7 +413,7 @@ def test_a_model_modifying_its_input_in_place_is_run_on_it_once(mode: str, api: 
     clipped_sum, model = _clipped_sum_fn(scaled_input, (x, y), mode, api)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "mixes examples" fallback
-        assert _sensitivity(lambda a, b: clipped_sum(a.clone(), b), x, y) <= CLIP * (1 + 1e-6)
+        assert sensitivity(lambda a, b: clipped_sum(a.clone(), b), x, y) <= CLIP * (1 + 1e-6)
         inputs = x.clone()
         got = clipped_sum(inputs, y)
     torch.testing.assert_close(inputs, 2 * x, rtol=0, atol=0)
@@ -486,7 +463,7 @@ def test_weight_norm_goes_through_torch_func(api: str) -> None:
     x, y = _features()
     clipped_sum, model = _clipped_sum_fn(make, (x, y), "auto", api)
     assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
-    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
     reference, _ = _reference(make, x, y)
     torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
 
@@ -530,4 +507,4 @@ def test_chunked_tied_weights_keep_sensitivity_c(
     monkeypatch.setattr(ghost_module, "FORM_LIMIT", 2 * VOCAB * WIDTH)
     x, y = _tokens()
     clipped_sum, _ = _clipped_sum_fn(make, (x, y), "ghost", "backward")
-    assert _sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from brute_force import sensitivity, step_sum  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -79,27 +80,11 @@ def _clipped_sum_fn(
             grad_sample_mode=mode,  # type: ignore[arg-type]
         )
 
-    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad()
-        if api == "backward":
-            model.backward(inputs, targets)
-        else:
-            nnf.cross_entropy(model(inputs), targets).backward()
-        optimizer.step()
-        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
-        return flat.to(torch.float64) * optimizer.expected_batch_size
-
-    return clipped_sum
+    return step_sum(net, model, optimizer, api)
 
 
 def _sensitivity(clipped_sum: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
-    x, y = _data()
-    full = clipped_sum(x, y)
-    worst = 0.0
-    for i in range(x.shape[0]):
-        keep = torch.arange(x.shape[0]) != i
-        worst = max(worst, float(torch.linalg.vector_norm(full - clipped_sum(x[keep], y[keep]))))
-    return worst
+    return sensitivity(clipped_sum, *_data())
 
 
 def test_the_batched_path_alone_would_break_the_bound() -> None:

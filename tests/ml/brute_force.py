@@ -1,0 +1,54 @@
+"""Brute-force sensitivity of a clipped gradient sum, shared by the tests of ``gaussdp.ml``.
+
+With no noise and learning rate 0, one optimizer step of a private model gives the
+batch's clipped gradient sum; removing each example in turn and taking the largest
+change measures the add/remove-one sensitivity directly, whatever path computed it.
+
+torch is imported inside the functions: ``--doctest-modules`` imports this module
+even where the ``torch`` extra is missing (the test modules skip there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+ClippedSum = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+def step_sum(net: nn.Module, model: Any, optimizer: Any, api: str = "backward") -> ClippedSum:
+    """The clipped sum of a batch: one step of ``optimizer`` (σ = 0, lr 0), float64.
+
+    ``api="backward"``: ``model.backward(x, y)``; ``"idiom"``: ``loss.backward()`` on
+    cross-entropy. ``param.grad`` holds the sum over the expected batch size.
+    """
+    import torch
+    from torch.nn import functional as nnf
+
+    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        if api == "backward":
+            model.backward(inputs, targets)
+        else:
+            nnf.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+        return flat.to(torch.float64) * optimizer.expected_batch_size
+
+    return clipped_sum
+
+
+def sensitivity(clipped_sum: ClippedSum, x: torch.Tensor, y: torch.Tensor) -> float:
+    """max over i of ‖clipped_sum(x, y) − clipped_sum(x without i, y without i)‖₂."""
+    import torch
+
+    full = clipped_sum(x, y)
+    worst = 0.0
+    for i in range(x.shape[0]):
+        keep = torch.arange(x.shape[0]) != i
+        worst = max(worst, float(torch.linalg.vector_norm(full - clipped_sum(x[keep], y[keep]))))
+    return worst
