@@ -20,7 +20,7 @@ keys) and ε = 1, δ = 10⁻⁶:
   user alone (what any per-unit choice of pages costs at least: each user's rows
   brought together), and grouped by (user, page) and then by page (the cells whose
   row counts L∞ needs, aggregated for every row); gaussdp's query ranks each user's
-  rows instead (a window partitioned by user), which lies between the two;
+  rows (a window partitioned by user), then aggregates the cells of the rows it keeps;
 - ``pipelinedp local``: PipelineDP's ``LocalBackend`` (pure Python), Gaussian
   noise, ``max_partitions_contributed=3``, ``max_contributions_per_partition=2``;
   it runs on a smaller table of the same shape (``--pipelinedp-rows``, 10⁶ by
