@@ -40,12 +40,13 @@ def test_rerunning_a_release_is_charged_and_refused_before_reading(tmp_path: Pat
     path = _csv(tmp_path)
     release = _release(path)
     release.run(rng=ChaCha20Random(1))
-    assert release.filter.spent == release.report.epsilon  # ≤ 1 (PLD: to 10⁻³ of it)
-    assert release.filter.spent <= 1.0
+    assert release.filter.spent == release.report.epsilon  # ≤ 1 (PLD: to 10⁻⁴ of it)
+    assert 0.999 <= release.filter.spent <= 1.0
     assert release.filter.history.events == (release.plan().event,)
     _unreadable(path)  # a source that fails if read
     message = (
-        r"^refused: this release costs ε = 0\.999 at δ = 1e-06; the filter has ε = \d\S* left of 1"
+        r"^refused: this release costs ε = (1|0\.999\d*) at δ = 1e-06; "
+        r"the filter has ε = \d\S* left of 1"
     )
     with pytest.raises(BudgetExceededError, match=message):
         release.run(rng=ChaCha20Random(2))
@@ -77,7 +78,7 @@ def test_a_ledger_release_is_checked_before_reading(tmp_path: Path) -> None:
     expected = PLDAccountant().compose(release.plan().event).epsilon(1e-6).upper
     assert ledger.spent == expected
     _unreadable(path)
-    with pytest.raises(BudgetExceededError, match="the ledger has ε = 0.201 left of 1.2"):
+    with pytest.raises(BudgetExceededError, match=r"the ledger has ε = 0\.2\d* left of 1\.2"):
         release.run(rng=ChaCha20Random(2), ledger=ledger)
     assert len(ledger.entries()) == 1
     with pytest.raises(ValueError, match="^filter must be None when a ledger is given"):

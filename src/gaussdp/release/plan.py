@@ -109,13 +109,16 @@ budget (:attr:`gaussdp.Budget.accounting`; (ε, δ) budgets then go to PLD below
 
   The split keeps the μ-GDP one's proportions: with a common capacity c, part i
   gets σᵢ² = Δᵢ²/(wᵢc²) if exact, Δᵢ²/(wᵢc²) + τ² otherwise. c is searched from
-  the μ-GDP plan's μ_cap (:func:`_calibrate_exact`) and the plan is certified
-  by the budget's own accountant. Box parts whose μ-GDP σ² exceeds
-  :data:`_EXACT_MAX_SIGMA2` (2²⁰) keep the smoothing argument, where τ² changes
-  σ² by less than 10⁻⁵, and so does every part of a plan whose μ_cap exceeds
-  :data:`_EXACT_MAX_MU` (2, ε ≳ 10 at δ = 10⁻⁶; 0.5 for δ < 10⁻⁹), where the
-  exact PLDs' large losses make them slow to certify. The plan's ``mu`` is then ``None`` (a discrete
-  Gaussian is not exactly μ-GDP); ``rho`` stays exact.
+  the μ-GDP plan's μ_cap on a coarse PLD grid, then with the budget's own
+  accountant's certified ε (:func:`_calibrate_exact`), so the plan's ε is ≤ the
+  budget's and within about 10⁻⁴ of it (private partition selection aside: its
+  integer threshold makes ε jump at the smallest scale that meets the budget).
+  Box parts whose μ-GDP σ² exceeds :data:`_EXACT_MAX_SIGMA2` (2²⁰) keep the
+  smoothing argument, where τ² changes σ² by less than 10⁻⁵, and so does every
+  part of a plan whose μ_cap exceeds :data:`_EXACT_MAX_MU` (2, ε ≳ 10 at
+  δ = 10⁻⁶; 0.5 for δ < 10⁻⁹), where the exact PLDs' large losses make them slow
+  to certify. The plan's ``mu`` is then ``None`` (a discrete Gaussian is not
+  exactly μ-GDP); ``rho`` stays exact.
 
 Every part is an event (:class:`gaussdp.accounting.LatticeNoise`, or
 :class:`gaussdp.accounting.DiscreteGaussianVector` for an exact part, or a
@@ -659,34 +662,55 @@ def _calibrate_exact(
     """The plan with exact parts at the largest common capacity that meets the budget.
 
     Every part keeps its share μᵢ² = wᵢ·c² of a capacity c (σᵢ² = Δᵢ²/μᵢ² for an exact
-    part, + τ² for the others); the scale s = 1/c is searched on a PLD grid 8 times
-    coarser than the accountant's (:func:`~gaussdp.accounting.calibration._smallest_scale`,
-    safe side, to a relative 10⁻³, aimed 10⁻³ below ε), from the μ-GDP plan's capacity;
-    the answer is then certified by the budget's accountant at the plan's realised
-    σ²'s (the filter's check), raising s by 10⁻³ until it passes. A ``known`` scale (an
-    earlier calibration's) skips the search, never the certification. Returns the plan
-    and its scale, or ``None`` if no such plan is found (the caller keeps the μ-GDP plan).
+    part, + τ² for the others). The scale s = 1/c is searched twice, as
+    :func:`~gaussdp.accounting.calibration.calibrate_noise` does: first on a PLD grid 8
+    times coarser than the accountant's (:func:`_search_scale`, from the μ-GDP plan's
+    capacity, to 10⁻³), then from there with the *certified* ε itself — the budget's
+    accountant at the plan's realised σ²'s, i.e. the filter's check — to a relative
+    :data:`_CERTIFY_RTOL` (:func:`~gaussdp.accounting.calibration._smallest_scale`: the
+    safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass). So
+    the plan returned has a certified ε ≤ the budget's, and uses it to about 10⁻⁴ (the
+    coarse grid alone left 0.1–0.3 %, docs/release.md). A ``known`` scale (an earlier
+    calibration's) skips both searches if it still certifies. Returns the plan and its
+    scale, or ``None`` if no finite scale meets the budget (the caller keeps the μ-GDP
+    plan).
     """
     delta, target = budget.delta, budget.epsilon
     if delta is None or target is None:  # pragma: no cover - an (ε, δ) budget
         return None
-    scale = known if known is not None else _search_scale(split, 1.0 / capacity, delta, target)
-    if scale is None:  # pragma: no cover - no finite scale found
-        return None
-    for _ in range(_MAX_CERTIFY):
-        plan = split(1 / scale, True)
+    # Every split rewrites the groupings' measures and selections: the plan kept is the
+    # last one split, and the answer is split again if another was split after it.
+    last: list[tuple[float, Plan]] = []
+
+    def certified(scale: float) -> float:
         # plan.epsilon is the budget's accountant's certified ε of plan.event: exactly
         # the filter's check (:func:`_within`) on an empty history, computed once.
-        if plan.epsilon is not None and plan.epsilon <= target:
-            return plan, scale
-        scale *= 1 + _RTOL  # pragma: no cover - the search aimed below the target
-    return None  # pragma: no cover
+        plan = split(1 / scale, True)
+        last[:] = [(scale, plan)]
+        return math.inf if plan.epsilon is None else plan.epsilon
+
+    if known is not None and certified(known) <= target:
+        return last[0][1], known
+    start = _search_scale(split, 1.0 / capacity, delta, target)
+    if start is None:  # pragma: no cover - no finite scale found
+        return None
+    try:
+        scale = _smallest_scale(certified, target, start, _CERTIFY_RTOL, step=1 + _CERTIFY_STEP)
+    except ValueError:  # pragma: no cover - no finite scale meets the budget
+        return None
+    if last[0][0] != scale and certified(scale) > target:  # pragma: no cover - deterministic
+        return None
+    return last[0][1], scale
 
 
 def _search_scale(
     split: Callable[[float, bool], Plan], start: float, delta: float, target: float
 ) -> float | None:
-    """The smallest scale (to 10⁻³) whose plan's ε, on the search's PLD grid, is ≤ target."""
+    """The smallest scale (to 10⁻³) whose plan's ε, on the search's PLD grid, is ≤ target.
+
+    Only a starting point for the certified search (:func:`_calibrate_exact`): the coarse
+    grid's ε is not the budget accountant's.
+    """
     try:
         grid = PLDAccountant().compose(split(1 / start, False).event).value_discretization
         h = min(1.0, _MEDIUM * grid)
@@ -695,8 +719,7 @@ def _search_scale(
             acc = PLDAccountant(value_discretization=h).compose(split(1 / scale, False).event)
             return acc.epsilon(delta).upper
 
-        # Aimed 0.1 % below the target: the accountant's own grid can exceed this one's.
-        return _smallest_scale(eps, target * (1 - _RTOL), start, _RTOL, step=1.05)
+        return _smallest_scale(eps, target, start, _RTOL, step=1.05)
     except (ValueError, UnsupportedEventError):  # pragma: no cover - no finite scale found
         return None
 
@@ -704,8 +727,8 @@ def _search_scale(
 _UNIT: dict[Accounting, str] = {"gdp": "mu", "zcdp": "rho"}
 #: The most steps of 10⁻¹² the capacity is lowered by to meet the budget (10 %).
 _MAX_SHRINK = 10**11
-#: The most steps of 10⁻³ the exact calibration's scale is raised by to certify it.
-_MAX_CERTIFY = 100
+#: The certified search's relative tolerance on the scale, and its bracketing step.
+_CERTIFY_RTOL, _CERTIFY_STEP = 1e-4, 1e-2
 
 
 def _within(plan: Plan) -> bool:
