@@ -11,11 +11,14 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from gaussdp.accounting.filter import budget_accountant
 from gaussdp.audit.report import html_report, release_curve
 from gaussdp.privacy import gdp_tradeoff
+from gaussdp.privacy.tradeoff import TradeoffCurve
 from gaussdp.random import ChaCha20Random
 from gaussdp.release import Budget, Ledger, Release, ReleaseResult
 
@@ -65,6 +68,41 @@ def test_release_curve_is_g_mu_without_slack_and_safe_with_it() -> None:
     with_delta = release_curve("gdp", mu=1.0, rho=0.5, slack=1e-60, selection_delta=1e-6)
     assert with_delta(0.05) <= gdp_tradeoff(1.0, 0.05)
     assert with_delta(0.05) >= gdp_tradeoff(1.0, 0.05) - 2e-3  # the grid of ε costs little
+
+
+def test_a_pld_release_is_drawn_from_its_plan_s_pld(result: ReleaseResult) -> None:
+    """PLD mode: the curve of the plan's event composed by the budget's accountant (the one
+    that certified its ε), tighter than the ρ-zCDP curve it was drawn from before."""
+    report = result.report
+    assert report.mode == "pld"
+    assert report.event is not None
+    assert report.epsilon is not None
+    assert report.delta is not None
+    curve = release_curve(
+        "pld",
+        mu=None,
+        rho=report.rho,
+        slack=report.slack,
+        selection_delta=report.selection_delta,
+        event=report.event,
+        budget=report.budget,
+    )
+    accountant = budget_accountant(report.budget).compose(report.event)
+    assert accountant.epsilon(report.delta).upper == report.epsilon  # the same certification
+    assert f"ε ≤ {report.epsilon:.4g}" in curve.description
+    alphas = np.linspace(0.0, 1.0, 201)
+    # It is the supremum of certified (ε, δ) curves (DRS Prop 2.12): at least the plan's
+    # own one (Prop 2.4), at most 1 − α, with the accountant's δ(0) as its advantage.
+    corner = TradeoffCurve.from_epsilon_delta(report.epsilon, report.delta)
+    assert np.all(curve.lower(alphas) >= corner.lower(alphas))
+    assert np.all(curve.lower(alphas) <= 1 - alphas + 1e-12)
+    assert curve.advantage == accountant.delta(0.0).upper
+    # Tighter than the ρ-zCDP curve it was drawn from before.
+    rho = release_curve("zcdp", mu=None, rho=report.rho, slack=0.0, selection_delta=0.0)
+    assert np.all(curve.lower(alphas) >= rho.lower(alphas) - 1e-9)
+    assert curve.advantage < rho.advantage - 0.03  # measured 0.094 vs 0.143
+    # The HTML report's attacker bounds are that curve's.
+    assert f"more than {curve.advantage:.4g} (the maximal advantage)" in html_report(result)
 
 
 def test_ledger_report(tmp_path: Path, result: ReleaseResult) -> None:

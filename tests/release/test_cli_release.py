@@ -87,3 +87,40 @@ def test_release_table_output_and_errors(app: typer.Typer, tmp_path: Path) -> No
     assert r.exit_code == 2
     r = runner.invoke(app, ["ledger", "show", str(tmp_path / "none.db")])
     assert r.exit_code == 2
+
+
+def test_the_printed_report_is_the_plan_charged_to_a_mu_ledger(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    """The spec's (ε, δ) budget plans exact PLD parts, which a μ ledger cannot account for:
+    the release is re-planned in μ-GDP, and that plan is what is printed and charged."""
+    from gaussdp.release import Ledger, load_spec, release_from_spec
+
+    runner = CliRunner()
+    ledger = tmp_path / "mu.db"
+    r = runner.invoke(app, ["ledger", "init", str(ledger), "--mu", "5"])
+    assert r.exit_code == 0, r.output
+    spec, data = tmp_path / "public_keys.toml", EXAMPLES / "visits.csv"
+    # Public keys only: a μ budget cannot pay partition selection's δ.
+    text = (EXAMPLES / "visits.toml").read_text(encoding="utf-8")
+    spec.write_text(text[: text.index("[[query]]                 # visits per day")], "utf-8")
+    release = release_from_spec(load_spec(spec), data)
+    assert release.report.mode == "pld"  # its own budget's plan
+    assert not release.report.replanned
+    charged = release.report_for(ledger=Ledger(ledger))
+    assert charged.mode == "gdp"
+    assert charged.replanned
+    assert charged.accounting.startswith("re-planned for the filter or ledger charged")
+    args = ["release", str(spec), "--data", str(data), "--ledger", str(ledger)]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    printed = json.loads(r.output)["report"]
+    assert printed == charged.to_dict()
+    (entry,) = Ledger(ledger).entries()
+    assert entry.detail == printed  # the ledger's record of what was charged
+    assert charged.mu is not None
+    assert Ledger(ledger).spent == pytest.approx(charged.mu, rel=1e-12)
+    r = runner.invoke(app, args, env={"COLUMNS": "100"})  # the table says so too
+    assert r.exit_code == 0, r.output
+    assert "accounted in μ" in r.output
+    assert "re-planned for the filter or ledger" in " ".join(r.output.split())

@@ -15,7 +15,10 @@ One file with no network access: styles inline, figures as inline SVG drawn here
 The trade-off curve of a release is built from its certified privacy profile:
 μ-GDP mode uses δ(ε) = e^A δ_μ(ε − 2A) plus partition selection's δ
 (:func:`gaussdp.mechanisms.gdp_delta_with_slack`), ρ-zCDP mode uses CKS Cor 13 plus
-that δ, and DRS Prop 2.12 turns the profile into a curve — on the safe side.
+that δ, and DRS Prop 2.12 turns the profile into a curve — on the safe side. PLD mode
+composes the plan's event with the accountant the plan was certified with (the
+budget's, :func:`gaussdp.accounting.filter.budget_accountant`) and turns its certified
+(ε, δ) pairs — slack and partition selection's δ included — into a curve the same way.
 """
 
 from __future__ import annotations
@@ -24,16 +27,21 @@ import datetime as _dt
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gaussdp.accounting.filter import budget_accountant
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import gdp_delta_with_slack
 from gaussdp.privacy import zcdp_delta
 from gaussdp.privacy.tradeoff import TradeoffCurve, explain
 
 if TYPE_CHECKING:
+    from gaussdp.accounting.accountants import Accountant
+    from gaussdp.accounting.events import Event
+    from gaussdp.budget import Budget
     from gaussdp.release import Ledger, PrivacyReport, ReleaseResult
 
 __all__ = ["html_report", "release_curve"]
@@ -60,14 +68,26 @@ def _fmt(value: object) -> str:
 
 # -- the privacy curve of a release -------------------------------------------------------
 def release_curve(
-    mode: str, *, mu: float | None, rho: float, slack: float, selection_delta: float
+    mode: str,
+    *,
+    mu: float | None,
+    rho: float,
+    slack: float,
+    selection_delta: float,
+    event: Event | None = None,
+    budget: Budget | None = None,
 ) -> TradeoffCurve:
     r"""The certified trade-off curve of a release (or a ledger's spending).
 
     μ mode: δ(ε) = e^A δ_μ(ε − 2A) + δ_sel; ρ mode: CKS Cor 13 + δ_sel; then
     DRS Prop 2.12 (:meth:`TradeoffCurve.from_profile`). With A = 0 and δ_sel = 0
-    in μ mode the curve is G_μ exactly.
+    in μ mode the curve is G_μ exactly. PLD mode, given the plan's ``event`` and
+    ``budget``: the certified (ε, δ) pairs of the event composed by the budget's
+    accountant, the one that certified the plan's ε (:func:`_pld_curve`); without
+    them, the ρ curve (valid, looser).
     """
+    if mode == "pld" and event is not None and budget is not None:
+        return _pld_curve(budget_accountant(budget).compose(event), budget.delta)
     if mode == "gdp" and mu is not None:
         if slack == 0.0 and selection_delta == 0.0:
             return TradeoffCurve.from_gdp(mu)
@@ -83,6 +103,26 @@ def release_curve(
     return TradeoffCurve.from_profile(delta_rho, description=f"{rho:.4g}-zCDP (release)")
 
 
+#: The δ's at which a PLD-mode release's certified ε is read for its curve.
+_PROFILE_DELTAS = np.geomspace(1e-12, 0.5, 64)
+
+
+def _pld_curve(accountant: Accountant, delta: float | None) -> TradeoffCurve:
+    """The curve of a PLD-mode release: DRS Prop 2.12 over the accountant's certified
+    (ε(δ), δ) pairs at :data:`_PROFILE_DELTAS` (and the budget's δ), and δ(0) — valid
+    pairs, so the supremum over them is on the safe side. (Read through ε(δ): the
+    accountant's δ(ε) refines its grid per ε, hundreds of times slower.)"""
+    pairs: dict[float, float] = {0.0: accountant.delta(0.0).upper}
+    extra = [] if delta is None else [delta]
+    for d in sorted({*(float(x) for x in _PROFILE_DELTAS), *extra}):
+        e = accountant.epsilon(d).upper
+        if math.isfinite(e) and e not in pairs:  # the smallest δ certified at that ε
+            pairs[e] = d
+    curve = TradeoffCurve.from_profile(pairs.__getitem__, epsilons=sorted(pairs))
+    at = "" if delta is None else f": ε ≤ {accountant.epsilon(delta).upper:.4g} at δ = {delta:.3g}"
+    return replace(curve, description=f"PLD (release){at}")
+
+
 def _report_curve(report: PrivacyReport) -> TradeoffCurve:
     return release_curve(
         report.mode,
@@ -90,6 +130,8 @@ def _report_curve(report: PrivacyReport) -> TradeoffCurve:
         rho=report.rho,
         slack=report.slack,
         selection_delta=report.selection_delta,
+        event=report.event,
+        budget=report.budget,
     )
 
 

@@ -7,13 +7,14 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
+from gaussdp.accounting.events import Composed
 from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
 from gaussdp.budget import Budget
 from gaussdp.errors import EngineError, invalid
@@ -88,6 +89,12 @@ _ACCOUNTING: dict[PlanAccounting, str] = {
     ),
 }
 
+#: Said first when the plan shown is the μ-GDP one a μ-budget filter or ledger is charged.
+_REPLANNED = (
+    "re-planned for the filter or ledger charged, whose accountant cannot account for exact "
+    "discrete Gaussian PLDs (a mu budget's): "
+)
+
 
 @dataclass(frozen=True, slots=True)
 class PrivacyReport:
@@ -129,6 +136,14 @@ class PrivacyReport:
         for the exact discrete noise actually drawn.
     budget : Budget
         The budget the release was planned against.
+    replanned : bool
+        ``True`` if this is the μ-GDP plan that :meth:`Release.run` charges to a filter
+        or ledger whose accountant cannot account for the exact discrete Gaussian
+        parts (a μ budget's), instead of the ``'pld'`` plan of the release's own budget
+        (:meth:`Release.report_for`).
+    event : Composed or None
+        The plan's event (:attr:`~gaussdp.release.plan.Plan.event`), what is charged and
+        what the accountants certified ``epsilon`` from; not part of :meth:`to_dict`.
     """
 
     costs: tuple[QueryCost, ...]
@@ -141,10 +156,14 @@ class PrivacyReport:
     epsilon: float | None
     budget: Budget
     mechanism: str = "discrete Gaussian (exact sampling, CKS Alg 3)"
+    replanned: bool = False
+    event: Composed | None = field(default=None, repr=False, compare=False)
 
     @property
     def accounting(self) -> str:
         """How the release is accounted, with the results cited."""
+        if self.replanned:
+            return _REPLANNED + _ACCOUNTING[self.mode]
         return _ACCOUNTING[self.mode]
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +171,7 @@ class PrivacyReport:
         return {
             "mechanism": self.mechanism,
             "mode": self.mode,
+            "replanned": self.replanned,
             "accounting": self.accounting,
             "budget": self.budget.as_dict(),
             "rho": self.rho,
@@ -659,8 +679,39 @@ class Release:
 
     @property
     def report(self) -> PrivacyReport:
-        """The privacy report of this release, computed from the plan (no data read)."""
-        return _report(self.plan(), self._queries)
+        """The privacy report of this release as :meth:`run` charges it to its own
+        :attr:`filter` (no data read): for an (ε, δ) budget the ``'pld'`` plan where it
+        applies. Charged to another filter or ledger, see :meth:`report_for`."""
+        return self.report_for()
+
+    def report_for(
+        self, *, ledger: Ledger | None = None, filter: PrivacyFilter | None = None
+    ) -> PrivacyReport:
+        """The privacy report of the plan :meth:`run` with these arguments charges.
+
+        A filter or ledger whose accountant cannot account for the exact discrete
+        Gaussian parts of a ``'pld'`` plan (one with a μ budget) is charged the μ-GDP
+        plan instead (:meth:`plan` with ``exact=False``); its report says so
+        (``replanned``). Nothing is charged and no data are read.
+        """
+        plan, replanned = self._charged_plan(ledger, filter)
+        return _report(plan, self._queries, replanned=replanned)
+
+    def _charged_plan(
+        self, ledger: Ledger | None, filter: PrivacyFilter | None
+    ) -> tuple[Plan, bool]:
+        """The plan charged to ``ledger``, else ``filter``, else :attr:`filter`, and whether
+        it is the μ-GDP re-plan of a ``'pld'`` plan."""
+        if ledger is not None and filter is not None:
+            raise ValueError(invalid("filter", "None when a ledger is given", filter))
+        if filter is not None and not isinstance(filter, PrivacyFilter):
+            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
+        spend_to = self.filter if filter is None else filter
+        plan = self.plan()
+        target = budget_accountant(spend_to.budget if ledger is None else ledger.total)
+        if plan.accounting == "pld" and not target.supports(plan.event):
+            return self.plan(exact=False), True  # e.g. a μ-budget filter: the μ-GDP plan
+        return plan, False
 
     # -- running ----------------------------------------------------------------------
     def run(
@@ -727,16 +778,9 @@ class Release:
         source = check_rng(rng)
         if not isinstance(raw, bool):
             raise TypeError(invalid("raw", "a bool", raw))
-        if ledger is not None and filter is not None:
-            raise ValueError(invalid("filter", "None when a ledger is given", filter))
-        if filter is not None and not isinstance(filter, PrivacyFilter):
-            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
+        plan, replanned = self._charged_plan(ledger, filter)
         spend_to = self.filter if filter is None else filter
-        plan = self.plan()
-        target = budget_accountant(spend_to.budget if ledger is None else ledger.total)
-        if plan.accounting == "pld" and not target.supports(plan.event):
-            plan = self.plan(exact=False)  # e.g. a μ-budget filter: the μ-GDP plan
-        report = _report(plan, self._queries)
+        report = _report(plan, self._queries, replanned=replanned)
         noise = _noise_facts(plan, self.confidence)
         event = plan.event
         # Refuse before the data source is even opened.
@@ -992,7 +1036,7 @@ def _aggregate(
     return plan, [list(zip(*(c.tolist() for c in columns), strict=True)) for columns in results]
 
 
-def _report(plan: Plan, queries: Sequence[Query]) -> PrivacyReport:
+def _report(plan: Plan, queries: Sequence[Query], *, replanned: bool = False) -> PrivacyReport:
     costs: list[QueryCost] = []
     for p in plan.parts:
         g = plan.groupings[p.grouping]
@@ -1028,6 +1072,8 @@ def _report(plan: Plan, queries: Sequence[Query]) -> PrivacyReport:
         plan.budget.delta,
         plan.epsilon,
         plan.budget,
+        replanned=replanned,
+        event=plan.event,
     )
 
 
