@@ -204,8 +204,9 @@ def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
     block's dtype. Whatever the summation order, the computed ŝ of m terms satisfies
     |ŝ − s| ≤ γ_m s with γ_m = m·u/(1 − m·u), u the unit roundoff (Higham 2002,
     Accuracy and Stability of Numerical Algorithms, eq. 3.5), so s ≤ ŝ/(1 − γ_m).
-    Chunk bounds are added in float64 (relative error ≤ k·2⁻⁵³, covered by
-    the 2⁻⁴⁰ slack below). Blocks with m·u ≥ 1/4 are computed in float64.
+    Chunk bounds are added in float64 (relative error ≤ (k/m)·2⁻⁵², a factor of its
+    own below). Blocks with m·u ≥ 1/4 are computed in float64. Proof in docs/ml.md,
+    "Certified norms in float32".
 
     Overflow: a row whose float32 result is not finite (an entry above ≈ 1.8·10¹⁹, or
     a sum above 3.4·10³⁸) is recomputed in float64 after scaling by 2⁻ᵉ, e the binary
@@ -234,26 +235,44 @@ def _squared_norm_upper(block: torch.Tensor) -> torch.Tensor:
     return bound
 
 
+#: Integer types of the float types' widths, to compare magnitudes bit for bit.
+_SAME_WIDTH_INT = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
 def _chunked_bound(flat: torch.Tensor, m: int, u: float) -> torch.Tensor:
     """Σ over chunks of m coordinates of the dot products, bounded above (float64).
 
-    Underflow: a product x² below the smallest normal number t (|x| < √t) may lose up
-    to t, flushed or rounded, and so may each addition whose result is below t — all of
-    whose terms are such products, so there are at most as many such additions. Later
-    roundings scale these absolute errors by at most 1 + γ_m < 2: each row's bound adds
-    4t per nonzero entry below 2√t. Rows whose sum is far above that (≥ 2⁴⁰kt) take the
-    cruder kt instead, which saves counting them.
+    Underflow: a product x² below the smallest normal number t (|x| < √t) may be lost,
+    flushed or rounded (or x itself read as 0 when denormals are flushed), and so may a
+    partial sum below t — all of whose terms are such products. Each such square is lost
+    at most once, so a row loses at most t per nonzero entry below √t: its bound adds 4t
+    per nonzero entry below 2√t (a margin), or kt for rows whose sum is far above that
+    (≥ 2⁴⁰kt), which saves counting them. The float64 sum of the k/m chunk values has
+    relative error at most (k/m)·2⁻⁵² (Higham 2002, eq. 3.5, in float64), multiplied in;
+    the 2⁻⁴⁰ factor covers the last few float64 roundings.
     """
     batch, k = flat.shape
     chunks = flat.reshape(batch, k // m, m)
     partial = torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1)
+    partial *= 1 + (k // m) * 2.0**-52
     gamma = m * u / (1 - m * u)
     tiny = float(torch.finfo(flat.dtype).tiny)
     bound: torch.Tensor = (partial / (1 - gamma) + k * tiny) * (1 + 2.0**-40)
     faint = partial < k * tiny * 2.0**40
     if bool(faint.any()):
-        rows = flat[faint]
-        small = ((rows != 0) & (rows.abs() < 2 * math.sqrt(tiny))).sum(1, dtype=torch.float64)
+        # Magnitudes compared as integers (the bit patterns of non-negative floats are
+        # ordered like their values): with denormals flushed (``torch.set_flush_denormal``,
+        # which also treats subnormal inputs as 0), a float comparison would count a
+        # subnormal entry as 0 although its square is lost.
+        ints = _SAME_WIDTH_INT[flat.dtype]
+        bits = flat[faint].view(ints) & torch.iinfo(ints).max  # sign bit cleared
+        limit = torch.tensor(2 * math.sqrt(tiny), dtype=flat.dtype).view(ints)  # 2√t, exact
+        small = ((bits != 0) & (bits < limit)).sum(1, dtype=torch.float64)
         bound[faint] = (partial[faint] / (1 - gamma) + 4 * tiny * small) * (1 + 2.0**-40)
     return bound
 
