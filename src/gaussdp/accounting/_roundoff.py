@@ -32,6 +32,14 @@ coefficient counted twice by Hermitian symmetry). docs/accounting.md §3 gives t
   error adds γ(N)·Σ_full|ψ̃_j| in ℓ1 (Lemma 1, summed over the N outputs).
 * Lemma 5 (earlier errors). If ‖x̃ − x‖₁ ≤ E, then ‖x̃^{*k} − x^{*k}‖₁ ≤
   k·(‖x̃‖₁ + E)^{k−1}·E and ‖x̃ * ỹ − x * y‖₁ ≤ E_x‖ỹ‖₁ + E_y‖x̃‖₁ + E_xE_y (Young).
+* Lemma 8 (the surviving coefficients, centred). Around an integer centre c, φ_j =
+  ω^{cj}(1 − w_j) with w_j = (1 − m_c) + D_j − ω^{−cj}T_j (core mass m_c, centred core
+  deviation D_j = Σ_core p_i(1 − ω^{(i−c)j}), tail DFT T_j): D_j summed term by term with
+  exactly reduced angles errs by O(u)·Σ p_i|θ_i| (:func:`centred_deviations`), not by
+  γ(N)‖p‖₁; 1 − m_c is correctly rounded (fsum), T_j errs by γ(N)‖tail‖₁ (Lemma 1).
+* Lemma 9 (a power near 1). (1 − w̃)^k·e^{−2πi·t/N} through log1p and atan2, the turn t
+  reduced exactly, errs by ρ|1 − w̃|^k with ρ = O(u)·(k|ln|1 − w̃|| + k|arg(1 − w̃)| + 1)
+  (:func:`power_near_one`): no k·u·const term as in Lemma 2.
 """
 
 from __future__ import annotations
@@ -43,14 +51,18 @@ import numpy.typing as npt
 
 __all__ = [
     "EXTENDED_PROVEN",
+    "SIN_REL",
     "U_EXTENDED",
     "U",
+    "centred_deviations",
     "coefficient_error_l1",
     "fft_gamma",
     "full_weights",
     "power",
     "power_error",
+    "power_near_one",
     "propagated_power_error",
+    "row_sums",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -161,3 +173,129 @@ def propagated_power_error(mass: float, earlier: float, k: int) -> float:
     if earlier == 0.0:
         return 0.0
     return k * math.exp((k - 1) * math.log(mass + earlier)) * earlier * (1.0 + 1e-13)
+
+
+# -- Lemmas 8 and 9: the surviving coefficients, centred --------------------------------
+#: Relative accuracy assumed of numpy's float64 ``sin``, in units of u (4 ulp ≤ 8u: the
+#: largest error documented for numpy's SIMD implementations; libm's is within 1 ulp).
+#: Python's ``math`` functions (glibc: log1p, atan2, exp, cos, sin within 1 ulp, with
+#: exact range reduction) are taken to 2u, as in Lemma 2.
+SIN_REL = 8.0
+#: Lemma 8(a)'s constants (in units of u): the real terms, (1 + (4.73 + SIN_REL)u)²
+#: squared and multiplied (2u) and summed (u): 28.7u; the imaginary terms, 3.01u (the
+#: angle) + SIN_REL·u + u (the product).
+_RE_C = 2.0 * (4.73 + SIN_REL) + 3.2
+_IM_C = 4.1 + SIN_REL
+
+
+def row_sums(a: FloatArray) -> tuple[FloatArray, float]:
+    """Row sums of the 2-D ``a`` by a pairwise tree of error-free additions.
+
+    Each level adds the two halves with Knuth's TwoSum (s = x + y, z = s − x,
+    e = (x − (s − z)) + (y − z): x + y = s + e exactly), so Σ a = (top of the tree) +
+    Σ (all e) exactly; the e (≤ u·Σ|a| per level, m = ⌈log₂ n⌉ levels) are summed in any
+    order and added at the end. Returns the sums and c with |fl − Σ a| ≤ u|fl| +
+    c·Σ|a_row| for every row: c = 1.01·(n + m)·m·u².
+    """
+    rows, cols = a.shape
+    levels = max(0, (cols - 1).bit_length())
+    width = 1 << levels
+    if width > cols:
+        a = np.concatenate((a, np.zeros((rows, width - cols))), axis=1)
+    corr = np.zeros(rows)
+    while a.shape[1] > 1:
+        half = a.shape[1] // 2
+        x, y = a[:, :half], a[:, half:]
+        s = x + y
+        z = s - x
+        corr += ((x - (s - z)) + (y - z)).sum(axis=1)
+        a = s
+    return a[:, 0] + corr, 1.01 * (cols + levels) * levels * U * U
+
+
+def centred_deviations(
+    core: FloatArray, offsets: npt.NDArray[np.int64], js: list[int], n: int
+) -> tuple[ComplexArray, FloatArray]:
+    """Lemma 8(a): D_j = Σ_i core_i·(1 − e^{−2πi·t_i·j/N}) for each j in ``js`` (t_i =
+    ``offsets``, integers), and bounds on |D̃_j − D_j| proportional to Σ_i core_i|θ_i|.
+
+    θ_i = 2π·r_i/N with r_i = t_i·j mod N reduced to (−N/2, N/2] exactly (integers), so
+    1 − e^{−iθ} = 2 sin²(θ/2) + i sin θ with |θ/2| ≤ π/2. x̃ = fl(fl(π/N)·r) = θ/2·(1 + δ),
+    |δ| ≤ 3.01u; since |sin x| ≥ (2/π)|x| there, sin(x̃) = sin(x)(1 + δ′), |δ′| ≤ 4.73u, and
+    numpy's sin adds SIN_REL·u: s̃ = sin(θ/2)(1 + δ_s), |δ_s| ≤ (4.73 + SIN_REL)u, so each
+    real term core_i·fl(s̃²) errs by ≤ 2(4.73 + SIN_REL)u + 2.1u of itself. Each imaginary
+    term core_i·fl(sin 2x̃) errs by ≤ |2x̃ − θ| + SIN_REL·u|sin 2x̃| + u·(its value) ≤
+    (4.1 + SIN_REL)u·core_i|θ_i|. Both sums are taken by :func:`row_sums` (u of the
+    result, plus c·Σ|terms|). Hence, with the constants _RE_C, _IM_C,
+    |D̃_j − D_j| ≤ 1.01·[(_RE_C + 1)u·Re D̃_j + u|Im D̃_j| + (_IM_C·u + c)·Σ_i core_i|θ_i|].
+    """
+    jj = np.asarray(js, dtype=np.int64)[:, None]
+    r = (offsets[None, :] * jj) % n
+    r[r > n // 2] -= n
+    half = r * (math.pi / n)
+    del r
+    s = np.sin(half)
+    re, c_re = row_sums(core * (s * s))
+    re *= 2.0
+    im, c_im = row_sums(core * np.sin(half + half))
+    # Σ core_i|θ_i| in float64 (any order: ≤ (n_c + 3)u relative), raised.
+    spread = 2.0 * np.sum(core * np.abs(half), axis=1) * (1.0 + 1.01 * (core.size + 4) * U)
+    out = re + 1j * im
+    err = 1.01 * ((_RE_C + 1.0) * U * re + U * np.abs(im) + (_IM_C * U + c_im + c_re) * spread)
+    return out, err
+
+
+def power_near_one(
+    w: ComplexArray, k: int, turns: list[int], n: int
+) -> tuple[ComplexArray, FloatArray, FloatArray]:
+    """Lemma 9: ζ̃_j ≈ (1 − w̃_j)^k·e^{−2πi·turns_j/N} through log1p and atan2.
+
+    Returns ζ̃, an upper bound M_j ≥ |1 − w̃_j| and ρ_j with |ζ̃_j − (1 − w̃_j)^k
+    e^{−2πi·turns_j/N}| ≤ ρ_j·|1 − w̃_j|^k (``inf`` where the lemma does not apply).
+    With w̃ = a + ib: x = a(a − 2) + b² = |1 − w̃|² − 1 is computed to 3.11u(|a(a − 2)| +
+    b²) =: ε_x, ℓ = ½ log1p(x) = ln|1 − w̃| to ½ε_x/(1 + x̃ − ε_x) + 2.01u|ℓ̃|, and
+    α = atan2(−b, 1 − a) to 3.1u|α̃| (1 − a rounded to u moves α by at most u|α|;
+    |t|/(1 + t²) ≤ |arctan t|). The turn is reduced exactly (integers) and β =
+    fl(fl(2π/N)·r) errs by 3.01πu. So k·ℓ errs by ΔL = k·|ℓ̃ − ℓ| + u|kℓ̃| and the phase
+    Θ = kα − β by ΔΘ = 3.1ku|α̃| + u|kα̃| + 3.01πu + u|Θ̃|; exp, cos, sin and the two
+    products add < 6.3u: ρ = 1.01·(1.01ΔL + ΔΘ + 6.3u) when |1 − w̃|² ∈ (½, 2), ΔL ≤ 0.01
+    and ρ ≤ 0.01.
+    Unlike Lemma 2 no term is k·u·const: the errors are relative to k·|ln|1 − w̃|| and
+    k·|arg(1 − w̃)|, both small for the coefficients that matter.
+    """
+    size = w.size
+    out = np.zeros(size, dtype=np.complex128)
+    mod_up = np.zeros(size)
+    rho = np.full(size, np.inf)
+    turn_step = 2.0 * math.pi / n
+    for idx, value in enumerate(w.tolist()):
+        a, b = value.real, value.imag
+        big_a = a * (a - 2.0)
+        big_b = b * b
+        x = big_a + big_b
+        eps_x = 3.11 * U * (abs(big_a) + big_b)
+        if not (x - eps_x > -0.5 and x + eps_x < 1.0):
+            continue  # |1 − w̃|² outside (½, 2) (or NaN): the caller keeps Lemma 2
+        ell = 0.5 * math.log1p(x)
+        d_ell = 0.5 * eps_x / (1.0 + x - eps_x) + 2.01 * U * abs(ell)
+        big_l = k * ell
+        d_big_l = (k * d_ell + U * abs(big_l)) * 1.01
+        alpha = math.atan2(-b, 1.0 - a)
+        r = turns[idx] % n
+        if r > n // 2:
+            r -= n
+        beta = turn_step * r
+        phase = k * alpha - beta
+        d_phase = (3.1 * k * U * abs(alpha) + U * abs(k * alpha) + 3.01 * math.pi * U) * 1.01
+        d_phase += U * abs(phase) * 1.01
+        if d_big_l > 0.01:
+            continue
+        r_j = 1.01 * (1.01 * d_big_l + d_phase + 6.3 * U)
+        if r_j > 0.01:
+            continue
+        modulus = math.exp(big_l)
+        out[idx] = complex(modulus * math.cos(phase), modulus * math.sin(phase))
+        rho[idx] = r_j
+        # |ℓ| < ½ ln 2 here: exp's 2u and the sum's rounding (u|ℓ|) stay below 4u.
+        mod_up[idx] = math.exp(ell + d_ell) * (1.0 + 4.0 * U)
+    return out, mod_up, rho

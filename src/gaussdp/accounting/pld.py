@@ -80,11 +80,13 @@ from gaussdp.accounting._adaptive import check_grid_points
 from gaussdp.accounting._roundoff import (
     EXTENDED_PROVEN,
     U_EXTENDED,
+    centred_deviations,
     coefficient_error_l1,
     fft_gamma,
     full_weights,
     power,
     power_error,
+    power_near_one,
     propagated_power_error,
 )
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses
@@ -416,6 +418,8 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     gamma = fft_gamma(size, unit)
     phi = sp_fft.rfft(p.astype(dtype), size)
     powered, err = _powered(phi, count, gamma * m, extended)
+    if not extended:
+        _centre_survivors(p, size, count, phi, powered, err, gamma)
     weights = full_weights(size, powered.size)
     coeff_l1 = coefficient_error_l1(err, weights)
     rounded = powered.astype(np.complex128) if extended else powered
@@ -542,6 +546,106 @@ def _powered(
         powered[keep] = kept
         err[keep] = power_error(mod_k, rho_k, e, count, U_EXTENDED)
     return powered, err
+
+
+# The most direct sums (core points × coefficients) of Lemma 8 per power.
+_CENTRED_WORK = 400_000
+
+
+def _centre_survivors(
+    p: FloatArray,
+    size: int,
+    count: int,
+    phi: npt.NDArray[np.complexfloating],
+    powered: npt.NDArray[np.complexfloating],
+    err: FloatArray,
+    gamma: float,
+) -> None:
+    """Recompute the largest surviving coefficients' powers with centred sums, in place.
+
+    Lemma 3 charges every surviving coefficient k·γ(N)·‖p‖₁: the FFT's error is relative
+    to the whole mass. Around an integer centre c (the median index), φ_j =
+    e^{−2πi·cj/N}(1 − w_j) with w_j = (1 − m_c) + D_j − e^{2πi·cj/N}T_j: 1 − m_c the mass
+    outside the core window, correctly rounded (``math.fsum``), D_j the core's centred
+    deviation (Lemma 8(a), error ∝ Σ core_i|θ_i|), T_j the tail's DFT (Lemma 1: error
+    γ(N)·‖tail‖₁, the window chosen so that this is below u·Σ core_i|θ_i|). Then φ_j^k =
+    e^{−2πi·ckj/N}(1 − w_j)^k is evaluated by Lemma 9 and bounded by Lemma 3 with e_j the
+    bound on |w̃_j − w_j| (Lemma 8(b)). A coefficient takes the new value where its bound
+    is smaller than the one it had.
+    """
+    n = p.size
+    m = float(np.sum(p))
+    e = gamma * m
+    if n == 0 or m <= 0.0:
+        return
+    # Candidates: the raised coefficients (err < 1e-290 marks the others) whose Lemma 3
+    # bound, about k·e·(|φ̃| + e)^k, is not already below 10⁻³u.
+    alive = np.nonzero(err > 1e-290)[0]
+    with np.errstate(divide="ignore"):
+        key = count * np.log(np.abs(phi[alive]).astype(np.float64) + e)
+    keep_key = key > math.log(1e-3 * _U / (count * e))
+    cand, key = alive[keep_key], key[keep_key]
+    if cand.size == 0:
+        return
+    # Centre c: the median index; spread sd from the quartiles (a normal's IQR/1.349).
+    cs = np.concatenate(([0.0], np.cumsum(p)))
+    c, q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.5, 0.25, 0.75])))
+    c = min(max(c - 1, 0), n - 1)
+    sd = max((q3 - q1) / 1.349, 1.0)
+    # The core window [lo, hi): widened until γ(N)·‖tail‖₁ is below u·π·sd/N (about
+    # u·Σ core_i|θ_i| at j = 1) or it holds the whole support.
+    target = (_U / gamma) * math.pi * sd / size
+    half = max(8, int(8 * sd))
+    while True:
+        lo, hi = max(0, c - half), min(n, c + half + 1)
+        if (lo == 0 and hi == n) or cs[-1] - (cs[hi] - cs[lo]) <= 0.5 * target:
+            break
+        half *= 2
+    core = p[lo:hi]
+    keep = max(1, _CENTRED_WORK // core.size)
+    if cand.size > keep:
+        cand = np.sort(cand[np.argsort(key)[::-1][:keep]])
+    js = cand.tolist()
+    tail = p.copy()
+    tail[lo:hi] = 0.0
+    # ‖tail‖₁ in float64 (any summation order: ≤ (n + 2)u relative), raised.
+    tail_l1 = float(np.sum(tail)) * (1.0 + 1.01 * (n + 2) * _U)
+    if tail_l1 > 0.0:
+        tail_dft = sp_fft.rfft(tail, size)[cand]
+    else:
+        tail_dft = np.zeros(cand.size, dtype=np.complex128)
+    del tail
+    dev, dev_err = centred_deviations(core, np.arange(lo - c, hi - c, dtype=np.int64), js, size)
+    outside = math.fsum([1.0, *(-core).tolist()])  # 1 − m_c, correctly rounded
+    turn_step = 2.0 * math.pi / size
+    w = np.empty(cand.size, dtype=np.complex128)
+    e_w = np.empty(cand.size)
+    for i, j in enumerate(js):
+        r = (c * j) % size
+        r = r - size if r > size // 2 else r
+        beta = turn_step * r  # 3.01u relative, |β| ≤ π
+        rot = complex(math.cos(beta), math.sin(beta))  # within 3.01πu + 2√2u < 12.3u
+        t = complex(tail_dft[i])
+        rt = rot * t  # √5u more: |r̃t − e^{iβ}T| ≤ 14.7u|t̃| + γ(N)‖tail‖₁(1 + 12.3u)
+        d = complex(dev[i])
+        w[i] = complex((outside + d.real) - rt.real, d.imag - rt.imag)
+        e_w[i] = 1.01 * (
+            _U * abs(outside)
+            + float(dev_err[i])
+            + gamma * tail_l1 * (1.0 + 13.0 * _U)
+            + 14.7 * _U * abs(t)
+            + 3.0 * _U * (abs(outside) + abs(d.real) + abs(d.imag) + 1.5 * abs(rt))
+        )
+    turns = [c * count * j for j in js]
+    z, mod_up, rho = power_near_one(w, count, turns, size)
+    ok = np.isfinite(rho)
+    if not np.any(ok):
+        return
+    new_err = np.full(cand.size, np.inf)
+    new_err[ok] = power_error(mod_up[ok], rho[ok], e_w[ok], count)
+    better = new_err < err[cand]
+    powered[cand[better]] = z[better]
+    err[cand[better]] = new_err[better]
 
 
 def _precision(extended: bool) -> tuple[type[np.floating], float]:
