@@ -20,6 +20,7 @@ from gaussdp.accounting._roundoff import (
     power_error,
     power_near_one,
     row_sums,
+    tail_dft,
 )
 from gaussdp.accounting.pld import _LossPMF, _power
 
@@ -258,7 +259,9 @@ def test_lemma_8_centred_deviations(n: int) -> None:
     core /= core.sum()
     offsets = np.arange(-60, 61, dtype=np.int64)
     js = [0, 1, 2, 7, 40, n // 3, n // 2]
-    dev, err = centred_deviations(core, offsets, js, n)
+    plus = core[60:]
+    minus = np.concatenate(([0.0], core[:60][::-1]))
+    dev, err = centred_deviations(plus, minus, js, n)
     assert dev[0] == 0
     assert err[0] == 0
     cs = [mp.mpf(float(v)) for v in core]
@@ -270,6 +273,22 @@ def test_lemma_8_centred_deviations(n: int) -> None:
         assert abs(mp.mpc(complex(d)) - exact) <= b, j
         if n > 10**5 and 0 < j <= 7:  # small angles: Σ core_i|θ_i| ≤ 2π·7·60/N
             assert b < fft_gamma(n) / 100  # what Lemma 1 would charge: γ(N)·‖core‖₁
+
+
+@pytest.mark.parametrize("n", [997, 1012500])
+def test_lemma_8_blocked_tail_dft(n: int) -> None:
+    # The tail's DFT by blocked direct sums against 50-digit sums: within f·‖tail‖₁, and
+    # f is of the order of Lemma 1's γ(N).
+    rng = np.random.default_rng(n + 1)
+    tail = rng.random(301) ** 6
+    tail[100:150] = 0.0  # the core's place
+    js = [0, 1, 5, 33, n // 2]
+    got, factor = tail_dft(tail, js, n)
+    assert factor < 2 * fft_gamma(n) + 200 * U
+    ts = [mp.mpf(float(v)) for v in tail]
+    for j, g in zip(js, got, strict=True):
+        exact = mp.fsum(t * mp.expjpi(mp.mpf(-2 * ((i * j) % n)) / n) for i, t in enumerate(ts))
+        assert abs(mp.mpc(complex(g)) - exact) <= factor * float(np.sum(tail)), j
 
 
 @pytest.mark.parametrize("k", [3, 1000, 1_000_000])
@@ -316,3 +335,28 @@ def test_centred_survivors_each_coefficient_within_its_bound() -> None:
         got = mp.mpc(complex(powered[j]))
         assert abs(got - exact**k) <= err[j], j
     assert err[0] < before[0] / 1000
+
+
+def test_centred_survivors_memory_is_bounded() -> None:
+    # A short power of a long PMF with a narrow core: nearly every coefficient qualifies,
+    # but only the largest few are recomputed (about 10⁶ array elements at most).
+    import tracemalloc
+
+    from gaussdp.accounting.pld import _centre_survivors, _powered
+
+    n, size, k = 200_000, 1 << 18, 3
+    p = np.full(n, 1e-9)
+    p[1000:1020] = 1.0
+    p /= p.sum()
+    phi = sp_fft.rfft(p, size)
+    gamma = fft_gamma(size)
+    powered, err = _powered(phi, k, gamma * float(p.sum()), False)
+    before = err.copy()
+    tracemalloc.start()
+    try:
+        _centre_survivors(p, size, k, phi, powered, err, gamma)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 150e6
+    assert 0 < np.count_nonzero(err < before) <= 100

@@ -63,6 +63,7 @@ __all__ = [
     "power_near_one",
     "propagated_power_error",
     "row_sums",
+    "tail_dft",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -214,35 +215,84 @@ def row_sums(a: FloatArray) -> tuple[FloatArray, float]:
 
 
 def centred_deviations(
-    core: FloatArray, offsets: npt.NDArray[np.int64], js: list[int], n: int
+    plus: FloatArray, minus: FloatArray, js: list[int], n: int
 ) -> tuple[ComplexArray, FloatArray]:
-    """Lemma 8(a): D_j = Σ_i core_i·(1 − e^{−2πi·t_i·j/N}) for each j in ``js`` (t_i =
-    ``offsets``, integers), and bounds on |D̃_j − D_j| proportional to Σ_i core_i|θ_i|.
+    """Lemma 8(a): D_j = Σ_t [plus_t(1 − e^{−iθ_t}) + minus_t(1 − e^{iθ_t})], θ_t = 2π·t·j/N
+    (t = 0, 1, …: the core's masses at c + t and c − t), for each j in ``js``, and bounds
+    on |D̃_j − D_j| proportional to Σ_t |plus_t − minus_t|·|θ_t|.
 
-    θ_i = 2π·r_i/N with r_i = t_i·j mod N reduced to (−N/2, N/2] exactly (integers), so
-    1 − e^{−iθ} = 2 sin²(θ/2) + i sin θ with |θ/2| ≤ π/2. x̃ = fl(fl(π/N)·r) = θ/2·(1 + δ),
-    |δ| ≤ 3.01u; since |sin x| ≥ (2/π)|x| there, sin(x̃) = sin(x)(1 + δ′), |δ′| ≤ 4.73u, and
-    numpy's sin adds SIN_REL·u: s̃ = sin(θ/2)(1 + δ_s), |δ_s| ≤ (4.73 + SIN_REL)u, so each
-    real term core_i·fl(s̃²) errs by ≤ 2(4.73 + SIN_REL)u + 2.1u of itself. Each imaginary
-    term core_i·fl(sin 2x̃) errs by ≤ |2x̃ − θ| + SIN_REL·u|sin 2x̃| + u·(its value) ≤
-    (4.1 + SIN_REL)u·core_i|θ_i|. Both sums are taken by :func:`row_sums` (u of the
-    result, plus c·Σ|terms|). Hence, with the constants _RE_C, _IM_C,
-    |D̃_j − D_j| ≤ 1.01·[(_RE_C + 1)u·Re D̃_j + u|Im D̃_j| + (_IM_C·u + c)·Σ_i core_i|θ_i|].
+    Pairing ±t: D_j = Σ_t (plus_t + minus_t)·2 sin²(θ_t/2) + i Σ_t (plus_t − minus_t) sin θ_t.
+    r_t = t·j mod N is reduced to (−N/2, N/2] exactly (integers), so |θ/2| ≤ π/2. x̃ =
+    fl(fl(π/N)·r) = θ/2·(1 + δ), |δ| ≤ 3.01u; since |sin x| ≥ (2/π)|x| there, sin(x̃) =
+    sin(x)(1 + δ′), |δ′| ≤ 4.73u, and numpy's sin adds SIN_REL·u: s̃ = sin(θ/2)(1 + δ_s),
+    |δ_s| ≤ (4.73 + SIN_REL)u, so each real term fl(fl(plus + minus)·fl(s̃²)) errs by
+    ≤ 2(4.73 + SIN_REL)u + 3.1u of itself. Each imaginary term fl(fl(plus − minus)·
+    fl(sin 2x̃)) errs by ≤ |2x̃ − θ| + SIN_REL·u|sin 2x̃| + 2u·(its value) ≤
+    (5.1 + SIN_REL)u·|plus_t − minus_t|·|θ_t|. Both sums are taken by :func:`row_sums`
+    (u of the result, plus c·Σ|terms|). Hence, with S_j = Σ_t |plus_t − minus_t|·|θ_t|,
+    |D̃_j − D_j| ≤ 1.01·[(_RE_C + 2)u·Re D̃_j + c·Re D̃_j + u|Im D̃_j| + ((_IM_C + 1)u + c)·S_j].
+    Near the centre the core is nearly symmetric, so S_j is well below Σ_i p_i|θ_i|.
     """
     jj = np.asarray(js, dtype=np.int64)[:, None]
-    r = (offsets[None, :] * jj) % n
+    r = (np.arange(plus.size, dtype=np.int64)[None, :] * jj) % n
     r[r > n // 2] -= n
     half = r * (math.pi / n)
     del r
     s = np.sin(half)
-    re, c_re = row_sums(core * (s * s))
+    both = plus + minus
+    diff = plus - minus
+    re, c_re = row_sums(both * (s * s))
     re *= 2.0
-    im, c_im = row_sums(core * np.sin(half + half))
-    # Σ core_i|θ_i| in float64 (any order: ≤ (n_c + 3)u relative), raised.
-    spread = 2.0 * np.sum(core * np.abs(half), axis=1) * (1.0 + 1.01 * (core.size + 4) * U)
+    im, c_im = row_sums(diff * np.sin(half + half))
+    # S_j in float64 (any order: ≤ (n + 4)u relative; |fl(plus − minus)| to u), raised.
+    spread = 2.0 * np.sum(np.abs(diff) * np.abs(half), axis=1)
+    spread *= 1.0 + 1.01 * (plus.size + 5) * U
     out = re + 1j * im
-    err = 1.01 * ((_RE_C + 1.0) * U * re + U * np.abs(im) + (_IM_C * U + c_im + c_re) * spread)
-    return out, err
+    err = ((_RE_C + 2.0) * U + c_re) * re + U * np.abs(im) + ((_IM_C + 1.0) * U + c_im) * spread
+    return out, 1.01 * err
+
+
+#: Block length of :func:`tail_dft`.
+TAIL_BLOCK = 32
+
+
+def tail_dft(tail: FloatArray, js: list[int], n: int) -> tuple[ComplexArray, float]:
+    """T_j = Σ_i tail_i·e^{−2πi·ij/N} for each j in ``js``, by blocks, and f with
+    |T̃_j − T_j| ≤ f·‖tail‖₁ (Lemma 8(b)): cheaper than a length-N FFT for a few j.
+
+    With B = TAIL_BLOCK, T_j = Σ_b ω^{bBj}·I_bj, I_bj = Σ_{s<B} tail_{bB+s}·ω^{sj}. Every
+    twiddle has its angle reduced exactly (integers) and computed to 3.01πu, and cos and
+    sin add SIN_REL·u: each errs by at most √2(9.46 + SIN_REL)u =: τ in modulus. The inner
+    sums are two real matrix products (any order: γ_B·Σ|tail| each, √2·γ_B in modulus),
+    so |Ĩ_b − I_b| ≤ (τ + 1.42γ_B)·m_b (m_b the block's mass); each outer product adds
+    τ|Ĩ_b| + 4.03u|ω̃||Ĩ_b| (two products and a difference per part); the outer sums are
+    :func:`row_sums` (u of the result and c·Σ|terms| per part). Summed over the blocks
+    (Σ m_b = ‖tail‖₁, |T_j| ≤ ‖tail‖₁): f = 1.02·[2τ + 1.42·1.01Bu + 4.03u + 1.42(u + c)].
+    """
+    block = TAIL_BLOCK
+    nb = -(-tail.size // block)
+    flat = np.zeros(nb * block)
+    flat[: tail.size] = tail
+    grid = flat.reshape(nb, block)
+    jj = np.asarray(js, dtype=np.int64)[None, :]
+    step = 2.0 * math.pi / n
+
+    def twiddles(idx: npt.NDArray[np.int64]) -> tuple[FloatArray, FloatArray]:
+        r = (idx[:, None] * jj) % n
+        r[r > n // 2] -= n
+        angle = r * step
+        return np.cos(angle), -np.sin(angle)  # e^{−iθ}
+
+    c_in, s_in = twiddles(np.arange(block, dtype=np.int64))
+    # numpy's own loops, not BLAS (whose threads stall on a shared machine).
+    inner_re = np.einsum("bs,sj->bj", grid, c_in)
+    inner_im = np.einsum("bs,sj->bj", grid, s_in)
+    c_out, s_out = twiddles(np.arange(nb, dtype=np.int64) * block)
+    re, c_re = row_sums((c_out * inner_re - s_out * inner_im).T)
+    im, c_im = row_sums((c_out * inner_im + s_out * inner_re).T)
+    tau = math.sqrt(2.0) * (9.46 + SIN_REL) * U
+    factor = 2.0 * tau + 1.42 * 1.01 * block * U + 4.03 * U + 1.42 * (U + max(c_re, c_im))
+    return re + 1j * im, 1.02 * factor
 
 
 def power_near_one(

@@ -88,6 +88,7 @@ from gaussdp.accounting._roundoff import (
     power_error,
     power_near_one,
     propagated_power_error,
+    tail_dft,
 )
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses
 from gaussdp.errors import invalid
@@ -548,8 +549,9 @@ def _powered(
     return powered, err
 
 
-# The most direct sums (core points × coefficients) of Lemma 8 per power.
-_CENTRED_WORK = 400_000
+# The most array elements (about (core width + n/16) × coefficients) that the centred
+# sums of Lemma 8 may use per power: about 80 MB at the peak.
+_CENTRED_WORK = 1_000_000
 
 
 def _centre_survivors(
@@ -567,8 +569,9 @@ def _centre_survivors(
     to the whole mass. Around an integer centre c (the median index), φ_j =
     e^{−2πi·cj/N}(1 − w_j) with w_j = (1 − m_c) + D_j − e^{2πi·cj/N}T_j: 1 − m_c the mass
     outside the core window, correctly rounded (``math.fsum``), D_j the core's centred
-    deviation (Lemma 8(a), error ∝ Σ core_i|θ_i|), T_j the tail's DFT (Lemma 1: error
-    γ(N)·‖tail‖₁, the window chosen so that this is below u·Σ core_i|θ_i|). Then φ_j^k =
+    deviation (Lemma 8(a), error ∝ Σ core_i|θ_i|), T_j the tail's DFT by blocked direct
+    sums (Lemma 8(b), error about 128u·‖tail‖₁, the window chosen so that this is below
+    u·Σ core_i|θ_i|). Then φ_j^k =
     e^{−2πi·ckj/N}(1 − w_j)^k is evaluated by Lemma 9 and bounded by Lemma 3 with e_j the
     bound on |w̃_j − w_j| (Lemma 8(b)). A coefficient takes the new value where its bound
     is smaller than the one it had.
@@ -592,9 +595,9 @@ def _centre_survivors(
     c, q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.5, 0.25, 0.75])))
     c = min(max(c - 1, 0), n - 1)
     sd = max((q3 - q1) / 1.349, 1.0)
-    # The core window [lo, hi): widened until γ(N)·‖tail‖₁ is below u·π·sd/N (about
-    # u·Σ core_i|θ_i| at j = 1) or it holds the whole support.
-    target = (_U / gamma) * math.pi * sd / size
+    # The core window [lo, hi): widened until the tail's error (about 128u·‖tail‖₁,
+    # tail_dft) is below u·π·sd/N (about u·Σ core_i|θ_i| at j = 1) or it holds all of p.
+    target = math.pi * sd / (128.0 * size)
     half = max(8, int(8 * sd))
     while True:
         lo, hi = max(0, c - half), min(n, c + half + 1)
@@ -602,7 +605,9 @@ def _centre_survivors(
             break
         half *= 2
     core = p[lo:hi]
-    keep = max(1, _CENTRED_WORK // core.size)
+    # Each coefficient costs about (core width) + n/16 array elements (the paired core
+    # sums, the tail's block twiddles and products): bounded memory and time.
+    keep = max(1, _CENTRED_WORK // (max(c - lo, hi - 1 - c) + 1 + n // 16))
     if cand.size > keep:
         cand = np.sort(cand[np.argsort(key)[::-1][:keep]])
     js = cand.tolist()
@@ -611,11 +616,17 @@ def _centre_survivors(
     # ‖tail‖₁ in float64 (any summation order: ≤ (n + 2)u relative), raised.
     tail_l1 = float(np.sum(tail)) * (1.0 + 1.01 * (n + 2) * _U)
     if tail_l1 > 0.0:
-        tail_dft = sp_fft.rfft(tail, size)[cand]
+        tail_coeffs, tail_factor = tail_dft(tail, js, size)
     else:
-        tail_dft = np.zeros(cand.size, dtype=np.complex128)
+        tail_coeffs, tail_factor = np.zeros(cand.size, dtype=np.complex128), 0.0
     del tail
-    dev, dev_err = centred_deviations(core, np.arange(lo - c, hi - c, dtype=np.int64), js, size)
+    # The core as masses at c + t and c − t, t = 0 … T (zero outside [lo, hi)).
+    width = max(c - lo, hi - 1 - c) + 1
+    plus = np.zeros(width)
+    minus = np.zeros(width)
+    plus[: hi - c] = p[c:hi]
+    minus[1 : c - lo + 1] = p[lo:c][::-1]
+    dev, dev_err = centred_deviations(plus, minus, js, size)
     outside = math.fsum([1.0, *(-core).tolist()])  # 1 − m_c, correctly rounded
     turn_step = 2.0 * math.pi / size
     w = np.empty(cand.size, dtype=np.complex128)
@@ -625,14 +636,14 @@ def _centre_survivors(
         r = r - size if r > size // 2 else r
         beta = turn_step * r  # 3.01u relative, |β| ≤ π
         rot = complex(math.cos(beta), math.sin(beta))  # within 3.01πu + 2√2u < 12.3u
-        t = complex(tail_dft[i])
-        rt = rot * t  # √5u more: |r̃t − e^{iβ}T| ≤ 14.7u|t̃| + γ(N)‖tail‖₁(1 + 12.3u)
+        t = complex(tail_coeffs[i])
+        rt = rot * t  # √5u more: |r̃t − e^{iβ}T| ≤ 14.7u|t̃| + f‖tail‖₁(1 + 12.3u)
         d = complex(dev[i])
         w[i] = complex((outside + d.real) - rt.real, d.imag - rt.imag)
         e_w[i] = 1.01 * (
             _U * abs(outside)
             + float(dev_err[i])
-            + gamma * tail_l1 * (1.0 + 13.0 * _U)
+            + tail_factor * tail_l1 * (1.0 + 13.0 * _U)
             + 14.7 * _U * abs(t)
             + 3.0 * _U * (abs(outside) + abs(d.real) + abs(d.imag) + 1.5 * abs(rt))
         )
@@ -676,11 +687,14 @@ def _clean(values: FloatArray, upper: bool) -> FloatArray:
     Negative entries are set to 0, which moves each towards the exact (non-negative)
     value, so the ℓ1 bound still holds. On the lower side the noise amplitude (the most
     negative entry) is also subtracted twice from every entry, which only lowers it.
+    In place (the callers pass a fresh transform's output: a new array of a million
+    points can cost more in page faults than the pass itself).
     """
-    if upper:
-        return np.maximum(values, 0.0)
-    amp = max(0.0, -float(values.min()))
-    return np.maximum(values - 2.0 * amp, 0.0)
+    if not upper:
+        amp = max(0.0, -float(values.min()))
+        if amp > 0.0:
+            values -= 2.0 * amp
+    return np.maximum(values, 0.0, out=values)
 
 
 def _coarsened(p: FloatArray, z: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
