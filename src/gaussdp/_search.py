@@ -45,6 +45,7 @@ __all__ = [
     "smallest_passing",
     "smallest_passing_int",
     "smallest_passing_score",
+    "smallest_scale",
     "sqrt_up",
     "up",
 ]
@@ -248,6 +249,60 @@ def smallest_passing_score(
                 f_hi /= 2.0
             side = -1
     return hi
+
+
+def smallest_scale(
+    eps_of: Callable[[float], float],
+    target: float,
+    start: float,
+    rtol: float,
+    step: float = 1.5,
+) -> float:
+    """Smallest noise scale s (to ``rtol``) with eps_of(s) <= target; eps_of decreases in s.
+
+    The calibration search of the library (noise multipliers, noise scales, release
+    plans): the bracket [lo, hi] (eps_of(lo) > target >= eps_of(hi)) is found by steps
+    of ``step`` from ``start``; :func:`smallest_passing_score` (secant steps on ln ε)
+    then returns a scale at which ε was *evaluated* to meet the target, never one
+    interpolated. Evaluations are cached (each may cost a PLD).
+
+    Raises
+    ------
+    ValueError
+        If no scale up to 1e12 meets ``target`` (named ``target_epsilon``).
+
+    Examples
+    --------
+    >>> s = smallest_scale(lambda s: 1.0 / s, 0.25, 1.0, 1e-6)
+    >>> 1.0 / s <= 0.25 and s < 4.0 * (1 + 1e-6)
+    True
+    """
+    cache: dict[float, float] = {}
+
+    def eps_at(s: float) -> float:
+        if s not in cache:
+            cache[s] = eps_of(s)
+        return cache[s]
+
+    lo = hi = start
+    if eps_at(start) <= target:
+        while eps_at(lo) <= target:
+            hi, lo = lo, lo / step
+    else:
+        while eps_at(hi) > target:
+            lo, hi = hi, hi * step
+            if hi > 1e12:
+                raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
+    log_target = math.log(target)
+
+    def score(s: float) -> float:
+        # ln ε − ln target, with the sign of the exact comparison ε <= target.
+        e = eps_at(s)
+        if e <= target:
+            return min(0.0, math.log(e) - log_target) if e > 0 else -50.0
+        return max(math.log(e) - log_target, 1e-300) if math.isfinite(e) else math.inf
+
+    return smallest_passing_score(score, lo, hi, rel_tol=rtol)
 
 
 def largest_passing(

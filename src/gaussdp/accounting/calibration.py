@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Literal
 
-from gaussdp._search import smallest_passing, smallest_passing_score
+from gaussdp._search import smallest_passing, smallest_scale
 from gaussdp._validation import check_delta, check_int, check_positive
 from gaussdp.accounting.accountants import PLDAccountant, RDPAccountant
 from gaussdp.accounting.events import Event, Subsampled, check_rate
@@ -44,50 +44,8 @@ def _coarse_then_fine(
     accountant's own grid may be coarser (a lone lattice event on its lattice).
     """
     coarse_h = min(4 * fine_h, 1.0)
-    coarse = _smallest_scale(lambda s: eps_of(s, coarse_h), target, start, rtol / 2)
-    return _smallest_scale(lambda s: eps_of(s, None), target, coarse, rtol, step=1 + rtol)
-
-
-def _smallest_scale(
-    eps_of: Callable[[float], float],
-    target: float,
-    start: float,
-    rtol: float,
-    step: float = 1.5,
-) -> float:
-    """Smallest scale s (to ``rtol``) with eps_of(s) <= target; eps_of is decreasing in s.
-
-    The bracket [lo, hi] (eps_of(lo) > target >= eps_of(hi)) is found by steps of
-    ``step`` from ``start``; the safe-side search (:func:`smallest_passing_score`, secant
-    steps on ln ε) then returns a scale at which ε was evaluated to meet the target.
-    Evaluations are cached: each costs a PLD.
-    """
-    cache: dict[float, float] = {}
-
-    def eps_at(s: float) -> float:
-        if s not in cache:
-            cache[s] = eps_of(s)
-        return cache[s]
-
-    lo = hi = start
-    if eps_at(start) <= target:
-        while eps_at(lo) <= target:
-            hi, lo = lo, lo / step
-    else:
-        while eps_at(hi) > target:
-            lo, hi = hi, hi * step
-            if hi > 1e12:
-                raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
-    log_target = math.log(target)
-
-    def score(s: float) -> float:
-        # ln ε − ln target, with the sign of the exact comparison ε <= target.
-        e = eps_at(s)
-        if e <= target:
-            return min(0.0, math.log(e) - log_target) if e > 0 else -50.0
-        return max(math.log(e) - log_target, 1e-300) if math.isfinite(e) else math.inf
-
-    return smallest_passing_score(score, lo, hi, rel_tol=rtol)
+    coarse = smallest_scale(lambda s: eps_of(s, coarse_h), target, start, rtol / 2)
+    return smallest_scale(lambda s: eps_of(s, None), target, coarse, rtol, step=1 + rtol)
 
 
 def calibrate_noise_multiplier(

@@ -97,6 +97,7 @@ from gaussdp.privacy import DiscreteGaussianDistribution
 __all__ = [
     "DEFAULT_VALUE_DISCRETIZATION",
     "PrivacyLossDistribution",
+    "check_discrete_gaussian_support",
     "check_value_discretization",
 ]
 
@@ -130,6 +131,22 @@ _SEARCH_TOL = {"rel_tol": _SEARCH_REL, "abs_tol": _SEARCH_ABS}
 MAX_SUBSAMPLED_MU = 1e100
 # Largest number of support points enumerated for a discrete mechanism.
 _MAX_POINTS = 4_000_000
+# Points per block of the construction's long double sums and of the convex hull's
+# tests: their temporaries stay a few MB whatever the grid's length.
+_CHUNK = 1 << 16
+# Memory of building one run's PMFs, in grid points of :func:`check_grid_points` (one
+# is about 8 float64) per grid point: the bins (4 arrays), both sides' outputs, the
+# lower side's curve, its abscissae and hull (about 12 float64 per point in all,
+# measured at the peak of _from_bins; the CDFs before it hold fewer).
+_BUILD_COST = 2
+# Points tested by the local passes of :func:`_lower_hull`, in units of the set's size,
+# before it turns to the isotonic regression (measured: a subsampled Gaussian's add side
+# settles in 33 passes, about 8 times its size; the regression costs the import of
+# scipy.optimize, about a second and 19 MB).
+_HULL_WORK = 16
+# Largest number of points left by those passes that go through the monotone chain in
+# Python (about 1 µs a point) rather than the regression.
+_CHAIN_POINTS = 1 << 17
 
 
 # --------------------------------------------------------------------------------------
@@ -487,6 +504,22 @@ def _low_roundoff_len(n: int) -> int:
     return min(candidates, key=lambda m: (fft_gamma(m), m))
 
 
+def _released(pmf: _LossPMF) -> _LossPMF:
+    """``pmf``, after evicting the FFT plans cached by the transforms that made it.
+
+    scipy.fft (pocketfft) keeps the plans (twiddle factors, 8 to 16 bytes a point) of
+    the lengths it last transformed, per precision; after the powers of one DP-SGD
+    certification (N = 10⁶, batch 256, 10 epochs) they held 97 MB (measured), more than
+    the PMFs themselves. Transforms of 32 short lengths push them out (the eviction
+    pocketfft's author suggests, scipy/scipy#5986); planning a long transform again
+    costs far less than the transform.
+    """
+    for n in range(1, 33):
+        for dtype in (np.float64, np.longdouble):
+            sp_fft.irfft(sp_fft.rfft(np.ones(n, dtype=dtype)), n)
+    return pmf
+
+
 def _power_up(base: float, count: int) -> float:
     """A float ≥ base**count for base ≥ 0 (``inf`` where it overflows; never raises)."""
     if base == 0.0:
@@ -736,9 +769,8 @@ CdfFn = Callable[[FloatArray], tuple[FloatArray, FloatArray, FloatArray, FloatAr
 
 def _bin_masses(le: FloatArray, gt: FloatArray) -> FloatArray:
     """Masses of the bins (t_b, t_{b+1}] from P(L ≤ t) and P(L > t), without cancellation."""
-    from_cdf = le[1:] - le[:-1]
-    from_sf = gt[:-1] - gt[1:]
-    return np.maximum(np.where(le[1:] < 0.5, from_cdf, from_sf), 0.0)
+    out = np.where(le[1:] < 0.5, le[1:] - le[:-1], gt[:-1] - gt[1:])
+    return np.maximum(out, 0.0, out=out)
 
 
 def _from_bins(
@@ -778,106 +810,192 @@ def _from_bins(
     (mass x_j·(slope change) at t_j), dominated by the true pair. Only the pointwise
     inequality of curves is used under composition (δ of a composition is
     E_R[H(x·e^{−L_R})]), so the implied Q-mass need not be exactly 1.
+
+    Memory: besides the four inputs and the two outputs, the lower side holds its
+    abscissae and its lowered curve (n + 2 points each) and the hull's indices; the long
+    double suffix sums, the lowerings and the hull's tests are formed :data:`_CHUNK`
+    points at a time (:data:`_BUILD_COST` counts the whole).
     """
     n = pb.size
-    t = np.arange(i0, i0 + n + 1, dtype=np.float64) * h
-    x = np.exp(t)
-    inv_one_minus = 1.0 / -math.expm1(-h)
     # -- upper: connect the dots ------------------------------------------------------
-    upper_part = np.clip(ab * inv_one_minus, 0.0, pb)
-    lower_part = pb - upper_part
+    part = ab * (1.0 / -math.expm1(-h))
+    np.clip(part, 0.0, pb, out=part)  # the share of each bin's mass put at its top
     ctd = np.zeros(n + 1)
-    ctd[:-1] += lower_part
-    ctd[1:] += upper_part
+    ctd[1:] = part
+    np.subtract(pb, part, out=part)  # the share put at its bottom
+    ctd[:-1] += part
+    del part
     up = ctd.copy()
     up[0] += below  # rounded up to the lowest grid point
     upper = _LossPMF(h, i0, up, above, 0.0, True)
     # -- lower: tangent-corrected chords, then the greatest convex minorant ------------
-    base = ctd.copy()
-    base[-1] += above  # moved down to t_n (optimistic); ``below`` is dropped
-    dx = x[1:] - x[:-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(qb > 0, np.clip(ab, 0, None) * np.clip(bb, 0, None) / (qb * dx), 0.0)
-    g = np.nan_to_num(g, nan=0.0, posinf=0.0)
-    # Chord values H(x_j) = Σ_{i>j} base_i (1 − x_j e^{−t_i}) (suffix sums, long double).
-    ld = np.longdouble
-    bl = base.astype(ld)
-    weighted = bl * np.exp(-t.astype(ld))
-    s1 = np.concatenate((np.cumsum(bl[::-1])[::-1][1:], [ld(0)]))
-    s2 = np.concatenate((np.cumsum(weighted[::-1])[::-1][1:], [ld(0)]))
-    chord_ld = s1 - x.astype(ld) * s2
-    chord = np.maximum(chord_ld, ld(0)).astype(np.float64)
-    total = float(np.sum(bl))
-    # Where to lower. Segment b only needs (1 − θ_b)ℓ_b + θ_bℓ_{b+1} ≥ g_b, θ_b = a_b/(Q_bΔx_b)
-    # (the line is then below the two tangents at their meeting point): ℓ = g_b at both
-    # ends, or 0 at the left end and g_b/θ_b = b_b at the right end. The curve below the
-    # support is exactly linear, total − x·Q(total), and a grid point lowered below that
-    # line steepens the hull's first segment: Q-mass is created, a shift of every loss
-    # that compounds over k runs (a first-order error; at a pile-up of mass at the bottom
-    # of the support, e.g. ln(1 − q) of a subsampled mechanism, it dominated the lower
-    # bound). Where g_b exceeds the curve's excess E_b over that line, the segment takes
-    # its lowering at the right end (E_{b+1} ≥ E_b + b_b, so that end stays above the line).
-    excess = (chord_ld - (ld(total) - x.astype(ld) * np.sum(weighted))).astype(np.float64)
-    pinned = (g > 0) & (g > excess[:-1])
-    left = np.where(pinned, 0.0, g)
-    right = np.where(pinned, np.maximum(bb, 0.0) * (1.0 + 1e-9), g)
-    # G_j = max(right end of segment j − 1, left end of segment j), for j = 0..n.
-    big_g = np.maximum(np.concatenate(([0.0], right)), np.concatenate((left, [0.0])))
-    xs = np.concatenate(([0.0], x))
-    # Pass 1: the hull of the lowered chords f_j = H(x_j) − G_j (some may be < 0).
-    f = np.concatenate(([total], chord - big_g))
-    vertices = _lower_hull(xs, f)
-    hull_f = np.interp(xs, xs[vertices], f[vertices])
+    base = ctd  # the chords' PMF: ``above`` moved down to t_n, ``below`` dropped
+    base[-1] += above
+    lowered, xs = _lowered_chords(h, i0, base, qb, ab, bb)
+    del base, ctd
+    vertices = _lower_hull(xs, lowered)
+    hull_f = np.interp(xs, xs[vertices], lowered[vertices])
+    del lowered
     # The truth is ≥ max(hull, 0), but a zero crossing strictly inside a segment is not
     # on the grid: the curve is set to 0 from the grid point before the first one where
     # the hull is negative (a segment from a positive hull value down to 0 lies below the
     # hull), which rounds that part of the mass down. If the hull is already negative at
     # x_0, the whole lower curve is 0 (a valid, uninformative lower bound).
-    neg = np.nonzero(hull_f < 0)[0]
-    w = np.maximum(hull_f, 0.0)
-    cand = vertices
+    neg = np.flatnonzero(hull_f < 0)
+    w = np.maximum(hull_f, 0.0, out=hull_f)
     if neg.size:
         z0 = int(neg[0]) - 1 if neg[0] > 1 else 0
         w[z0:] = 0.0
-        # Only pass 1's vertices before z0 and the ends of the zero run can be vertices
-        # of pass 2 (the other points lie on segments between them).
-        cand = np.concatenate((vertices[vertices < z0], [z0, xs.size - 1]))
-        cand = cand[np.concatenate(([True], cand[1:] > cand[:-1]))]
-    # Pass 2: the hull of these non-negative points; convex, non-increasing, below them.
-    keep = cand[_lower_hull(xs[cand], w[cand])]
+        keep = _clipped_hull(xs, w, vertices[vertices < z0], z0)
+    elif vertices.size == xs.size:
+        keep = vertices[_lower_hull(xs, w)]
+    else:
+        keep = vertices[_lower_hull(xs[vertices], w[vertices])]
+    del neg, vertices
     hx, hw = xs[keep], w[keep]
+    del xs, w, hull_f
     slopes = np.concatenate(((hw[1:] - hw[:-1]) / (hx[1:] - hx[:-1]), [0.0]))
     masses = np.zeros(n + 1)
     # Vertex x_j > 0 carries x_j·(slope after − slope before); the vertex at 0 none.
     masses[keep[1:] - 1] = np.maximum(hx[1:] * (slopes[1:] - slopes[:-1]), 0.0)
-    lower = _LossPMF(h, i0, masses * (1.0 - 1e-12), 0.0, 0.0, False)
+    masses *= 1.0 - 1e-12
+    lower = _LossPMF(h, i0, masses, 0.0, 0.0, False)
     return upper, lower
+
+
+def _lowered_chords(
+    h: float, i0: int, base: FloatArray, qb: FloatArray, ab: FloatArray, bb: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """The lowered chord values of :func:`_from_bins` and their abscissae, n + 2 points each.
+
+    Returns ``(f, xs)``: ``xs`` = (0, x_0, …, x_n) with x_j = e^{t_j}, ``f`` = (H(0),
+    H(x_0) − G_0, …, H(x_n) − G_n), where H is the chord interpolation of ``base``'s
+    curve, H(x_j) = Σ_{i>j} base_i (1 − x_j e^{−t_i}) (suffix sums in long double: the
+    difference cancels), H(0) = Σ base_i. The sums run from the top in blocks of
+    :data:`_CHUNK` points carrying their totals, in the order of one cumulative sum.
+    """
+    n = base.size - 1
+    ld = np.longdouble
+    xs = np.empty(n + 2)
+    xs[0] = 0.0
+    x = xs[1:]
+    total_ld, weight_ld = ld(0), ld(0)  # Σ base_i and Σ base_i e^{−t_i}
+    for a in range(0, n + 1, _CHUNK):
+        c = min(a + _CHUNK, n + 1)
+        t = np.arange(i0 + a, i0 + c, dtype=np.float64) * h
+        x[a:c] = np.exp(t)
+        bl = base[a:c].astype(ld)
+        total_ld += np.sum(bl)
+        weight_ld += np.sum(bl * np.exp(-t.astype(ld)))
+    total = float(total_ld)
+    f = np.empty(n + 2)
+    f[0] = total
+    s1_carry, s2_carry = ld(0), ld(0)  # the suffix sums above the block
+    for c in range(n + 1, 0, -_CHUNK):
+        # Grid points [a, c); the block's sums also cover a − 1 (the segment below a).
+        a = max(c - _CHUNK, 0)
+        lo = max(a - 1, 0)
+        t = np.arange(i0 + lo + 1, i0 + c, dtype=np.float64) * h
+        bl = base[lo + 1 : c].astype(ld)
+        s1 = np.cumsum(np.concatenate(([s1_carry], bl[::-1])))[::-1]  # S1_j, j = lo..c−1
+        bl *= np.exp(-t.astype(ld))
+        s2 = np.cumsum(np.concatenate(([s2_carry], bl[::-1])))[::-1]
+        del bl, t
+        s1_carry, s2_carry = s1[0], s2[0]
+        xl = x[lo:c].astype(ld)
+        chord_ld = s1 - xl * s2
+        del s1, s2
+        # The curve below the support is exactly linear, total − x·Q(total); see below.
+        excess = (chord_ld - (ld(total) - xl * weight_ld)).astype(np.float64)
+        chord = np.maximum(chord_ld, ld(0)).astype(np.float64)
+        del chord_ld, xl
+        # Where to lower. Segment b only needs (1 − θ_b)ℓ_b + θ_bℓ_{b+1} ≥ g_b,
+        # θ_b = a_b/(Q_bΔx_b) (the line is then below the two tangents at their meeting
+        # point): ℓ = g_b at both ends, or 0 at the left end and g_b/θ_b = b_b at the
+        # right end. A grid point lowered below the straight part of the curve below the
+        # support steepens the hull's first segment: Q-mass is created, a shift of every
+        # loss that compounds over k runs (a first-order error; at a pile-up of mass at
+        # the bottom of the support, e.g. ln(1 − q) of a subsampled mechanism, it
+        # dominated the lower bound). Where g_b exceeds the curve's excess E_b over that
+        # line, the segment takes its lowering at the right end (E_{b+1} ≥ E_b + b_b, so
+        # that end stays above the line). Segments b = lo..m−1 here.
+        m = min(c, n)
+        dx = x[lo + 1 : m + 1] - x[lo:m]
+        a_s, b_s, q_s = ab[lo:m], bb[lo:m], qb[lo:m]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = np.where(q_s > 0, np.clip(a_s, 0, None) * np.clip(b_s, 0, None) / (q_s * dx), 0.0)
+        g = np.nan_to_num(g, nan=0.0, posinf=0.0)
+        pinned = (g > 0) & (g > excess[: m - lo])
+        left = np.where(pinned, 0.0, g)
+        right = np.where(pinned, np.maximum(b_s, 0.0) * (1.0 + 1e-9), g)
+        # G_j = max(right end of segment j − 1, left end of segment j), j = a..c−1
+        # (no segment below t_0 or above t_n).
+        r_full = right if a > 0 else np.concatenate(([0.0], right))
+        l_full = left if c <= n else np.concatenate((left, [0.0]))
+        big_g = np.maximum(r_full[: c - a], l_full[a - lo : a - lo + c - a])
+        f[1 + a : 1 + c] = chord[a - lo :] - big_g
+    return f, xs
+
+
+def _clipped_hull(
+    xs: FloatArray, w: FloatArray, chain: npt.NDArray[np.intp], z0: int
+) -> npt.NDArray[np.intp]:
+    """Lower hull of the points ``chain`` (convex: a hull's vertices), z0 and the last one.
+
+    ``w`` is 0 from ``z0`` on. The hull is the chain up to its tangent point from
+    (x_{z0}, 0), the vertex of largest slope −w_i/(x_{z0} − x_i) (every chain point lies
+    on or above that line), then z0 and the last point. That candidate hull is checked
+    against every point as :func:`_lower_hull` checks its own; a point strictly below it
+    (floating-point ties) sends the whole set through :func:`_lower_hull`.
+    """
+    ends = np.array([z0, xs.size - 1], dtype=np.intp)
+    cand = np.concatenate((chain, ends))
+    cand = cand[np.concatenate(([True], cand[1:] > cand[:-1]))]
+    if chain.size == 0:
+        return cand[_lower_hull(xs[cand], w[cand])]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = -w[chain] / (xs[z0] - xs[chain])
+    k = chain.size - 1 - int(np.argmax(slope[::-1]))  # the last largest slope
+    reduced = np.concatenate((chain[: k + 1], ends))
+    reduced = reduced[np.concatenate(([True], reduced[1:] > reduced[:-1]))]
+    hull = reduced[_lower_hull(xs[reduced], w[reduced])]
+    x_c, w_c = xs[cand], w[cand]
+    if _below(x_c, w_c, np.searchsorted(cand, hull)).size == 0:
+        return hull
+    return cand[_lower_hull(x_c, w_c)]
 
 
 def _lower_hull(x: FloatArray, y: FloatArray) -> npt.NDArray[np.intp]:
     """Indices of the lower convex hull of the points (x_i, y_i), x increasing.
 
     A point strictly above the segment joining two other points of the set is not a
-    hull vertex: a few vectorised passes drop every point above its current neighbours'
-    segment (a polyline with none left is convex: the hull). If that has not settled,
-    candidates come from the slopes: those of the greatest convex minorant of a
-    piecewise-linear function are the isotonic (non-decreasing, least-squares with
-    weights Δx) regression of its segment slopes, so every hull vertex starts a block of
-    that regression (Barlow, Bartholomew, Bremner & Brunk 1972, Thm 1.1; scipy's PAVA,
-    in C). The candidates' own hull (:func:`_hull_of`) is then *verified* against every
-    point: a point strictly below it is added and the hull recomputed; after three
-    rounds (floating-point ties) the hull of all points is taken.
+    hull vertex: vectorised passes drop every point above its current neighbours'
+    segment (a polyline with none left is convex: the hull; collinear points may stay),
+    while the points they test stay within :data:`_HULL_WORK` times the set. If that
+    has not settled, up to :data:`_CHAIN_POINTS` points left go through Andrew's
+    monotone chain (:func:`_hull_of`). Beyond that, candidates come from the slopes:
+    those of the greatest convex minorant of a piecewise-linear function are the
+    isotonic (non-decreasing, least-squares with weights Δx) regression of its segment
+    slopes, so every hull vertex starts a block of that regression (Barlow, Bartholomew,
+    Bremner & Brunk 1972, Thm 1.1; scipy's PAVA, in C). The candidates' own hull
+    (:func:`_hull_of`) is then *verified* against every point: a point strictly below
+    it is added and the hull recomputed; after three rounds (floating-point ties) the
+    hull of all points is taken.
     """
     idx = np.arange(x.size)
-    for _ in range(4):
+    work = 0
+    while work <= _HULL_WORK * x.size:
         if idx.size <= 2:
             return idx
+        work += idx.size
         above = _bends_up(x, y, idx)
         if not above.any():
             return idx
         drop = np.zeros(idx.size, dtype=bool)
         drop[1:-1] = above
         idx = idx[~drop]
+    if idx.size <= _CHAIN_POINTS:
+        return _hull_of(x, y, idx)
     xs, ys = x[idx], y[idx]
     dx = xs[1:] - xs[:-1]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -905,19 +1023,28 @@ def _lower_hull(x: FloatArray, y: FloatArray) -> npt.NDArray[np.intp]:
 
 def _bends_up(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
     """For each interior point of ``idx``: strictly above its neighbours' segment."""
-    xi, yi = (x, y) if idx.size == x.size else (x[idx], y[idx])
-    xa, xb, xc = xi[:-2], xi[1:-1], xi[2:]
-    ya, yb, yc = yi[:-2], yi[1:-1], yi[2:]
-    return np.asarray((yb - ya) * (xc - xa) > (yc - ya) * (xb - xa))
+    out = np.empty(max(idx.size - 2, 0), dtype=bool)
+    for a in range(0, out.size, _CHUNK):
+        part = idx[a : a + _CHUNK + 2]
+        xi, yi = x[part], y[part]
+        xa, xb, xc = xi[:-2], xi[1:-1], xi[2:]
+        ya, yb, yc = yi[:-2], yi[1:-1], yi[2:]
+        out[a : a + _CHUNK] = (yb - ya) * (xc - xa) > (yc - ya) * (xb - xa)
+    return out
 
 
 def _below(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
     """Indices of the points strictly below the polyline through ``idx`` (same test as
     :func:`_hull_of`'s)."""
-    seg = np.clip(np.searchsorted(x[idx], x, side="right") - 1, 0, idx.size - 2)
-    a, c = idx[seg], idx[seg + 1]
-    under = (y - y[a]) * (x[c] - x[a]) < (y[c] - y[a]) * (x - x[a])
-    return np.nonzero(under)[0].astype(np.intp)
+    x_idx = x[idx]
+    found = [np.zeros(0, dtype=np.intp)]
+    for a in range(0, x.size, _CHUNK):
+        xp, yp = x[a : a + _CHUNK], y[a : a + _CHUNK]
+        seg = np.clip(np.searchsorted(x_idx, xp, side="right") - 1, 0, idx.size - 2)
+        left, right = idx[seg], idx[seg + 1]
+        under = (yp - y[left]) * (x[right] - x[left]) < (y[right] - y[left]) * (xp - x[left])
+        found.append(np.flatnonzero(under).astype(np.intp) + a)
+    return np.concatenate(found)
 
 
 def _hull_of(x: FloatArray, y: FloatArray, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
@@ -960,18 +1087,23 @@ def _from_continuous(
     loss_hi = max(min(loss_hi, _LOSS_CAP), -_LOSS_CAP + h)
     i0 = math.floor(loss_lo / h)
     i1 = max(math.ceil(loss_hi / h), i0 + 1)
-    # Building one run's PMFs (CDFs, bins, both sides, the lower hull in long double)
-    # holds about three times the arrays of an FFT power per point.
-    check_grid_points(3 * (i1 - i0 + 1))
+    check_grid_points(_BUILD_COST * (i1 - i0 + 1))
     t = np.arange(i0, i1 + 1, dtype=np.float64) * h
     p_le, p_gt, q_le, q_gt = cdfs(t)
-    pb = _bin_masses(p_le, p_gt)
-    qb = _bin_masses(q_le, q_gt)
     below = float(p_le[0])
     above = float(p_gt[-1])
+    pb = _bin_masses(p_le, p_gt)
+    del p_le, p_gt
+    qb = _bin_masses(q_le, q_gt)
+    del q_le, q_gt
     # Bin (t_b, t_{b+1}]: a_b = P_b − e^{t_b} Q_b, b_b = e^{t_{b+1}} Q_b − P_b.
-    ab = np.maximum(pb - np.exp(t[:-1]) * qb, 0.0)
-    bb = np.maximum(np.exp(t[1:]) * qb - pb, 0.0)
+    x = np.exp(t, out=t)
+    ab = pb - x[:-1] * qb
+    np.maximum(ab, 0.0, out=ab)
+    bb = x[1:] * qb
+    bb -= pb
+    np.maximum(bb, 0.0, out=bb)
+    del x, t
     return _from_bins(h, i0, pb, qb, ab, bb, below, above)
 
 
@@ -984,7 +1116,11 @@ def _all_at_infinity(h: float, mass: float = 1.0) -> tuple[_LossPMF, _LossPMF]:
 def _from_points(
     h: float, losses: FloatArray, probs: FloatArray, inf_mass: float
 ) -> tuple[_LossPMF, _LossPMF]:
-    """Upper and lower PMFs of a discrete PLD: P-mass ``probs`` at finite ``losses``."""
+    """Upper and lower PMFs of a discrete PLD: P-mass ``probs`` at finite ``losses``.
+
+    The grid's memory is checked as that of :func:`_from_continuous` (:data:`_BUILD_COST`
+    per grid point: :func:`_from_bins` holds its bins, both sides and the lower hull).
+    """
     keep = probs > 0
     losses, probs = losses[keep], probs[keep]
     # Losses above _LOSS_CAP: +∞ on the upper side, the cap on the lower side. Losses
@@ -1001,19 +1137,21 @@ def _from_points(
         losses = np.concatenate((losses, [-_LOSS_CAP, _LOSS_CAP]))
         probs = np.concatenate((probs, [0.0, 0.0]))
     lo_hi = np.floor(np.array([losses.min(), losses.max()]) / h)
-    check_grid_points(int(lo_hi[1] - lo_hi[0]) + 1)
+    check_grid_points(_BUILD_COST * (int(lo_hi[1] - lo_hi[0]) + 2))
     idx = np.floor(losses / h).astype(np.int64)
     i0 = int(idx.min())
     n = int(idx.max()) - i0 + 1
     rel = idx - i0
     t_lo = idx * h
-    pb = np.bincount(rel, weights=probs, minlength=n).astype(np.float64)
-    qb = np.bincount(rel, weights=probs * np.exp(-losses), minlength=n).astype(np.float64)
+
+    # bincount with float64 weights returns float64 (asarray makes no copy).
+    pb = np.asarray(np.bincount(rel, probs, n), dtype=np.float64)
+    qb = np.asarray(np.bincount(rel, probs * np.exp(-losses), n), dtype=np.float64)
     # Per point: p(1 − e^{t_b − L}) and p(e^{t_{b+1} − L} − 1), without cancellation.
-    ab = np.bincount(rel, weights=probs * -np.expm1(t_lo - losses), minlength=n)
-    bb = np.bincount(rel, weights=probs * np.expm1(t_lo + h - losses), minlength=n)
-    ab64, bb64 = ab.astype(np.float64), bb.astype(np.float64)
-    upper, lower = _from_bins(h, i0, pb, qb, ab64, bb64, low_mass, 0.0)
+    ab = np.asarray(np.bincount(rel, probs * -np.expm1(t_lo - losses), n), dtype=np.float64)
+    bb = np.asarray(np.bincount(rel, probs * np.expm1(t_lo + h - losses), n), dtype=np.float64)
+    del idx, rel, t_lo, losses, probs, keep, high, low, inside
+    upper, lower = _from_bins(h, i0, pb, qb, ab, bb, low_mass, 0.0)
     upper = _LossPMF(h, upper.start, upper.probs, inf_mass + high_mass, 0.0, True)
     if high_mass > 0:
         top = lower.probs.copy()
@@ -1663,11 +1801,11 @@ class PrivacyLossDistribution:
             )
         tm = max(self.tail_mass, other.tail_mass)
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = self.upper_remove.compose(other.upper_remove, tm, ext)
-        lr = self.lower_remove.compose(other.lower_remove, tm, ext)
+        ur = _released(self.upper_remove.compose(other.upper_remove, tm, ext))
+        lr = _released(self.lower_remove.compose(other.lower_remove, tm, ext))
         both = self.symmetric and other.symmetric
-        ua = ur if both else self.upper_add.compose(other.upper_add, tm, ext)
-        la = lr if both else self.lower_add.compose(other.lower_add, tm, ext)
+        ua = ur if both else _released(self.upper_add.compose(other.upper_add, tm, ext))
+        la = lr if both else _released(self.lower_add.compose(other.lower_add, tm, ext))
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def self_compose(
@@ -1690,10 +1828,10 @@ class PrivacyLossDistribution:
             return self
         tm = self.tail_mass
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = self.upper_remove.self_compose(count, tm, ext)
-        lr = self.lower_remove.self_compose(count, tm, ext)
-        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext)
-        la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext)
+        ur = _released(self.upper_remove.self_compose(count, tm, ext))
+        lr = _released(self.lower_remove.self_compose(count, tm, ext))
+        ua = ur if self.symmetric else _released(self.upper_add.self_compose(count, tm, ext))
+        la = lr if self.symmetric else _released(self.lower_add.self_compose(count, tm, ext))
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def regridded(self, value_discretization: float) -> PrivacyLossDistribution:
@@ -1834,6 +1972,32 @@ def _check_rate(value: object) -> float:
     return q
 
 
+def check_discrete_gaussian_support(sigma2: Fraction, sensitivity: int) -> None:
+    """Refuse a discrete Gaussian pair whose PLD cannot be built, naming the parameter at fault.
+
+    The PLD of N_Z(0, σ²) against N_Z(Δ, σ²) lists the outputs |y| ≤ ⌈10σ⌉ + Δ + 2
+    (at most :data:`_MAX_POINTS` of them) and needs σ² in the distribution's range
+    [1e-12, 1e300]. The accountants ask this before composing (``supports`` and
+    ``compose`` refuse what a query would), the constructions before building.
+
+    Raises
+    ------
+    ValueError
+        Naming ``sigma2`` (outside its range, or too large to list) or ``sensitivity``
+        (too large to list at this σ²).
+    """
+    DiscreteGaussianDistribution(sigma2)  # σ² in [1e-12, 1e300], else ValueError naming it
+    half = math.ceil(_Z_TRUNC * math.sqrt(sigma2)) + 2
+    if 2 * (half + 1) + 1 > _MAX_POINTS:  # too many points even for Δ = 1
+        # ⌈10σ⌉ ≤ (M − 1)//2 − 3 iff σ² ≤ (((M − 1)//2 − 3)/10)², rounded down.
+        limit = math.floor(Fraction((_MAX_POINTS - 1) // 2 - 3, int(_Z_TRUNC)) ** 2)
+        raise ValueError(invalid("sigma2", f"at most {limit} for PLD accounting", sigma2))
+    if 2 * (half + sensitivity) + 1 > _MAX_POINTS:
+        most = (_MAX_POINTS - 1) // 2 - half
+        constraint = f"at most {most} for PLD accounting with sigma2 = {float(sigma2):.6g}"
+        raise ValueError(invalid("sensitivity", constraint, sensitivity))
+
+
 def _discrete_gaussian_points(
     s2: Fraction, d: int
 ) -> tuple[FloatArray, FloatArray, FloatArray, float]:
@@ -1842,11 +2006,8 @@ def _discrete_gaussian_points(
     CKS Def 1: P[Y = y] = e^{−y²/(2σ²)}/Z(σ²), with Z from
     :meth:`gaussdp.privacy.DiscreteGaussianDistribution.log_normalizer`.
     """
-    sigma = math.sqrt(s2)
-    bound = math.ceil(_Z_TRUNC * sigma) + d + 2
-    if 2 * bound + 1 > _MAX_POINTS:
-        limit = (_MAX_POINTS / (2 * _Z_TRUNC)) ** 2
-        raise ValueError(invalid("sigma2", f"at most {limit:.3g} for PLD accounting", s2))
+    check_discrete_gaussian_support(s2, d)
+    bound = math.ceil(_Z_TRUNC * math.sqrt(s2)) + d + 2
     log_norm = DiscreteGaussianDistribution(s2).log_normalizer()
     fs2 = float(s2)
     ys = np.arange(-bound, bound + 1, dtype=np.float64)

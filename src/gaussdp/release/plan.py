@@ -148,7 +148,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from gaussdp._search import fraction_up, smallest_passing_int
+from gaussdp._search import fraction_up, smallest_passing_int, smallest_scale
 from gaussdp.accounting.accountants import (
     Accountant,
     GDPAccountant,
@@ -156,7 +156,6 @@ from gaussdp.accounting.accountants import (
     UnsupportedEventError,
     ZCDPAccountant,
 )
-from gaussdp.accounting.calibration import _smallest_scale
 from gaussdp.accounting.events import (
     Composed,
     DiscreteGaussianVector,
@@ -667,7 +666,7 @@ def _calibrate_exact(
     times coarser than the accountant's (:func:`_search_scale`, from the μ-GDP plan's
     capacity, to 10⁻³), then from there with the *certified* ε itself — the budget's
     accountant at the plan's realised σ²'s, i.e. the filter's check — to a relative
-    :data:`_CERTIFY_RTOL` (:func:`~gaussdp.accounting.calibration._smallest_scale`: the
+    :data:`_CERTIFY_RTOL` (:func:`~gaussdp._search.smallest_scale`: the
     safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass). So
     the plan returned has a certified ε ≤ the budget's, and uses it to about 10⁻⁴ (the
     coarse grid alone left 0.1–0.3 %, docs/release.md). A ``known`` scale (an earlier
@@ -695,7 +694,7 @@ def _calibrate_exact(
     if start is None:  # pragma: no cover - no finite scale found
         return None
     try:
-        scale = _smallest_scale(certified, target, start, _CERTIFY_RTOL, step=1 + _CERTIFY_STEP)
+        scale = smallest_scale(certified, target, start, _CERTIFY_RTOL, step=1 + _CERTIFY_STEP)
     except ValueError:  # pragma: no cover - no finite scale meets the budget
         return None
     if last[0][0] != scale and certified(scale) > target:  # pragma: no cover - deterministic
@@ -719,7 +718,7 @@ def _search_scale(
             acc = PLDAccountant(value_discretization=h).compose(split(1 / scale, False).event)
             return acc.epsilon(delta).upper
 
-        return _smallest_scale(eps, target, start, _RTOL, step=1.05)
+        return smallest_scale(eps, target, start, _RTOL, step=1.05)
     except (ValueError, UnsupportedEventError):  # pragma: no cover - no finite scale found
         return None
 
