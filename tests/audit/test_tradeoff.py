@@ -17,6 +17,7 @@ import pytest
 from gaussdp.accounting import (
     GDPAccountant,
     LossMasses,
+    PartitionSelection,
     PLDAccountant,
     PrivacyLossDistribution,
     RDPAccountant,
@@ -182,3 +183,30 @@ def test_pld_loss_masses_accessor() -> None:
             mean = float(np.sum(side.losses * side.masses))
             assert mean == pytest.approx(0.125, abs=2e-4)  # μ²/2 = 1/8, within the grid step
             assert side.allowance >= 0.0
+
+
+def test_delta_profile_curve_is_the_max_over_certified_pairs() -> None:
+    # A numerical PLD with partition selection's δ (and lattice slack) on top.
+    sel = PartitionSelection(400, 150, 1, 2**64)
+    acc = PLDAccountant().compose(Subsampled(Gaussian(sigma=0.8).lattice(5), 0.2), 3).compose(sel)
+    assert acc.extra_delta > 0
+    assert acc.slack > 0
+    assert not acc.is_exact
+    deltas = [1e-9, 1e-6, 1e-3, 0.1]
+    curve = TradeoffCurve.from_delta_profile(acc, deltas=deltas)
+    # Independently: the max over the pairs of f_{ε,δ} (DRS Prop 2.4), and δ(0).
+    pairs = [(0.0, acc.delta(0.0).upper), *((acc.epsilon(d).upper, d) for d in deltas)]
+    expected = np.max([tradeoff_epsilon_delta(e, d, ALPHAS) for e, d in pairs], axis=0)
+    np.testing.assert_allclose(curve(ALPHAS), expected, rtol=1e-10, atol=1e-12)
+    assert curve.advantage == pairs[0][1]
+    # The accountant route uses it (default δ grid).
+    routed = TradeoffCurve.from_accountant(acc)
+    # (Equal up to 1e-12: the accountant's answers move by ~1e-12 once its grid is cached.)
+    default = TradeoffCurve.from_delta_profile(acc)
+    np.testing.assert_allclose(routed(ALPHAS), default(ALPHAS), rtol=0, atol=1e-11)
+    # δ below partition selection's δ certifies no ε: that pair is left out.
+    assert math.isinf(acc.epsilon(sel.delta / 2).upper)
+    below = TradeoffCurve.from_delta_profile(acc, deltas=[sel.delta / 2])
+    np.testing.assert_allclose(below(ALPHAS), tradeoff_epsilon_delta(*pairs[0], ALPHAS))
+    with pytest.raises(ValueError, match="deltas must be"):
+        TradeoffCurve.from_delta_profile(acc, deltas=[0.0])

@@ -27,7 +27,6 @@ import datetime as _dt
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,7 +35,7 @@ from gaussdp.accounting.filter import budget_accountant
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import gdp_delta_with_slack
 from gaussdp.privacy import zcdp_delta
-from gaussdp.privacy.tradeoff import TradeoffCurve, explain
+from gaussdp.privacy.tradeoff import PROFILE_DELTAS, TradeoffCurve, explain
 
 if TYPE_CHECKING:
     from gaussdp.accounting.accountants import Accountant
@@ -103,24 +102,14 @@ def release_curve(
     return TradeoffCurve.from_profile(delta_rho, description=f"{rho:.4g}-zCDP (release)")
 
 
-#: The δ's at which a PLD-mode release's certified ε is read for its curve.
-_PROFILE_DELTAS = np.geomspace(1e-12, 0.5, 64)
-
-
 def _pld_curve(accountant: Accountant, delta: float | None) -> TradeoffCurve:
-    """The curve of a PLD-mode release: DRS Prop 2.12 over the accountant's certified
-    (ε(δ), δ) pairs at :data:`_PROFILE_DELTAS` (and the budget's δ), and δ(0) — valid
-    pairs, so the supremum over them is on the safe side. (Read through ε(δ): the
-    accountant's δ(ε) refines its grid per ε, hundreds of times slower.)"""
-    pairs: dict[float, float] = {0.0: accountant.delta(0.0).upper}
-    extra = [] if delta is None else [delta]
-    for d in sorted({*(float(x) for x in _PROFILE_DELTAS), *extra}):
-        e = accountant.epsilon(d).upper
-        if math.isfinite(e) and e not in pairs:  # the smallest δ certified at that ε
-            pairs[e] = d
-    curve = TradeoffCurve.from_profile(pairs.__getitem__, epsilons=sorted(pairs))
+    """The curve of a PLD-mode release: :meth:`TradeoffCurve.from_delta_profile` over
+    its default δ grid and the budget's δ (certified pairs: on the safe side)."""
+    deltas = [*PROFILE_DELTAS, *([] if delta is None else [delta])]
     at = "" if delta is None else f": ε ≤ {accountant.epsilon(delta).upper:.4g} at δ = {delta:.3g}"
-    return replace(curve, description=f"PLD (release){at}")
+    return TradeoffCurve.from_delta_profile(
+        accountant, deltas=deltas, description=f"PLD (release){at}"
+    )
 
 
 def _report_curve(report: PrivacyReport) -> TradeoffCurve:

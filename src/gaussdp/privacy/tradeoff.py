@@ -25,6 +25,8 @@ Constructors:
 * :meth:`~TradeoffCurve.from_profile` and :meth:`~TradeoffCurve.from_rho`: any
   privacy profile δ(ε), e.g. an RDP or zCDP conversion, through
   f = sup_ε f_{ε,δ(ε)} (DRS Prop 2.12).
+* :meth:`~TradeoffCurve.from_delta_profile`: the same over an accountant's certified
+  (ε(δ), δ) pairs on a grid of δ.
 * :meth:`~TradeoffCurve.from_accountant` and :meth:`~TradeoffCurve.from_dpsgd`.
 
 The PLD curve
@@ -90,6 +92,8 @@ Curve = Callable[[FloatArray], FloatArray]
 _PLD_SUM_MARGIN = 1e-10
 # Default ε grid of :meth:`TradeoffCurve.from_profile`: 0 to 30 nats.
 _PROFILE_EPSILONS = np.concatenate([np.linspace(0.0, 2.0, 201), np.geomspace(2.0, 30.0, 300)[1:]])
+#: Default δ grid of :meth:`TradeoffCurve.from_delta_profile` (64 values, 1e-12 to 0.5).
+PROFILE_DELTAS = np.geomspace(1e-12, 0.5, 64)
 
 
 def _alpha_array(alpha: object) -> tuple[FloatArray, bool]:
@@ -328,6 +332,39 @@ class TradeoffCurve:
         return cls(description, False, min(1.0, adv), f, f)
 
     @classmethod
+    def from_delta_profile(
+        cls,
+        accountant: Accountant,
+        *,
+        deltas: npt.ArrayLike | None = None,
+        description: str | None = None,
+    ) -> TradeoffCurve:
+        r"""DRS Prop 2.12 over an accountant's certified (ε(δ), δ) pairs, and δ(0).
+
+        For each δ of ``deltas`` (default: 64 values from 10⁻¹² to 0.5, geometric)
+        the accountant's ``epsilon(δ).upper`` gives a certified pair; with
+        (0, ``delta(0).upper``) they go to :meth:`from_profile`, so the curve is
+        max over the pairs of f_{ε,δ}(α) = max(0, 1 − δ − e^ε α, e^{−ε}(1 − δ − α))
+        (DRS Prop 2.4). Every pair is valid, so the curve is on the safe side; the
+        finite grid only makes it lower (looser) than sup over all δ. One ε(δ)
+        query per δ: for a numerical PLD with lattice slack or partition selection's
+        δ, far fewer and cheaper than :meth:`from_profile`'s δ(ε) on its 500 ε
+        (each δ(ε) refines the PLD's grid).
+        """
+        grid = PROFILE_DELTAS if deltas is None else np.asarray(deltas, dtype=np.float64)
+        if grid.ndim != 1 or grid.size == 0:
+            raise ValueError(invalid("deltas", "a non-empty 1-d array of reals in (0, 1)", deltas))
+        for d in grid:
+            check_delta("deltas", float(d))
+        pairs: dict[float, float] = {0.0: accountant.delta(0.0).upper}
+        for d in sorted({float(x) for x in grid}):
+            e = accountant.epsilon(d).upper
+            if math.isfinite(e) and e not in pairs:  # the smallest δ certified at that ε
+                pairs[e] = d
+        name = type(accountant).__name__ if description is None else description
+        return cls.from_profile(pairs.__getitem__, epsilons=sorted(pairs), description=name)
+
+    @classmethod
     def from_rho(cls, rho: float) -> TradeoffCurve:
         """ρ-zCDP through its (ε, δ(ε)) profile (CKS Cor 13) and DRS Prop 2.12."""
         rho = check_epsilon("rho", rho)
@@ -367,9 +404,11 @@ class TradeoffCurve:
         A :class:`~gaussdp.accounting.GDPAccountant`: G_μ (DRS Cor 3.3). A numerical
         :class:`~gaussdp.accounting.PLDAccountant`: :meth:`from_pld`. In both cases
         only when the accountant's δ(ε) is that of its μ or PLD alone (checked at a
-        few ε); otherwise — lattice slack or partition selection's δ on top, an exact
-        Gaussian PLD accountant, RDP or zCDP — :meth:`from_profile` on the
-        accountant's own δ(ε) upper bounds, which includes everything. A
+        few ε). Otherwise the accountant's own certified bounds, which include lattice
+        slack and partition selection's δ: for a numerical PLD accountant,
+        :meth:`from_delta_profile` (its ε(δ) at 64 δ; δ(ε) would refine the PLD's
+        grid at each of 500 ε); for the rest (slack or selection δ on GDP, an exact
+        Gaussian PLD accountant, RDP, zCDP), :meth:`from_profile` on its δ(ε). A
         :class:`~gaussdp.accounting.FallbackAccountant` (a ledger's) is
         read through the member that answers its queries.
         """
@@ -395,6 +434,8 @@ class TradeoffCurve:
                 # DRS Cor 3.3: Gaussians compose to √Σ μᵢ²-GDP exactly.
                 return cls.from_gdp(GDPAccountant().compose(accountant.history).mu)
             return cls.from_pld(accountant.pld())
+        if isinstance(accountant, PLDAccountant) and not accountant.is_exact:
+            return cls.from_delta_profile(accountant)
         return cls.from_profile(
             lambda e: accountant.delta(e).upper, description=type(accountant).__name__
         )
