@@ -133,6 +133,23 @@ def test_an_explicit_step_that_cannot_fit_is_refused_with_the_step_that_would() 
         acc.epsilon(1e-5)
 
 
+def test_a_stated_tolerance_that_cannot_fit_is_refused_with_one_that_does() -> None:
+    # Issue 10: "tell the user what to change when a request cannot fit". 1e-12 would
+    # need a grid far beyond the memory bound; the tolerance named in the error is met.
+    event = Subsampled(Gaussian(1.0), 0.01)
+    acc = PLDAccountant(tolerance=1e-12).compose(event, 1000)
+    with pytest.raises(ValueError, match=r"^tolerance must be at least about ") as info:
+        acc.epsilon(1e-5)
+    message = str(info.value)
+    assert "memory bound" in message
+    assert message.endswith(", got 1e-12")
+    fits = float(message.split("at least about ")[1].split()[0])
+    assert 1e-12 < fits < 1e-4
+    b = PLDAccountant(tolerance=fits).compose(event, 1000).epsilon(1e-5)
+    assert b.method == "pld"
+    assert b.note == ""
+
+
 @pytest.mark.parametrize("bad", [0.0, -1e-4, 0.5, math.nan, math.inf])
 def test_tolerance_validates(bad: float) -> None:
     with pytest.raises(ValueError, match="^tolerance must be"):
