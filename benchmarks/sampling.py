@@ -298,7 +298,7 @@ def timing_dependence(repeats: int = 5000) -> None:
     rng = ChaCha20Random(1)
     sigma2 = Fraction(10**4)
     configs: list[tuple[str, int, Callable[[int], list[int]]]] = [
-        ("scalar reference, 1 sample", 1, lambda n: [discrete_gaussian_scalar(sigma2, rng)]),
+        ("scalar reference, 1 sample", 1, lambda n: [discrete_gaussian_scalar(sigma2, rng=rng)]),
         (
             "vectorised, variable work, 1 sample",
             1,

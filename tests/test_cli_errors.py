@@ -425,3 +425,64 @@ def test_out_of_memory_in_the_accountant_is_one_line(
     assert len(lines) == 1
     assert lines[0].startswith("out of memory:")
     assert "--value-discretization" in lines[0]
+
+
+# -- Bad input that used to spend budget (issue 12, item 3) ------------------------------
+_BASE = 'privacy_unit = "user"\nmax_groups_per_unit = 1\nmax_rows_per_group = 1\n'
+_EPS = "[budget]\nepsilon = 1.0\ndelta = 1e-6\n"
+_SUM = '[[query]]\nstatistic = "sum"\ncolumn = "minutes"\nbounds = [0, 60]\n'
+
+
+def _csv(rows: int, last: str) -> str:
+    return "user,minutes\n" + "".join(f"{i},{i % 60}\n" for i in range(rows)) + last + "\n"
+
+
+#: (case, spec, data file contents, text that must not appear on stderr)
+BAD_RELEASES: list[tuple[str, str, str | bytes, str | None]] = [
+    # A string far beyond DuckDB's sample rows (its type sniffing reads 20,480 rows).
+    ("late string", _BASE + _EPS + _SUM, _csv(70_000, "7,abc"), "abc"),
+    # Line 60,002 (the header is line 1) has three fields.
+    ("ragged line", _BASE + _EPS + _SUM, _csv(60_000, "7,8,9"), "7,8,9"),
+    ("0-byte file", _BASE + _EPS + _SUM, b"", None),
+    ("binary file", _BASE + _EPS + _SUM, bytes(range(256)) * 16, None),
+    ("corrupt parquet", _BASE + _EPS + _SUM, b"PAR1" + bytes(range(7, 250)) + b"PAR1", None),
+    ("rho 1e-299", _BASE + "[budget]\nrho = 1e-299\n" + _SUM, _csv(2, "9,5"), None),
+    ("mu 1e-150", _BASE + "[budget]\nmu = 1e-150\n" + _SUM, _csv(2, "9,5"), None),
+    (
+        "bounds 1e308",
+        _BASE + _EPS + _SUM.replace("[0, 60]", "[0, 1e308]"),
+        _csv(2, "9,5"),
+        None,
+    ),
+    (
+        "mixed-type keys",
+        _BASE + _EPS + '[[query]]\nstatistic = "count"\nby = "minutes"\nkeys = [1, "1"]\n',
+        _csv(2, "9,5"),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "data", "secret"),
+    [case[1:] for case in BAD_RELEASES],
+    ids=[case[0] for case in BAD_RELEASES],
+)
+def test_bad_release_input_is_refused_before_the_ledger_is_charged(
+    spec: str, data: str | bytes, secret: str | None, tmp_path: Path
+) -> None:
+    ledger = _ledger(tmp_path)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(spec, encoding="utf-8")
+    suffix = ".parquet" if isinstance(data, bytes) and data.startswith(b"PAR1") else ".csv"
+    data_path = tmp_path / f"data{suffix}"
+    if isinstance(data, bytes):
+        data_path.write_bytes(data)
+    else:
+        data_path.write_text(data, encoding="utf-8")
+    result = invoke("release", str(spec_path), "--data", str(data_path), "--ledger", str(ledger))
+    assert_one_line(result, 2, "error: ")
+    assert "Original Line" not in result.stderr
+    if secret is not None:
+        assert secret not in result.stderr
+    assert _entries(ledger) == []

@@ -16,7 +16,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-MODULES = ("gaussdp", "gaussdp.accounting", "gaussdp.privacy", "gaussdp.release", "gaussdp.ml")
+MODULES = (
+    "gaussdp",
+    "gaussdp.accounting",
+    "gaussdp.privacy",
+    "gaussdp.release",
+    "gaussdp.ml",
+    "gaussdp.sampling",
+    "gaussdp.random",
+    "gaussdp.audit",
+    "gaussdp.synth",
+    "gaussdp.plot",
+)
 
 #: Names seen in other libraries for the glossary's concepts, and the name to use.
 SYNONYMS = {
@@ -56,6 +67,15 @@ SYNONYMS = {
     "random": "rng",
     "random_source": "rng",
     "random_generator": "rng",
+}
+
+#: Where a flagged name is the right one, and why.
+EXEMPT = {
+    # The key of the visibly named reproducible source (STYLE.md convention 1): a seed
+    # here is what the class is for, not a random source passed to a computation.
+    ("gaussdp.random.ChaCha20Random.__init__", "seed"),
+    # The normaliser of ``rng=`` arguments: the source is its subject, not an option.
+    ("gaussdp.random.check_rng", "rng"),
 }
 
 
@@ -98,6 +118,11 @@ def test_the_walk_sees_the_api() -> None:
         "gaussdp.privacy.gdp_epsilon",
         "gaussdp.release.release_from_spec",
         "gaussdp.ml.make_private",
+        "gaussdp.sampling.discrete_gaussian_scalar",
+        "gaussdp.random.ChaCha20Random.__init__",
+        "gaussdp.audit.explain",
+        "gaussdp.synth.Categorical.decode",
+        "gaussdp.plot.cks_fig4",
     ):
         assert expected in names
 
@@ -106,7 +131,7 @@ def test_no_synonyms_of_glossary_names() -> None:
     wrong = []
     for where, func in CALLABLES:
         for parameter in inspect.signature(func).parameters:
-            if parameter in SYNONYMS:
+            if parameter in SYNONYMS and (where, parameter) not in EXEMPT:
                 wrong.append(f"{where}({parameter}): use {SYNONYMS[parameter]}")
     assert not wrong, "\n".join(wrong)
 
@@ -119,7 +144,7 @@ def test_rng_is_keyword_only_everywhere() -> None:
         if parameter is None:
             continue
         count += 1
-        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY and (where, "rng") not in EXEMPT:
             positional.append(where)
     assert count >= 10
     assert not positional, positional

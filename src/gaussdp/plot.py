@@ -378,7 +378,7 @@ def discrete_laplace_composed_delta(count: int, scale: float, epsilon: float) ->
 
 def cks_fig4(
     count: int = 100,
-    std: float = 50.0,
+    sigma: float = 50.0,
     *,
     epsilon: float = 1.0,
     delta: float = 1e-6,
@@ -388,7 +388,7 @@ def cks_fig4(
     r"""CKS Figure 4: discrete Gaussian against discrete Laplace for counting queries.
 
     Left panel (``panel == "left"``): δ(ε) for ``count`` queries, each with noise
-    variance ``std``²: the discrete Gaussian exactly (PLD upper bound, resolved down
+    variance ``sigma``²: the discrete Gaussian exactly (PLD upper bound, resolved down
     to ~1e-12) and by the zCDP conversion the paper used (CKS Cor 13 with σ² matched
     to the variance), the discrete Laplace exactly
     (:func:`discrete_laplace_composed_delta`). Right panel: the variance per query
@@ -397,7 +397,7 @@ def cks_fig4(
     discrete Gaussian.
     """
     count = check_int("count", count, minimum=1)
-    variance = check_positive("std", std) ** 2
+    variance = check_positive("sigma", sigma) ** 2
     epsilon = check_epsilon("epsilon", epsilon)
     delta = check_delta("delta", delta)
     dl_scale = discrete_laplace_scale(variance)
@@ -453,7 +453,7 @@ def cks_fig4(
     ax_l.set_ylim(1e-50, 1.0)
     ax_l.set_xlabel("ε")
     ax_l.set_ylabel("δ")
-    ax_l.set_title(f"{count} queries, each with standard deviation {std:g}")
+    ax_l.set_title(f"{count} queries, each with standard deviation {sigma:g}")
     ax_l.legend(loc="lower left", fontsize="small")
     ax_r.plot(right["k"], right["var_dg_exact"], "b-o", ms=3, label="discrete Gaussian (exact)")
     ax_r.plot(right["k"], right["var_dg_zcdp"], "b:", label="discrete Gaussian (zCDP, paper)")

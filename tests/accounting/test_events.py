@@ -105,6 +105,9 @@ def test_unknown_types_and_versions_are_refused() -> None:
         event_from_json(text.replace('"sigma"', '"sigmaa"'))
     with pytest.raises(ValueError, match="sigma must be"):
         event_from_json(text.replace('"sigma":1.0', '"sigma":-1.0'))
+    for bad in (1.0, None, True):
+        with pytest.raises(TypeError, match=rf"^event JSON must be a str or bytes, got {bad!r}$"):
+            event_from_json(bad)  # type: ignore[arg-type]
 
 
 def test_format_1_is_still_read() -> None:
@@ -133,6 +136,11 @@ def test_bad_event_values_use_the_template() -> None:
         SelfComposed(Gaussian(1.0), 0)
     with pytest.raises(ValueError, match="^threshold must be"):
         PartitionSelection(1, 1.5, 1, 1)  # type: ignore[arg-type]
+    # τ ≤ 1 lets a one-unit group through with probability ≥ 1/2 (δ ≥ 1/2): refused.
+    for tau in (-1, 0, 1):
+        with pytest.raises(ValueError, match=rf"^threshold must be an integer >= 2, got {tau}$"):
+            PartitionSelection(1, tau, 1, 1)
+    assert PartitionSelection(1, 2, 1, 1).delta < 0.5
     assert Subsampled(Gaussian(1.0), 0.1, "without_replacement").neighbours == "replace one"
 
 

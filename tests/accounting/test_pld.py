@@ -164,8 +164,10 @@ DPSGD_CASES = [
 def test_dpsgd_reference_cases(sigma: float, rate: float, steps: int, truth: float) -> None:
     acc = PLDAccountant().compose(Subsampled(Gaussian(sigma), rate), steps)
     b = acc.epsilon(1e-5)
-    assert b.lower <= truth * (1 + 2e-6)
-    assert truth * (1 - 2e-6) <= b.upper <= truth * 1.0005
+    # Issue 10: the upper bound within 1e-4 relative of the truth, the lower within 1e-3
+    # (the truths carry ~2e-6 relative uncertainty from the extrapolation).
+    assert truth * (1 - 1e-3) <= b.lower <= truth * (1 + 2e-6)
+    assert truth * (1 - 2e-6) <= b.upper <= truth * (1 + 1e-4)
 
 
 def test_subsampling_with_rate_one_is_the_mechanism() -> None:
@@ -284,6 +286,8 @@ def test_subsampled_discrete_gaussian_two_fold_against_brute_force() -> None:
         b = acc.delta(eps)
         assert b.lower <= exact <= b.upper
         assert b.upper <= exact + 1e-3 * max(exact, 1e-6)
+        # Issue 10: subsampled discrete Gaussian lower bounds within 1e-3 of the exact values.
+        assert b.lower >= exact * (1 - 1e-3)
 
 
 @pytest.mark.parametrize("rate", [0.01, 0.2, 0.7])

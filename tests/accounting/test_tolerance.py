@@ -50,6 +50,17 @@ def test_small_q_upper_within_the_tolerance_of_the_truth() -> None:
     assert b.lower >= truth * (1 - 1e-3)
 
 
+def test_smaller_q_upper_within_the_tolerance_of_the_truth() -> None:
+    # σ = 1, q = 1e-4, 10³ steps, δ = 1e-6 (issue 10's second small-q case). Truth:
+    # dp_accounting 0.6's PLD gives 0.0149151 / 0.0148991 / 0.0148951 at h = 2e-5 / 1e-5 /
+    # 5e-6; its error shrinks like h² (the steps' ratio is 4.04), so Richardson
+    # extrapolation from the last two gives 0.0148938 (0.01489375 from the first two).
+    b = PLDAccountant().compose(Subsampled(Gaussian(1.0), 1e-4), 1000).epsilon(1e-6)
+    truth = 0.0148938
+    assert truth * (1 - 1e-5) <= b.upper <= truth * (1 + 1e-4)
+    assert truth * (1 - 1e-3) <= b.lower <= truth * (1 + 1e-5)
+
+
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:
     """Both directions of Poisson-subsampled DLap(t), Δ = 1, k-fold, in 40 digits: the
     loss takes two values per run (y ≤ 0 or y ≥ 1), so the k-fold loss is binomial."""
@@ -120,6 +131,23 @@ def test_an_explicit_step_that_cannot_fit_is_refused_with_the_step_that_would() 
     acc = PLDAccountant(value_discretization=1e-8).compose(Subsampled(Gaussian(1.0), 0.01), 10)
     with pytest.raises(ValueError, match=r"^value_discretization must be at least [0-9.e-]+ "):
         acc.epsilon(1e-5)
+
+
+def test_a_stated_tolerance_that_cannot_fit_is_refused_with_one_that_does() -> None:
+    # Issue 10: "tell the user what to change when a request cannot fit". 1e-12 would
+    # need a grid far beyond the memory bound; the tolerance named in the error is met.
+    event = Subsampled(Gaussian(1.0), 0.01)
+    acc = PLDAccountant(tolerance=1e-12).compose(event, 1000)
+    with pytest.raises(ValueError, match=r"^tolerance must be at least about ") as info:
+        acc.epsilon(1e-5)
+    message = str(info.value)
+    assert "memory bound" in message
+    assert message.endswith(", got 1e-12")
+    fits = float(message.split("at least about ")[1].split()[0])
+    assert 1e-12 < fits < 1e-4
+    b = PLDAccountant(tolerance=fits).compose(event, 1000).epsilon(1e-5)
+    assert b.method == "pld"
+    assert b.note == ""
 
 
 @pytest.mark.parametrize("bad", [0.0, -1e-4, 0.5, math.nan, math.inf])

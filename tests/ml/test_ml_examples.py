@@ -1,4 +1,5 @@
-"""examples/dpsgd_digits_cnn.py and examples/dpsgd_transformer.py run (small sizes) and meet ε."""
+"""examples/dpsgd_digits.py, dpsgd_digits_cnn.py and dpsgd_transformer.py run (small sizes) and
+meet ε."""
 
 from __future__ import annotations
 
@@ -68,3 +69,17 @@ def test_transformer_task_labels_the_most_frequent_marker() -> None:
     # Distinct counts in 1..5: no ties, every marker present.
     assert bool((counts >= 1).all())
     assert bool((counts.sort(1).values.diff(dim=1) > 0).all())
+
+
+def test_mlp_on_digits_runs_and_spends_at_most_each_target(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # About 50 s on a loaded 2-core machine: three calibrations and three private epochs at
+    # the example's own sizes (its smallest run).
+    _run(_load("dpsgd_digits"), ["--epochs", "1", "--seeds", "1", "--reference-epochs", "1"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^ +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", out, re.M)
+    assert [float(r[0]) for r in rows] == [1.0, 3.0, 8.0]
+    for target, _, lower, upper, _ in rows:
+        assert float(lower) <= float(upper) <= float(target)
+    assert "non-private" in out

@@ -334,6 +334,8 @@ def test_quantile_interval_covers() -> None:
     [
         (lambda r: r.quantile("minutes", 1.5, bounds=(0, 1)), "quantiles"),
         (lambda r: r.quantile("minutes", [0.5, 0.2], bounds=(0, 1)), "quantiles"),
+        (lambda r: r.quantile("minutes", None, bounds=(0, 1)), "^q must be .*, got None$"),
+        (lambda r: r.quantile("minutes", "0.5", bounds=(0, 1)), "^q must be .*, got '0.5'$"),
         (lambda r: r.quantile("minutes", 0.5, bounds=(0, 1), resolution=100), "resolution"),
         (lambda r: r.quantile("minutes", 0.5, bounds=(0, 1), branching=1), "branching"),
         (lambda r: r.quantile("page", 0.5, bounds=(0, 1)), "numeric"),

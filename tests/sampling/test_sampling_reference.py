@@ -19,7 +19,7 @@ def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
     # 20,000 draws, z-test against exp(-gamma): |z| < 4.89 at alpha = 1e-6.
     rng = ChaCha20Random(20)
     n = 20_000
-    hits = sum(bernoulli_exp(gamma, rng) for _ in range(n))
+    hits = sum(bernoulli_exp(gamma, rng=rng) for _ in range(n))
     p = math.exp(-float(gamma))
     if gamma == 0:
         assert hits == n
@@ -29,7 +29,7 @@ def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
 
 def test_bernoulli_exp_refuses_negative_gamma() -> None:
     with pytest.raises(ValueError, match="gamma must be a rational number >= 0, got"):
-        bernoulli_exp(Fraction(-1, 2), ChaCha20Random(0))
+        bernoulli_exp(Fraction(-1, 2), rng=ChaCha20Random(0))
 
 
 def _cdf_from_pmf(dist):  # type: ignore[no-untyped-def]
@@ -44,7 +44,7 @@ def test_scalar_gaussian_matches_exact_pmf(sigma2: Fraction | int) -> None:
     n = 12_000
     edges, probs = make_bins(range(-40, 41), _cdf_from_pmf(DiscreteGaussianDistribution(sigma2)), n)
     rng = ChaCha20Random(21)
-    sample = np.array([discrete_gaussian_scalar(sigma2, rng) for _ in range(n)])
+    sample = np.array([discrete_gaussian_scalar(sigma2, rng=rng) for _ in range(n)])
     stat, crit = chi2_gof(bin_counts(sample, edges), probs)
     assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
 
@@ -54,14 +54,14 @@ def test_scalar_laplace_matches_exact_pmf(scale: Fraction) -> None:
     n = 12_000
     edges, probs = make_bins(range(-60, 61), _cdf_from_pmf(DiscreteLaplaceDistribution(scale)), n)
     rng = ChaCha20Random(22)
-    sample = np.array([discrete_laplace_scalar(scale, rng) for _ in range(n)])
+    sample = np.array([discrete_laplace_scalar(scale, rng=rng) for _ in range(n)])
     stat, crit = chi2_gof(bin_counts(sample, edges), probs)
     assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
 
 
 def test_scalar_huge_sigma_returns_python_ints() -> None:
     rng = ChaCha20Random(23)
-    values = [discrete_gaussian_scalar(10**100, rng) for _ in range(200)]
+    values = [discrete_gaussian_scalar(10**100, rng=rng) for _ in range(200)]
     assert all(isinstance(v, int) for v in values)
     assert max(abs(v) for v in values) > 10**48
 
@@ -69,8 +69,8 @@ def test_scalar_huge_sigma_returns_python_ints() -> None:
 @pytest.mark.parametrize("bad", [0, -2, float("nan"), "x", None])
 def test_scalar_refuses_bad_parameters(bad: object) -> None:
     with pytest.raises((TypeError, ValueError), match="sigma2 must be a finite positive rational"):
-        discrete_gaussian_scalar(bad, ChaCha20Random(0))
+        discrete_gaussian_scalar(bad, rng=ChaCha20Random(0))
     with pytest.raises((TypeError, ValueError), match="scale must be a finite positive rational"):
-        discrete_laplace_scalar(bad, ChaCha20Random(0))
+        discrete_laplace_scalar(bad, rng=ChaCha20Random(0))
     with pytest.raises(TypeError, match=r"ChaCha20Random\(seed\)"):
-        discrete_gaussian_scalar(2, 7)  # type: ignore[arg-type]
+        discrete_gaussian_scalar(2, rng=7)  # type: ignore[arg-type]

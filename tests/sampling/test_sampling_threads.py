@@ -64,7 +64,7 @@ def _mechanism(source: RandomSource, k: int) -> npt.NDArray[np.generic]:
 
 
 def _scalar(source: RandomSource, k: int) -> npt.NDArray[np.generic]:
-    return np.array([discrete_gaussian_scalar(_HUGE, source) for _ in range(k + 1)])
+    return np.array([discrete_gaussian_scalar(_HUGE, rng=source) for _ in range(k + 1)])
 
 
 @pytest.mark.slow

@@ -14,15 +14,16 @@ def test_categorical_codes_and_the_other_bucket() -> None:
     codes = col.encode(pd.Series(["b", "a", "zz", None, "b"]))
     assert codes.tolist() == [1, 0, 2, 2, 1]
     assert col.labels == ("a", "b", "rest")
-    assert col.decode(np.array([2, 0]), np.random.default_rng(0)).tolist() == ["rest", "a"]
+    assert col.decode(np.array([2, 0]), rng=np.random.default_rng(0)).tolist() == ["rest", "a"]
 
 
 def test_decoded_categories_keep_their_type() -> None:
     rng = np.random.default_rng(0)
-    assert Categorical("n", [3, 1]).decode(np.array([1, 0]), rng).tolist() == [1, 3]
-    assert str(Categorical("n", [3, 1]).decode(np.array([1]), rng).dtype) == "int64"
-    assert str(Categorical("b", [False, True]).decode(np.array([1]), rng).dtype) == "bool"
-    assert Categorical("n", [3, 1], other="x").decode(np.array([2, 0]), rng).tolist() == ["x", 3]
+    assert Categorical("n", [3, 1]).decode(np.array([1, 0]), rng=rng).tolist() == [1, 3]
+    assert str(Categorical("n", [3, 1]).decode(np.array([1]), rng=rng).dtype) == "int64"
+    assert str(Categorical("b", [False, True]).decode(np.array([1]), rng=rng).dtype) == "bool"
+    other = Categorical("n", [3, 1], other="x")
+    assert other.decode(np.array([2, 0]), rng=rng).tolist() == ["x", 3]
 
 
 def test_categorical_refuses_values_outside_without_other() -> None:
@@ -70,13 +71,13 @@ def test_numeric_bins_clamp_to_the_end_bins_and_missing_goes_to_other() -> None:
 def test_numeric_decode_stays_in_its_bin_and_keeps_integers() -> None:
     rng = np.random.default_rng(1)
     col = Numeric("x", (0, 10), [0, 2.5, 10])
-    values = col.decode(np.array([0] * 500 + [1] * 500), rng).to_numpy()
+    values = col.decode(np.array([0] * 500 + [1] * 500), rng=rng).to_numpy()
     assert (values[:500] >= 0).all()
     assert (values[:500] < 2.5).all()
     assert (values[500:] >= 2.5).all()
     assert (values[500:] <= 10).all()
     ints = Numeric("age", (0, 99), 3, integer=True, other="na")
-    out = ints.decode(np.array([0, 1, 2, 3] * 100), rng)
+    out = ints.decode(np.array([0, 1, 2, 3] * 100), rng=rng)
     assert str(out.dtype) == "Int64"
     assert out.iloc[3] is pd.NA
     assert set(out.dropna().astype(int)) <= set(range(100))

@@ -162,6 +162,11 @@ class AdaptivePLD:
         """The finest grid step built so far (the first one before any query)."""
         return self._h
 
+    @property
+    def coarsened(self) -> bool:
+        """Whether a grid was coarsened to fit the memory bound."""
+        return self._coarsened
+
     def pld(self) -> _Built:
         """The PLD on the current (finest so far) grid."""
         if self._pld is None:

@@ -58,7 +58,9 @@ from scipy.special import gammaln, logsumexp
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
 from gaussdp.accounting._adaptive import (
+    _GAP_FACTOR,
     DEFAULT_TOLERANCE,
+    MAX_GRID_POINTS,
     MIN_STEP,
     AdaptivePLD,
     check_tolerance,
@@ -892,7 +894,11 @@ class PLDAccountant(Accountant):
     tolerance : float, default 1e-4
         Relative accuracy asked for ε's upper bound. Where the PLD cannot certify a
         bound within it (its round-off allowance exceeds δ), the RDP bound is returned
-        when tighter, labelled ``method="rdp"``.
+        when tighter, labelled ``method="rdp"``. A tolerance given explicitly that the
+        grid cannot meet within the memory bound (``MAX_GRID_POINTS`` points) is refused
+        at the query with the tolerance that would fit; with the default tolerance the
+        grid is coarsened to fit instead and the result's ``note`` says so (the bound is
+        still certified, only looser: a default must not make a query fail).
     exact_gaussian : bool, default True
         Use the exact μ-GDP formula when every leaf is a Gaussian.
     tail_mass : float, default 1e-15
@@ -914,13 +920,15 @@ class PLDAccountant(Accountant):
         value_discretization: float | None = None,
         exact_gaussian: bool = True,
         tail_mass: float = DEFAULT_TAIL_MASS,
-        tolerance: float = DEFAULT_TOLERANCE,
+        tolerance: float | None = None,
     ) -> None:
         super().__init__()
         if value_discretization is not None:
             value_discretization = check_value_discretization(value_discretization)
         self._h = value_discretization
-        self._tolerance = check_tolerance(tolerance)
+        # Stated by the user: refused rather than silently not met (see _check_met).
+        self._tolerance_given = tolerance is not None
+        self._tolerance = check_tolerance(DEFAULT_TOLERANCE if tolerance is None else tolerance)
         self._adaptive: AdaptivePLD | None = None
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = tail_mass
@@ -938,7 +946,7 @@ class PLDAccountant(Accountant):
             value_discretization=self._h,
             exact_gaussian=self._exact_gaussian,
             tail_mass=self._tail_mass,
-            tolerance=self._tolerance,
+            tolerance=self._tolerance if self._tolerance_given else None,
         )
 
     def _invalidate(self) -> None:
@@ -1084,6 +1092,7 @@ class PLDAccountant(Accountant):
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
         b = self._grid().epsilon(delta)
+        self._check_met(b)
         if b.note or self._bounded_range:
             # The PLD could not certify within the tolerance (its allowances are too large
             # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
@@ -1103,6 +1112,7 @@ class PLDAccountant(Accountant):
         if single is not None:
             return max_delta_bounds(single, epsilon)
         b = self._grid().delta(epsilon)
+        self._check_met(b)
         if b.note or self._bounded_range:
             rdp = self._rdp()
             if rdp is not None:
@@ -1111,6 +1121,27 @@ class PLDAccountant(Accountant):
                     note = _rdp_note(b.note)
                     return DeltaBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
         return b
+
+    def _check_met(self, b: EpsilonBounds | DeltaBounds) -> None:
+        """Refuse a tolerance stated by the user that the grid, coarsened to fit the memory
+        bound, did not meet; name the tolerance this grid does meet (its bracket is
+        within _GAP_FACTOR·tolerance, the adaptive grid's criterion)."""
+        grid = self._grid()
+        if not (self._tolerance_given and grid.coarsened and b.note):
+            return
+        if not (math.isfinite(b.upper) and b.upper > 0):
+            return  # not a grid-size matter: the allowances exceed δ (RDP fallback)
+        fits = (b.upper - b.lower) / (_GAP_FACTOR * b.upper)
+        fits = float(f"{fits:.1e}") * 1.1  # rounded, and up
+        raise ValueError(
+            invalid(
+                "tolerance",
+                f"at least about {fits:.2g} for this composition to fit the memory bound "
+                f"of {MAX_GRID_POINTS} grid points (or leave it at the default, which "
+                "coarsens the grid and notes it; or use RDPAccountant)",
+                self._tolerance,
+            )
+        )
 
     @property
     def _bounded_range(self) -> bool:

@@ -640,7 +640,8 @@ class PartitionSelection:
     sigma2 : Fraction, int, float or str
         σ² of the noise on the distinct-unit counts, exact and > 0.
     threshold : int
-        τ: the smallest noisy count released.
+        τ ≥ 2: the smallest noisy count released. At τ ≤ 1 a group of one unit would
+        pass with probability P[Z ≥ 0] ≥ 1/2, so δ ≥ 1/2: no guarantee.
     max_groups_per_unit : int
         L0 ≥ 1.
     cells : int
@@ -666,7 +667,7 @@ class PartitionSelection:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
-        object.__setattr__(self, "threshold", check_int("threshold", self.threshold))
+        object.__setattr__(self, "threshold", check_int("threshold", self.threshold, minimum=2))
         l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
         object.__setattr__(self, "max_groups_per_unit", l0)
         object.__setattr__(self, "cells", check_int("cells", self.cells, minimum=1))
@@ -1027,7 +1028,11 @@ def event_from_json(text: str | bytes) -> Event:
         If the format version or an event type is unknown to this version.
     ValueError
         If the text is not such JSON.
+    TypeError
+        If ``text`` is not a str or bytes.
     """
+    if not isinstance(text, str | bytes | bytearray):
+        raise TypeError(invalid("event JSON", "a str or bytes", text))
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

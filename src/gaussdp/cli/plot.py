@@ -174,7 +174,7 @@ def cks_fig2(
 def cks_fig4(
     out: OutOption,
     count: Annotated[int, typer.Option(help="Number of queries k (left panel).")] = 100,
-    std: Annotated[float, typer.Option(help="Noise standard deviation per query.")] = 50.0,
+    sigma: Annotated[float, typer.Option(help="Noise standard deviation per query.")] = 50.0,
     table: TableOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -183,7 +183,7 @@ def cks_fig4(
     Example: gaussdp plot cks-fig4 --out fig4.png --table fig4.csv
     """
     module = _plot_module()
-    _save(module.cks_fig4(count, std), out, table, as_json)
+    _save(module.cks_fig4(count, sigma), out, table, as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -527,6 +527,8 @@ class Release:
         """Quantiles at levels ``q`` of ``column`` clamped to ``bounds``, from one noisy
         hierarchical histogram (``resolution`` leaves, ``branching`` children per node) with
         consistent post-processing (:mod:`gaussdp.release.tree`)."""
+        if isinstance(q, str) or not isinstance(q, int | float | Sequence):
+            raise ValueError(invalid("q", "a level in [0, 1] or a sequence of levels", q))
         levels = (q,) if isinstance(q, int | float) else tuple(q)
         return self._query(
             "quantile",

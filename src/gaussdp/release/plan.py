@@ -463,7 +463,7 @@ def _threshold(sigma2: Fraction, l0: int, delta: float, cells: int) -> tuple[int
     def spent(tau: int) -> float:
         return PartitionSelection(sigma2, tau, l0, cells).delta
 
-    tau = smallest_passing_int(lambda t: spent(t) <= delta, 1)
+    tau = smallest_passing_int(lambda t: spent(t) <= delta, 2)  # τ ≥ 2 (PartitionSelection)
     return tau, spent(tau)
 
 

@@ -41,7 +41,7 @@ def bernoulli(p: Fraction, rng: RandomSource) -> bool:
     return rng.randbelow(p.denominator) < p.numerator
 
 
-def bernoulli_exp(gamma: Fraction | int, rng: RandomSource | None = None) -> bool:
+def bernoulli_exp(gamma: Fraction | int, *, rng: RandomSource | None = None) -> bool:
     """Return ``True`` with probability ``exp(-gamma)`` (CKS Alg 1).
 
     Parameters
@@ -69,7 +69,7 @@ def bernoulli_exp(gamma: Fraction | int, rng: RandomSource | None = None) -> boo
     --------
     >>> from gaussdp.random import ChaCha20Random
     >>> rng = ChaCha20Random(1)
-    >>> sum(bernoulli_exp(Fraction(1, 2), rng) for _ in range(1000))  # about 607
+    >>> sum(bernoulli_exp(Fraction(1, 2), rng=rng) for _ in range(1000))  # about 607
     629
     """
     gamma = Fraction(gamma)
@@ -95,7 +95,7 @@ def _bernoulli_exp_at_most_one(gamma: Fraction, rng: RandomSource) -> bool:
     return k % 2 == 1  # return 1 iff K is odd
 
 
-def discrete_laplace_scalar(scale: object, rng: RandomSource | None = None) -> int:
+def discrete_laplace_scalar(scale: object, *, rng: RandomSource | None = None) -> int:
     """Return one discrete Laplace draw, pmf proportional to ``exp(-|x| / scale)`` (CKS Alg 2).
 
     Parameters
@@ -124,7 +124,7 @@ def discrete_laplace_scalar(scale: object, rng: RandomSource | None = None) -> i
     --------
     >>> from gaussdp.random import ChaCha20Random
     >>> rng = ChaCha20Random(2)
-    >>> [discrete_laplace_scalar(Fraction(3, 2), rng) for _ in range(8)]
+    >>> [discrete_laplace_scalar(Fraction(3, 2), rng=rng) for _ in range(8)]
     [0, -1, 0, 3, 0, 0, 1, -1]
     """
     exact = check_fraction("scale", scale)
@@ -136,10 +136,10 @@ def _discrete_laplace(t: int, s: int, rng: RandomSource) -> int:
     """CKS Alg 2 with scale ``t / s`` (``t``, ``s`` positive integers)."""
     while True:
         u = rng.randbelow(t)  # U <- uniform in {0, ..., t-1}
-        if not bernoulli_exp(Fraction(u, t), rng):  # D <- Bernoulli(exp(-U/t)); if D = 0 restart
+        if not bernoulli_exp(Fraction(u, t), rng=rng):  # D <- Bernoulli(exp(-U/t)); D = 0: restart
             continue
         v = 0  # V <- number of successes of Bernoulli(exp(-1)) before the first failure
-        while bernoulli_exp(1, rng):
+        while bernoulli_exp(1, rng=rng):
             v += 1
         x = u + t * v  # X <- U + t * V
         y = x // s  # Y <- floor(X / s)
@@ -149,7 +149,7 @@ def _discrete_laplace(t: int, s: int, rng: RandomSource) -> int:
         return (1 - 2 * b) * y  # return (1 - 2B) * Y
 
 
-def discrete_gaussian_scalar(sigma2: object, rng: RandomSource | None = None) -> int:
+def discrete_gaussian_scalar(sigma2: object, *, rng: RandomSource | None = None) -> int:
     """Return one draw of the discrete Gaussian N_Z(0, sigma2) (CKS Alg 3).
 
     Parameters
@@ -179,7 +179,7 @@ def discrete_gaussian_scalar(sigma2: object, rng: RandomSource | None = None) ->
     --------
     >>> from gaussdp.random import ChaCha20Random
     >>> rng = ChaCha20Random(3)
-    >>> [discrete_gaussian_scalar(4, rng) for _ in range(8)]
+    >>> [discrete_gaussian_scalar(4, rng=rng) for _ in range(8)]
     [-2, 1, 1, 1, 1, -3, -1, 2]
     """
     exact = check_fraction("sigma2", sigma2)
@@ -189,5 +189,5 @@ def discrete_gaussian_scalar(sigma2: object, rng: RandomSource | None = None) ->
     while True:
         y = _discrete_laplace(t, 1, source)  # Y <- discrete Laplace with scale t
         gamma = (abs(y) - exact / t) ** 2 / (2 * exact)  # (|Y| - sigma^2/t)^2 / (2 sigma^2)
-        if bernoulli_exp(gamma, source):  # C <- Bernoulli(exp(-gamma)); if C = 1 return Y
+        if bernoulli_exp(gamma, rng=source):  # C <- Bernoulli(exp(-gamma)); if C = 1 return Y
             return y

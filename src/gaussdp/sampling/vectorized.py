@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import isqrt
-from typing import Literal, overload
+from typing import Literal, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -925,13 +925,19 @@ def _parameter(name: str, value: object) -> tuple[Fraction, Plan | None]:
     return _prepared(name, check_fraction(name, value))
 
 
+class _ScalarSampler(Protocol):
+    """A scalar reference sampler (CKS Alg 2 or 3), ``rng`` keyword-only."""
+
+    def __call__(self, parameter: Fraction, /, *, rng: RandomSource | None = None) -> int: ...
+
+
 def _sample(
     name: str,
     parameter: object,
     size: object,
     rng: RandomSource | None,
     work: FixedWork | None,
-    scalar: Callable[[Fraction, RandomSource], int],
+    scalar: _ScalarSampler,
     drawer: Callable[[Plan, RandomSource], _Drawer],
     big_ints: object = "object",
 ) -> Output:
@@ -945,7 +951,7 @@ def _sample(
     source = check_rng(rng)
     n = math.prod(shape)
     if plan is None:
-        return _tiny(lambda: scalar(exact, source), n, work, name, exact).reshape(shape)
+        return _tiny(lambda: scalar(exact, rng=source), n, work, name, exact).reshape(shape)
     draw = drawer(plan, source)
     if draw.few is not None and work is None and n <= _FEW_MAX:
         values = _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
@@ -1012,7 +1018,10 @@ def discrete_gaussian(
         int64 range): ``"object"`` (default), a numpy object array of Python
         ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs, the
         same exact values for the same random words), several times faster to
-        produce because no Python int is built. Ignored for ``sigma2 <= 2**80``.
+        produce because no Python int is built: at ``sigma2 = 10**100`` only
+        ``"limbs"`` reaches 5·10⁶ samples/s; building one Python int per value
+        caps ``"object"`` near 2·10⁶/s (``docs/sampling.md``). Ignored for
+        ``sigma2 <= 2**80``.
 
     Returns
     -------

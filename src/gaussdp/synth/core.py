@@ -725,7 +725,7 @@ class Synthesizer:
         gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
         model_codes = sample_codes(model, n_out, gen)
         codes = expand(model_codes, sizes, merged, gen)
-        frame = pd.DataFrame({c.name: c.decode(codes[c.name], gen) for c in self.columns})
+        frame = pd.DataFrame({c.name: c.decode(codes[c.name], rng=gen) for c in self.columns})
         quality = _quality(model_codes, cells, measurements, codes, sizes, truth)
         return SynthResult(
             frame, report, quality, tuple(selected), tuple(measurements), model, merged

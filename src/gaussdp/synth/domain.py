@@ -119,7 +119,7 @@ class Categorical:
             codes[bad] = len(self.categories)
         return codes
 
-    def decode(self, codes: npt.NDArray[np.int64], rng: np.random.Generator) -> pd.Series:
+    def decode(self, codes: npt.NDArray[np.int64], *, rng: np.random.Generator) -> pd.Series:
         """Values of ``codes`` (``rng`` unused: a category is one value)."""
         import pandas as pd
 
@@ -260,7 +260,7 @@ class Numeric:
             codes[missing] = k
         return codes.astype(np.int64)
 
-    def decode(self, codes: npt.NDArray[np.int64], rng: np.random.Generator) -> pd.Series:
+    def decode(self, codes: npt.NDArray[np.int64], *, rng: np.random.Generator) -> pd.Series:
         """A value drawn uniformly within each code's bin (missing for ``other``)."""
         import pandas as pd
 

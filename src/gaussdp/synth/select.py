@@ -80,5 +80,5 @@ def exponential_mechanism(
     n = len(q)
     while True:
         r = source.randbelow(n)
-        if bernoulli_exp(gammas[r], source):  # CKS Alg 1
+        if bernoulli_exp(gammas[r], rng=source):  # CKS Alg 1
             return r
