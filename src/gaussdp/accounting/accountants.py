@@ -902,8 +902,8 @@ class PLDAccountant(Accountant):
         upper side it goes to +∞ or is added to δ, so the upper bound stays certified
         whatever it is). Default: chosen per query from δ and ``tolerance``, so that all
         truncations together move at most a tenth of τ·δ (within [1e-15, 1e-10] per
-        operation; 1e-15 where δ is not known, e.g. :meth:`pld` and ``delta(epsilon)``
-        on a fresh accountant; see ``docs/accounting.md`` §2).
+        operation; 1e-15 for ``delta(epsilon)``, whose δ is not known in advance, and
+        for :meth:`pld` on a fresh accountant; see ``docs/accounting.md`` §2).
 
     Examples
     --------
@@ -1116,7 +1116,9 @@ class PLDAccountant(Accountant):
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
-        b = self._grid(None).delta(epsilon)
+        # δ is not known in advance: the most accurate truncation (tail_mass_for(0) is the
+        # smallest tail mass), so that δ(ε) does not depend on earlier ε queries.
+        b = self._grid(0.0).delta(epsilon)
         if b.note or self._bounded_range:
             rdp = self._rdp()
             if rdp is not None:
