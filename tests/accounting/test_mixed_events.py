@@ -79,7 +79,9 @@ def test_regridded_keeps_both_sides(h: float) -> None:
 
 def test_the_mix_bracket_meets_the_tolerance_on_a_coarse_pooled_grid() -> None:
     # 5 subsampled Gaussians, 3 discrete Gaussians, 2 discrete Laplace, 5 runs each: the
-    # first grid comes from the pooled spread, and the bracket meets 10·tolerance there.
+    # first grid comes from the pooled spread, where the bracket is within 1.1·tolerance
+    # (the regridded lattices' O(h) part), and the bracket returned meets the tolerance:
+    # the upper bound is proven within 1e-4 relative of the truth.
     acc = PLDAccountant()
     for k in range(5):
         acc.compose(Subsampled(Gaussian(0.8 + 0.1 * k), 0.01 * (k + 1)), 5)
@@ -91,8 +93,8 @@ def test_the_mix_bracket_meets_the_tolerance_on_a_coarse_pooled_grid() -> None:
     b = acc.epsilon(1e-5)
     assert b.method == "pld"
     assert b.note == ""
-    assert b.upper - b.lower <= 1e-3 * b.upper
-    assert acc.value_discretization == h0  # no refinement was needed
+    assert b.upper - b.lower <= 1e-4 * b.upper
+    assert h0 / 4 <= acc.value_discretization < h0  # refined, but not far
     # A tiny-spread event with few runs takes only its share of the grid.
     assert acc.copy().compose(Subsampled(Gaussian(5.0), 1e-3), 5).value_discretization > h0 / 2
 

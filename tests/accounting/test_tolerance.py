@@ -24,6 +24,7 @@ from gaussdp.accounting._adaptive import (
     AdaptivePLD,
     GridTooLargeError,
     check_grid_points,
+    tail_mass_for,
 )
 from gaussdp.mechanisms import DiscreteLaplace, Gaussian
 
@@ -50,15 +51,77 @@ def test_small_q_upper_within_the_tolerance_of_the_truth() -> None:
     assert b.lower >= truth * (1 - 1e-3)
 
 
-def test_smaller_q_upper_within_the_tolerance_of_the_truth() -> None:
-    # σ = 1, q = 1e-4, 10³ steps, δ = 1e-6 (issue 10's second small-q case). Truth:
-    # dp_accounting 0.6's PLD gives 0.0149151 / 0.0148991 / 0.0148951 at h = 2e-5 / 1e-5 /
-    # 5e-6; its error shrinks like h² (the steps' ratio is 4.04), so Richardson
-    # extrapolation from the last two gives 0.0148938 (0.01489375 from the first two).
-    b = PLDAccountant().compose(Subsampled(Gaussian(1.0), 1e-4), 1000).epsilon(1e-6)
-    truth = 0.0148938
-    assert truth * (1 - 1e-5) <= b.upper <= truth * (1 + 1e-4)
-    assert truth * (1 - 1e-3) <= b.lower <= truth * (1 + 1e-5)
+# σ = 1, q = 1e-4, 1000 steps, δ = 1e-6: dp_accounting 0.6's connect-the-dots PLD (an
+# upper estimate, error O(h²)) gives 0.014897191 at h = 8e-6 and 0.014894646 at
+# h = 4e-6; Richardson extrapolation: 0.0148938 (dp_accounting at its default h = 1e-4:
+# 0.0154528, +3.7 %).
+SMALL_Q = Subsampled(Gaussian(1.0), 1e-4)
+SMALL_Q_TRUTH = 0.0148938
+
+
+def test_small_q_upper_is_proven_within_the_tolerance() -> None:
+    # Issue 10: "within 1e-4 relative, proven": the bracket itself is within τ·upper, so
+    # upper − truth ≤ upper − lower ≤ 1e-4·upper whatever the truth is.
+    b = PLDAccountant().compose(SMALL_Q, 1000).epsilon(1e-6)
+    assert b.method == "pld"
+    assert b.note == ""
+    assert b.lower <= SMALL_Q_TRUTH * (1 + 2e-6)
+    assert b.upper >= SMALL_Q_TRUTH * (1 - 2e-6)
+    assert b.upper - b.lower <= 1e-4 * b.upper
+
+
+def test_tail_mass_follows_delta_and_the_tolerance() -> None:
+    # All truncations of a query at δ together move at most τ·δ (four per event), in
+    # powers of ten within [1e-15, 1e-10].
+    assert tail_mass_for(1e-6, 1e-4, 1) == pytest.approx(1e-11)
+    assert tail_mass_for(1e-6, 1e-4, 3) == pytest.approx(1e-12)  # 8.3e-12, rounded down
+    assert tail_mass_for(1e-6, 1e-2, 1) == 1e-10  # at most 1e-10
+    assert tail_mass_for(1e-12, 1e-4, 1) == 1e-15  # never below the old fixed default
+    assert tail_mass_for(0.0, 1e-4, 1) == 1e-15
+
+
+def test_the_automatic_tail_mass_shortens_the_grid_and_keeps_the_bracket() -> None:
+    # The old fixed tail mass (1e-15 per operation) against the one chosen from δ: the
+    # grid is shorter and both brackets hold the truth within the tolerance.
+    fixed = PLDAccountant(tail_mass=1e-15).compose(SMALL_Q, 1000)
+    auto = PLDAccountant().compose(SMALL_Q, 1000)
+    bf, ba = fixed.epsilon(1e-6), auto.epsilon(1e-6)
+    assert auto.pld().largest_grid < fixed.pld().largest_grid / 2
+    for b in (bf, ba):
+        assert b.lower <= SMALL_Q_TRUTH * (1 + 2e-6)
+        assert b.upper >= SMALL_Q_TRUTH * (1 - 2e-6)
+        assert b.upper - b.lower <= 1e-4 * b.upper
+
+
+def test_a_large_tail_mass_costs_tightness_never_the_certificate() -> None:
+    # What truncation moves goes to +∞ or up (upper side), so even a tail mass far above
+    # what δ needs leaves a valid bracket: looser, around the same truth.
+    b = PLDAccountant(tail_mass=1e-8).compose(SMALL_Q, 1000).epsilon(1e-6)
+    assert b.lower <= SMALL_Q_TRUTH * (1 + 2e-6)
+    assert b.upper >= SMALL_Q_TRUTH * (1 - 2e-6)
+    assert b.upper > SMALL_Q_TRUTH * (1 + 1e-4)  # the cost: a few % of δ went to +∞
+    assert b.note  # and the bracket says so
+
+
+def test_a_smaller_delta_rebuilds_with_a_smaller_tail_mass() -> None:
+    # The grid built for δ = 1e-5 (tail mass 1e-10) is not reused at δ = 1e-9 (1e-14):
+    # the answer there is the one a fresh accountant gives.
+    acc = PLDAccountant().compose(SMALL_Q, 1000)
+    first = acc.epsilon(1e-5)
+    small = acc.epsilon(1e-9)
+    assert small == PLDAccountant().compose(SMALL_Q, 1000).epsilon(1e-9)
+    assert small.upper - small.lower <= 1e-4 * small.upper
+    # Back at δ = 1e-5 the finer truncation is reused: at least as tight, same truth.
+    again = acc.epsilon(1e-5)
+    assert again.lower <= first.upper
+    assert first.lower <= again.upper
+    assert again.upper - again.lower <= 1e-4 * again.upper
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-12, 1e-6, 0.5, math.nan, math.inf])
+def test_tail_mass_validates(bad: float) -> None:
+    with pytest.raises(ValueError, match="^tail_mass must be"):
+        PLDAccountant(tail_mass=bad)
 
 
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:

@@ -1,14 +1,15 @@
 r"""PLD grids chosen by the accuracy asked for, within a memory bound.
 
 The accountant states a tolerance τ on ε (relative; default 10⁻⁴). The grid step h is
-first set from the loss spread s of one run (h = 2√τ·s: the connect-the-dots upper
+first set from the loss spread s of one run (h = 1.6√τ·s: the connect-the-dots upper
 bound inflates the variance of each run's loss by at most h²/4, a relative error of
 about (h/s)²/8 in ε, see docs/accounting.md), then refined where the certified bracket
-shows that it is needed: while ``upper − lower`` exceeds 10τ·upper (the lower bound's
-discretisation error is about ten times the upper's), h is divided by
-√(gap / (10τ·upper))·1.2 (the errors are O(h²)) and the PLD rebuilt, at most
+shows that it is needed: while ``upper − lower`` exceeds τ·upper (lower ≤ truth ≤ upper,
+so a bracket within τ·upper proves the upper bound within τ of the truth), h is divided
+by √(gap / (τ·upper))·1.2 (the errors are O(h²)) and the PLD rebuilt, at most
 :data:`_MAX_REFINEMENTS` times. ``upper`` is certified at every step; refinement only
-tightens it.
+tightens it. The truncations' tail mass is chosen per query from δ
+(:func:`tail_mass_for`).
 
 Precision: where the FFT round-off allowance (proven in float64, docs/accounting.md §3)
 would move the upper bound by more than half the tolerance, the next grid is built with
@@ -43,6 +44,7 @@ __all__ = [
     "GridTooLargeError",
     "check_grid_points",
     "check_tolerance",
+    "tail_mass_for",
 ]
 
 #: Default relative tolerance on ε of the PLD accountant's upper bound.
@@ -59,11 +61,22 @@ EXTENDED_COST = np.dtype(np.longdouble).itemsize / np.dtype(np.float64).itemsize
 # refinement may build (refining is for accuracy; it stops where it gets expensive).
 _MAX_REFINEMENTS = 4
 _REFINE_POINTS = 1_500_000
-# The bracket's relative width that is accepted, in units of the tolerance.
-_GAP_FACTOR = 10.0
+# The bracket's relative width that is accepted, in units of the tolerance: 1 for ε, so
+# that an accepted bracket proves the tolerance (it was 10 while the lower bound's error
+# was ten times the upper's; docs/accounting.md §1, "Choosing h"). A δ(ε) query's bracket
+# is relative in δ, which moves |d ln δ/d ln ε| (10–100 at the usual δ) times faster than
+# ε: 10τ in δ is about τ/10–τ in ε, as before.
+_GAP_FACTOR = 1.0
+_DELTA_GAP_FACTOR = 10.0
 # The share of the tolerance on ε that the numerical allowances may take before the
 # PLD is rebuilt with its FFTs in extended precision.
 _ALLOWANCE_SHARE = 0.5
+# Automatic truncation (tail_mass_for): the mass all truncations and wrap-arounds of a
+# query at δ may move together is at most this share of τ·δ, in about
+# _TAIL_OPS_PER_EVENT operations per distinct event, per operation between the two bounds.
+_TAIL_SHARE = 1.0
+_TAIL_OPS_PER_EVENT = 4
+_TAIL_MASS_RANGE = (1e-15, 1e-10)
 
 
 class GridTooLargeError(ValueError):
@@ -98,6 +111,29 @@ def check_tolerance(value: object) -> float:
     if tol > 0.1:
         raise ValueError(invalid("tolerance", "in (0, 0.1]", value))
     return tol
+
+
+def tail_mass_for(delta: float, tolerance: float, events: int) -> float:
+    r"""The mass each truncation or wrap-around may move, for a query at ``delta``.
+
+    What truncation moves is never lost on the upper side: mass cut above a window goes
+    to +∞ (δ(ε) counts it in full), mass cut below is rounded up to the window's first
+    point, and the Chernoff bound on what wraps around is added to δ
+    (docs/accounting.md §2). So the tail mass is a matter of tightness only, and it need
+    only be small against what is asked: about 4 operations per distinct event (one
+    run's truncation, summed over its runs; the window's wrap-around; the truncation
+    after the power; the composition with the others) together move at most
+    0.1·τ·δ, which changes δ by at most a tenth of the tolerance relative (and ε by
+    that over |d ln δ/d ln ε|, which the bracket check then measures). Rounded down to
+    a power of ten (so that nearby δ share a grid), within [1e-15, 1e-10]: never below
+    the fixed default it replaces (1e-15, so no window grows), never above 1e-10 per
+    operation.
+    """
+    lo, hi = _TAIL_MASS_RANGE
+    want = _TAIL_SHARE * tolerance * delta / (_TAIL_OPS_PER_EVENT * max(events, 1))
+    if not want > lo:  # also NaN-safe: δ = 0 asks for the most accurate truncation
+        return lo
+    return min(hi, 10.0 ** math.floor(math.log10(want)))
 
 
 class _Built(Protocol):
@@ -200,8 +236,10 @@ class AdaptivePLD:
 
     def epsilon(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta``, refining the grid until the bracket is narrow."""
-        lower, upper = self._refine(lambda pld: pld.epsilon(delta), _ALLOWANCE_SHARE * self._tol)
-        return EpsilonBounds(lower, upper, method="pld", note=self._note(lower, upper))
+        lower, upper = self._refine(
+            lambda pld: pld.epsilon(delta), _ALLOWANCE_SHARE * self._tol, _GAP_FACTOR
+        )
+        return EpsilonBounds(lower, upper, method="pld", note=self._note(lower, upper, _GAP_FACTOR))
 
     def delta(self, epsilon: float) -> DeltaBounds:
         """Bounds on δ at ``epsilon``, refining the grid until the bracket is narrow.
@@ -217,19 +255,22 @@ class AdaptivePLD:
         def beyond(pld: _Built) -> bool:
             return epsilon >= getattr(pld, "largest_finite_loss", math.inf)
 
-        lower, upper = self._refine(lambda pld: pld.delta(epsilon), self._tol, beyond)
-        return DeltaBounds(lower, upper, method="pld", note=self._note(lower, upper))
+        gap = _DELTA_GAP_FACTOR
+        lower, upper = self._refine(lambda pld: pld.delta(epsilon), self._tol, gap, beyond)
+        return DeltaBounds(lower, upper, method="pld", note=self._note(lower, upper, gap))
 
     def _refine(
         self,
         query: Callable[[_Built], EpsilonBounds | DeltaBounds],
         share: float,
+        gap_factor: float,
         settled: Callable[[_Built], bool] | None = None,
     ) -> tuple[float, float]:
         """The bracket of ``query``, intersected over the grids built: every grid's
         bounds are certified, so the largest lower and the smallest upper are too. Stops
-        when the bracket is narrow, the grid cannot grow, or two finer grids in a row did
-        not narrow it by 5 % (the allowances, not the discretisation, dominate).
+        when the bracket is within ``gap_factor``·τ·upper, the grid cannot grow, or two
+        finer grids in a row did not narrow it by 5 % (the allowances, not the
+        discretisation, dominate).
 
         If the numerical allowances (round-off, wrapped mass) move the upper bound by
         more than ``share``·upper (or make it infinite), the next grid is built with its
@@ -249,9 +290,13 @@ class AdaptivePLD:
         for _ in range(refinements):
             # The allowances (round-off, wrapped mass) do not shrink with h: the step is
             # refined only while the discretisation alone leaves the bracket too wide
-            # (the same grid's bare bracket is reused).
+            # (the same grid's bare bracket is reused), against what the allowances leave
+            # of the tolerance (none of it where an extended rebuild will shrink them).
             bare = bare if bare is not None else query(pld.without_allowances())
-            factor = self._refinement(bare.lower, bare.upper)
+            spent = 0.0
+            if built_extended or not self._extended:
+                spent = max(0.0, (b.upper - b.lower) - (bare.upper - bare.lower))
+            factor = self._refinement(bare.lower, bare.upper, gap_factor, spent)
             if factor is None:
                 break
             finer = self._finer(factor)
@@ -289,12 +334,18 @@ class AdaptivePLD:
         self._pld = built
         return built
 
-    def _refinement(self, lower: float, upper: float) -> float | None:
-        """The factor to divide h by, or None when the bracket is narrow enough (or
-        cannot be narrowed by the grid: ``loose``)."""
+    def _refinement(
+        self, lower: float, upper: float, gap_factor: float, spent: float
+    ) -> float | None:
+        """The factor to divide h by, or None when the bare bracket [lower, upper] is
+        narrow enough (or cannot be narrowed by the grid: ``loose``): within
+        ``gap_factor``·τ·upper less ``spent`` (the allowances' part of the full bracket),
+        but at least half of it (the allowances are then the larger part; an extended
+        rebuild, not a finer grid, shrinks them)."""
         if self._fixed or self._loose or not math.isfinite(upper) or upper <= 0.0:
             return None
-        target = _GAP_FACTOR * self._tol * upper
+        whole = gap_factor * self._tol * upper
+        target = max(whole - spent, 0.5 * whole)
         gap = upper - lower
         if gap <= target:
             return None
@@ -320,8 +371,8 @@ class AdaptivePLD:
         self._pld = built
         return built
 
-    def _note(self, lower: float, upper: float) -> str:
-        if math.isfinite(upper) and upper - lower <= _GAP_FACTOR * self._tol * max(upper, 0.0):
+    def _note(self, lower: float, upper: float, gap_factor: float) -> str:
+        if math.isfinite(upper) and upper - lower <= gap_factor * self._tol * max(upper, 0.0):
             return ""
         if not math.isfinite(upper):
             return (

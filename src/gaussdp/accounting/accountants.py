@@ -64,6 +64,7 @@ from gaussdp.accounting._adaptive import (
     MIN_STEP,
     AdaptivePLD,
     check_tolerance,
+    tail_mass_for,
 )
 from gaussdp.accounting._bounded_range import bounded_range_pld
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
@@ -92,6 +93,7 @@ from gaussdp.accounting.pld import (
     MAX_SUBSAMPLED_MU,
     PrivacyLossDistribution,
     check_discrete_gaussian_support,
+    check_tail_mass,
     check_value_discretization,
 )
 from gaussdp.errors import invalid
@@ -888,7 +890,7 @@ class PLDAccountant(Accountant):
     value_discretization : float, optional
         Grid step h of the privacy loss, in nats. Default: chosen by ``tolerance``
         (from the loss spread of one run, pooled over the runs of distinct events,
-        refined while the bracket is wider than 10·tolerance unless a bounded-range
+        refined while the bracket is wider than the tolerance unless a bounded-range
         step makes it wide, within the memory bound; see ``docs/accounting.md``). Given
         explicitly, it is used as is (refused if its grid cannot fit in memory).
     tolerance : float, default 1e-4
@@ -901,8 +903,13 @@ class PLDAccountant(Accountant):
         still certified, only looser: a default must not make a query fail).
     exact_gaussian : bool, default True
         Use the exact μ-GDP formula when every leaf is a Gaussian.
-    tail_mass : float, default 1e-15
-        Bound on the probability mass moved by each truncation or wrap-around.
+    tail_mass : float, optional
+        Bound on the probability mass moved by each truncation or wrap-around (on the
+        upper side it goes to +∞ or is added to δ, so the upper bound stays certified
+        whatever it is). Default: chosen per query from δ and ``tolerance``, so that all
+        truncations together move at most a tenth of τ·δ (within [1e-15, 1e-10] per
+        operation; 1e-15 for ``delta(epsilon)``, whose δ is not known in advance, and
+        for :meth:`pld` on a fresh accountant; see ``docs/accounting.md`` §2).
 
     Examples
     --------
@@ -919,7 +926,7 @@ class PLDAccountant(Accountant):
         *,
         value_discretization: float | None = None,
         exact_gaussian: bool = True,
-        tail_mass: float = DEFAULT_TAIL_MASS,
+        tail_mass: float | None = None,
         tolerance: float | None = None,
     ) -> None:
         super().__init__()
@@ -930,8 +937,10 @@ class PLDAccountant(Accountant):
         self._tolerance_given = tolerance is not None
         self._tolerance = check_tolerance(DEFAULT_TOLERANCE if tolerance is None else tolerance)
         self._adaptive: AdaptivePLD | None = None
+        # The tail mass the current grid (``_adaptive``) is built with.
+        self._adaptive_tail = DEFAULT_TAIL_MASS
         self._exact_gaussian = bool(exact_gaussian)
-        self._tail_mass = tail_mass
+        self._tail_mass = None if tail_mass is None else check_tail_mass(tail_mass)
         self._single_cache: list[PrivacyLossDistribution] | None = None
         # One run's PLD of a single event on the last grid built: a rebuild on the same
         # grid (in extended precision) does not discretise it again. (Not kept for many
@@ -987,13 +996,15 @@ class PLDAccountant(Accountant):
             return self._adaptive.value_discretization
         # The connect-the-dots upper bound inflates each run's loss variance by at most
         # h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
-        # h = 2√τ·s, and at most 1e-4·√(τ/1e-4). Refined per query (see _adaptive).
+        # h = 1.6√τ·s, and at most 1e-4·√(τ/1e-4). (1.6 rather than 2: the bracket must
+        # be within τ, and at 2 the sweep's first brackets were 1.1–1.5τ wide, asking
+        # for a second, finer grid.) Refined per query (see _adaptive).
         tol = self._tolerance
         if len(self._leaves) > 1:
             return _pooled_step(self._leaves, tol)
         h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
         for event in self._leaves:
-            h = min(h, 2.0 * math.sqrt(tol) * _loss_spread(event))
+            h = min(h, 1.6 * math.sqrt(tol) * _loss_spread(event))
         return self._snap(max(h, MIN_STEP))
 
     def _snap(self, h: float) -> float:
@@ -1016,13 +1027,31 @@ class PLDAccountant(Accountant):
         """The composed privacy loss distribution on the current grid (cached)."""
         if not self._leaves:
             raise ValueError(invalid("accountant", "non-empty to build a PLD", self))
-        built = self._grid().pld()
+        built = self._grid(None).pld()
         if not isinstance(built, PrivacyLossDistribution):  # pragma: no cover
             raise TypeError(invalid("pld", "a PrivacyLossDistribution", built))
         return built
 
-    def _grid(self) -> AdaptivePLD:
-        if self._adaptive is None:
+    def _tail_for(self, delta: float | None) -> float:
+        """The tail mass for a query at ``delta`` (None: not known): the user's, else
+        :func:`~gaussdp.accounting._adaptive.tail_mass_for`, or the current grid's where
+        that is at most as large (it is then at least as accurate)."""
+        if self._tail_mass is not None:
+            return self._tail_mass
+        if delta is None:
+            return self._adaptive_tail if self._adaptive is not None else DEFAULT_TAIL_MASS
+        want = tail_mass_for(delta, self._tolerance, len(self._leaves))
+        if self._adaptive is not None and self._adaptive_tail <= want:
+            return self._adaptive_tail
+        return want
+
+    def _grid(self, delta: float | None) -> AdaptivePLD:
+        """The adaptive grid for a query at ``delta``: the current one, or a new one
+        (from the current step) where the query needs a smaller tail mass."""
+        tail = self._tail_for(delta)
+        if self._adaptive is None or tail != self._adaptive_tail:
+            h0 = self.value_discretization
+            self._adaptive_tail = tail
             # The grid reaches back to this accountant through a weak reference: bound
             # methods would close a reference cycle, and the accountant with its PLDs
             # (tens of MB on a long DP-SGD run) would then wait for the cyclic collector
@@ -1030,14 +1059,14 @@ class PLDAccountant(Accountant):
             owner = weakref.ref(self)
 
             def build(h: float, extended: bool = False) -> PrivacyLossDistribution:
-                return _owner(owner)._build(h, extended)
+                return _owner(owner)._build(h, extended, tail)
 
             def snap(h: float) -> float:
                 return _owner(owner)._snap(h)
 
             self._adaptive = AdaptivePLD(
                 build,
-                self.value_discretization,
+                h0,
                 self._tolerance,
                 fixed=self._h is not None,
                 snap=snap,
@@ -1045,7 +1074,7 @@ class PLDAccountant(Accountant):
             )
         return self._adaptive
 
-    def _build(self, h: float, extended: bool = False) -> PrivacyLossDistribution:
+    def _build(self, h: float, extended: bool, tail_mass: float) -> PrivacyLossDistribution:
         # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
         # side): the composition then moves at most tail_mass per event. ``extended``:
         # FFTs in long double (smaller round-off allowances; for small δ).
@@ -1059,7 +1088,7 @@ class PLDAccountant(Accountant):
         for event, count in sorted(
             self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
         ):
-            tail = self._tail_mass / count if _subsampled(event) else self._tail_mass
+            tail = tail_mass / count if _subsampled(event) else tail_mass
             part = _composed_event_pld(event, count, h, tail, extended, self._one_run)
             _push_balanced(stacks[part.symmetric], part, extended)
         groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
@@ -1091,7 +1120,7 @@ class PLDAccountant(Accountant):
         if single is not None:
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
-        b = self._grid().epsilon(delta)
+        b = self._grid(delta).epsilon(delta)
         self._check_met(b)
         if b.note or self._bounded_range:
             # The PLD could not certify within the tolerance (its allowances are too large
@@ -1111,7 +1140,9 @@ class PLDAccountant(Accountant):
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
-        b = self._grid().delta(epsilon)
+        # δ is not known in advance: the most accurate truncation (tail_mass_for(0) is the
+        # smallest tail mass), so that δ(ε) does not depend on earlier ε queries.
+        b = self._grid(0.0).delta(epsilon)
         self._check_met(b)
         if b.note or self._bounded_range:
             rdp = self._rdp()
@@ -1126,8 +1157,8 @@ class PLDAccountant(Accountant):
         """Refuse a tolerance stated by the user that the grid, coarsened to fit the memory
         bound, did not meet; name the tolerance this grid does meet (its bracket is
         within _GAP_FACTOR·tolerance, the adaptive grid's criterion)."""
-        grid = self._grid()
-        if not (self._tolerance_given and grid.coarsened and b.note):
+        grid = self._adaptive  # the grid that answered the query
+        if grid is None or not (self._tolerance_given and grid.coarsened and b.note):
             return
         if not (math.isfinite(b.upper) and b.upper > 0):
             return  # not a grid-size matter: the allowances exceed δ (RDP fallback)
@@ -1161,7 +1192,8 @@ class PLDAccountant(Accountant):
             return None
         if self._single_cache is None:
             self._single_cache = event.candidate_plds(
-                value_discretization=self.value_discretization, tail_mass=self._tail_mass
+                value_discretization=self.value_discretization,
+                tail_mass=self._tail_for(None),
             )
         return self._single_cache
 
@@ -1267,7 +1299,7 @@ def _pooled_step(leaves: Counter[Event], tolerance: float) -> float:
     mean_square = sum(c * _loss_spread(e) ** 2 for e, c in leaves.items()) / runs
     h = 2.0 * math.sqrt(tolerance * mean_square)
     cap = 10 * DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tolerance / DEFAULT_TOLERANCE)
-    return max(min(h, cap), 1e-9)
+    return max(min(h, cap), MIN_STEP)
 
 
 def _lattice_grid(event: Event) -> float | None:

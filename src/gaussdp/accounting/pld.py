@@ -98,6 +98,7 @@ __all__ = [
     "DEFAULT_VALUE_DISCRETIZATION",
     "PrivacyLossDistribution",
     "check_discrete_gaussian_support",
+    "check_tail_mass",
     "check_value_discretization",
 ]
 
@@ -1245,7 +1246,7 @@ class PrivacyLossDistribution:
         sigma = check_positive("sigma", sigma)
         sensitivity = check_positive("sensitivity", sensitivity)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         mu = sensitivity / sigma
         if not mu <= MAX_SUBSAMPLED_MU:  # μ² would overflow; every loss is far past the cap
             return cls._build(h, _all_at_infinity(h), None, tail_mass)
@@ -1287,7 +1288,7 @@ class PrivacyLossDistribution:
         scale = check_positive("scale", scale)
         sensitivity = check_positive("sensitivity", sensitivity)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         rate = _check_rate(sample_rate)
         eps0 = sensitivity / scale
         if rate < 1.0:
@@ -1404,7 +1405,7 @@ class PrivacyLossDistribution:
         q = _check_rate(sample_rate)
         sensitivity = check_positive("sensitivity", sensitivity)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         if q == 1.0:
             return cls.from_gaussian(
                 sigma, sensitivity, value_discretization=h, tail_mass=tail_mass
@@ -1493,7 +1494,7 @@ class PrivacyLossDistribution:
         True
         """
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         pa = np.asarray(p, dtype=np.float64).ravel()
         qa = np.asarray(q, dtype=np.float64).ravel()
         if pa.shape != qa.shape or pa.size == 0:
@@ -1534,7 +1535,7 @@ class PrivacyLossDistribution:
         """
         s2 = check_fraction("sigma2", sigma2)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         rate = _check_rate(sample_rate)
         if isinstance(sensitivity, Sequence):
             if len(sensitivity) == 0:
@@ -1631,7 +1632,7 @@ class PrivacyLossDistribution:
         """One PLD per distinct vector (|v_j| sorted, zeros dropped), sharing the parts."""
         s2 = check_fraction("sigma2", sigma2)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         if isinstance(sensitivities, (str, bytes)) or not isinstance(sensitivities, Sequence):
             raise TypeError(
                 invalid("sensitivities", "a sequence of integer vectors", sensitivities)
@@ -1704,7 +1705,7 @@ class PrivacyLossDistribution:
             h = eps if eps > 0 else DEFAULT_VALUE_DISCRETIZATION
         else:
             h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         a = 1.0 / (1.0 + math.exp(-eps))  # e^ε/(1 + e^ε)
         losses = np.array([eps, -eps])
         probs = np.array([(1.0 - d) * a, (1.0 - d) * (1.0 - a)])
@@ -1737,7 +1738,7 @@ class PrivacyLossDistribution:
         t = check_fraction("scale", scale)
         d = check_int("sensitivity", sensitivity, minimum=1)
         h = check_value_discretization(value_discretization)
-        tail_mass = _check_tail(tail_mass)
+        tail_mass = check_tail_mass(tail_mass)
         rate = _check_rate(sample_rate)
         if rate < 1.0:
             _, p, q, missing = _discrete_laplace_points(t, d)
@@ -1955,7 +1956,8 @@ def check_value_discretization(value: object) -> float:
     return h
 
 
-def _check_tail(value: object) -> float:
+def check_tail_mass(value: object) -> float:
+    """Return ``value`` as a tail mass in (0, 1e-6), else raise with the shared template."""
     t = check_positive("tail_mass", value)
     if t >= 1e-6:
         raise ValueError(invalid("tail_mass", "in (0, 1e-6)", value))
