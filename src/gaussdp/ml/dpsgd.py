@@ -1830,11 +1830,21 @@ def make_private(
         gradients on the whole batch, without materialising the model's per-example
         gradients; only when Linear, Conv1d, Conv2d, Embedding, LayerNorm,
         GroupNorm and MultiheadAttention layers hold every trainable parameter.
-        ``"auto"`` uses ghost clipping where it applies. The batched path is
-        checked against the per-example one on calls 0, 1, 2, 4, … and on layer
-        input shapes not seen before: on a
-        disagreement (a model that mixes examples) ``"auto"`` falls back to
-        ``torch.func`` with a warning and ``"ghost"`` raises ``ValueError``.
+        ``"auto"`` uses ghost clipping where it applies. Ghost clipping runs the
+        batch at once, so it is used only for a model *proven* to process examples
+        independently (:mod:`gaussdp.ml._independence`, once per input structure
+        and training mode): the model is traced with ``torch.fx`` and every node
+        must be a known per-example layer or an operation that keeps the batch
+        dimension apart (elementwise, reductions/reshapes over explicit non-batch
+        dimensions); anything else (``h.mean(0)``, ``.any()``, ``view(-1)``,
+        ``F.batch_norm``, an untraceable forward, hooks) is not proven: ``"auto"``
+        warns once naming the node and uses ``torch.func``, ``"ghost"`` raises
+        ``ValueError``. Python control flow not on tensors is fixed at the trace; a
+        forward that branches on Python state should use ``"functorch"``. As a
+        second line the batched path is still compared with the per-example one on
+        calls 0, 1, 2, 4, … and on new layer input shapes: on a disagreement
+        ``"auto"`` falls back to ``torch.func`` with a warning and ``"ghost"``
+        raises ``ValueError``.
     accountant : {"pld", "rdp"}, default "pld"
         ``"pld"``: privacy loss distributions, a certified upper bound and a lower
         bound (:class:`~gaussdp.accounting.PLDAccountant`). ``"rdp"``: Rényi DP,
