@@ -52,14 +52,15 @@ class Attention(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed(ids)
-        pad = ids == 0
-        pad[:, 0] = False  # every example attends to something
+        # Every example attends to something (position 0); written without an indexed
+        # assignment, which torch.fx cannot trace (the independence proof needs a trace).
+        pad = (ids == 0) & (torch.arange(ids.shape[1], device=ids.device) > 0)
         if not self.batch_first:
             h = h.transpose(0, 1)
         out, w = self.attn(h, h, h, key_padding_mask=pad, need_weights=self.weights)
         if not self.batch_first:
             out = out.transpose(0, 1)
-        extra = 0.0 if w is None else w.sum((1, 2))[:, None]
+        extra = w.sum((1, 2))[:, None] if self.weights else 0.0
         return self.head(out.mean(1)) + extra
 
 

@@ -540,6 +540,14 @@ class _Engine:
                     grad_sample_mode,
                 )
             )
+        # The dimension along which ghost clipping reads each layer's examples.
+        self.expected = {
+            id(m): 1 if isinstance(m, nn.MultiheadAttention) and not m.batch_first else 0
+            for _, m in self.ghost_layers or []
+        }
+        # Per call structure and modules' state: why the batched path is not proven to
+        # keep examples independent, or None (gaussdp.ml._independence).
+        self.proofs: dict[tuple[Any, ...], str | None] = {}
         self.loss_fn = loss_fn
         self.names = [k for k, v in module.named_parameters() if v.requires_grad]
         self.params = [v for v in module.parameters() if v.requires_grad]
@@ -551,6 +559,7 @@ class _Engine:
         self.expected_batch_size = sample_rate * num_examples
         self.pending: list[torch.Tensor] | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
+        self.warned = False  # the "not proven" warning of "auto" was given
         self.checked: set[tuple[tuple[int, ...], ...]] = set()  # layer shapes checked
         self.copy_outputs: set[str] = set()  # layers followed by an in-place operation
         # Calls (input shapes and structure, see _call_key) where a layer ran in a
@@ -577,7 +586,12 @@ class _Engine:
         losses: torch.Tensor | None = None
         key = _call_key([inputs], None)
         restore: Callable[[], None] = _nothing  # before each later run on the same inputs
-        if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered:
+        if (
+            self.ghost_layers is not None
+            and inputs.shape[0] > 0
+            and key not in self.uncovered
+            and self._proven((inputs,), {}, key)
+        ):
             restore = input_guard([inputs])
             clip, unit = self.max_grad_norm, self.noiser.unit
             rng_state = _rng_snapshot(self.device)  # the check replays the same dropout masks
@@ -652,6 +666,61 @@ class _Engine:
             raise _one_example_error(error) from error
         finally:
             self.inside = False
+
+    def _proven(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]) -> bool:
+        """Whether the batched path may run this call: a proof of per-example independence.
+
+        The proof (:func:`gaussdp.ml._independence.prove`) is made once per call
+        structure (``key``, see :func:`_call_key`) and state of the modules (training
+        flags, hook counts). Not proven: ``"ghost"`` raises, ``"auto"`` warns once and
+        the call takes the per-example path.
+        """
+        from torch.nn.modules import module as torch_module
+
+        state = tuple(
+            (m.training, len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+            for m in self.module.modules()
+        )
+        hooks = tuple(
+            len(getattr(torch_module, h, ()))
+            for h in ("_global_forward_hooks", "_global_forward_pre_hooks")
+        )
+        full = (key, state, hooks)
+        if full not in self.proofs:
+            from gaussdp.ml._independence import prove
+
+            inside, self.inside = self.inside, True
+            try:
+                reason = prove(
+                    self.module,
+                    self.expected,
+                    args,
+                    kwargs,
+                    allowed_hook=lambda m, h: m is self.module and h == self._watch_raw_calls,
+                )
+            finally:
+                self.inside = inside
+            self.proofs[full] = reason
+            if reason is not None and self.mode == "auto" and not self.warned:
+                self.warned = True
+                warnings.warn(
+                    "grad_sample_mode='auto' computes per-example gradients with torch.func "
+                    "(slower than ghost clipping) because the model's per-example "
+                    f"independence could not be proven: {reason}",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        reason = self.proofs[full]
+        if reason is not None and self.mode == "ghost":
+            raise ValueError(
+                invalid(
+                    "grad_sample_mode",
+                    "'auto' or 'functorch' for a model whose per-example independence "
+                    f"ghost clipping cannot prove ({reason})",
+                    self.mode,
+                )
+            )
+        return reason is None
 
     def _verify_now(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
         """Whether this batched call is checked against the per-example path.
@@ -733,12 +802,16 @@ class _Engine:
                 args, kwargs = tree_unflatten(record.inputs, record.spec)
                 return self.module(*args, **kwargs)
         key = _call_key(record.inputs, record.spec)
-        if self.ghost_layers is not None and key not in self.uncovered:
+        args, kwargs = tree_unflatten(record.inputs, record.spec)
+        if (
+            self.ghost_layers is not None
+            and key not in self.uncovered
+            and self._proven(args, kwargs, key)
+        ):
             check_batch(record.batch)
             shadows = {
                 n: p.detach().requires_grad_() for n, p in zip(self.names, self.params, strict=True)
             }
-            args, kwargs = tree_unflatten(record.inputs, record.spec)
             output, record.io = recorded_forward(
                 self.ghost_layers,
                 self.copy_outputs,
@@ -1757,11 +1830,21 @@ def make_private(
         gradients on the whole batch, without materialising the model's per-example
         gradients; only when Linear, Conv1d, Conv2d, Embedding, LayerNorm,
         GroupNorm and MultiheadAttention layers hold every trainable parameter.
-        ``"auto"`` uses ghost clipping where it applies. The batched path is
-        checked against the per-example one on calls 0, 1, 2, 4, … and on layer
-        input shapes not seen before: on a
-        disagreement (a model that mixes examples) ``"auto"`` falls back to
-        ``torch.func`` with a warning and ``"ghost"`` raises ``ValueError``.
+        ``"auto"`` uses ghost clipping where it applies. Ghost clipping runs the
+        batch at once, so it is used only for a model *proven* to process examples
+        independently (:mod:`gaussdp.ml._independence`, once per input structure
+        and training mode): the model is traced with ``torch.fx`` and every node
+        must be a known per-example layer or an operation that keeps the batch
+        dimension apart (elementwise, reductions/reshapes over explicit non-batch
+        dimensions); anything else (``h.mean(0)``, ``.any()``, ``view(-1)``,
+        ``F.batch_norm``, an untraceable forward, hooks) is not proven: ``"auto"``
+        warns once naming the node and uses ``torch.func``, ``"ghost"`` raises
+        ``ValueError``. Python control flow not on tensors is fixed at the trace; a
+        forward that branches on Python state should use ``"functorch"``. As a
+        second line the batched path is still compared with the per-example one on
+        calls 0, 1, 2, 4, … and on new layer input shapes: on a disagreement
+        ``"auto"`` falls back to ``torch.func`` with a warning and ``"ghost"``
+        raises ``ValueError``.
     accountant : {"pld", "rdp"}, default "pld"
         ``"pld"``: privacy loss distributions, a certified upper bound and a lower
         bound (:class:`~gaussdp.accounting.PLDAccountant`). ``"rdp"``: Rényi DP,
