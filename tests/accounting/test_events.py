@@ -136,10 +136,13 @@ def test_bad_event_values_use_the_template() -> None:
         SelfComposed(Gaussian(1.0), 0)
     with pytest.raises(ValueError, match="^threshold must be"):
         PartitionSelection(1, 1.5, 1, 1)  # type: ignore[arg-type]
-    # τ ≤ 1 lets a one-unit group through with probability ≥ 1/2 (δ ≥ 1/2): refused.
-    for tau in (-1, 0, 1):
-        with pytest.raises(ValueError, match=rf"^threshold must be an integer >= 2, got {tau}$"):
+    # τ ≤ 0 is not a threshold; τ = 1 is a valid event with δ ≥ 1/2 (older planners could
+    # choose it, so ledgers holding one must still load), and its δ says so.
+    for tau in (-1, 0):
+        with pytest.raises(ValueError, match=rf"^threshold must be an integer >= 1, got {tau}$"):
             PartitionSelection(1, tau, 1, 1)
+    assert PartitionSelection(1, 1, 1, 1).delta >= 0.5
+    assert event_from_json(event_to_json(PartitionSelection(1, 1, 1, 1))).threshold == 1
     assert PartitionSelection(1, 2, 1, 1).delta < 0.5
     assert Subsampled(Gaussian(1.0), 0.1, "without_replacement").neighbours == "replace one"
 

@@ -280,13 +280,20 @@ def test_quantiles_without_noise_and_monotone(no_noise: None) -> None:
     table = pd.DataFrame({"u": np.arange(2000), "p": np.where(np.arange(2000) % 2, "x", "y"),
                           "m": values})  # fmt: skip
     levels = [0.1, 0.25, 0.5, 0.75, 0.9]
-    frame = (
-        Release(table, privacy_unit="u", budget=BUDGET, max_groups_per_unit=1,
-                max_rows_per_group=1)
-        .quantile("m", levels, bounds=(0, 100), by="p", keys=["x", "y"], resolution=256)
-        .run()
-        .frame
-    )  # fmt: skip
+
+    def release(q: object) -> pd.DataFrame:
+        return (
+            Release(table, privacy_unit="u", budget=BUDGET, max_groups_per_unit=1,
+                    max_rows_per_group=1)
+            .quantile("m", q, bounds=(0, 100), by="p", keys=["x", "y"], resolution=256)  # type: ignore[arg-type]
+            .run()
+            .frame
+        )  # fmt: skip
+
+    frame = release(levels)
+    # Levels as a numpy array or a pandas Series are the same query.
+    pd.testing.assert_frame_equal(release(np.array(levels)), frame)
+    pd.testing.assert_frame_equal(release(pd.Series(levels)), frame)
     width = 100 / 256
     for page in ("x", "y"):
         got = frame[frame["p"] == page]["value"].to_numpy()

@@ -640,8 +640,10 @@ class PartitionSelection:
     sigma2 : Fraction, int, float or str
         σ² of the noise on the distinct-unit counts, exact and > 0.
     threshold : int
-        τ ≥ 2: the smallest noisy count released. At τ ≤ 1 a group of one unit would
-        pass with probability P[Z ≥ 0] ≥ 1/2, so δ ≥ 1/2: no guarantee.
+        τ ≥ 1: the smallest noisy count released. At τ = 1 a group of one unit
+        passes with probability P[Z ≥ 0] ≥ 1/2, so δ ≥ 1/2: a valid event with no
+        useful guarantee (the release planner starts at τ = 2; τ = 1 is accepted so
+        that ledgers written when the planner could choose it still load).
     max_groups_per_unit : int
         L0 ≥ 1.
     cells : int
@@ -667,7 +669,7 @@ class PartitionSelection:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma2", check_fraction("sigma2", self.sigma2))
-        object.__setattr__(self, "threshold", check_int("threshold", self.threshold, minimum=2))
+        object.__setattr__(self, "threshold", check_int("threshold", self.threshold, minimum=1))
         l0 = check_int("max_groups_per_unit", self.max_groups_per_unit, minimum=1)
         object.__setattr__(self, "max_groups_per_unit", l0)
         object.__setattr__(self, "cells", check_int("cells", self.cells, minimum=1))

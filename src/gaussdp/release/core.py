@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -527,9 +528,10 @@ class Release:
         """Quantiles at levels ``q`` of ``column`` clamped to ``bounds``, from one noisy
         hierarchical histogram (``resolution`` leaves, ``branching`` children per node) with
         consistent post-processing (:mod:`gaussdp.release.tree`)."""
-        if isinstance(q, str) or not isinstance(q, int | float | Sequence):
+        # Any iterable of levels (a list, a numpy array, a pandas Series), not a string.
+        if isinstance(q, str | bytes) or not isinstance(q, numbers.Real | Iterable):
             raise ValueError(invalid("q", "a level in [0, 1] or a sequence of levels", q))
-        levels = (q,) if isinstance(q, int | float) else tuple(q)
+        levels = (q,) if isinstance(q, numbers.Real) else tuple(q)
         return self._query(
             "quantile",
             (column,),
