@@ -17,6 +17,7 @@ from gaussdp._search import (
     mul_up,
     smallest_passing,
     smallest_passing_int,
+    smallest_scale,
     sqrt_up,
 )
 
@@ -54,6 +55,22 @@ def test_growing_bracket_and_refusals() -> None:
         smallest_passing(lambda x: True, 1.0, 0.0)
     with pytest.raises(ValueError, match="^bracket must be one whose lower end passes"):
         largest_passing(lambda x: False, 0.0, 1.0)
+
+
+def test_smallest_scale_refuses_a_target_met_without_noise() -> None:
+    # ε below the target at every scale (e.g. δ at least the sample rate): a clear error
+    # after a bounded number of evaluations, not an endless search towards 0.
+    calls: list[float] = []
+
+    def eps_of(s: float) -> float:
+        calls.append(s)
+        return 0.0
+
+    with pytest.raises(ValueError, match="^target_epsilon must be small enough that some noise"):
+        smallest_scale(eps_of, 1.0, 1.0, 1e-3)
+    assert len(calls) < 100
+    with pytest.raises(ValueError, match="^target_epsilon must be reachable with finite noise"):
+        smallest_scale(lambda s: math.inf, 1.0, 1.0, 1e-3)
 
 
 @given(n=st.integers(min_value=0, max_value=10**30), lo=st.integers(-100, 100))

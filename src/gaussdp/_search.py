@@ -269,7 +269,8 @@ def smallest_scale(
     Raises
     ------
     ValueError
-        If no scale up to 1e12 meets ``target`` (named ``target_epsilon``).
+        If no scale up to 1e12 meets ``target``, or every scale down to 1e-12 of
+        ``start`` does (named ``target_epsilon``).
 
     Examples
     --------
@@ -288,6 +289,17 @@ def smallest_scale(
     if eps_at(start) <= target:
         while eps_at(lo) <= target:
             hi, lo = lo, lo / step
+            if lo < start * 1e-12:
+                # Met at every scale tried down to 1e-12 of the start (e.g. δ at least the
+                # sample rate): no smallest noise to calibrate to.
+                raise ValueError(
+                    invalid(
+                        "target_epsilon",
+                        "small enough that some noise is needed at this delta (it is met "
+                        f"even at a noise scale of {lo:.3g}; lower it or delta)",
+                        target,
+                    )
+                )
     else:
         while eps_at(hi) > target:
             lo, hi = hi, hi * step

@@ -18,7 +18,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norm_upper  # noqa: E402
+from gaussdp.ml.dpsgd import (  # noqa: E402
+    _factors_from_squared,
+    _squared_norm_upper,
+    clip_gradients,
+)
 
 TINY = float(torch.finfo(torch.float32).tiny)  # 2**-126, the smallest normal float32
 
@@ -99,3 +103,20 @@ def test_clipped_vectors_have_norm_at_most_c_exactly(clip: float) -> None:
         assert math.isfinite(c)
         assert 0 < c <= 1
         assert Fraction(c) ** 2 * exact <= limit**2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_clip_gradients_output_has_norm_at_most_c_in_every_dtype(dtype: torch.dtype) -> None:
+    """clip_gradients' returned rows, read exactly, have norm ≤ C: half-precision inputs
+    come back in float32 (rounding a clipped row to float16 could exceed C by ~0.5 %)."""
+    gen = torch.Generator().manual_seed(3)
+    grads = {
+        "w": (torch.randn(64, 7, 5, generator=gen) * 10).to(dtype),
+        "b": (torch.randn(64, 5, generator=gen) * 10).to(dtype),
+    }
+    clip = 1.0
+    out = clip_gradients(grads, clip)
+    assert out["w"].dtype == torch.promote_types(dtype, torch.float32)
+    flat = torch.cat([out["w"].reshape(64, -1), out["b"]], dim=1).to(torch.float64)
+    for row in flat:
+        assert sum((Fraction(x) ** 2 for x in row.tolist()), Fraction(0)) <= Fraction(clip) ** 2

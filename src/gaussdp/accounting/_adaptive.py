@@ -123,8 +123,8 @@ def tail_mass_for(delta: float, tolerance: float, events: int) -> float:
     only be small against what is asked: about 4 operations per distinct event (one
     run's truncation, summed over its runs; the window's wrap-around; the truncation
     after the power; the composition with the others) together move at most
-    0.1·τ·δ, which changes δ by at most a tenth of the tolerance relative (and ε by
-    that over |d ln δ/d ln ε|, which the bracket check then measures). Rounded down to
+    τ·δ (``_TAIL_SHARE`` = 1), which changes δ by at most the tolerance relative (and ε
+    by that over |d ln δ/d ln ε|, which the bracket check then measures). Rounded down to
     a power of ten (so that nearby δ share a grid), within [1e-15, 1e-10]: never below
     the fixed default it replaces (1e-15, so no window grows), never above 1e-10 per
     operation.

@@ -36,7 +36,8 @@ coefficient counted twice by Hermitian symmetry). docs/accounting.md §3 gives t
   ω^{cj}(1 − w_j) with w_j = (1 − m_c) + D_j − ω^{−cj}T_j (core mass m_c, centred core
   deviation D_j = Σ_core p_i(1 − ω^{(i−c)j}), tail DFT T_j): D_j summed term by term with
   exactly reduced angles errs by O(u)·Σ p_i|θ_i| (:func:`centred_deviations`), not by
-  γ(N)‖p‖₁; 1 − m_c is correctly rounded (fsum), T_j errs by γ(N)‖tail‖₁ (Lemma 1).
+  γ(N)‖p‖₁; 1 − m_c is correctly rounded (fsum), T_j (blocked direct sums, :func:`tail_dft`)
+  errs by about 103u·‖tail‖₁.
 * Lemma 9 (a power near 1). (1 − w̃)^k·e^{−2πi·t/N} through log1p and atan2, the turn t
   reduced exactly, errs by ρ|1 − w̃|^k with ρ = O(u)·(k|ln|1 − w̃|| + k|arg(1 − w̃)| + 1)
   (:func:`power_near_one`): no k·u·const term as in Lemma 2.

@@ -58,6 +58,7 @@ from scipy.special import gammaln, logsumexp
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_epsilon, check_int
 from gaussdp.accounting._adaptive import (
+    _DELTA_GAP_FACTOR,
     _GAP_FACTOR,
     DEFAULT_TOLERANCE,
     MAX_GRID_POINTS,
@@ -907,7 +908,7 @@ class PLDAccountant(Accountant):
         Bound on the probability mass moved by each truncation or wrap-around (on the
         upper side it goes to +∞ or is added to δ, so the upper bound stays certified
         whatever it is). Default: chosen per query from δ and ``tolerance``, so that all
-        truncations together move at most a tenth of τ·δ (within [1e-15, 1e-10] per
+        truncations together move at most τ·δ (within [1e-15, 1e-10] per
         operation; 1e-15 for ``delta(epsilon)``, whose δ is not known in advance, and
         for :meth:`pld` on a fresh accountant; see ``docs/accounting.md`` §2).
 
@@ -1121,7 +1122,7 @@ class PLDAccountant(Accountant):
             # One run: the max over the worst-case vectors (no composition involved).
             return max_epsilon_bounds(single, delta)
         b = self._grid(delta).epsilon(delta)
-        self._check_met(b)
+        self._check_met(b, _GAP_FACTOR)
         if b.note or self._bounded_range:
             # The PLD could not certify within the tolerance (its allowances are too large
             # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
@@ -1141,9 +1142,10 @@ class PLDAccountant(Accountant):
         if single is not None:
             return max_delta_bounds(single, epsilon)
         # δ is not known in advance: the most accurate truncation (tail_mass_for(0) is the
-        # smallest tail mass), so that δ(ε) does not depend on earlier ε queries.
+        # smallest tail mass), so that δ(ε) does not depend on the tail mass of earlier ε
+        # queries (the grid step may carry over; every answer is certified).
         b = self._grid(0.0).delta(epsilon)
-        self._check_met(b)
+        self._check_met(b, _DELTA_GAP_FACTOR)
         if b.note or self._bounded_range:
             rdp = self._rdp()
             if rdp is not None:
@@ -1153,16 +1155,17 @@ class PLDAccountant(Accountant):
                     return DeltaBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
         return b
 
-    def _check_met(self, b: EpsilonBounds | DeltaBounds) -> None:
+    def _check_met(self, b: EpsilonBounds | DeltaBounds, gap_factor: float) -> None:
         """Refuse a tolerance stated by the user that the grid, coarsened to fit the memory
         bound, did not meet; name the tolerance this grid does meet (its bracket is
-        within _GAP_FACTOR·tolerance, the adaptive grid's criterion)."""
+        within gap_factor·tolerance, relative, the adaptive grid's criterion for the
+        query: _GAP_FACTOR for ε, _DELTA_GAP_FACTOR for δ)."""
         grid = self._adaptive  # the grid that answered the query
         if grid is None or not (self._tolerance_given and grid.coarsened and b.note):
             return
         if not (math.isfinite(b.upper) and b.upper > 0):
             return  # not a grid-size matter: the allowances exceed δ (RDP fallback)
-        fits = (b.upper - b.lower) / (_GAP_FACTOR * b.upper)
+        fits = (b.upper - b.lower) / (gap_factor * b.upper)
         fits = float(f"{fits:.1e}") * 1.1  # rounded, and up
         raise ValueError(
             invalid(

@@ -333,7 +333,8 @@ def clip_gradients(
 
     A gradient with an inf or NaN entry becomes a zero row (the rule of
     :func:`clip_factors`). The scaling is done in float64 and rounded once to the
-    gradient's dtype (the 2⁻²⁰ margin absorbs that rounding).
+    gradient's dtype, or to float32 for float16/bfloat16 gradients (the 2⁻²⁰ margin
+    absorbs float32's rounding, not half precision's).
 
     Examples
     --------
@@ -347,7 +348,8 @@ def clip_gradients(
     for name, g in grads.items():
         shape = (-1,) + (1,) * (g.dim() - 1)
         scaled = g.to(torch.float64) * factors.reshape(shape)
-        out[name] = torch.where(factors.reshape(shape) == 0, 0.0, scaled).to(g.dtype)
+        dtype = torch.promote_types(g.dtype, torch.float32)
+        out[name] = torch.where(factors.reshape(shape) == 0, 0.0, scaled).to(dtype)
     return out
 
 
