@@ -174,6 +174,17 @@ def test_mixing_or_unknown_operations_are_not_proven(name: str) -> None:
     assert "test_independence_proof.py" in reason  # names the line of the model's code
 
 
+def test_a_proof_at_batch_size_one_does_not_accept_batch_sized_repeats() -> None:
+    # x.repeat(x.size(0), 1) keeps each example at B = 1 only; at B > 1 it tiles the batch.
+    def tile(h: torch.Tensor) -> torch.Tensor:
+        return h.repeat(h.size(0), 1).view(h.size(0), -1, 6).mean(1)
+
+    for batch in (1, 5):
+        assert "repeat along the batch dimension" in str(
+            _proof(_between(tile), torch.randn(batch, 4))
+        )
+
+
 def test_layers_must_see_the_examples_where_ghost_clipping_reads_them() -> None:
     class SequenceFirst(nn.Module):  # Linear on [tokens, batch, features]: per example,
         def __init__(self) -> None:  # but the ghost formulas take dimension 0 as examples

@@ -840,7 +840,11 @@ def _expand_fact(
     marked = [i for i, f in enumerate(size_facts) if f == SIZE]
     if isinstance(d, int):
         p = d + shift
-        keeps = sizes[p] == -1 if name == "expand" else sizes[p] == 1
+        # A size that keeps the batch dimension must be a literal (-1 for expand, 1 for
+        # repeat), never a value carrying the batch size: x.repeat(x.size(0), 1) keeps it
+        # only at a batch of one. expand to x.size(d) keeps it at every batch size.
+        literal = size_facts[p] == CONST
+        keeps = literal and (sizes[p] == -1 if name == "expand" else sizes[p] == 1)
         if marked not in ([], [p]) or not (keeps or (name == "expand" and marked == [p])):
             raise NotProvenError(f"{name} along the batch dimension")
         return p

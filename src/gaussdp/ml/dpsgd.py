@@ -687,7 +687,14 @@ class _Engine:
             len(getattr(torch_module, h, ()))
             for h in ("_global_forward_hooks", "_global_forward_pre_hooks")
         )
-        full = (key, state, hooks)
+        # A proof made on a batch of one holds for it only: size rules such as
+        # x.repeat(x.size(0), 1) keeping the batch dimension can hold at B = 1 alone.
+        ones = tuple(
+            t.dim() > 0 and t.shape[0] == 1
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        )
+        full = (key, ones, state, hooks)
         if full not in self.proofs:
             from gaussdp.ml._independence import prove
 
