@@ -185,6 +185,53 @@ def test_a_proof_at_batch_size_one_does_not_accept_batch_sized_repeats() -> None
         )
 
 
+class Flagged(nn.Module):
+    """Per example until ``centre`` is set, or ``mid`` swapped for a mixing module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 6)
+        self.mid: nn.Module = nn.Identity()
+        self.b = nn.Linear(6, 3)
+        self.centre = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mid(self.a(x))
+        return self.b(h - h.mean(0) if self.centre else h)
+
+
+class Centre(nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h - h.mean(0)
+
+
+def _set_centre(net: Flagged) -> None:
+    net.centre = True
+
+
+def _swap_mid(net: Flagged) -> None:
+    net.mid = Centre()
+
+
+def _backward_pre_hook(net: Flagged) -> None:
+    net.b.register_full_backward_pre_hook(lambda m, go: (go[0] + go[0].sum(0, keepdim=True),))
+
+
+@pytest.mark.parametrize("change", [_set_centre, _swap_mid, _backward_pre_hook])
+def test_a_change_to_the_model_after_its_proof_is_proven_again(
+    change: Callable[[Flagged], None],
+) -> None:
+    torch.manual_seed(0)
+    net = Flagged()
+    x, y, _ = _audit_data()
+    model, optimizer, _ = _private("ghost", net, x, y)
+    clipped_sum = step_sum(net, model, optimizer, "idiom")
+    clipped_sum(x[:4], y[:4])  # proven and cached
+    change(net)
+    with pytest.raises(ValueError, match="cannot prove"):
+        clipped_sum(x[:4], y[:4])
+
+
 def test_layers_must_see_the_examples_where_ghost_clipping_reads_them() -> None:
     class SequenceFirst(nn.Module):  # Linear on [tokens, batch, features]: per example,
         def __init__(self) -> None:  # but the ghost formulas take dimension 0 as examples

@@ -1091,12 +1091,12 @@ def _has_hooks(model: nn.Module, allowed: Callable[[nn.Module, Any], bool]) -> s
     """A module with hooks other than those ``allowed``, by name, or None."""
     from torch.nn.modules import module as torch_module
 
-    hooks = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
-    if any(getattr(torch_module, h, None) for h in hooks):
+    hooks = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
+    if any(getattr(torch_module, f"_global_{h}", None) for h in hooks):
         return "global module hooks"
     for name, m in model.named_modules():
-        for table in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks"):
-            if any(not allowed(m, h) for h in getattr(m, table).values()):
+        for table in hooks:
+            if any(not allowed(m, h) for h in getattr(m, f"_{table}").values()):
                 return f"model.{name or 'self'} has hooks"
     return None
 

@@ -673,19 +673,21 @@ class _Engine:
         """Whether the batched path may run this call: a proof of per-example independence.
 
         The proof (:func:`gaussdp.ml._independence.prove`) is made once per call
-        structure (``key``, see :func:`_call_key`) and state of the modules (training
-        flags, hook counts). Not proven: ``"ghost"`` raises, ``"auto"`` warns once and
-        the call takes the per-example path.
+        structure (``key``, see :func:`_call_key`), batch of one or not, and state of
+        the modules (see :func:`_module_state`; global hooks). Not proven: ``"ghost"``
+        raises, ``"auto"`` warns once and the call takes the per-example path.
         """
         from torch.nn.modules import module as torch_module
 
-        state = tuple(
-            (m.training, len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
-            for m in self.module.modules()
-        )
+        state = tuple(_module_state(name, m) for name, m in self.module.named_modules())
         hooks = tuple(
-            len(getattr(torch_module, h, ()))
-            for h in ("_global_forward_hooks", "_global_forward_pre_hooks")
+            tuple(getattr(torch_module, h, {}))
+            for h in (
+                "_global_forward_hooks",
+                "_global_forward_pre_hooks",
+                "_global_backward_hooks",
+                "_global_backward_pre_hooks",
+            )
         )
         # A proof made on a batch of one holds for it only: size rules such as
         # x.repeat(x.size(0), 1) keeping the batch dimension can hold at B = 1 alone.
@@ -1069,6 +1071,38 @@ def _batch_of(leaves: list[Any]) -> int:
     (batch,) = sizes
     assert batch is not None
     return int(batch)
+
+
+def _module_state(name: str, module: torch.nn.Module) -> tuple[Any, ...]:
+    """What a proof of ``module`` (named ``name`` in the model) depends on, for its cache key.
+
+    The module's identity and type, an instance-level ``forward``/``_call_impl``, the
+    handles of its hooks (so a hook swapped for another is a change) and its attributes
+    that are None, bools, numbers or strings (flags a forward may read). A change to
+    other Python state a forward reads (a list, a global) is not seen.
+    """
+    own = vars(module)
+    return (
+        name,
+        id(module),
+        type(module),
+        id(own.get("forward")),
+        id(own.get("_call_impl")),
+        *(
+            tuple(getattr(module, table, {}))
+            for table in (
+                "_forward_hooks",
+                "_forward_pre_hooks",
+                "_backward_hooks",
+                "_backward_pre_hooks",
+            )
+        ),
+        tuple(
+            (k, type(v), v)
+            for k, v in own.items()
+            if v is None or isinstance(v, bool | int | float | str)
+        ),
+    )
 
 
 def _call_key(leaves: list[Any], spec: Any) -> tuple[Any, ...]:
