@@ -232,6 +232,20 @@ def test_a_change_to_the_model_after_its_proof_is_proven_again(
         clipped_sum(x[:4], y[:4])
 
 
+def test_a_kept_whole_layer_with_a_changed_child_is_not_proven() -> None:
+    def encoder() -> nn.TransformerEncoderLayer:
+        return nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+    x = torch.randn(5, 3, 8)
+    assert _proof(nn.Sequential(encoder()), x) is None
+    swapped = encoder()
+    swapped.norm1 = Centre()  # type: ignore[assignment]
+    assert _proof(nn.Sequential(swapped), x) is not None
+    patched = encoder()
+    patched.self_attn.out_proj.forward = lambda h: h - h.mean(0)  # type: ignore[method-assign]
+    assert _proof(nn.Sequential(patched), x) is not None
+
+
 def test_layers_must_see_the_examples_where_ghost_clipping_reads_them() -> None:
     class SequenceFirst(nn.Module):  # Linear on [tokens, batch, features]: per example,
         def __init__(self) -> None:  # but the ghost formulas take dimension 0 as examples

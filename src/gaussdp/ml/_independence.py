@@ -123,6 +123,44 @@ _LAYERS: tuple[type[nn.Module], ...] = (
 )
 #: Module types the trace keeps whole: their handling of the batch is known.
 LEAVES: frozenset[type[nn.Module]] = frozenset(_ELEMENTWISE_MODULES + tuple(_POOLS) + _LAYERS)
+#: The children a kept-whole layer may have, by name: exactly these stock types. Any
+#: other child (or none of the others may have one) makes the layer traced through.
+_CHILDREN: dict[type[nn.Module], dict[str, tuple[type[nn.Module], ...]]] = {
+    nn.TransformerEncoderLayer: {
+        "self_attn": (nn.MultiheadAttention,),
+        "linear1": (nn.Linear,),
+        "linear2": (nn.Linear,),
+        "dropout": (nn.Dropout,),
+        "dropout1": (nn.Dropout,),
+        "dropout2": (nn.Dropout,),
+        "norm1": (nn.LayerNorm,),
+        "norm2": (nn.LayerNorm,),
+        "activation": _ELEMENTWISE_MODULES,
+    },
+    nn.MultiheadAttention: {
+        "out_proj": (nn.modules.linear.NonDynamicallyQuantizableLinear,),
+    },
+}
+
+
+def _stock_leaf(m: nn.Module) -> bool:
+    """Whether ``m`` is kept whole: a stock type of LEAVES, its children stock too.
+
+    No instance-level ``forward``/``_call_impl`` on it or any descendant, and each
+    child exactly of the type its class creates (hooks are refused for every module).
+    """
+    return type(m) in LEAVES and _stock_tree(m)
+
+
+def _stock_tree(m: nn.Module) -> bool:
+    if "forward" in vars(m) or "_call_impl" in vars(m):
+        return False
+    allowed = _CHILDREN.get(type(m), {})
+    return all(
+        type(child) in allowed.get(name, ()) and _stock_tree(child)
+        for name, child in m.named_children()
+    )
+
 
 # -- operations, by name (torch functions, Tensor methods and operators alike) -------------
 _ELEMENTWISE = frozenset(
@@ -1050,7 +1088,7 @@ def _encoder_fact(
 # -- the trace ---------------------------------------------------------------------------------
 class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return type(m) in LEAVES and "forward" not in vars(m)
+        return _stock_leaf(m)
 
 
 def _state(model: nn.Module) -> list[tuple[dict[str, Any], dict[str, Any]]]:
