@@ -150,6 +150,7 @@ NOT_PROVEN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "cat with the batch mean": lambda h: torch.cat([h, h.mean(0, keepdim=True)])[1:],
     "h * h[0, 0].item()": lambda h: h * h[0, 0].item(),
     "constant as wide as the batch": lambda h: h + torch.ones(5, 1),
+    "where(h > 0) count": lambda h: h * torch.where(h > 0)[0].float().sum(),
 }
 
 

@@ -428,11 +428,11 @@ def _dims(dim: Any, ndim: int, what: str) -> list[int]:
 
 def _broadcast(tensors: list[tuple[Fact, torch.Tensor]], out: Any, what: str) -> Fact:
     """Elementwise with broadcasting: batch dimensions aligned, constants of size 1 there."""
-    if not isinstance(out, torch.Tensor):
-        return CONST
     batched = [(f, t) for f, t in tensors if isinstance(f, int)]
     if not batched:
         return CONST
+    if not isinstance(out, torch.Tensor):  # e.g. torch.where(cond): indices over the batch
+        raise NotProvenError(f"{what} of a tensor with a batch gives a {type(out).__name__}")
     rights = {t.dim() - f for f, t in batched}
     if len(rights) != 1:
         raise NotProvenError(f"{what}: the operands' batch dimensions are not aligned")
