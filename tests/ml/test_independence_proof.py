@@ -247,6 +247,23 @@ def test_a_kept_whole_layer_with_a_changed_child_is_not_proven() -> None:
     assert _proof(nn.Sequential(patched), x) is not None
 
 
+def test_the_proof_leaves_no_batch_statistics_in_the_model() -> None:
+    class Normed(nn.Module):  # batch_norm runs before the proof refuses it
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 6)
+            self.register_buffer("mean", torch.zeros(6))
+            self.register_buffer("var", torch.ones(6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nnf.batch_norm(self.a(x), self.mean, self.var, training=True)
+
+    net = Normed()
+    assert "batch_norm" in str(_proof(net, 5 * torch.randn(8, 4) + 3))
+    assert torch.equal(net.mean, torch.zeros(6))
+    assert torch.equal(net.var, torch.ones(6))
+
+
 def test_layers_must_see_the_examples_where_ghost_clipping_reads_them() -> None:
     class SequenceFirst(nn.Module):  # Linear on [tokens, batch, features]: per example,
         def __init__(self) -> None:  # but the ghost formulas take dimension 0 as examples

@@ -1198,6 +1198,12 @@ def prove(
         for node, key in zip(placeholders, bound.arguments, strict=True)
     }
     prover = _Prover(root, expected, constants)
+    # The proof runs each operation before its rule: one writing into the model (batch
+    # statistics of F.batch_norm(training=True), an in-place update of a buffer) must
+    # leave no trace, so parameters and buffers a run changed are put back (only those:
+    # a copy into a tensor a pending backward saved would break that backward).
+    tensors = [*model.parameters(), *model.buffers()]
+    saved = [(t, t._version, t.detach().clone()) for t in tensors]
     try:
         with (
             torch.no_grad(),
@@ -1210,6 +1216,12 @@ def prove(
         return str(reason)
     except Exception as error:
         return f"the proof could not run the traced model ({type(error).__name__}: {error})"
+    finally:
+        with torch.no_grad():
+            for t, version, copy in saved:
+                same = torch.allclose(t, copy, rtol=0.0, atol=0.0, equal_nan=True)
+                if t._version != version or not same:  # batch_norm's update keeps _version
+                    t.copy_(copy)
     return None
 
 
