@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from brute_force import sensitivity, step_sum  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -169,18 +170,7 @@ def _clipped_sum_fn(name: str, api: str) -> Callable[[torch.Tensor, torch.Tensor
             delta=1e-5,
             grad_sample_mode="ghost",
         )
-
-    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad()
-        if api == "backward":
-            model.backward(inputs, targets)
-        else:
-            nnf.cross_entropy(model(inputs), targets).backward()
-        optimizer.step()
-        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
-        return flat.to(torch.float64) * optimizer.expected_batch_size
-
-    return clipped_sum
+    return step_sum(net, model, optimizer, api)
 
 
 @pytest.mark.parametrize("api", ["backward", "idiom"])
@@ -190,12 +180,7 @@ def test_ghost_path_keeps_sensitivity_c(name: str, api: str) -> None:
     x, y = _data(name)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback to torch.func: a warning would say so
-        full = clipped_sum(x, y)
-        worst = 0.0
-        for i in range(x.shape[0]):
-            keep = torch.arange(x.shape[0]) != i
-            diff = full - clipped_sum(x[keep], y[keep])
-            worst = max(worst, float(torch.linalg.vector_norm(diff)))
+        worst = sensitivity(clipped_sum, x, y)
     assert 0.5 * CLIP < worst <= CLIP * (1 + 1e-6)
 
 
