@@ -63,8 +63,9 @@ at an expected batch ≤ 2¹⁴ this has probability below 10⁻¹⁰⁰⁰).
 Independence. These formulas attribute slice i of each recorded tensor to example i;
 that holds only if the model processes examples independently along the first
 dimension (the batch dimension of attention with ``batch_first=False`` is the second).
-:mod:`gaussdp.ml.dpsgd` checks it by comparing per-example losses and squared norms
-with the per-example path.
+:mod:`gaussdp.ml.dpsgd` proves it statically (:mod:`gaussdp.ml._independence`), runs
+the proven graph on the batched path, and compares per-example losses and squared
+norms with the per-example path on some calls.
 """
 
 from __future__ import annotations
@@ -858,7 +859,7 @@ def _add_weighted(total: torch.Tensor, grads: torch.Tensor, factors: torch.Tenso
 
 
 def ghost_clipped_sums(
-    model: nn.Module,
+    model: Callable[[torch.Tensor], Any],
     layers: Layers,
     loss_fn: LossFn,
     inputs: torch.Tensor,
@@ -875,10 +876,12 @@ def ghost_clipped_sums(
     Also returns the layer records (for :func:`signature`). Returns None when the
     fast path does not apply to this batch (a layer ran more than once or in a
     configuration the formulas do not cover); the caller then uses ``torch.func``.
-    ``factors_of`` turns per-example squared-norm bounds into clip factors. The
-    forward pass runs on the whole batch: the caller must check that the model
-    processes examples independently (``gaussdp.ml.dpsgd`` compares the losses and
-    squared norms returned here with a per-example pass). ``copy``, ``replay`` and
+    ``factors_of`` turns per-example squared-norm bounds into clip factors.
+    ``model(inputs)`` is the forward pass, on the whole batch: the caller must make
+    sure it processes examples independently (``gaussdp.ml.dpsgd`` passes the graph
+    :func:`gaussdp.ml._independence.prove` proved, which calls the model's own
+    layers, and compares the losses and squared norms returned here with a
+    per-example pass on some calls). ``copy``, ``replay`` and
     ``restore`` are those of :func:`recorded_forward` (by default an
     :func:`input_guard` of ``inputs``).
     """

@@ -36,12 +36,17 @@ after it unchanged; indexing with ints and slices, the batch dimension only by `
 slices); never ``arange`` of the batch size (it numbers the examples). The batch size
 as a number is only accepted as such a size, never in arithmetic.
 
-What the proof does not cover: Python control flow that does not depend on tensors
-is fixed at the trace (a ``forward`` that branches on Python randomness, a counter or
-a global flag may later run code that was not traced). The engine also keys proofs by
-the modules' training flags, refuses the proof while any module carries hooks (a hook
-on a leaf could change its output unseen), and keeps comparing the batched path with
-the per-example one on some calls (:meth:`gaussdp.ml.dpsgd._Engine._verify_now`).
+Python control flow that does not depend on tensors is fixed at the trace: a
+``forward`` that branches on Python randomness, a counter, or state held in a list, a
+dict or a global could later take a path that was never traced. So what is proven is
+the graph, and the graph is what runs: :func:`prove` returns it as a :class:`Proven`
+(an ``fx.GraphModule`` holding the model's own kept-whole modules, parameters and
+buffers), and the batched path of :mod:`gaussdp.ml.dpsgd` calls it in place of
+``model.forward``. The engine also keys proofs by the modules' training flags and
+other scalar attributes (a change is traced and proven again), refuses the proof while
+any module carries hooks (a hook on a leaf could change its output unseen), and keeps
+comparing the batched path with the per-example one (which runs ``model.forward``) on
+some calls (:meth:`gaussdp.ml.dpsgd._Engine._verify_now`).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as nnf
 
-__all__ = ["LEAVES", "prove"]
+__all__ = ["LEAVES", "Proven", "prove"]
 
 Fact = Any  # int (batch dimension of a tensor) | "const" | "size" | tuple[Fact, ...]
 CONST = "const"
@@ -1139,6 +1144,45 @@ def _has_hooks(model: nn.Module, allowed: Callable[[nn.Module, Any], bool]) -> s
     return None
 
 
+class Proven:
+    """The traced graph of a proven call structure, run in place of ``model.forward``.
+
+    :attr:`module` is an ``fx.GraphModule`` of the graph the proof covered. Its
+    kept-whole modules (every ghost layer among them, since no trainable parameter
+    may be read outside one), parameters, buffers and constants are the model's own
+    objects, not copies: forward hooks on the layers fire, and
+    ``functional_call(proven.module, …)`` with the names of :attr:`parameters` swaps
+    the model's parameters. Python control flow, and every non-tensor argument, is
+    the one of the trace (fx asserts numbers and None at each call); a module's
+    training flag is read live by the kept-whole ones (``Dropout``) and was fixed
+    at the trace in traced code (the engine's proof key holds every flag).
+    """
+
+    def __init__(self, module: fx.GraphModule, signature: inspect.Signature) -> None:
+        self.module = module
+        self.signature = signature
+        #: Every name under which the graph reaches a parameter (tied ones each time).
+        self.parameters = list(module.named_parameters(remove_duplicate=False))
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """A call's arguments, defaults filled, in the order of the graph's inputs."""
+        if not kwargs and len(args) == len(self.signature.parameters):
+            return args
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*self.arguments(args, kwargs))
+
+
+def _attribute(root: nn.Module, target: str) -> Any:
+    value: Any = root
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def prove(
     model: nn.Module,
     expected: dict[int, int],
@@ -1146,12 +1190,14 @@ def prove(
     kwargs: dict[str, Any],
     *,
     allowed_hook: Callable[[nn.Module, Any], bool] = lambda m, h: False,
-) -> str | None:
-    """None if ``model(*args, **kwargs)`` provably processes each example on its own.
+) -> Proven | str:
+    """The graph of ``model(*args, **kwargs)`` if it provably processes each example on its own.
 
-    Otherwise the reason, naming the node or layer that could not be proven (see the
-    module notes for the rules). ``expected`` maps ``id(layer)`` of each layer ghost
-    clipping reads to the dimension its formulas take the examples along.
+    The :class:`Proven` graph is what the proof covers: run it, not ``model.forward``
+    (whose Python control flow may later differ). Otherwise the reason, naming the
+    node or layer that could not be proven (see the module notes for the rules).
+    ``expected`` maps ``id(layer)`` of each layer ghost clipping reads to the
+    dimension its formulas take the examples along.
     ``allowed_hook(module, hook)`` says which hooks are the caller's own.
     """
     hooked = _has_hooks(model, allowed_hook)
@@ -1222,7 +1268,16 @@ def prove(
                 same = torch.allclose(t, copy, rtol=0.0, atol=0.0, equal_nan=True)
                 if t._version != version or not same:  # batch_norm's update keeps _version
                     t.copy_(copy)
-    return None
+    # The graph's modules and attributes are the model's own objects (a dict root:
+    # fx would otherwise copy the modules above the kept-whole ones).
+    owned = {
+        str(n.target): constants[str(n.target)]
+        if str(n.target) in constants
+        else _attribute(root, str(n.target))
+        for n in graph.nodes
+        if n.op in ("get_attr", "call_module")
+    }
+    return Proven(fx.GraphModule(owned, graph), bound.signature)
 
 
 def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.device]:

@@ -111,6 +111,7 @@ from gaussdp.ml.noise import (
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
 
 if TYPE_CHECKING:
+    from gaussdp.ml._independence import Proven
     from gaussdp.release.ledger import Ledger
 
 __all__ = [
@@ -547,9 +548,10 @@ class _Engine:
             id(m): 1 if isinstance(m, nn.MultiheadAttention) and not m.batch_first else 0
             for _, m in self.ghost_layers or []
         }
-        # Per call structure and modules' state: why the batched path is not proven to
-        # keep examples independent, or None (gaussdp.ml._independence).
-        self.proofs: dict[tuple[Any, ...], str | None] = {}
+        # Per call structure and modules' state: the proven graph the batched path runs,
+        # or why the model is not proven to keep examples independent
+        # (gaussdp.ml._independence).
+        self.proofs: dict[tuple[Any, ...], Proven | str] = {}
         self.loss_fn = loss_fn
         self.names = [k for k, v in module.named_parameters() if v.requires_grad]
         self.params = [v for v in module.parameters() if v.requires_grad]
@@ -588,19 +590,20 @@ class _Engine:
         losses: torch.Tensor | None = None
         key = _call_key([inputs], None)
         restore: Callable[[], None] = _nothing  # before each later run on the same inputs
-        if (
-            self.ghost_layers is not None
-            and inputs.shape[0] > 0
-            and key not in self.uncovered
-            and self._proven((inputs,), {}, key)
-        ):
+        proof = (
+            self._proven((inputs,), {}, key)
+            if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered
+            else None
+        )
+        if proof is not None:
+            assert self.ghost_layers is not None
             restore = input_guard([inputs])
             clip, unit = self.max_grad_norm, self.noiser.unit
             rng_state = _rng_snapshot(self.device)  # the check replays the same dropout masks
             self.inside = True
             try:
                 ghost = ghost_clipped_sums(
-                    self.module,
+                    proof,  # the proven graph, not model.forward
                     self.ghost_layers,
                     self.loss_fn,
                     inputs,
@@ -669,13 +672,18 @@ class _Engine:
         finally:
             self.inside = False
 
-    def _proven(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]) -> bool:
-        """Whether the batched path may run this call: a proof of per-example independence.
+    def _proven(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Proven | None:
+        """The graph the batched path may run for this call: proven per-example independent.
 
         The proof (:func:`gaussdp.ml._independence.prove`) is made once per call
         structure (``key``, see :func:`_call_key`), batch of one or not, and state of
-        the modules (see :func:`_module_state`; global hooks). Not proven: ``"ghost"``
-        raises, ``"auto"`` warns once and the call takes the per-example path.
+        the modules (see :func:`_module_state`; global hooks); a change of any of these
+        traces and proves the model again. The batched path runs the proven graph,
+        never ``model.forward``, whose Python control flow may have changed since
+        (state in lists, dicts, globals). Not proven (None): ``"ghost"`` raises,
+        ``"auto"`` warns once and the call takes the per-example path.
         """
         from torch.nn.modules import module as torch_module
 
@@ -712,7 +720,7 @@ class _Engine:
             finally:
                 self.inside = inside
             self.proofs[full] = reason
-            if reason is not None and self.mode == "auto" and not self.warned:
+            if isinstance(reason, str) and self.mode == "auto" and not self.warned:
                 self.warned = True
                 warnings.warn(
                     "grad_sample_mode='auto' computes per-example gradients with torch.func "
@@ -721,17 +729,19 @@ class _Engine:
                     UserWarning,
                     stacklevel=4,
                 )
-        reason = self.proofs[full]
-        if reason is not None and self.mode == "ghost":
+        proof = self.proofs[full]
+        if not isinstance(proof, str):
+            return proof
+        if self.mode == "ghost":
             raise ValueError(
                 invalid(
                     "grad_sample_mode",
                     "'auto' or 'functorch' for a model whose per-example independence "
-                    f"ghost clipping cannot prove ({reason})",
+                    f"ghost clipping cannot prove ({proof})",
                     self.mode,
                 )
             )
-        return reason is None
+        return None
 
     def _verify_now(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
         """Whether this batched call is checked against the per-example path.
@@ -814,19 +824,23 @@ class _Engine:
                 return self.module(*args, **kwargs)
         key = _call_key(record.inputs, record.spec)
         args, kwargs = tree_unflatten(record.inputs, record.spec)
-        if (
-            self.ghost_layers is not None
-            and key not in self.uncovered
-            and self._proven(args, kwargs, key)
-        ):
+        proof = (
+            self._proven(args, kwargs, key)
+            if self.ghost_layers is not None and key not in self.uncovered
+            else None
+        )
+        if proof is not None:
+            assert self.ghost_layers is not None
             check_batch(record.batch)
-            shadows = {
-                n: p.detach().requires_grad_() for n, p in zip(self.names, self.params, strict=True)
-            }
+            by_id = {id(p): p.detach().requires_grad_() for p in self.params}
+            # The proven graph runs (not model.forward), on the model's own layers with
+            # their trainable parameters swapped for these shadows (tied ones by each name).
+            shadows = {n: by_id[id(p)] for n, p in proof.parameters if id(p) in by_id}
+            arguments = proof.arguments(args, kwargs)
             output, record.io = recorded_forward(
                 self.ghost_layers,
                 self.copy_outputs,
-                lambda: functional_call(self.module, shadows, args, kwargs),
+                lambda: functional_call(proof.module, shadows, arguments),
                 record.batch,
                 lambda: _replaying(record.rng_state, self.device),
                 record.restore,
