@@ -758,23 +758,32 @@ class _Engine:
         return calls & (calls - 1) == 0
 
     def _batched_path_mixes(self) -> None:
-        """The batched path disagreed with the per-example one: fall back, or refuse."""
+        """The batched path disagreed with the per-example one: fall back, or refuse.
+
+        The batched path runs the proven graph and the per-example one the model's
+        ``forward``: they differ if the model mixes examples in a way the proof missed,
+        or if ``forward`` now takes another path than the one traced (it branches on
+        Python state outside the proof's key: a list, a dict, a global).
+        """
+        cause = (
+            "the model mixes examples (e.g. x - x.mean(0) or functional batch norm), or "
+            "its forward no longer takes the path traced and proven for the batched pass "
+            "(it branches on Python state such as a list, a dict or a global)"
+        )
         if self.mode == "ghost":
             raise ValueError(
                 invalid(
                     "grad_sample_mode",
                     "'auto' or 'functorch' for this model: on the whole batch its "
                     "outputs or gradient norms differ from those computed one example "
-                    "at a time, so the model mixes examples (e.g. x - x.mean(0) or "
-                    "functional batch norm) and ghost clipping would not bound each "
-                    "example's contribution",
+                    f"at a time, so {cause}",
                     self.mode,
                 )
             )
         warnings.warn(
-            "the model mixes examples when run on a whole batch (its outputs or gradient "
-            "norms differ from those computed one example at a time): ghost clipping is "
-            "switched off and per-example gradients are computed with torch.func",
+            "the batched path's outputs or gradient norms differ from those computed one "
+            f"example at a time ({cause}): ghost clipping is switched off and per-example "
+            "gradients are computed with torch.func",
             UserWarning,
             stacklevel=4,
         )
