@@ -36,10 +36,11 @@ Usage::
         optimizer.step()                          # per-example clipping, noise, accounting
     optimizer.privacy_spent(1e-5)  # EpsilonBounds(lower=..., upper=...)
 
-The training call of the model runs each example on its own (or the verified batched
-path of ghost clipping) and ``loss.backward()`` stops at its output; per-example
-gradients are computed at the step with ``torch.func`` from ∂loss/∂output
-(:class:`PrivateModule` states the rule this assumes). ``model.backward(x, y)``, with
+The training call of the model runs each example on its own (or the batched path of
+ghost clipping: the model's traced graph, proven to keep examples apart) and
+``loss.backward()`` stops at its output; per-example gradients are computed at the
+step with ``torch.func`` from ∂loss/∂output (:class:`PrivateModule` states the rule
+this assumes). ``model.backward(x, y)``, with
 ``loss_fn`` given to :func:`make_private`, is a faster path for a fixed loss. Models
 whose output on one example depends on the others (batch normalisation) are refused.
 
@@ -1196,8 +1197,9 @@ class PrivateModule(nn.Module):
 
     **The PyTorch idiom.** ``loss = criterion(model(x), y); loss.backward();
     optimizer.step()``. A training call (gradients enabled) runs each example on its
-    own (``vmap`` over batches of one; or, for linear-only models, the verified
-    batched path of ghost clipping) and returns the output detached from the
+    own (``vmap`` over batches of one; or, for models ghost clipping covers, the
+    batched path: the model's graph traced with ``torch.fx`` and proven to keep
+    examples apart, run in place of its ``forward``) and returns the output detached from the
     parameters: ``loss.backward()`` records G = ∂loss/∂output and stops there. At
     ``optimizer.step()`` example i's gradient is computed as the gradient of
     ⟨outputᵢ, s·Gᵢ⟩ on that example alone (``torch.func``), clipped to C, summed and
@@ -1905,8 +1907,11 @@ def make_private(
         dimensions); anything else (``h.mean(0)``, ``.any()``, ``view(-1)``,
         ``F.batch_norm``, an untraceable forward, hooks) is not proven: ``"auto"``
         warns once naming the node and uses ``torch.func``, ``"ghost"`` raises
-        ``ValueError``. Python control flow not on tensors is fixed at the trace; a
-        forward that branches on Python state should use ``"functorch"``. As a
+        ``ValueError``. Python control flow not on tensors is fixed at the trace,
+        and the batched path runs the proven graph itself (the model's own layers
+        and parameters), never ``forward``: a forward that branches on Python state
+        (a list, a dict, a global) keeps there the branch traced, so one that is
+        meant to change with such state should use ``"functorch"``. As a
         second line the batched path is still compared with the per-example one on
         calls 0, 1, 2, 4, … and on new layer input shapes: on a disagreement
         ``"auto"`` falls back to ``torch.func`` with a warning and ``"ghost"``
