@@ -24,6 +24,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from gaussdp.ml import dpsgd as dpsgd_module  # noqa: E402
 from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.ml.dpsgd import _Engine  # noqa: E402
 
@@ -205,3 +206,39 @@ def test_keyword_and_several_inputs_reach_the_graph() -> None:
             optimizer.step()
         sums.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]))
     torch.testing.assert_close(sums[0], sums[1], rtol=1e-4, atol=1e-6)
+
+
+class Scaled(nn.Module):
+    """Branches on what the proof's key holds: the training flag and a float attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 6)
+        self.b = nn.Linear(6, 3)
+        self.temperature = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        FORWARD_CALLS.append(1)
+        h = self.a(x) / self.temperature
+        return self.b(h * 2 if self.training else h)
+
+
+def test_a_change_the_key_holds_is_traced_again_and_old_graphs_are_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_Engine, "_verify_now", lambda self, shapes: False)
+    monkeypatch.setattr(dpsgd_module, "_MAX_PROOFS", 3)
+    net = Scaled()
+    model, optimizer, _ = _private(net, "ghost")
+    x, _ = _data()
+    expected = net.b(net.a(x) * 2).detach()
+    torch.testing.assert_close(model(x).detach(), expected)
+    model.eval()  # the wrapper's eval reaches the model: a new key, a new trace
+    torch.testing.assert_close(model(x).detach(), net.b(net.a(x)).detach())
+    assert len(FORWARD_CALLS) == 2
+    for step in range(2, 6):
+        net.temperature = float(step)
+        torch.testing.assert_close(model(x).detach(), net.b(net.a(x) / step).detach())
+    assert len(FORWARD_CALLS) == 6
+    assert len(model._engine.proofs) == 3  # type: ignore[attr-defined]
+    optimizer.zero_grad()

@@ -513,6 +513,11 @@ def _dataset_length(dataset: object, name: str) -> int:
 
 
 # -- the wrapped model and optimizer ------------------------------------------------------
+#: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
+#: at every step (a float attribute set each step) must not hold a graph per step.
+_MAX_PROOFS = 32
+
+
 class _Engine:
     """State shared by the wrapped model and optimizer of one :func:`make_private` call."""
 
@@ -720,6 +725,8 @@ class _Engine:
                 )
             finally:
                 self.inside = inside
+            if len(self.proofs) >= _MAX_PROOFS:  # the oldest is proven again if needed
+                del self.proofs[next(iter(self.proofs))]
             self.proofs[full] = reason
             if isinstance(reason, str) and self.mode == "auto" and not self.warned:
                 self.warned = True
