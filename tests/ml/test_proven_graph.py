@@ -209,17 +209,18 @@ def test_keyword_and_several_inputs_reach_the_graph() -> None:
 
 
 class Scaled(nn.Module):
-    """Branches on what the proof's key holds: the training flag and a float attribute."""
+    """Reads what the proof's key holds: the training flag, a float attribute, a buffer."""
 
     def __init__(self) -> None:
         super().__init__()
         self.a = nn.Linear(4, 6)
         self.b = nn.Linear(6, 3)
         self.temperature = 1.0
+        self.register_buffer("shift", torch.zeros(6))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         FORWARD_CALLS.append(1)
-        h = self.a(x) / self.temperature
+        h = self.a(x) / self.temperature + self.shift
         return self.b(h * 2 if self.training else h)
 
 
@@ -239,6 +240,8 @@ def test_a_change_the_key_holds_is_traced_again_and_old_graphs_are_dropped(
     for step in range(2, 6):
         net.temperature = float(step)
         torch.testing.assert_close(model(x).detach(), net.b(net.a(x) / step).detach())
-    assert len(FORWARD_CALLS) == 6
+    net.shift = torch.ones(6)  # a buffer assigned anew: the graph held the old one
+    torch.testing.assert_close(model(x).detach(), net.b(net.a(x) / 5 + 1).detach())
+    assert len(FORWARD_CALLS) == 7
     assert len(model._engine.proofs) == 3  # type: ignore[attr-defined]
     optimizer.zero_grad()

@@ -1108,9 +1108,12 @@ def _module_state(name: str, module: torch.nn.Module) -> tuple[Any, ...]:
     """What a proof of ``module`` (named ``name`` in the model) depends on, for its cache key.
 
     The module's identity and type, an instance-level ``forward``/``_call_impl``, the
-    handles of its hooks (so a hook swapped for another is a change) and its attributes
-    that are None, bools, numbers or strings (flags a forward may read). A change to
-    other Python state a forward reads (a list, a global) is not seen.
+    handles of its hooks (so a hook swapped for another is a change), its attributes
+    that are None, bools, numbers or strings (flags a forward may read), and the
+    identity of each parameter, buffer and tensor attribute (the proven graph holds
+    those objects: one assigned anew is traced again; a change in place is not a
+    change). Other Python state a forward reads (a list, a global) is not seen: the
+    batched path runs the proven graph, where it is fixed.
     """
     own = vars(module)
     return (
@@ -1132,6 +1135,14 @@ def _module_state(name: str, module: torch.nn.Module) -> tuple[Any, ...]:
             (k, type(v), v)
             for k, v in own.items()
             if v is None or isinstance(v, bool | int | float | str)
+        ),
+        *(
+            tuple((k, id(v)) for k, v in table.items())
+            for table in (
+                module._parameters,
+                module._buffers,
+                {k: v for k, v in own.items() if isinstance(v, torch.Tensor)},
+            )
         ),
     )
 
