@@ -716,7 +716,7 @@ class _Engine:
 
             inside, self.inside = self.inside, True
             try:
-                reason = prove(
+                made = prove(
                     self.module,
                     self.expected,
                     args,
@@ -727,13 +727,13 @@ class _Engine:
                 self.inside = inside
             if len(self.proofs) >= _MAX_PROOFS:  # the oldest is proven again if needed
                 del self.proofs[next(iter(self.proofs))]
-            self.proofs[full] = reason
-            if isinstance(reason, str) and self.mode == "auto" and not self.warned:
+            self.proofs[full] = made
+            if isinstance(made, str) and self.mode == "auto" and not self.warned:
                 self.warned = True
                 warnings.warn(
                     "grad_sample_mode='auto' computes per-example gradients with torch.func "
                     "(slower than ghost clipping) because the model's per-example "
-                    f"independence could not be proven: {reason}",
+                    f"independence could not be proven: {made}",
                     UserWarning,
                     stacklevel=4,
                 )
