@@ -114,6 +114,13 @@ def _between(f: Callable[[torch.Tensor], torch.Tensor]) -> nn.Module:
     return Model()
 
 
+def _written_by_out(h: torch.Tensor) -> torch.Tensor:
+    """Each example's maximum, written into a tensor made from constants (``out=``)."""
+    c = torch.empty(0)
+    torch.amax(h, 1, out=c)
+    return c
+
+
 # Operations between two Linear layers on h = [batch, 6]: proven or not.
 PROVEN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": nnf.relu,
@@ -151,6 +158,7 @@ NOT_PROVEN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "h * h[0, 0].item()": lambda h: h * h[0, 0].item(),
     "constant as wide as the batch": lambda h: h + torch.ones(5, 1),
     "where(h > 0) count": lambda h: h * torch.where(h > 0)[0].float().sum(),
+    "amax(out=) into a constant": lambda h: h + _written_by_out(h).sum(),
 }
 
 

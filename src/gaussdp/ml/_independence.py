@@ -512,6 +512,10 @@ class _Prover:
                 if isinstance(v, torch.Tensor) and f != 0:
                     raise NotProvenError("a model output does not have the examples first")
             return
+        if "out" in node.kwargs and node.op != "call_module":
+            # The result lands in another tensor, whose node keeps its old fact.
+            name = node.target if node.op == "call_method" else _name_of(node.target)
+            raise NotProvenError(f"an `out=` argument to {name or node.target!r}")
         args, kwargs = self.value(node.args), self.value(node.kwargs)
         facts, kwfacts = self.fact(node.args), {k: self.fact(v) for k, v in node.kwargs.items()}
         if node.op == "call_module":
