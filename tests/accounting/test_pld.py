@@ -519,3 +519,55 @@ def test_importing_the_accounting_does_not_import_scipy_optimize() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# -- ε(δ) keeps its suffix sums between queries (pld._TopSums) ---------------------------
+def _composed(h: float = 2e-3) -> PrivacyLossDistribution:
+    one = PrivacyLossDistribution.from_subsampled_gaussian(1.0, 0.01, value_discretization=h)
+    return one.self_compose(300)
+
+
+def test_kept_query_sums_give_the_answers_of_a_fresh_pld() -> None:
+    deltas = [1e-3, 1e-9, 1e-5, 0.3, 1e-6]
+    fresh = [_composed().epsilon(d) for d in deltas]  # one query per PLD
+    pld = _composed()
+    again = [pld.epsilon(d) for d in deltas]  # every query after the others, sums kept
+    assert again == fresh
+    # The sums are kept, over the top points that the smallest ε asked for.
+    tops = pld.upper_remove.tops
+    assert 0 <= tops.offset < pld.upper_remove.probs.size
+    assert tops.s1.size == tops.d_at.size == pld.upper_remove.probs.size - tops.offset
+    # Each certified answer is where the directly summed δ meets its target.
+    for d, b in zip(deltas, again, strict=True):
+        assert pld.delta(b.upper).upper <= d * (1 + 1e-9)
+        assert pld.delta(b.lower).lower >= d * (1 - 1e-9) or b.lower == 0.0
+
+
+def test_bare_copy_shares_the_sums_and_answers_near_the_certified_closed_form() -> None:
+    pld = _composed()
+    bare = pld.without_allowances()
+    assert bare.upper_remove.tops is pld.upper_remove.tops
+    assert not bare.upper_remove.checked
+    assert pld.upper_remove.checked
+    for d in (1e-4, 1e-7):
+        b = bare.epsilon(d)
+        # The uncertified closed form, against the certified answer of the same masses.
+        exact = PrivacyLossDistribution(
+            pld.value_discretization,
+            *(
+                type(pmf)(pmf.h, pmf.start, pmf.probs, pmf.inf_mass, 0.0, pmf.upper)
+                for pmf in (pld.upper_remove, pld.upper_add, pld.lower_remove, pld.lower_add)
+            ),
+            pld.tail_mass,
+        ).epsilon(d)
+        assert b.upper == pytest.approx(exact.upper, rel=1e-9)
+        assert b.lower == pytest.approx(exact.lower, rel=1e-9)
+    # Queries of the bare copy leave the certified answers as they were.
+    assert pld.epsilon(1e-5) == _composed().epsilon(1e-5)
+
+
+def test_loss_masses_cannot_change_a_pld() -> None:
+    pld = _composed()
+    masses = pld.loss_masses(upper=True, remove=True).masses
+    with pytest.raises(ValueError, match="read-only"):
+        masses[0] = 1.0

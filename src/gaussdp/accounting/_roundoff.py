@@ -45,6 +45,7 @@ coefficient counted twice by Hermitian symmetry). docs/accounting.md §3 gives t
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -94,6 +95,7 @@ def _prime_factors(n: int) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)  # a few lengths per composition, each factored once
 def fft_gamma(n: int, unit: float = U) -> float:
     """γ(N) of Lemma 1: |fl(DFT x)_j − (DFT x)_j| ≤ γ(N)·‖x‖₁ for every j, for a
     transform computed with unit round-off ``unit`` (U: float64; U_EXTENDED: long double)."""
@@ -198,21 +200,31 @@ def row_sums(a: FloatArray) -> tuple[FloatArray, float]:
     Σ (all e) exactly; the e (≤ u·Σ|a| per level, m = ⌈log₂ n⌉ levels) are summed in any
     order and added at the end. Returns the sums and c with |fl − Σ a| ≤ u|fl| +
     c·Σ|a_row| for every row: c = 1.01·(n + m)·m·u².
+
+    The tree is that of the row padded with zeros to 2^m terms; the first level only
+    adds the pairs that hold a term of the second half (a term plus a padding zero is
+    itself, with e = 0). The levels run on the transpose, so that each half is one
+    contiguous block.
     """
     rows, cols = a.shape
     levels = max(0, (cols - 1).bit_length())
-    width = 1 << levels
-    if width > cols:
-        a = np.concatenate((a, np.zeros((rows, width - cols))), axis=1)
+    t = np.ascontiguousarray(a.T)
     corr = np.zeros(rows)
-    while a.shape[1] > 1:
-        half = a.shape[1] // 2
-        x, y = a[:, :half], a[:, half:]
+    size = cols
+    while size > 1:
+        half = 1 << ((size - 1).bit_length() - 1)  # the first half of the padded level
+        r = size - half  # pairs with a term in the second half
+        x, y = t[:r], t[half:size]
         s = x + y
         z = s - x
-        corr += ((x - (s - z)) + (y - z)).sum(axis=1)
-        a = s
-    return a[:, 0] + corr, 1.01 * (cols + levels) * levels * U * U
+        e = s - z
+        np.subtract(x, e, out=e)
+        np.subtract(y, z, out=z)
+        e += z
+        corr += e.sum(axis=0)
+        t[:r] = s
+        size = half
+    return t[0] + corr, 1.01 * (cols + levels) * levels * U * U
 
 
 def centred_deviations(

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -153,6 +153,35 @@ _CHAIN_POINTS = 1 << 17
 # --------------------------------------------------------------------------------------
 # One discretised loss distribution (one bound side, one neighbouring direction)
 # --------------------------------------------------------------------------------------
+# First number of top grid points over which ε(δ) sums (then 2, 4, ... times as many).
+_TOP_FIRST = 2048
+# Largest number of top grid points whose sums a PMF keeps between ε(δ) queries (three
+# float64 arrays: 6 MB); beyond it the sums are formed anew by each query.
+_TOP_KEPT = 1 << 18
+
+
+class _TopSums:
+    """The suffix sums of a PMF's top grid points that ε(δ) queries use, kept between
+    queries (a PMF's masses never change once built) and shared with the copy that
+    :meth:`PrivacyLossDistribution.without_allowances` makes of it.
+
+    Over the points ``offset`` … n − 1, with z_j the losses and z_max the largest:
+    ``s1[t]`` = Σ_{i ≥ offset+t} p_i, ``s2[t]`` = Σ_{i ≥ offset+t} p_i e^{z_max − z_i}, and
+    ``d_at[t]`` = s1[t + 1] − e^{z_{offset+t} − z_max}·s2[t + 1] (0 at the top): δ at the
+    grid point z_{offset+t} by the closed form (CKS Lemma 9 on the discrete PLD). They
+    only place a candidate ε, which the query then checks against the directly summed
+    δ, so their rounding never reaches an answer. They grow downwards by blocks that
+    carry the sums above them, so each point's values do not depend on how far earlier
+    queries grew them (equal answers whatever the order of the queries).
+    """
+
+    __slots__ = ("d_at", "offset", "s1", "s2")
+
+    def __init__(self) -> None:
+        self.offset = -1  # nothing summed yet
+        self.s1 = self.s2 = self.d_at = np.zeros(0)
+
+
 @dataclass(frozen=True, slots=True)
 class _LossPMF:
     """Mass ``probs[j]`` at loss ``(start + j) * h``, plus ``inf_mass`` at +∞.
@@ -160,6 +189,10 @@ class _LossPMF:
     ``slack`` is a δ allowance: added to every δ when ``upper``, subtracted otherwise.
     ``fft_l1`` bounds the ℓ1 norm of the entrywise FFT round-off
     error; ``fft_l1`` is part of the δ allowance (see :func:`_clean`).
+    ``checked``: ε(δ) checks its closed-form answer against the directly summed δ (the
+    certified answer); False only for the uncertified copies of
+    :meth:`PrivacyLossDistribution.without_allowances`, which only choose a grid.
+    ``tops``: the kept sums of ε(δ) queries (:class:`_TopSums`).
     """
 
     h: float
@@ -169,6 +202,8 @@ class _LossPMF:
     slack: float
     upper: bool
     fft_l1: float = 0.0
+    checked: bool = True
+    tops: _TopSums = field(default_factory=_TopSums, compare=False, repr=False)
 
     @property
     def allowance(self) -> float:
@@ -206,33 +241,29 @@ class _LossPMF:
             return math.inf if self.upper else 0.0
         if target <= 0.0:
             return math.inf
-        n = self.probs.size
-        zmax = (self.start + n - 1) * self.h
-        # Suffix sums S1_j = Σ_{i≥j} p_i and S2_j = Σ_{i≥j} p_i e^{zmax − z_i}: for ε in
-        # [z_{j−1}, z_j) the losses above ε are z_j, z_{j+1}, ..., so
-        # δ(ε) = S1_j − e^{ε − zmax} S2_j (CKS Lemma 9 on the discrete PLD). They are
-        # summed over a growing top part of the grid (the same sums as over the whole
-        # grid), until δ at its first point is well above the target at a loss ≥ 0: the
-        # answer then lies inside it, and δ(0) > target.
-        m = min(n, 2048)
-        while True:
-            o = n - m
-            z = np.arange(self.start + o, self.start + n, dtype=np.float64) * self.h
-            p = self.probs[o:]
-            s1 = np.cumsum(p[::-1])[::-1]
-            s2 = np.cumsum((p * np.exp(np.minimum(zmax - z, 700.0)))[::-1])[::-1]
-            d_at = np.zeros_like(s1)
-            d_at[:-1] = s1[1:] - np.exp(z[:-1] - zmax) * s2[1:]
-            if o == 0 or (d_at[0] > 2.0 * target and z[0] >= 0.0):
-                break
-            m = min(n, 4 * m)
-        if o == 0 and self.delta_raw(0.0) <= target:
+        if self.probs.size == 0:
+            return 0.0  # δ(ε) is the mass at +∞ and the allowance, within the target
+        # For ε in [z_{j−1}, z_j) the losses above ε are z_j, z_{j+1}, ...: δ(ε) =
+        # S1_j − e^{ε − zmax} S2_j with the suffix sums of _TopSums (CKS Lemma 9 on the
+        # discrete PLD). They cover a growing top part of the grid until δ at its first
+        # point is well above the target (or the whole grid): the answer then lies inside.
+        o, s1, s2, d_at = self._top_sums(target)
+        # The last grid point where δ is above the target (searched from the top, where
+        # the sums are exact to a few units of the target's last place); j is the next.
+        high = d_at[::-1] > target
+        t = int(np.argmax(high))
+        j = d_at.size - t if high[t] else 0
+        z_lo = (self.start + o + j - 1) * self.h  # the grid point below (none if j + o = 0)
+        if (j + o == 0 or z_lo < 0.0) and self.delta_raw(0.0) <= target:
             return 0.0
-        j = int(np.argmax(d_at <= target))  # first grid point where δ ≤ target
-        lo = 0.0 if j + o == 0 else max(0.0, float(z[j - 1]))
+        lo = 0.0 if j + o == 0 else max(0.0, z_lo)
+        z_j = (self.start + o + j) * self.h
+        zmax = (self.start + self.probs.size - 1) * self.h
         a, b = float(s1[j]), float(s2[j])
         eps = zmax + math.log((a - target) / b) if a > target and b > 0.0 else lo
-        eps = min(max(eps, lo), float(z[j]))
+        eps = min(max(eps, lo), z_j)
+        if not self.checked:
+            return eps  # not certified: only used to choose a grid
         # The closed form is checked against the directly summed δ with the one safe-side
         # search (gaussdp._search): the answer is a point where the check was evaluated.
         if not self.upper:
@@ -253,6 +284,39 @@ class _LossPMF:
 
         hi = eps + _SEARCH_REL * abs(eps) + _SEARCH_ABS
         return smallest_passing(meets, eps, hi, grow=True, **_SEARCH_TOL)
+
+    def _top_sums(self, target: float) -> tuple[int, FloatArray, FloatArray, FloatArray]:
+        """(offset, s1, s2, d_at) of :class:`_TopSums` over enough top grid points for
+        ``target``: until ``d_at[0] > 2·target`` or the whole grid, growing by factors
+        of 2 from :data:`_TOP_FIRST` points; kept up to :data:`_TOP_KEPT` points."""
+        n = self.probs.size
+        kept = self.tops
+        if kept.offset >= 0:
+            o, s1, s2, d_at = kept.offset, kept.s1, kept.s2, kept.d_at
+        else:
+            o, s1, s2, d_at = n, np.zeros(1), np.zeros(1), np.zeros(0)  # the sums above n
+        zmax = (self.start + n - 1) * self.h
+        while o == n or (o > 0 and not d_at[0] > 2.0 * target):
+            m = n - o
+            lo = max(0, n - max(_TOP_FIRST, 2 * m))
+            z = np.arange(self.start + lo, self.start + o, dtype=np.float64) * self.h
+            p = self.probs[lo:o]
+            # Suffix sums of the new block, carrying the sums above it.
+            b1 = np.cumsum(p[::-1])[::-1] + s1[0]
+            b2 = np.cumsum((p * np.exp(np.minimum(zmax - z, 700.0)))[::-1])[::-1] + s2[0]
+            d_new = np.empty(o - lo)
+            d_new[:-1] = b1[1:] - np.exp(z[:-1] - zmax) * b2[1:]
+            if o == n:
+                d_new[-1] = 0.0  # no finite loss above the top point
+                s1, s2 = b1, b2
+            else:
+                d_new[-1] = s1[0] - math.exp(float(z[-1]) - zmax) * s2[0]
+                s1, s2 = np.concatenate((b1, s1)), np.concatenate((b2, s2))
+            d_at = np.concatenate((d_new, d_at))
+            o = lo
+        if n - o <= _TOP_KEPT and (kept.offset < 0 or o < kept.offset):
+            kept.offset, kept.s1, kept.s2, kept.d_at = o, s1, s2, d_at
+        return o, s1, s2, d_at
 
     def delta_raw(self, epsilon: float) -> float:
         """Σ_{z > ε} p(z)(1 − e^{ε − z}) over the finite losses (no mass at +∞, no margin)."""
@@ -276,8 +340,8 @@ class _LossPMF:
         size = sp_fft.next_fast_len(n, real=True)
         check_grid_points(size, extended)
         dtype, unit = _precision(extended)
-        fa = sp_fft.rfft(self.probs.astype(dtype), size)
-        fb = sp_fft.rfft(other.probs.astype(dtype), size)
+        fa = sp_fft.rfft(self.probs.astype(dtype, copy=False), size)
+        fb = sp_fft.rfft(other.probs.astype(dtype, copy=False), size)
         m1, m2 = self.mass, other.mass
         # Lemma 1: |φ̃ − φ| ≤ γ(N)‖p‖₁; a product errs by ≤ e_a|φ_b| + e_b|φ_a| + e_a e_b
         # plus its own rounding (< 3u|φ̃_aφ̃_b|); Lemma 4 turns that into an ℓ1 bound.
@@ -435,7 +499,7 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     # with that unit; the outputs' rounding to float64 adds u·Σ|out| (Lemma 6).
     dtype, unit = _precision(extended)
     gamma = fft_gamma(size, unit)
-    phi = sp_fft.rfft(p.astype(dtype), size)
+    phi = sp_fft.rfft(p.astype(dtype, copy=False), size)
     powered, err = _powered(phi, count, gamma * m, extended)
     if not extended:
         _centre_survivors(p, size, count, phi, powered, err, gamma)
@@ -505,19 +569,24 @@ def _low_roundoff_len(n: int) -> int:
     return min(candidates, key=lambda m: (fft_gamma(m), m))
 
 
-def _released(pmf: _LossPMF) -> _LossPMF:
+def _released(pmf: _LossPMF, extended: bool) -> _LossPMF:
     """``pmf``, after evicting the FFT plans cached by the transforms that made it.
 
     scipy.fft (pocketfft) keeps the plans (twiddle factors, 8 to 16 bytes a point) of
     the lengths it last transformed, per precision; after the powers of one DP-SGD
     certification (N = 10⁶, batch 256, 10 epochs) they held 97 MB (measured), more than
-    the PMFs themselves. Transforms of 32 short lengths push them out (the eviction
+    the PMFs themselves. Transforms of short lengths push them out (the eviction
     pocketfft's author suggests, scipy/scipy#5986); planning a long transform again
-    costs far less than the transform.
+    costs far less than the transform. pocketfft's cache is a least-recently-used list
+    of 16 plans per precision, shared by the forward and inverse real transforms
+    (measured with scipy 1.17: 16 new lengths evict a long plan, 15 do not), so forward
+    transforms of 20 distinct short lengths evict it, in the precisions the transforms
+    used (float64, and long double if ``extended``). (Inverse transforms too, 32
+    lengths, both precisions: 4 % of a DP-SGD certification.)
     """
-    for n in range(1, 33):
-        for dtype in (np.float64, np.longdouble):
-            sp_fft.irfft(sp_fft.rfft(np.ones(n, dtype=dtype)), n)
+    for dtype in (np.float64, np.longdouble) if extended else (np.float64,):
+        for n in range(1, 21):
+            sp_fft.rfft(np.ones(n, dtype=dtype))
     return pmf
 
 
@@ -557,7 +626,7 @@ def _powered(
     to float64 (which adds 1.01u|φ̃| to their input error e; their powers are below
     e^{−150}, so the coarser bound costs nothing).
     """
-    modulus = np.abs(phi).astype(np.float64)
+    modulus = np.abs(phi).astype(np.float64, copy=False)
     alive = modulus * (1.0 + 4.0 * _U) + e > math.exp(-680.0 / count) * (1.0 - 1e-12)
     powered = np.zeros_like(phi)
     err = np.full(modulus.shape, 1e-290)
@@ -702,7 +771,9 @@ def _modulus_up(z: npt.NDArray[np.complexfloating], unit: float) -> FloatArray:
     """float64 bounds ≥ |z_j|: hypot is correct to 2u; a long double z is first rounded
     to complex128 (each part to u relative, so the modulus to 1.01u)."""
     scale = 1.0 + (2.01 if z.dtype == np.complex128 else 3.05) * _U
-    return np.asarray(np.abs(z.astype(np.complex128)) * scale, dtype=np.float64)
+    modulus = np.abs(z.astype(np.complex128, copy=False))
+    modulus *= scale
+    return np.asarray(modulus, dtype=np.float64)
 
 
 def _to_double(values: npt.NDArray[np.floating]) -> tuple[FloatArray, float]:
@@ -1802,11 +1873,11 @@ class PrivacyLossDistribution:
             )
         tm = max(self.tail_mass, other.tail_mass)
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = _released(self.upper_remove.compose(other.upper_remove, tm, ext))
-        lr = _released(self.lower_remove.compose(other.lower_remove, tm, ext))
+        ur = _released(self.upper_remove.compose(other.upper_remove, tm, ext), ext)
+        lr = _released(self.lower_remove.compose(other.lower_remove, tm, ext), ext)
         both = self.symmetric and other.symmetric
-        ua = ur if both else _released(self.upper_add.compose(other.upper_add, tm, ext))
-        la = lr if both else _released(self.lower_add.compose(other.lower_add, tm, ext))
+        ua = ur if both else _released(self.upper_add.compose(other.upper_add, tm, ext), ext)
+        la = lr if both else _released(self.lower_add.compose(other.lower_add, tm, ext), ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def self_compose(
@@ -1829,10 +1900,10 @@ class PrivacyLossDistribution:
             return self
         tm = self.tail_mass
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = _released(self.upper_remove.self_compose(count, tm, ext))
-        lr = _released(self.lower_remove.self_compose(count, tm, ext))
-        ua = ur if self.symmetric else _released(self.upper_add.self_compose(count, tm, ext))
-        la = lr if self.symmetric else _released(self.lower_add.self_compose(count, tm, ext))
+        ur = _released(self.upper_remove.self_compose(count, tm, ext), ext)
+        lr = _released(self.lower_remove.self_compose(count, tm, ext), ext)
+        ua = ur if self.symmetric else _released(self.upper_add.self_compose(count, tm, ext), ext)
+        la = lr if self.symmetric else _released(self.lower_add.self_compose(count, tm, ext), ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def regridded(self, value_discretization: float) -> PrivacyLossDistribution:
@@ -1896,15 +1967,21 @@ class PrivacyLossDistribution:
             pmf = self.upper_remove if remove else self.upper_add
         else:
             pmf = self.lower_remove if remove else self.lower_add
-        return LossMasses(pmf.losses, pmf.probs, pmf.inf_mass, pmf.allowance, pmf.upper)
+        masses = pmf.probs.view()
+        masses.flags.writeable = False  # the PMF (and the sums its queries keep) is fixed
+        return LossMasses(pmf.losses, masses, pmf.inf_mass, pmf.allowance, pmf.upper)
 
     def without_allowances(self) -> PrivacyLossDistribution:
         """The same PLD with its additive δ allowances (round-off, wrapped mass) set to 0
         (the mass at +∞ is kept): not certified, only used to tell the discretisation
-        error from the allowances when choosing a grid."""
+        error from the allowances when choosing a grid. Its ε(δ) is the closed form on
+        the grid, not checked against the directly summed δ (within about 10⁻¹²
+        relative of it), from the sums its original keeps (the same masses)."""
 
         def bare(pmf: _LossPMF) -> _LossPMF:
-            return _LossPMF(pmf.h, pmf.start, pmf.probs, pmf.inf_mass, 0.0, pmf.upper)
+            return _LossPMF(
+                pmf.h, pmf.start, pmf.probs, pmf.inf_mass, 0.0, pmf.upper, 0.0, False, pmf.tops
+            )
 
         return PrivacyLossDistribution(
             self.value_discretization,
