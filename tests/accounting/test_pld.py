@@ -534,9 +534,11 @@ def test_kept_query_sums_give_the_answers_of_a_fresh_pld() -> None:
     again = [pld.epsilon(d) for d in deltas]  # every query after the others, sums kept
     assert again == fresh
     # The sums are kept, over the top points that the smallest ε asked for.
-    tops = pld.upper_remove.tops
-    assert 0 <= tops.offset < pld.upper_remove.probs.size
-    assert tops.s1.size == tops.d_at.size == pld.upper_remove.probs.size - tops.offset
+    sums = pld.upper_remove.tops.sums
+    assert sums is not None
+    offset, s1, _, d_at = sums
+    assert 0 <= offset < pld.upper_remove.probs.size
+    assert s1.size == d_at.size == pld.upper_remove.probs.size - offset
     # Each certified answer is where the directly summed δ meets its target.
     for d, b in zip(deltas, again, strict=True):
         assert pld.delta(b.upper).upper <= d * (1 + 1e-9)
