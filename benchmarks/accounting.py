@@ -70,7 +70,7 @@ def _gaussdp(spec: dict[str, Any]) -> dict[str, Any]:
     from gaussdp.accounting import PLDAccountant, Subsampled
     from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
 
-    acc = PLDAccountant(tolerance=spec.get("tolerance", 1e-4))
+    acc = PLDAccountant(tolerance=spec.get("tolerance"))  # None: the default τ = 1e-4
     if spec["kind"] == "em":
         from gaussdp.accounting import ExponentialMechanism
 
