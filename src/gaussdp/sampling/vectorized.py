@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -193,7 +194,9 @@ def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, Bool
     v -= eta
     low = np.floor(v, out=v)
     undecided = np.not_equal(low, high)
-    if not m_int.all():  # m = 0: u_mid's interval reaches 0, where the estimate is unbounded
+    # m = 0: u_mid's interval reaches 0, where the estimate is unbounded. For tau >= 1 such
+    # a lane has eta >= tau / 1 >= 1, so its floors differ and it is undecided already (§2.1).
+    if tau_f < 1.0 and not m_int.all():
         undecided |= m_int == 0
     return low, undecided
 
@@ -389,6 +392,16 @@ def _signed(g: IntArray, negative: BoolArray) -> IntArray:
     return signed
 
 
+# Index of the more significant 32-bit half of a native uint64 read as two uint32.
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0
+
+
+def _halves(words: U64Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """Views of ``words >> 32`` and ``words & 0xFFFFFFFF`` (no copy)."""
+    pairs = words.view(np.uint32).reshape(-1, 2)
+    return pairs[:, _HIGH_HALF], pairs[:, 1 - _HIGH_HALF]
+
+
 def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
     """52-bit prefix ``w >> 12`` of ``U`` and sign bit ``w & 1`` (independent bits)."""
     return words >> np.uint64(12), (words & np.uint64(1)).astype(np.bool_)
@@ -413,8 +426,10 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         words = rng.words(n + n_half)
         m_geo, geo_bits, sign_shift = words[:n] >> np.uint64(12), 52, 0
         halves = words[n:]
-        m_acc[:n_half] = (halves >> np.uint64(32)).view(np.int64)
-        m_acc[n_half:] = (halves[: n - n_half] & np.uint64(0xFFFFFFFF)).view(np.int64)
+        # the 32-bit halves of each word, read in place (converted exactly to float)
+        high_halves, low_halves = _halves(halves)
+        m_acc[:n_half] = high_halves
+        m_acc[n_half:] = low_halves[: n - n_half]
         words = words[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
     low, undecided = _geometric(m_geo, geo_bits, float(tau))
@@ -433,7 +448,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         undecided[[i for i, value in exact.items() if value >= 2**52]] = True
     # CKS Alg 2: if B = 1 and Y = 0, restart. B is bit `sign_shift` of the word; it
     # becomes the float's sign bit, so the lanes to restart are those equal to -0.0.
-    signs = np.left_shift(words, np.uint64(63 - sign_shift))
+    signs = np.left_shift(words, np.uint64(63 - sign_shift), out=words)  # words: no longer read
     if sign_shift:
         signs &= np.uint64(1 << 63)
     low_bits = low.view(np.uint64)
@@ -457,7 +472,8 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
             g[i] = value
         return np.compress(accepted, _signed(g, low_bits >= np.uint64(1 << 63)))
     # (1 - 2B) G: the signed floats are exact integers below 2**52
-    return np.compress(accepted, low).astype(np.int64)
+    signed: IntArray = low[accepted].astype(np.int64)
+    return signed
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
