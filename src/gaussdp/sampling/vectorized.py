@@ -259,6 +259,7 @@ class _GaussianPlan:
         # CKS Alg 3: t = floor(sigma) + 1, exactly (floor(sqrt(a/b)) = isqrt(ab) // b).
         self.t = isqrt(sigma2.numerator * sigma2.denominator) // sigma2.denominator + 1
         self.tau = Fraction(self.t)  # the scale of CKS Alg 3's discrete Laplace
+        self.t_f = float(self.t)
         self.c = sigma2 / self.t  # gamma = (|Y| - c)^2 / (2 sigma2), CKS Alg 3
         self.c_f = float(self.c)
         self.inv_two_sigma2_f = float(1 / (2 * sigma2))
@@ -415,7 +416,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
     ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``
     (the high halves serve the first ``ceil(n/2)`` candidates, the low halves the rest).
     """
-    tau = Fraction(plan.t)
+    tau = plan.tau
     m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
     if plan.t <= _PACKED_T_MAX:
         words = rng.words(n)
@@ -432,7 +433,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         m_acc[n_half:] = low_halves[: n - n_half]
         words = words[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
-    low, undecided = _geometric(m_geo, geo_bits, float(tau))
+    low, undecided = _geometric(m_geo, geo_bits, plan.t_f)
     exact = _finish_geometric(low, undecided, m_geo, geo_bits, tau, rng)
     for i, value in exact.items():
         low[i] = value  # rounded if >= 2**53; such lanes are decided from the int below
