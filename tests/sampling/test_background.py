@@ -11,6 +11,7 @@ import pytest
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import discrete_gaussian
 from gaussdp.sampling.background import NoiseStream
+from gaussdp.sampling.vectorized import _discrete_gaussian_into
 
 
 def test_worker_vectors_equal_in_place_vectors_and_are_keyed_from_rng() -> None:
@@ -103,3 +104,15 @@ def test_a_worker_that_cannot_start_leaves_the_stream_drawing_in_place(
     reference = NoiseStream(1000, 30, rng=ChaCha20Random(6), background=False)
     for _ in range(2):
         np.testing.assert_array_equal(stream.next(), reference.next())
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 2**70), Fraction(9, 4), 10**6, 10**18])
+@pytest.mark.parametrize("n", [5, 1000, 9000])
+def test_in_place_draw_of_the_worker_equals_discrete_gaussian(sigma2: Fraction, n: int) -> None:
+    # The worker writes into shared memory with _discrete_gaussian_into: the same values,
+    # and the stream left at the same word, on every path (tiny, few, packed, small, huge).
+    out = np.full(n, -(2**62), dtype=np.int64)
+    rng, rng_want = ChaCha20Random(7), ChaCha20Random(7)
+    _discrete_gaussian_into(Fraction(sigma2), out, rng)
+    np.testing.assert_array_equal(out, discrete_gaussian(sigma2, n, rng=rng_want))
+    assert rng.words(1)[0] == rng_want.words(1)[0]

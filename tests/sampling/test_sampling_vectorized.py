@@ -234,6 +234,19 @@ def test_exact_fallback_alone_has_the_right_distribution(
     assert stat < crit, (stat, crit)  # chi-square, alpha = 1e-6
 
 
+@pytest.mark.parametrize("bits", [31, 52])
+@pytest.mark.parametrize("tau", [1.0, 1.5, 257.0, 130_001.0, 2.0**20, 2.0**26])
+def test_geometric_leaves_a_zero_prefix_undecided(bits: int, tau: float) -> None:
+    # U in [0, 2**-bits) (m = 0) has no float bound on -tau ln U: the lane must go to the
+    # exact resolver. For tau >= 1 _geometric relies on eta >= tau making its floors
+    # differ (docs/sampler-exactness.md §2.1) instead of testing m = 0; check that here.
+    m = np.array([0, 1, 2**bits - 1, 0], dtype=np.uint64)
+    _, undecided = vec._geometric(m, bits, tau)
+    assert undecided[[0, 3]].all()
+    _, undecided_small = vec._geometric(m, bits, 0.25)  # tau < 1: tested explicitly
+    assert undecided_small[[0, 3]].all()
+
+
 def test_big_path_exact_fallback_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
     n = 3_000

@@ -12,16 +12,17 @@ from __future__ import annotations
 import mmap
 import signal
 import sys
+from fractions import Fraction
 
 import numpy as np
 
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling.background import REQUEST_BYTES
-from gaussdp.sampling.vectorized import discrete_gaussian
+from gaussdp.sampling.vectorized import _discrete_gaussian_into
 
 
 def main(argv: list[str]) -> int:
-    fd, dim, sigma2 = int(argv[0]), int(argv[1]), argv[2]
+    fd, dim, sigma2 = int(argv[0]), int(argv[1]), Fraction(argv[2])
     # Ctrl-C in the caller's terminal reaches this process too; the caller decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     shared = mmap.mmap(fd, 2 * dim * 8)
@@ -32,7 +33,8 @@ def main(argv: list[str]) -> int:
         if len(request) < REQUEST_BYTES:
             return 0
         slot, key = request[0], request[1:]
-        slots[slot] = discrete_gaussian(sigma2, dim, rng=ChaCha20Random(key))
+        # written in place: the same values as discrete_gaussian(SIGMA2, DIM, rng=...)
+        _discrete_gaussian_into(sigma2, slots[slot], ChaCha20Random(key))
         replies.write(b"\x01")
         replies.flush()
 

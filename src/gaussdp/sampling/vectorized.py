@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -176,61 +177,65 @@ def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, Bool
     ``v = fl(-tau_f * log(u_mid))`` at the exact midpoint
     ``u_mid = (2m + 1) / 2**(bits + 1)`` is within ``eta = 2**-42 v + tau / m`` of
     ``-tau ln U``; the lane is decided when ``floor(v - eta) == floor(v + eta)``.
-    Operations run in place on a few buffers: this is the sampler's hot loop.
+    Operations run in place on two buffers: this is the sampler's hot loop.
     """
-    m = m_int.astype(np.float64)  # exact: m < 2**52
-    v = m * 2.0**-bits  # exact scaling by a power of two
+    # exact: m < 2**52; read as int64 (the same values), which converts faster than uint64
+    m = m_int.view(np.int64).astype(np.float64)
+    v = np.multiply(m, 2.0**-bits)  # exact scaling by a power of two
     v += 2.0 ** -(bits + 1)  # u_mid = (2m + 1) / 2**(bits + 1), exact: 2m + 1 < 2**53
     np.log(v, out=v)
     v *= -tau_f
     eta = np.maximum(m, 1.0, out=m)
     np.divide(tau_f, eta, out=eta)
-    eta += v * _ETA_REL
-    high = v + eta
+    high = np.multiply(v, _ETA_REL)
+    eta += high
+    np.add(v, eta, out=high)
     np.floor(high, out=high)
     v -= eta
     low = np.floor(v, out=v)
     undecided = np.not_equal(low, high)
-    if not m_int.all():  # m = 0: u_mid's interval reaches 0, where the estimate is unbounded
+    # m = 0: u_mid's interval reaches 0, where the estimate is unbounded. For tau >= 1 such
+    # a lane has eta >= tau / 1 >= 1, so its floors differ and it is undecided already (§2.1).
+    if tau_f < 1.0 and not m_int.all():
         undecided |= m_int == 0
     return low, undecided
 
 
-def _bernoulli_exp_fast(x_f: F64Array, m_int: U64Array, bits: int) -> tuple[BoolArray, BoolArray]:
-    """Decide ``U' < exp(-gamma)`` from ``x_f``, a float with ``|x_f - gamma| <= 2**-45 (1 + x_f)``.
+def _bernoulli_exp_fast(minus_x: F64Array, m: F64Array, bits: int) -> tuple[BoolArray, BoolArray]:
+    """Decide ``U' < exp(-gamma)`` from ``minus_x = -x_f``, ``|x_f - gamma| <= 2**-45 (1 + x_f)``.
 
-    ``U'`` is in ``[m, m + 1) / 2**bits`` (``bits <= 53``). With
-    ``p = fl(exp(-x_f))`` and ``r = 2**-42 + 2**-43 (1 + x_f)`` the integers
+    ``U'`` is in ``[m, m + 1) / 2**bits`` (``bits <= 53``); ``m`` holds the integers as
+    floats (exact below ``2**53``). With ``p = fl(exp(-x_f))`` and
+    ``r = 2**-42 + 2**-43 (1 + x_f)`` the integers
     ``A = floor(2**bits p (1 - r))`` and ``B = ceil(2**bits min(1, p (1 + r) + 2**-60))``
     satisfy ``A <= 2**bits exp(-gamma) <= B`` (§2.2): ``m + 1 <= A`` proves
     acceptance, ``m >= B`` proves rejection, anything else is undecided.
     For an integer m, ``m + 1 <= A`` is ``m + 1 <= 2**bits p (1 - r)`` and ``m < B`` is
     ``m < 2**bits min(...)``; both are compared in floats, where ``m + 1 <= 2**53`` is
-    exact. ``x_f`` is overwritten. Returns ``(accepted, undecided)``.
+    exact. ``minus_x`` is overwritten. Returns ``(accepted, undecided)``.
     """
     scale = 2.0**bits
-    r = x_f * _BRACKET_SLOPE
+    r = np.multiply(minus_x, -_BRACKET_SLOPE)  # x_f * slope (negation is exact)
     r += _BRACKET_CONST
-    np.negative(x_f, out=x_f)
-    p = np.exp(x_f, out=x_f)
+    p = np.exp(minus_x, out=minus_x)
     r *= p
-    low = p - r
+    low = np.subtract(p, r)
     low *= scale
     high = np.add(p, r, out=r)
     high += _TINY
     high *= scale  # B's min(1, ...) is moot: m < 2**bits always
-    m = m_int.astype(np.float64)  # exact: m < 2**53
     undecided = np.less(m, high)
-    m += 1.0  # exact: m + 1 <= 2**53
-    accepted = np.less_equal(m, low)
-    undecided &= ~accepted
+    m_plus_one = np.add(m, 1.0, out=high)  # exact: m + 1 <= 2**53
+    accepted = np.less_equal(m_plus_one, low)
+    # accepted lanes have m < m + 1 <= low <= high, so they are among the m < high ones
+    undecided ^= accepted
     return accepted, undecided
 
 
 def _resolve_bernoulli(
     accepted: BoolArray,
     undecided: BoolArray,
-    m_int: U64Array,
+    m_int: F64Array,
     bits: int,
     gamma: Callable[[int], Fraction],
     rng: RandomSource,
@@ -254,6 +259,7 @@ class _GaussianPlan:
         # CKS Alg 3: t = floor(sigma) + 1, exactly (floor(sqrt(a/b)) = isqrt(ab) // b).
         self.t = isqrt(sigma2.numerator * sigma2.denominator) // sigma2.denominator + 1
         self.tau = Fraction(self.t)  # the scale of CKS Alg 3's discrete Laplace
+        self.t_f = float(self.t)
         self.c = sigma2 / self.t  # gamma = (|Y| - c)^2 / (2 sigma2), CKS Alg 3
         self.c_f = float(self.c)
         self.inv_two_sigma2_f = float(1 / (2 * sigma2))
@@ -339,13 +345,28 @@ def _geometric_exact(m_int: U64Array, bits: int, tau: Fraction, rng: RandomSourc
     # CKS Alg 2: Y geometric with ratio exp(-1/tau), as floor(-tau ln U) (§2.1).
     low, undecided = _geometric(m_int, bits, float(tau))
     g = low.astype(np.int64)
+    for i, value in _finish_geometric(low, undecided, m_int, bits, tau, rng).items():
+        g[i] = value
+    return g
+
+
+def _finish_geometric(
+    low: F64Array,
+    undecided: BoolArray,
+    m_int: U64Array,
+    bits: int,
+    tau: Fraction,
+    rng: RandomSource,
+) -> dict[int, int]:
+    """The exact ``G`` of the undecided lanes of :func:`_geometric` (§3), in lane order."""
+    exact: dict[int, int] = {}
     if undecided.any():
         for i in np.flatnonzero(undecided).tolist():
             prefix = int(m_int[i])
             u = LazyUniform(prefix, bits, rng)
-            hint = int(g[i]) if prefix else int(bits * tau) // 2 + 1
-            g[i] = floor_neg_log(u, tau, max(hint, 0))
-    return g
+            hint = int(low[i]) if prefix else int(bits * tau) // 2 + 1
+            exact[i] = floor_neg_log(u, tau, max(hint, 0))
+    return exact
 
 
 def _laplace_magnitudes(
@@ -372,6 +393,16 @@ def _signed(g: IntArray, negative: BoolArray) -> IntArray:
     return signed
 
 
+# Index of the more significant 32-bit half of a native uint64 read as two uint32.
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0
+
+
+def _halves(words: U64Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """Views of ``words >> 32`` and ``words & 0xFFFFFFFF`` (no copy)."""
+    pairs = words.view(np.uint32).reshape(-1, 2)
+    return pairs[:, _HIGH_HALF], pairs[:, 1 - _HIGH_HALF]
+
+
 def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
     """52-bit prefix ``w >> 12`` of ``U`` and sign bit ``w & 1`` (independent bits)."""
     return words >> np.uint64(12), (words & np.uint64(1)).astype(np.bool_)
@@ -382,35 +413,68 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
 
     Bits per candidate (§2.4): for ``t <= 256`` one word holds
     ``[31 bits of U | sign | 32 bits of U']``; otherwise one word gives 52 bits of
-    ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``.
+    ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``
+    (the high halves serve the first ``ceil(n/2)`` candidates, the low halves the rest).
     """
-    tau = Fraction(plan.t)
+    tau = plan.tau
+    m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
     if plan.t <= _PACKED_T_MAX:
         words = rng.words(n)
-        m_geo, geo_bits = words >> np.uint64(33), 31
-        negative = ((words >> np.uint64(32)) & np.uint64(1)).astype(np.bool_)
-        m_acc = words & np.uint64(0xFFFFFFFF)
+        m_geo, geo_bits, sign_shift = words >> np.uint64(33), 31, 32
+        m_acc[:] = (words & np.uint64(0xFFFFFFFF)).view(np.int64)
     else:
-        words = rng.words(n + (n + 1) // 2)
-        (m_geo, negative), geo_bits = _split_word(words[:n]), 52
+        n_half = (n + 1) // 2
+        words = rng.words(n + n_half)
+        m_geo, geo_bits, sign_shift = words[:n] >> np.uint64(12), 52, 0
         halves = words[n:]
-        m_acc = np.concatenate([halves >> np.uint64(32), halves & np.uint64(0xFFFFFFFF)])[:n]
+        # the 32-bit halves of each word, read in place (converted exactly to float)
+        high_halves, low_halves = _halves(halves)
+        m_acc[:n_half] = high_halves
+        m_acc[n_half:] = low_halves[: n - n_half]
+        words = words[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
-    g, keep = _laplace_magnitudes(m_geo, geo_bits, negative, tau, rng)
+    low, undecided = _geometric(m_geo, geo_bits, plan.t_f)
+    exact = _finish_geometric(low, undecided, m_geo, geo_bits, tau, rng)
+    for i, value in exact.items():
+        low[i] = value  # rounded if >= 2**53; such lanes are decided from the int below
     # CKS Alg 3: accept Y with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
-    # Lanes restarted by CKS Alg 2 (keep False) are computed but never accepted or resolved.
-    x = g.astype(np.float64)
-    x -= plan.c_f
-    np.multiply(x, x, out=x)
-    x *= plan.inv_two_sigma2_f
-    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 32)
-    if g.max(initial=0) >= 2**52:  # float estimate of G not exact: decide exactly
-        undecided |= g >= 2**52
-    undecided &= keep
-    accepted &= keep
+    # x = (G - c)^2 / (2 sigma^2) in floats (§2.2), negated exactly for the bracket.
+    minus_x = np.subtract(low, plan.c_f)
+    np.multiply(minus_x, minus_x, out=minus_x)
+    minus_x *= -plan.inv_two_sigma2_f
+    accepted, undecided = _bernoulli_exp_fast(minus_x, m_acc, 32)
+    # Decided lanes have m >= 1, so G <= 37 t < 2**52; only exact lanes can exceed it,
+    # where the float of G is not exact: decide those exactly.
+    if exact:
+        undecided[[i for i, value in exact.items() if value >= 2**52]] = True
+    # CKS Alg 2: if B = 1 and Y = 0, restart. B is bit `sign_shift` of the word; it
+    # becomes the float's sign bit, so the lanes to restart are those equal to -0.0.
+    signs = np.left_shift(words, np.uint64(63 - sign_shift), out=words)  # words: no longer read
+    if sign_shift:
+        signs &= np.uint64(1 << 63)
+    low_bits = low.view(np.uint64)
+    low_bits |= signs
+    if not low.all():  # some G = 0 (rare for large t): drop the restarted lanes
+        keep = low_bits != np.uint64(1 << 63)
+        undecided &= keep
+        accepted &= keep
     if undecided.any():
-        _resolve_bernoulli(accepted, undecided, m_acc, 32, lambda i: plan.gamma(int(g[i])), rng)
-    return np.compress(accepted, _signed(g, negative))
+        _resolve_bernoulli(
+            accepted,
+            undecided,
+            m_acc,
+            32,
+            lambda i: plan.gamma(exact[i] if i in exact else int(abs(low[i]))),
+            rng,
+        )
+    if exact:  # values from exact ints (a float of G >= 2**53 would be rounded)
+        g = np.abs(low).astype(np.int64)
+        for i, value in exact.items():
+            g[i] = value
+        return np.compress(accepted, _signed(g, low_bits >= np.uint64(1 << 63)))
+    # (1 - 2B) G: the signed floats are exact integers below 2**52
+    signed: IntArray = low[accepted].astype(np.int64)
+    return signed
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
@@ -578,10 +642,10 @@ def _gaussian_huge(plan: _GaussianPlan, huge: _HugeScale, n: int, rng: RandomSou
     d *= 2.0**-huge.frac_bits
     d += g
     d -= huge.c_units_f
-    x = np.multiply(d, d, out=d)
-    x *= huge.k_f
-    m_acc = words[1] & np.uint64(0xFFFFFFFF)
-    accepted, undecided = _bernoulli_exp_fast(x, m_acc, 32)
+    minus_x = np.multiply(d, d, out=d)
+    minus_x *= -huge.k_f  # -x_f, exactly (negation)
+    m_acc = (words[1] & np.uint64(0xFFFFFFFF)).view(np.int64).astype(np.float64)
+    accepted, undecided = _bernoulli_exp_fast(minus_x, m_acc, 32)
     if g.max(initial=0) >= 2**52:  # float of G not exact: decide exactly
         undecided |= g >= 2**52
     undecided &= keep
@@ -961,6 +1025,23 @@ def _sample(
             return BigIntArray._from_ints(values, plan.huge.limbs)
         return values
     return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
+
+
+def _discrete_gaussian_into(sigma2: Fraction, out: IntArray, rng: RandomSource) -> None:
+    """``out[:] = discrete_gaussian(sigma2, out.size, rng=rng)``: the same values from the
+    same words, written into ``out`` (a contiguous int64 vector) without a temporary.
+
+    For the noise worker (:mod:`gaussdp.sampling._worker`), which fills shared memory;
+    ``sigma2`` is already validated. Paths other than the vectorised small one go
+    through :func:`discrete_gaussian`.
+    """
+    exact, plan = _parameter("sigma2", sigma2)
+    n = out.size
+    if plan is None or plan.huge is not None or n <= _FEW_MAX:
+        out[:] = discrete_gaussian(exact, n, rng=rng)
+        return
+    draw = _gaussian_drawer(plan, rng)
+    _draw(draw.batch, n, draw.acceptance, lambda _: out, None)
 
 
 @overload
