@@ -491,12 +491,15 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     a_top = (i_hi + 1) * h
     a_bot = (i_lo - 1) * h
     eta_hi = eta_lo = 0.0
+    z_abs = float(np.max(np.abs(z)))
     if a_top <= z_max:
         lam, value = exact[1.0]
-        eta_hi = math.exp(min(0.0, float(np.min(value - lam * a_top))))
+        exponent = value - lam * a_top + _mgf_error(value, lam, a_top, count, p.size, z_abs)
+        eta_hi = math.exp(min(0.0, float(np.min(exponent)))) * (1 + 1e-13)
     if a_bot >= z_min:
         lam, value = exact[-1.0]
-        eta_lo = math.exp(min(0.0, float(np.min(value + lam * a_bot))))
+        exponent = value + lam * a_bot + _mgf_error(value, lam, a_bot, count, p.size, z_abs)
+        eta_lo = math.exp(min(0.0, float(np.min(exponent)))) * (1 + 1e-13)
     # φ^k through its modulus and argument, with the proven bounds of _roundoff:
     # Lemma 1 (the DFT), Lemmas 2–3 (the power and its input's error), Lemma 4 (back to
     # the N outputs, in ℓ1).
@@ -836,6 +839,24 @@ def _log_mgf(p: FloatArray, z: FloatArray, lams: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore"):
         sums = np.sum(np.exp(np.outer(lams, z - top)) * p, axis=1)
         return np.asarray(lams * top + np.log(sums), dtype=np.float64)
+
+
+def _mgf_error(
+    value: FloatArray, lams: FloatArray, edge: float, count: int, n: int, z_abs: float
+) -> FloatArray:
+    """A bound on the float error of ``value ∓ λ·edge``, ``value`` = count·ln M(λ) from
+    :func:`_log_mgf_grid` (or :func:`_log_mgf`) over ``n`` points with |z| ≤ ``z_abs``.
+
+    The sum Σ p_i e^{λ(z_i − top)} has n nonnegative terms, each from at most two
+    exponentials (≤ 4u each, numpy's libm) and three products: relative error at most
+    (n + 16)u with summation's (n − 1)u. Its logarithm then errs by that plus
+    u·|ln sum|; λ·top by u·λ·z_abs; the multiplication by ``count`` and the final
+    subtraction add u·(|value| + λ·|edge|) each. Everything is doubled for the
+    first-order terms dropped (u = 2⁻⁵³).
+    """
+    u = 2.0**-53
+    per_run = (n + 16) * u + u * (np.abs(value) / count + 2 * lams * z_abs)
+    return np.asarray(2 * (count * per_run + u * (np.abs(value) + lams * abs(edge))))
 
 
 # Block length of :func:`_log_mgf_grid`, and the largest λ·(block width) it takes.
