@@ -4,8 +4,10 @@ and falls back to a labelled RDP bound where the PLD cannot certify (issue 10)."
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import mpmath as mp
+import numpy as np
 import pytest
 
 from gaussdp.accounting import (
@@ -26,6 +28,7 @@ from gaussdp.accounting._adaptive import (
     check_grid_points,
     tail_mass_for,
 )
+from gaussdp.accounting.events import DiscreteGaussianVector
 from gaussdp.mechanisms import DiscreteLaplace, Gaussian
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
@@ -241,6 +244,45 @@ def test_a_lattice_coarser_than_one_nat_is_divided_evenly(scale: float) -> None:
     assert b.lower <= exact * (1 + 1e-9) + 1e-15
     assert exact <= b.upper * (1 + 1e-9) + 1e-15
     assert b.upper - b.lower <= 1e-6 * max(exact, 1e-12) + 1e-12
+
+
+def _discrete_gaussian_vector_delta(sigma2: Fraction, d: int, epsilon: float) -> float:
+    """δ(ε) of N_Z(0, σ²)^d against N_Z(1, σ²)^d by exact sums: the loss is
+    (d − 2S)/(2σ²) with S the sum of the d coordinates (CKS Thm 14), whose PMF is the
+    d-fold direct convolution of the discrete Gaussian's (non-negative terms: each
+    entry to a few ulps; |y| ≤ 60 holds all but e^{−150} of the mass)."""
+    ys = np.arange(-60, 61)
+    w = np.exp(-(ys.astype(np.float64) ** 2) / (2 * float(sigma2)))
+    w /= math.fsum(w)
+    pmf = w
+    for _ in range(d - 1):
+        pmf = np.convolve(pmf, w)
+    sums = np.arange(-60 * d, 60 * d + 1)
+    loss = (d - 2 * sums) / (2 * float(sigma2))
+    above = loss > epsilon
+    return math.fsum(pmf[above] * -np.expm1(epsilon - loss[above]))
+
+
+def test_a_discrete_gaussian_vector_meets_finer_tolerances_and_never_loosens() -> None:
+    # Eight unit coordinates at δ = 1e-9: off its lattice (1/(2σ²)) the bracket was
+    # 1e-3 wide with a note, and τ = 1e-5 gave a looser upper (a finer grid, a larger
+    # round-off allowance) than τ = 1e-4.
+    sigma2 = Fraction(294, 25)
+    event = DiscreteGaussianVector(sigma2, (1,) * 8)
+    uppers = []
+    for tol in (1e-4, 1e-5, 1e-6):
+        b = PLDAccountant(tolerance=tol).compose(event).epsilon(1e-9)
+        assert b.method == "pld"
+        assert b.note == ""
+        assert b.upper - b.lower <= tol * b.upper
+        assert _discrete_gaussian_vector_delta(sigma2, 8, b.upper) <= 1e-9
+        assert _discrete_gaussian_vector_delta(sigma2, 8, b.lower) >= 1e-9
+        uppers.append(b.upper)
+    assert uppers == sorted(uppers, reverse=True)
+    # Composed: the runs are composed on the lattice too.
+    b = PLDAccountant(tolerance=1e-5).compose(event, 3).epsilon(1e-9)
+    assert b.note == ""
+    assert b.upper - b.lower <= 1e-5 * b.upper
 
 
 class _Bounds:

@@ -1646,12 +1646,14 @@ class PrivacyLossDistribution:
         sample_rate: float = 1.0,
         value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
         tail_mass: float = DEFAULT_TAIL_MASS,
+        extended_precision: bool = False,
     ) -> PrivacyLossDistribution:
         r"""PLD of the discrete Gaussian N_Z(0, σ²) on an integer query.
 
         With a sequence of integer sensitivities (one per coordinate, independent
         noise N_Z(0, σ²) on each), the privacy loss is the sum of the coordinates'
-        losses (CKS Thm 14, §2.4) and the per-coordinate PLDs are composed. With
+        losses (CKS Thm 14, §2.4) and the per-coordinate PLDs are composed (their FFTs
+        in long double if ``extended_precision``, as in :meth:`compose`). With
         ``sample_rate`` q < 1 (one coordinate only) the pair is the Poisson-subsampled
         one, (1 − q)N_Z(0, σ²) + qN_Z(Δ, σ²) against N_Z(0, σ²), both directions.
 
@@ -1681,8 +1683,9 @@ class PrivacyLossDistribution:
         for d in sorted(set(deltas)):
             _, p, q, missing = _discrete_gaussian_points(s2, d)
             one = cls._from_shift_pair(h, p, q, missing, rate, tail_mass)
-            one = one.self_compose(deltas.count(d))
-            result = one if result is None else result.compose(one)
+            ext = extended_precision
+            one = one.self_compose(deltas.count(d), extended_precision=ext)
+            result = one if result is None else result.compose(one, extended_precision=ext)
         if result is None:  # pragma: no cover - deltas is non-empty
             raise ValueError(invalid("sensitivity", "not all zero", sensitivity))
         return result
