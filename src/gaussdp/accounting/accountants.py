@@ -1143,6 +1143,9 @@ class PLDAccountant(Accountant):
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
+        beyond = _beyond_largest_loss(self._leaves, epsilon)
+        if beyond is not None:
+            return beyond
         # δ is not known in advance: the most accurate truncation (tail_mass_for(0) is the
         # smallest tail mass), so that δ(ε) does not depend on the tail mass of earlier ε
         # queries (the grid step may carry over; every answer is certified).
@@ -1228,6 +1231,45 @@ def _owner(ref: weakref.ref[PLDAccountant]) -> PLDAccountant:
     if accountant is None:  # pragma: no cover - only the accountant reaches its grid
         raise ReferenceError("the PLDAccountant of this grid no longer exists")
     return accountant
+
+
+def _beyond_largest_loss(leaves: Counter[Event], epsilon: float) -> DeltaBounds | None:
+    """δ(ε) in closed form where ε is at least every finite loss of the composition, if
+    every leaf's finite losses are bounded (pure ε_i-DP steps, and ApproxDP(ε_i, δ_i)),
+    else None.
+
+    Each ε_i-DP pair (P, Q) has loss at most ε_i, except where Q has no mass (loss +∞,
+    P-mass ≤ δ_i): its worst-case pair, randomised response with a δ_i flag, dominates
+    it (KOV 2015 Thm 2.1) and dominance survives composition. So at ε ≥ Σ_i k_i·ε_i
+    (exact rational sum) the composition's δ(ε) is at most the probability that some
+    run's loss is +∞, 1 − Π_i(1 − δ_i)^{k_i} (KOV Thm 3.3 at its largest ε), and for
+    the worst-case pairs the accountant stands for it is exactly that: the bracket is
+    closed (0 for pure steps), where the grid's would only add round-off allowances.
+    """
+    total = Fraction(0)
+    log_clean = 0.0  # Σ k_i ln(1 − δ_i) ≤ 0
+    for event, count in leaves.items():
+        flagged = 0.0
+        if isinstance(event, (PureDP, ExponentialMechanism)):  # ε-BR implies ε-DP
+            largest = Fraction(event.epsilon)
+        elif isinstance(event, ApproxDP):
+            largest, flagged = Fraction(event.epsilon), event.delta
+        elif isinstance(event, (DiscreteLaplace, Laplace)):
+            # |loss| ≤ Δ/t (CKS §4), Δ/b (Dwork & Roth Thm 3.6)
+            largest = Fraction(event.sensitivity) / Fraction(event.scale)
+        else:
+            return None
+        total += count * largest
+        log_clean += count * math.log1p(-flagged)
+    if not Fraction(epsilon) >= total:
+        return None
+    if log_clean == 0.0:
+        return DeltaBounds(lower=0.0, upper=0.0, method="pld")
+    # log1p, the products, the sum and expm1 err by far less than 1e-12 relative.
+    value = -math.expm1(log_clean)
+    return DeltaBounds(
+        lower=max(0.0, value * (1 - 1e-12)), upper=min(1.0, value * (1 + 1e-12)), method="pld"
+    )
 
 
 def _rdp_note(note: str) -> str:
