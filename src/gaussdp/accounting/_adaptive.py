@@ -323,6 +323,10 @@ class AdaptivePLD:
             if stalled == 2:
                 break
         if self._extended and not built_extended:
+            # The float64 grid is not held while the long double one is built (its
+            # bounds are in the bracket already): up to 4 × 3e6 float64 points.
+            del pld
+            finer = None
             rebuilt = self._rebuilt_extended()
             if rebuilt is not None:
                 b = query(rebuilt)
@@ -336,6 +340,7 @@ class AdaptivePLD:
         and later builds stay in float64. Not coarsened: a coarser grid in extended
         precision would trade discretisation for round-off, and the bracket is already
         the intersection of certified ones."""
+        self._pld = None  # rebuilt (in float64) by the next query if this does not fit
         try:
             built = self._build(self._h, True)
         except GridTooLargeError:
