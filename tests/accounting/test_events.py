@@ -6,6 +6,7 @@ import dataclasses
 import math
 from fractions import Fraction
 
+import mpmath
 import pytest
 from scipy.special import comb
 
@@ -13,6 +14,7 @@ from gaussdp.accounting import (
     Accountant,
     ApproxDP,
     Composed,
+    DeltaBounds,
     DiscreteGaussianL2,
     DiscreteGaussianVector,
     ExponentialMechanism,
@@ -227,6 +229,27 @@ def test_k_fold_approx_dp_is_the_optimal_composition(eps0: float, delta0: float,
     assert bounds.lower <= exact * (1 + 1e-9)
     assert exact <= bounds.upper
     assert bounds.upper == pytest.approx(exact, rel=2e-3)
+
+
+def test_beyond_the_largest_loss_delta_is_exact_and_carries_no_note() -> None:
+    # ε ≥ kε₀: no run's loss exceeds ε₀, so δ is the mass at +∞ (0 for pure steps). The
+    # grid's bracket there was [0, 1.6e-16] (its round-off allowance) with the note
+    # "the bracket is wider than the tolerance".
+    acc = PLDAccountant().compose(PureDP(1.0), 10)
+    for eps in (10.0, 11.01, 1e6):
+        assert acc.delta(eps) == DeltaBounds(0.0, 0.0, method="pld", note="")
+    just_below = acc.delta(9.99)  # the grid's answer, around the binomial sum
+    assert just_below.lower <= _rr_delta(1.0, 10, 9.99) <= just_below.upper
+    approx = PLDAccountant().compose(ApproxDP(0.5, 1e-6), 10).compose(DiscreteLaplace(2), 3)
+    b = approx.delta(6.5)  # 10·0.5 + 3·(1/2)
+    with mpmath.workdps(40):  # KOV Thm 3.3 at ε = kε₀
+        exact = float(1 - (1 - mpmath.mpf(1e-6)) ** 10)
+    assert b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= 1e-11 * exact
+    assert b.note == ""
+    # An event with unbounded losses: the grid answers.
+    mixed = PLDAccountant().compose(PureDP(1.0), 10).compose(Gaussian(1.0))
+    assert mixed.delta(11.01).upper > 0.0
 
 
 def test_lattice_noise_is_accounted_from_the_event() -> None:

@@ -207,7 +207,9 @@ def test_delta_beyond_every_finite_loss_does_not_refine_the_grid(event: Event) -
     top = acc.pld().largest_finite_loss
     far = acc.delta(1e300)
     assert acc.value_discretization == step
-    assert far.upper == acc.pld().delta(top).upper or far.method == "rdp"
+    # (Pure and approximate DP steps are answered in closed form there: exactly the
+    # mass at +∞ of their worst-case pairs, no looser than the grid's bound.)
+    assert far.upper <= acc.pld().delta(top).upper or far.method == "rdp"
     assert 0.0 <= far.lower <= far.upper <= acc.delta(top / 2).upper
 
 

@@ -4,8 +4,10 @@ and falls back to a labelled RDP bound where the PLD cannot certify (issue 10)."
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import mpmath as mp
+import numpy as np
 import pytest
 
 from gaussdp.accounting import (
@@ -26,6 +28,7 @@ from gaussdp.accounting._adaptive import (
     check_grid_points,
     tail_mass_for,
 )
+from gaussdp.accounting.events import DiscreteGaussianVector
 from gaussdp.mechanisms import DiscreteLaplace, Gaussian
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
@@ -243,6 +246,45 @@ def test_a_lattice_coarser_than_one_nat_is_divided_evenly(scale: float) -> None:
     assert b.upper - b.lower <= 1e-6 * max(exact, 1e-12) + 1e-12
 
 
+def _discrete_gaussian_vector_delta(sigma2: Fraction, d: int, epsilon: float) -> float:
+    """δ(ε) of N_Z(0, σ²)^d against N_Z(1, σ²)^d by exact sums: the loss is
+    (d − 2S)/(2σ²) with S the sum of the d coordinates (CKS Thm 14), whose PMF is the
+    d-fold direct convolution of the discrete Gaussian's (non-negative terms: each
+    entry to a few ulps; |y| ≤ 60 holds all but e^{−150} of the mass)."""
+    ys = np.arange(-60, 61)
+    w = np.exp(-(ys.astype(np.float64) ** 2) / (2 * float(sigma2)))
+    w /= math.fsum(w)
+    pmf = w
+    for _ in range(d - 1):
+        pmf = np.convolve(pmf, w)
+    sums = np.arange(-60 * d, 60 * d + 1)
+    loss = (d - 2 * sums) / (2 * float(sigma2))
+    above = loss > epsilon
+    return math.fsum(pmf[above] * -np.expm1(epsilon - loss[above]))
+
+
+def test_a_discrete_gaussian_vector_meets_finer_tolerances_and_never_loosens() -> None:
+    # Eight unit coordinates at δ = 1e-9: off its lattice (1/(2σ²)) the bracket was
+    # 1e-3 wide with a note, and τ = 1e-5 gave a looser upper (a finer grid, a larger
+    # round-off allowance) than τ = 1e-4.
+    sigma2 = Fraction(294, 25)
+    event = DiscreteGaussianVector(sigma2, (1,) * 8)
+    uppers = []
+    for tol in (1e-4, 1e-5, 1e-6):
+        b = PLDAccountant(tolerance=tol).compose(event).epsilon(1e-9)
+        assert b.method == "pld"
+        assert b.note == ""
+        assert b.upper - b.lower <= tol * b.upper
+        assert _discrete_gaussian_vector_delta(sigma2, 8, b.upper) <= 1e-9
+        assert _discrete_gaussian_vector_delta(sigma2, 8, b.lower) >= 1e-9
+        uppers.append(b.upper)
+    assert uppers == sorted(uppers, reverse=True)
+    # Composed: the runs are composed on the lattice too.
+    b = PLDAccountant(tolerance=1e-5).compose(event, 3).epsilon(1e-9)
+    assert b.note == ""
+    assert b.upper - b.lower <= 1e-5 * b.upper
+
+
 class _Bounds:
     """A stand-in PLD for AdaptivePLD: fixed bounds, allowances that dominate."""
 
@@ -259,6 +301,41 @@ class _Bounds:
         return _Bounds(self._bare_upper, self._bare_upper)
 
 
+class _Quadratic:
+    """A stand-in PLD whose bracket is 1.02τ·upper at step 1 and shrinks like h², on
+    1.17M/h points."""
+
+    def __init__(self, h: float) -> None:
+        self._h = h
+        self.largest_grid = int(1_170_000 / h)
+
+    def epsilon(self, delta: float) -> EpsilonBounds:
+        return EpsilonBounds(lower=1.0 - 1.02e-4 * self._h**2, upper=1.0)
+
+    def delta(self, epsilon: float) -> DeltaBounds:  # pragma: no cover - not queried
+        return DeltaBounds(lower=0.0, upper=1e-6)
+
+    def without_allowances(self) -> _Quadratic:
+        return self
+
+
+def test_a_bracket_just_over_the_tolerance_refines_slightly_and_meets_it() -> None:
+    # σ = 0.6, q = 1e-3, 10⁶ steps had a bracket of 1.02τ on 1.17M points with a note: a
+    # refinement by at least 1.5 would exceed _REFINE_POINTS (1.5M); 1.2·√1.02 fits.
+    steps: list[float] = []
+
+    def build(h: float, extended: bool) -> _Quadratic:
+        steps.append(h)
+        return _Quadratic(h)
+
+    grid = AdaptivePLD(build, 1.0, 1e-4, fixed=False, snap=lambda h: h)
+    b = grid.epsilon(1e-5)
+    assert b.note == ""
+    assert b.upper - b.lower <= 1e-4 * b.upper
+    assert len(steps) == 2
+    assert 1 / 1.5 < steps[1] < 1.0
+
+
 def test_an_extended_rebuild_that_does_not_fit_keeps_the_float64_bounds() -> None:
     calls: list[bool] = []
 
@@ -273,7 +350,9 @@ def test_an_extended_rebuild_that_does_not_fit_keeps_the_float64_bounds() -> Non
     assert (b.lower, b.upper) == (1.0, 2.0)  # the float64 grid's certified bracket
     assert calls == [False, True]
     grid.epsilon(1e-7)
-    assert calls == [False, True]  # extended precision is not tried again
+    # Extended precision is not tried again; the float64 grid, dropped while the long
+    # double one was tried (memory), is rebuilt.
+    assert calls == [False, True, False]
 
 
 def test_long_double_grids_count_their_itemsize_in_the_memory_bound(

@@ -71,6 +71,14 @@ _DELTA_GAP_FACTOR = 10.0
 # The share of the tolerance on ε that the numerical allowances may take before the
 # PLD is rebuilt with its FFTs in extended precision.
 _ALLOWANCE_SHARE = 0.5
+# On grids of at most _CHEAP_POINTS points a long double rebuild costs milliseconds (an
+# FFT of 2¹⁶ points: 6 ms against 1.3 ms in float64): it is made once the allowances
+# take more than this fraction of that share, so that a finer tolerance (a smaller tail
+# mass, a wider window, a larger float64 allowance) does not give a looser upper bound
+# (a discrete Gaussian vector on its lattice at δ = 1e-9: float64 upper 4.99760 at
+# τ = 1e-4 and 4.99760 + 1.5e-6 at τ = 1e-5; long double 4.9975904 at both).
+_CHEAP_POINTS = 1 << 16
+_CHEAP_SHARE = 0.01
 # Automatic truncation (tail_mass_for): the mass all truncations and wrap-arounds of a
 # query at δ may move together is at most this share of τ·δ, in about
 # _TAIL_OPS_PER_EVENT operations per distinct event, per operation between the two bounds.
@@ -282,6 +290,9 @@ class AdaptivePLD:
         lower, upper = b.lower, b.upper
         built_extended = self._extended
         bare: EpsilonBounds | DeltaBounds | None = query(pld.without_allowances())
+        size = getattr(pld, "largest_grid", None)
+        if isinstance(size, int) and size <= _CHEAP_POINTS:
+            share *= _CHEAP_SHARE
         allowances_too_large = bare is not None and upper - bare.upper > share * bare.upper
         if not self._extended and not self._no_extended and allowances_too_large:
             self._extended = True
@@ -312,6 +323,10 @@ class AdaptivePLD:
             if stalled == 2:
                 break
         if self._extended and not built_extended:
+            # The float64 grid is not held while the long double one is built (its
+            # bounds are in the bracket already): up to 4 × 3e6 float64 points.
+            del pld
+            finer = None
             rebuilt = self._rebuilt_extended()
             if rebuilt is not None:
                 b = query(rebuilt)
@@ -325,6 +340,7 @@ class AdaptivePLD:
         and later builds stay in float64. Not coarsened: a coarser grid in extended
         precision would trade discretisation for round-off, and the bracket is already
         the intersection of certified ones."""
+        self._pld = None  # rebuilt (in float64) by the next query if this does not fit
         try:
             built = self._build(self._h, True)
         except GridTooLargeError:
@@ -349,7 +365,10 @@ class AdaptivePLD:
         gap = upper - lower
         if gap <= target:
             return None
-        return min(16.0, max(1.5, 1.2 * math.sqrt(gap / target)))
+        # No floor above the 1.2 margin: a bracket just over the target needs a step
+        # only slightly finer, and a floor of 1.5 made such grids exceed _REFINE_POINTS
+        # (σ = 0.6, q = 1e-3, 10⁶ steps: 1.02τ with a note; 1.21 fits).
+        return min(16.0, 1.2 * math.sqrt(gap / target))
 
     def _finer(self, factor: float) -> _Built | None:
         h = self._snap(max(self._h / factor, MIN_STEP))

@@ -946,7 +946,7 @@ class PLDAccountant(Accountant):
         # One run's PLD of a single event on the last grid built: a rebuild on the same
         # grid (in extended precision) does not discretise it again. (Not kept for many
         # events: their one-run PLDs together could take a lot of memory.)
-        self._run_cache: dict[tuple[Event, float, float], PrivacyLossDistribution] = {}
+        self._run_cache: dict[tuple[Event, float, float, bool], PrivacyLossDistribution] = {}
 
     def __repr__(self) -> str:
         return f"PLDAccountant(events={len(self.events)}, count={self.count})"
@@ -1095,13 +1095,15 @@ class PLDAccountant(Accountant):
         groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
         return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
 
-    def _one_run(self, event: Event, h: float, tail: float) -> PrivacyLossDistribution:
+    def _one_run(
+        self, event: Event, h: float, tail: float, extended: bool
+    ) -> PrivacyLossDistribution:
         """One run's PLD of ``event`` on grid step ``h`` (kept when it is the only event)."""
         if len(self._leaves) > 1:
-            return _event_pld(event, h, tail)
-        key = (event, h, tail)
+            return _event_pld(event, h, tail, extended)
+        key = (event, h, tail, extended and isinstance(event, DiscreteGaussianVector))
         if key not in self._run_cache:
-            self._run_cache = {key: _event_pld(event, h, tail)}
+            self._run_cache = {key: _event_pld(event, h, tail, extended)}
         return self._run_cache[key]
 
     def _rdp(self) -> RDPAccountant | None:
@@ -1141,6 +1143,9 @@ class PLDAccountant(Accountant):
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)
+        beyond = _beyond_largest_loss(self._leaves, epsilon)
+        if beyond is not None:
+            return beyond
         # δ is not known in advance: the most accurate truncation (tail_mass_for(0) is the
         # smallest tail mass), so that δ(ε) does not depend on the tail mass of earlier ε
         # queries (the grid step may carry over; every answer is certified).
@@ -1228,6 +1233,45 @@ def _owner(ref: weakref.ref[PLDAccountant]) -> PLDAccountant:
     return accountant
 
 
+def _beyond_largest_loss(leaves: Counter[Event], epsilon: float) -> DeltaBounds | None:
+    """δ(ε) in closed form where ε is at least every finite loss of the composition, if
+    every leaf's finite losses are bounded (pure ε_i-DP steps, and ApproxDP(ε_i, δ_i)),
+    else None.
+
+    Each ε_i-DP pair (P, Q) has loss at most ε_i, except where Q has no mass (loss +∞,
+    P-mass ≤ δ_i): its worst-case pair, randomised response with a δ_i flag, dominates
+    it (KOV 2015 Thm 2.1) and dominance survives composition. So at ε ≥ Σ_i k_i·ε_i
+    (exact rational sum) the composition's δ(ε) is at most the probability that some
+    run's loss is +∞, 1 − Π_i(1 − δ_i)^{k_i} (KOV Thm 3.3 at its largest ε), and for
+    the worst-case pairs the accountant stands for it is exactly that: the bracket is
+    closed (0 for pure steps), where the grid's would only add round-off allowances.
+    """
+    total = Fraction(0)
+    log_clean = 0.0  # Σ k_i ln(1 − δ_i) ≤ 0
+    for event, count in leaves.items():
+        flagged = 0.0
+        if isinstance(event, (PureDP, ExponentialMechanism)):  # ε-BR implies ε-DP
+            largest = Fraction(event.epsilon)
+        elif isinstance(event, ApproxDP):
+            largest, flagged = Fraction(event.epsilon), event.delta
+        elif isinstance(event, (DiscreteLaplace, Laplace)):
+            # |loss| ≤ Δ/t (CKS §4), Δ/b (Dwork & Roth Thm 3.6)
+            largest = Fraction(event.sensitivity) / Fraction(event.scale)
+        else:
+            return None
+        total += count * largest
+        log_clean += count * math.log1p(-flagged)
+    if not Fraction(epsilon) >= total:
+        return None
+    if log_clean == 0.0:
+        return DeltaBounds(lower=0.0, upper=0.0, method="pld")
+    # log1p, the products, the sum and expm1 err by far less than 1e-12 relative.
+    value = -math.expm1(log_clean)
+    return DeltaBounds(
+        lower=max(0.0, value * (1 - 1e-12)), upper=min(1.0, value * (1 + 1e-12)), method="pld"
+    )
+
+
 def _rdp_note(note: str) -> str:
     """Why the RDP bound was returned instead of the PLD's."""
     why = "the RDP bound (CKS Prop 12) is tighter"
@@ -1282,6 +1326,12 @@ def _loss_lattice(event: Event) -> float | None:
     if isinstance(event, DiscreteGaussian):
         # Losses (Δ² − 2yΔ)/(2σ²) are multiples of Δ/(2σ²) (CKS Thm 7 proof).
         return float(Fraction(event.sensitivity) / (2 * event.sigma2))
+    if isinstance(event, DiscreteGaussianVector):
+        # Σ_j Δ_j(Δ_j − 2y_j)/(2σ²): each term a multiple of Δ_j, so the sum one of
+        # g/(2σ²), g = gcd of the Δ_j (CKS Thm 14). Off this lattice every coordinate's
+        # atoms fall between grid points, and a finer grid only trades the lower bound's
+        # O(h) error for a round-off allowance growing like 1/h.
+        return float(Fraction(math.gcd(*event.sensitivities)) / (2 * event.sigma2))
     if isinstance(event, DiscreteGaussianL2):
         # Losses Σ_j (v_j² − 2y_j v_j)/(2σ²) are multiples of 1/(2σ²) (CKS Thm 14).
         return float(1 / (2 * event.sigma2))
@@ -1335,7 +1385,7 @@ def _composed_event_pld(
     h: float,
     tail_mass: float,
     extended: bool,
-    one_run: Callable[[Event, float, float], PrivacyLossDistribution],
+    one_run: Callable[[Event, float, float, bool], PrivacyLossDistribution],
 ) -> PrivacyLossDistribution:
     """The PLD of ``count`` runs of ``event`` on grid step ``h``.
 
@@ -1344,17 +1394,19 @@ def _composed_event_pld(
     both bounds are exact up to round-off, and moved to ``h`` once
     (:meth:`PrivacyLossDistribution.regridded`): the lower bound's discretisation
     error, O(h) per atom off the grid, is then paid once instead of at every run, and
-    the lattice has fewer points to compose. ``one_run(event, step, tail_mass)`` builds
-    (or recalls) one run's PLD.
+    the lattice has fewer points to compose. ``one_run(event, step, tail_mass, extended)``
+    builds (or recalls) one run's PLD.
     """
     lattice = _lattice_grid(event)
     on_lattice: PrivacyLossDistribution | None = None
     if count > 1 and lattice is not None and lattice > h:
-        on_lattice = one_run(event, lattice, tail_mass)
+        on_lattice = one_run(event, lattice, tail_mass, extended)
     elif count > 1:
         on_lattice = _worst_case_on_lattice(event, h, tail_mass)
     if on_lattice is None:
-        return one_run(event, h, tail_mass).self_compose(count, extended_precision=extended)
+        return one_run(event, h, tail_mass, extended).self_compose(
+            count, extended_precision=extended
+        )
     return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
 
 
@@ -1378,8 +1430,12 @@ def _loss_spread(event: Event) -> float:
     return min(base, rate * math.sqrt(math.expm1(min(base * base, 700.0))))
 
 
-def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribution:
-    """The (one-run) PLD of a supported event on grid step ``h``."""
+def _event_pld(
+    event: Event, h: float, tail_mass: float, extended: bool = False
+) -> PrivacyLossDistribution:
+    """The (one-run) PLD of a supported event on grid step ``h`` (``extended``: a
+    vector's coordinates composed with FFTs in long double, the accountant's rebuild for
+    small δ; one run of any other event has no FFT)."""
     kw = {"value_discretization": h, "tail_mass": tail_mass}
     rate = 1.0
     mech: object = event
@@ -1393,11 +1449,19 @@ def _event_pld(event: Event, h: float, tail_mass: float) -> PrivacyLossDistribut
         return PrivacyLossDistribution.from_gaussian(mech.sigma, mech.sensitivity, **kw)
     if isinstance(mech, DiscreteGaussian):
         return PrivacyLossDistribution.from_discrete_gaussian(
-            mech.sigma2, mech.sensitivity, sample_rate=rate, **kw
+            mech.sigma2,
+            mech.sensitivity,
+            sample_rate=rate,
+            value_discretization=h,
+            tail_mass=tail_mass,
         )
     if isinstance(mech, DiscreteGaussianVector):
         return PrivacyLossDistribution.from_discrete_gaussian(
-            mech.sigma2, list(mech.sensitivities), **kw
+            mech.sigma2,
+            list(mech.sensitivities),
+            value_discretization=h,
+            tail_mass=tail_mass,
+            extended_precision=extended,
         )
     if isinstance(mech, DiscreteGaussianL2):
         # A dominating pair of all worst-case vectors: it composes (Zhu, Dong & Wang 2022).
