@@ -301,41 +301,6 @@ class _Bounds:
         return _Bounds(self._bare_upper, self._bare_upper)
 
 
-class _Quadratic:
-    """A stand-in PLD whose bracket is 1.02τ·upper at step 1 and shrinks like h², on
-    1.17M/h points."""
-
-    def __init__(self, h: float) -> None:
-        self._h = h
-        self.largest_grid = int(1_170_000 / h)
-
-    def epsilon(self, delta: float) -> EpsilonBounds:
-        return EpsilonBounds(lower=1.0 - 1.02e-4 * self._h**2, upper=1.0)
-
-    def delta(self, epsilon: float) -> DeltaBounds:  # pragma: no cover - not queried
-        return DeltaBounds(lower=0.0, upper=1e-6)
-
-    def without_allowances(self) -> _Quadratic:
-        return self
-
-
-def test_a_bracket_just_over_the_tolerance_refines_slightly_and_meets_it() -> None:
-    # σ = 0.6, q = 1e-3, 10⁶ steps had a bracket of 1.02τ on 1.17M points with a note: a
-    # refinement by at least 1.5 would exceed _REFINE_POINTS (1.5M); 1.2·√1.02 fits.
-    steps: list[float] = []
-
-    def build(h: float, extended: bool) -> _Quadratic:
-        steps.append(h)
-        return _Quadratic(h)
-
-    grid = AdaptivePLD(build, 1.0, 1e-4, fixed=False, snap=lambda h: h)
-    b = grid.epsilon(1e-5)
-    assert b.note == ""
-    assert b.upper - b.lower <= 1e-4 * b.upper
-    assert len(steps) == 2
-    assert 1 / 1.5 < steps[1] < 1.0
-
-
 def test_an_extended_rebuild_that_does_not_fit_keeps_the_float64_bounds() -> None:
     calls: list[bool] = []
 

@@ -365,10 +365,7 @@ class AdaptivePLD:
         gap = upper - lower
         if gap <= target:
             return None
-        # No floor above the 1.2 margin: a bracket just over the target needs a step
-        # only slightly finer, and a floor of 1.5 made such grids exceed _REFINE_POINTS
-        # (σ = 0.6, q = 1e-3, 10⁶ steps: 1.02τ with a note; 1.21 fits).
-        return min(16.0, 1.2 * math.sqrt(gap / target))
+        return min(16.0, max(1.5, 1.2 * math.sqrt(gap / target)))
 
     def _finer(self, factor: float) -> _Built | None:
         h = self._snap(max(self._h / factor, MIN_STEP))
