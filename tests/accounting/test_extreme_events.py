@@ -245,3 +245,13 @@ def test_a_gaussian_with_huge_mu_in_a_mix_gets_an_answer(sigma: float) -> None:
         f.accept(Gaussian(sigma))
     except BudgetExceededError:
         assert mu > 1e100
+
+
+def test_an_rdp_delta_below_the_smallest_float_is_not_reported_as_zero() -> None:
+    # Ten ε = 1 steps and a far-off Gaussian, ε just past 10: CKS Prop 12 gives
+    # δ = e^{(α−1)(τ−ε)}/α·(1 − 1/α)^{α−1} > 0 at every order, around e^{-1250} at the best
+    # one, below the smallest subnormal: the upper bound must stay positive.
+    for accountant in (RDPAccountant(), PLDAccountant()):
+        composed = accountant.compose(PureDP(1.0), 10).compose(Gaussian(50.0))
+        bounds = composed.delta(11.01)
+        assert 0.0 < bounds.upper < 1e-300

@@ -718,8 +718,12 @@ class RDPAccountant(Accountant):
             log_d = (a - 1) * (tau - epsilon) - np.log(a) + (a - 1) * np.log1p(-1 / a)
         log_d = np.where(np.isfinite(tau), log_d, np.inf)
         best = float(np.min(log_d))
-        # exp and the sum above are accurate to a few ulps: 1e-12 relative covers them.
+        # exp and the sum above are accurate to a few ulps: 1e-12 relative covers them;
+        # below e^{-708} exp's result is subnormal (or 0) and errs by up to one subnormal
+        # unit, so two are added: a positive δ never comes back as 0.
         d = 1.0 if best >= 0 else min(1.0, math.exp(best) * (1 + 1e-12))
+        if best < -708.0:
+            d += 2 * math.ulp(0.0)
         return DeltaBounds(lower=0.0, upper=d)
 
 
