@@ -124,3 +124,25 @@ def test_the_printed_report_is_the_plan_charged_to_a_mu_ledger(
     assert r.exit_code == 0, r.output
     assert "accounted in μ" in r.output
     assert "re-planned for the filter or ledger" in " ".join(r.output.split())
+
+
+def test_a_mu_ledger_refuses_partition_selection_before_reading(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    """The example spec selects days privately (δ); a μ ledger cannot pay δ: one line,
+    exit 3, the message report_for gives, nothing reserved."""
+    from gaussdp.errors import BudgetExceededError
+    from gaussdp.release import Ledger, load_spec, release_from_spec
+
+    runner = CliRunner()
+    ledger = tmp_path / "mu.db"
+    assert runner.invoke(app, ["ledger", "init", str(ledger), "--mu", "5"]).exit_code == 0
+    spec, data = EXAMPLES / "visits.toml", EXAMPLES / "visits.csv"
+    release = release_from_spec(load_spec(spec), data)
+    with pytest.raises(BudgetExceededError) as refused:
+        release.report_for(ledger=Ledger(ledger))
+    r = runner.invoke(app, ["release", str(spec), "--data", str(data), "--ledger", str(ledger)])
+    assert r.exit_code == 3
+    (line,) = r.output.strip().splitlines()
+    assert str(refused.value) in line
+    assert Ledger(ledger).entries() == []

@@ -29,6 +29,7 @@ from gaussdp.accounting import (
 )
 from gaussdp.accounting.events import event_from_json
 from gaussdp.budget import Budget
+from gaussdp.errors import BudgetExceededError
 from gaussdp.release import Ledger, Release
 
 FRAME = pd.DataFrame({"u": [1, 2, 3], "p": ["x", "y", "x"], "m": [1.0, 2.0, 3.0]})
@@ -241,3 +242,36 @@ def test_a_mu_budget_filter_or_ledger_gets_the_mu_gdp_plan(tmp_path: Path) -> No
     ledger = Ledger(tmp_path / "mu.db", total=Budget(mu=5.0))
     assert r.run(ledger=ledger).report.mode == "gdp"
     assert ledger.spent == pytest.approx(mu_plan.mu)
+
+
+def test_a_budget_without_delta_refuses_partition_selection_in_report_for_as_in_run(
+    tmp_path: Path,
+) -> None:
+    # A μ or ρ budget cannot spend the δ of private partition selection: report_for must
+    # not show a (re-planned) report that run() would refuse; it refuses the same way,
+    # with the same message, and nothing is recorded.
+    r = release(Budget(epsilon=1.0, delta=1e-6))
+    r.count(by="p")
+    assert r.plan().selection_delta > 0
+    targets: list[Ledger | PrivacyFilter] = [
+        Ledger(tmp_path / "mu.db", total=Budget(mu=5.0)),
+        Ledger(tmp_path / "rho.db", total=Budget(rho=5.0)),
+        PrivacyFilter(mu=5.0),
+        PrivacyFilter(rho=5.0),
+    ]
+    for target in targets:
+        ledger = target if isinstance(target, Ledger) else None
+        f = target if isinstance(target, PrivacyFilter) else None
+        with pytest.raises(BudgetExceededError) as planned:
+            r.report_for(ledger=ledger, filter=f)
+        with pytest.raises(BudgetExceededError) as ran:
+            r.run(ledger=ledger, filter=f)
+        assert str(planned.value) == str(ran.value)
+        assert "budget cannot spend δ, and this spends δ" in str(ran.value)
+        assert ledger is None or ledger.entries() == []
+        assert f is None or f.spent == 0.0
+    assert r.filter.spent == 0.0
+    # Public keys spend no δ: the same μ ledger gets the re-planned report.
+    public = release(Budget(epsilon=1.0, delta=1e-6))
+    public.count(by="p", keys=["x", "y"])
+    assert public.report_for(ledger=Ledger(tmp_path / "mu.db")).replanned

@@ -16,9 +16,9 @@ import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
 from gaussdp.accounting.events import Composed
-from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, refusal
 from gaussdp.budget import Budget
-from gaussdp.errors import EngineError, invalid
+from gaussdp.errors import BudgetExceededError, EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import _noise, tree
@@ -697,6 +697,13 @@ class Release:
         Gaussian parts of a ``'pld'`` plan (one with a μ budget) is charged the μ-GDP
         plan instead (:meth:`plan` with ``exact=False``); its report says so
         (``replanned``). Nothing is charged and no data are read.
+
+        Raises
+        ------
+        BudgetExceededError
+            The filter or ledger can never pay for the release, whatever it has
+            spent: a μ or ρ budget cannot spend the δ of private partition
+            selection. The message is :meth:`run`'s; nothing is reserved.
         """
         plan, replanned = self._charged_plan(ledger, filter)
         return _report(plan, self._queries, replanned=replanned)
@@ -705,17 +712,21 @@ class Release:
         self, ledger: Ledger | None, filter: PrivacyFilter | None
     ) -> tuple[Plan, bool]:
         """The plan charged to ``ledger``, else ``filter``, else :attr:`filter`, and whether
-        it is the μ-GDP re-plan of a ``'pld'`` plan."""
+        it is the μ-GDP re-plan of a ``'pld'`` plan.
+
+        Refuses (:class:`BudgetExceededError`, the message :meth:`run`'s check gives) a
+        plan the target could never pay for, so that no report is given for it."""
         if ledger is not None and filter is not None:
             raise ValueError(invalid("filter", "None when a ledger is given", filter))
         if filter is not None and not isinstance(filter, PrivacyFilter):
             raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
         spend_to = self.filter if filter is None else filter
-        plan = self.plan()
-        target = budget_accountant(spend_to.budget if ledger is None else ledger.total)
-        if plan.accounting == "pld" and not target.supports(plan.event):
-            return self.plan(exact=False), True  # e.g. a μ-budget filter: the μ-GDP plan
-        return plan, False
+        budget = spend_to.budget if ledger is None else ledger.total
+        plan, replanned = self.plan(), False
+        if plan.accounting == "pld" and not budget_accountant(budget).supports(plan.event):
+            plan, replanned = self.plan(exact=False), True  # e.g. a μ budget: the μ-GDP plan
+        _refuse_unpayable(plan, budget, ledger, spend_to)
+        return plan, replanned
 
     # -- running ----------------------------------------------------------------------
     def run(
@@ -835,6 +846,27 @@ class Release:
         from gaussdp.release.spec import release_from_spec
 
         return release_from_spec(spec, source, engine=engine)
+
+
+def _refuse_unpayable(
+    plan: Plan, budget: Budget, ledger: Ledger | None, spend_to: PrivacyFilter
+) -> None:
+    """Raise the refusal of :meth:`Release.run`'s check if ``budget`` can never pay ``plan``.
+
+    Only a μ or ρ budget can: the δ of private partition selection costs it ∞
+    (:func:`~gaussdp.accounting.filter.spent`) whatever its history. The check is the one
+    :meth:`Release.run` makes (the ledger's :meth:`~gaussdp.release.Ledger.check`, the
+    filter's :func:`~gaussdp.accounting.filter.refusal`), so is its message; nothing is
+    recorded.
+    """
+    if budget.kind == "approx_dp" or plan.selection_delta == 0:
+        return
+    if ledger is not None:
+        ledger.check(plan.event, what="this release")
+        return
+    message, _ = refusal(budget, spend_to.accountant, plan.event, what="this release")
+    if message is not None:
+        raise BudgetExceededError(message)
 
 
 def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
