@@ -90,13 +90,14 @@ def loss_pmf(plan: Plan, up: bool) -> tuple[np.ndarray, np.ndarray, float, float
     return losses, dense, lost, math.sqrt(mu2)
 
 
-def _epsilon(plan: Plan, delta: float, up: bool) -> float:
+def _epsilon(plan: Plan, delta: float, up: bool, selection_delta: float | None) -> float:
     losses, pmf, lost, mu = loss_pmf(plan, up)
     keep = pmf > _PRUNE
     lost += float(np.sum(pmf[~keep]))
     losses, pmf = losses[keep], pmf[keep]
     slack = plan.slack
-    target = (delta - plan.selection_delta) * math.exp(-slack)
+    spent = plan.selection_delta if selection_delta is None else selection_delta
+    target = (delta - spent) * math.exp(-slack)
 
     def h(eps: float) -> float:
         value = float(np.sum(pmf * gaussian_hockey_stick(mu, eps - losses)))
@@ -114,6 +115,12 @@ def _epsilon(plan: Plan, delta: float, up: bool) -> float:
     return hi + 2 * slack
 
 
-def independent_epsilon(plan: Plan, delta: float) -> tuple[float, float]:
-    """Bounds (lower, upper) on ε at δ of the plan's dominating pair (module docs)."""
-    return _epsilon(plan, delta, up=False), _epsilon(plan, delta, up=True)
+def independent_epsilon(
+    plan: Plan, delta: float, selection_delta: float | None = None
+) -> tuple[float, float]:
+    """Bounds (lower, upper) on ε at δ of the plan's dominating pair (module docs); the
+    selections' δ is ``selection_delta`` if given (e.g. recomputed), else the plan's."""
+    return (
+        _epsilon(plan, delta, False, selection_delta),
+        _epsilon(plan, delta, True, selection_delta),
+    )

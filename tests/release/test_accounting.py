@@ -200,9 +200,10 @@ def test_pld_accounting_adds_less_noise_than_the_former_plans() -> None:
     The zCDP plan gave part i σ² = Δ²/(2ρᵢ), ρᵢ = wᵢ·ρ_cap, ρ_cap = the largest ρ with CKS
     Cor 13 ε ≤ 1 at δ − δ/2 (the selection's δ), times (1 − 10⁻¹²); the μ-GDP plan
     σ² = Δ²/μᵢ² + 9, μᵢ² = wᵢ·μ_cap²; both computed here from the reported Δ's. Measured:
-    σ/σ_zCDP = 0.927 for every part; σ/σ_μ = 0.988 (counts), 0.992 (the mean's sum, still
-    smoothed: the common capacity grew), 0.976 (partition selection, Δ² = 3, where τ² = 9
-    weighed most).
+    σ/σ_zCDP = 0.921 for every part; σ/σ_μ = 0.981 (counts), 0.985 (the mean's sum, still
+    smoothed: the common capacity grew), 0.970 (partition selection, Δ² = 3, where τ² = 9
+    weighed most). (0.927, 0.988, 0.992, 0.976 before the scale was lowered into the δ
+    the selection's threshold leaves: plan.py's _use_unspent_delta.)
     """
     budget = Budget(epsilon=1.0, delta=1e-6)
     report = demo(budget).report
@@ -217,11 +218,11 @@ def test_pld_accounting_adds_less_noise_than_the_former_plans() -> None:
         key = (c.query, ", ".join(c.by), c.part)
         ratios[key] = c.sigma / old
         to_mu[key] = c.sigma / (c.gamma * math.sqrt(delta2 / (mu_cap**2 / weights / half) + 9))
-    assert all(r == pytest.approx(0.927, abs=0.002) for r in ratios.values()), ratios
-    assert all(r < 0.995 for r in to_mu.values()), to_mu
-    assert to_mu[("count", "page", "count")] == pytest.approx(0.988, abs=0.002)
+    assert all(r == pytest.approx(0.921, abs=0.002) for r in ratios.values()), ratios
+    assert all(r < 0.99 for r in to_mu.values()), to_mu
+    assert to_mu[("count", "page", "count")] == pytest.approx(0.981, abs=0.002)
     assert to_mu[("partition selection", "day", "distinct units")] == pytest.approx(
-        0.976, abs=0.002
+        0.970, abs=0.002
     )
 
 

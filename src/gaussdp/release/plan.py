@@ -111,8 +111,11 @@ budget (:attr:`gaussdp.Budget.accounting`; (ε, δ) budgets then go to PLD below
   gets σᵢ² = Δᵢ²/(wᵢc²) if exact, Δᵢ²/(wᵢc²) + τ² otherwise. c is searched from
   the μ-GDP plan's μ_cap on a coarse PLD grid, then with the budget's own
   accountant's certified ε (:func:`_calibrate_exact`), so the plan's ε is ≤ the
-  budget's and within about 10⁻⁴ of it (private partition selection aside: its
-  integer threshold makes ε jump at the smallest scale that meets the budget).
+  budget's and within about 10⁻⁴ of it. With private partition selection the
+  integer threshold makes ε jump down where it steps up, and the smallest scale
+  meeting the budget sits at such a step (up to 2 % under the budget, measured):
+  the scale is then lowered with the thresholds kept (:func:`_use_unspent_delta`),
+  again with the certified ε, to within 2·10⁻⁴ of the budget.
   Box parts whose μ-GDP σ² exceeds :data:`_EXACT_MAX_SIGMA2` (2²⁰) keep the
   smoothing argument, where τ² changes σ² by less than 10⁻⁵, and so does every
   part of a plan whose μ_cap exceeds :data:`_EXACT_MAX_MU` (2, ε ≳ 10 at
@@ -136,7 +139,11 @@ one unit has count 1, so it passes with probability P[Z ≥ τ − 1]; with at m
 L0 such groups the selection is δ_s-close to the Gaussian part that releases
 every group's noisy count, δ_s = L0·P[Z ≥ τ − 1] (union bound), τ the smallest
 integer meeting the δ it is given. These δ_s add to the composition's δ (Bun &
-Steinke 2016 Def 8.1, Lemma 8.3 for zCDP), so ε is reported at δ − Σδ_s.
+Steinke 2016 Def 8.1, Lemma 8.3 for zCDP), so ε is reported at δ − Σδ_s. The
+threshold and the scale are chosen together: where the smallest τ leaves ε under
+the budget (δ_s falls short of its share), the scale is lowered with τ kept, which
+only shrinks δ_s (:func:`_use_unspent_delta`), until the certified ε meets the
+budget — in either accounting (μ-GDP or PLD).
 """
 
 from __future__ import annotations
@@ -457,13 +464,16 @@ def _composed(accountant: Accountant, event: Event) -> Accountant | None:
         return None
 
 
-def _threshold(sigma2: Fraction, l0: int, delta: float, cells: int) -> tuple[int, float]:
-    """Smallest τ with L0·P[Z ≥ τ − 1] ≤ δ, Z ~ N_Z(0, σ²); returns (τ, the δ it spends)."""
+def _threshold(
+    sigma2: Fraction, l0: int, delta: float, cells: int, floor: int = 2
+) -> tuple[int, float]:
+    """Smallest τ ≥ ``floor`` with L0·P[Z ≥ τ − 1] ≤ δ, Z ~ N_Z(0, σ²); returns (τ, the δ
+    it spends). ``floor`` ≥ 2 (:class:`~gaussdp.accounting.PartitionSelection`)."""
 
     def spent(tau: int) -> float:
         return PartitionSelection(sigma2, tau, l0, cells).delta
 
-    tau = smallest_passing_int(lambda t: spent(t) <= delta, 2)  # τ ≥ 2 (PartitionSelection)
+    tau = smallest_passing_int(lambda t: spent(t) <= delta, floor)
     return tau, spent(tau)
 
 
@@ -586,7 +596,12 @@ def make_plan(
             invalid("budget", f"large enough to leave a positive {_UNIT[accounting]}", budget)
         )
 
-    def split(at: float, exact: frozenset[int] = frozenset(), totals: bool = True) -> Plan:
+    def split(
+        at: float,
+        exact: frozenset[int] = frozenset(),
+        totals: bool = True,
+        floors: tuple[int, ...] = (),
+    ) -> Plan:
         return _split(
             groupings,
             queries,
@@ -599,6 +614,7 @@ def make_plan(
             selection_weight=selection_weight,
             exact=exact,
             totals=totals,
+            floors=floors,
         )
 
     def plan_at(k: int) -> Plan:
@@ -612,52 +628,67 @@ def make_plan(
             k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
         except ValueError:  # the capacity is computed from the budget
             raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
+
+    def smoothed(last: Plan | None = None) -> Plan:
+        # The μ-GDP plan (``last`` if it was the last split), its scale lowered into the δ
+        # its thresholds leave unspent.
+        plan, _, _ = _use_unspent_delta(
+            lambda scale, floors: split(1 / scale, floors=floors),
+            plan_at(k) if last is None else last,
+            1 / (capacity * (1 - k * 1e-12)),
+        )
+        return plan
+
     plan = plan_at(k)
     small_delta = budget.delta is not None and budget.delta < _SMALL_DELTA
     if not exact or budget.kind != "approx_dp" or capacity > _EXACT_MAX_MU[small_delta]:
-        return plan
+        return smoothed(plan)
     # An (ε, δ) budget: box-constrained parts are accounted by their exact PLD (module
     # docs), those whose σ² is small enough for τ² to matter.
     exact_parts = frozenset(
         i for i, p in enumerate(plan.parts) if p.box is not None and p.sigma2 <= _EXACT_MAX_SIGMA2
     )
     if not exact_parts:
-        return plan
+        return smoothed(plan)
     # The calibrated scale depends on these only (a release plans more than once).
     key: tuple[object, ...] = (tuple(queries), budget, max_groups_per_unit, max_rows_per_group)
     key += (sel_delta, selection_weight)
     calibrated = _calibrate_exact(
-        lambda at, totals: split(at, exact_parts, totals), capacity, budget, _EXACT_SCALES.get(key)
+        lambda at, totals, floors: split(at, exact_parts, totals, floors),
+        capacity,
+        budget,
+        _EXACT_SCALES.get(key),
     )
     if calibrated is None:  # pragma: no cover - the search found no finite scale
         # The search left the groupings at its last evaluation: the plan is split again.
-        return plan_at(k)
-    exact_plan, scale = calibrated
+        return smoothed()
+    exact_plan, calibration = calibrated
     with _EXACT_SCALES_LOCK:  # releases may be planned from several threads
         if len(_EXACT_SCALES) >= _MAX_CACHED:
             _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)), None)
-        _EXACT_SCALES[key] = scale
+        _EXACT_SCALES[key] = calibration
     pairs = zip(exact_plan.parts, plan.parts, strict=True)
     if any(e.exact and e.sigma2 > g.sigma2 for e, g in pairs):
         # Not an improvement for the exact parts (a tiny ε, where τ² is negligible and
         # the search's coarse grid costs more): the μ-GDP plan, split again.
-        return plan_at(k)
+        return smoothed()
     return exact_plan
 
 
-#: Calibrated scales of recent plans (by their inputs), so that planning a release again
-#: (its report, then its run) costs one certification instead of a search.
-_EXACT_SCALES: dict[tuple[object, ...], float] = {}
+#: Calibrated scales of recent plans (by their inputs) with their selections' threshold
+#: floors, so that planning a release again (its report, then its run) costs one
+#: certification instead of a search.
+_EXACT_SCALES: dict[tuple[object, ...], tuple[float, tuple[int, ...]]] = {}
 _EXACT_SCALES_LOCK = threading.Lock()
 _MAX_CACHED = 64
 
 
 def _calibrate_exact(
-    split: Callable[[float, bool], Plan],
+    split: Callable[[float, bool, tuple[int, ...]], Plan],
     capacity: float,
     budget: Budget,
-    known: float | None = None,
-) -> tuple[Plan, float] | None:
+    known: tuple[float, tuple[int, ...]] | None = None,
+) -> tuple[Plan, tuple[float, tuple[int, ...]]] | None:
     """The plan with exact parts at the largest common capacity that meets the budget.
 
     Every part keeps its share μᵢ² = wᵢ·c² of a capacity c (σᵢ² = Δᵢ²/μᵢ² for an exact
@@ -667,12 +698,14 @@ def _calibrate_exact(
     capacity, to 10⁻³), then from there with the *certified* ε itself — the budget's
     accountant at the plan's realised σ²'s, i.e. the filter's check — to a relative
     :data:`_CERTIFY_RTOL` (:func:`~gaussdp._search.smallest_scale`: the
-    safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass). So
-    the plan returned has a certified ε ≤ the budget's, and uses it to about 10⁻⁴ (the
-    coarse grid alone left 0.1–0.3 %, docs/release.md). A ``known`` scale (an earlier
-    calibration's) skips both searches if it still certifies. Returns the plan and its
-    scale, or ``None`` if no finite scale meets the budget (the caller keeps the μ-GDP
-    plan).
+    safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass), and
+    with private partition selection a third time, its thresholds kept
+    (:func:`_use_unspent_delta`). So the plan returned has a certified ε ≤ the budget's,
+    and uses it to about 10⁻⁴ (the coarse grid alone left 0.1–0.3 %, docs/release.md). A
+    ``known`` scale and threshold floors (an earlier calibration's) skip the searches if
+    they still certify. ``split(capacity, totals, floors)`` splits the plan. Returns the
+    plan with its scale and floors, or ``None`` if no finite scale meets the budget (the
+    caller keeps the μ-GDP plan).
     """
     delta, target = budget.delta, budget.epsilon
     if delta is None or target is None:  # pragma: no cover - an (ε, δ) budget
@@ -684,12 +717,14 @@ def _calibrate_exact(
     def certified(scale: float) -> float:
         # plan.epsilon is the budget's accountant's certified ε of plan.event: exactly
         # the filter's check (:func:`_within`) on an empty history, computed once.
-        plan = split(1 / scale, True)
+        plan = split(1 / scale, True, ())
         last[:] = [(scale, plan)]
         return math.inf if plan.epsilon is None else plan.epsilon
 
-    if known is not None and certified(known) <= target:
-        return last[0][1], known
+    if known is not None:
+        plan = split(1 / known[0], True, known[1])
+        if plan.epsilon is not None and plan.epsilon <= target:
+            return plan, known
     start = _search_scale(split, 1.0 / capacity, delta, target)
     if start is None:  # pragma: no cover - no finite scale found
         return None
@@ -699,11 +734,59 @@ def _calibrate_exact(
         return None
     if last[0][0] != scale and certified(scale) > target:  # pragma: no cover - deterministic
         return None
-    return last[0][1], scale
+    plan, scale, floors = _use_unspent_delta(
+        lambda s, floors: split(1 / s, True, floors), last[0][1], scale
+    )
+    return plan, (scale, floors)
+
+
+def _use_unspent_delta(
+    split: Callable[[float, tuple[int, ...]], Plan], plan: Plan, scale: float
+) -> tuple[Plan, float, tuple[int, ...]]:
+    """``plan`` (the last split, at ``scale``) with its noise lowered into the δ its private
+    partition selections leave unspent; the plan, its scale and its thresholds.
+
+    Each threshold τ is the smallest integer whose δ_s meets the selection's share of δ
+    (:func:`_threshold`), so δ_s falls short of it, by up to the ratio of two consecutive
+    tails. ε is certified at δ − Σδ_s, so the δ left is the noise's already, but as the
+    scale grows τ steps up and δ_s drops: ε jumps down, and the smallest scale whose ε
+    meets the budget sits at such a step, up to 2 % under the budget (measured, ε ∈
+    [0.5, 12]). Here the thresholds are kept as floors (``split(scale, floors)`` gives
+    each selection the smallest τ ≥ its floor meeting its share) and the scale is lowered:
+    δ_s only shrinks (P[Z ≥ τ − 1] grows with σ), so the share stays met with τ = the
+    floor, and ε rises with no jump until the certified ε meets the budget
+    (:func:`~gaussdp._search.smallest_scale`, whose answer was evaluated to pass: the
+    plan never exceeds the budget). Skipped without a selection or when ε is within
+    :data:`_SELECTION_GAP` of the budget.
+    """
+    floors = tuple(g.selection.threshold for g in plan.groupings if g.selection is not None)
+    target = plan.budget.epsilon
+    if (
+        not floors
+        or target is None
+        or plan.epsilon is None
+        or plan.epsilon >= target * (1 - _SELECTION_GAP)
+    ):
+        return plan, scale, ()
+    last: list[tuple[float, Plan]] = []
+
+    def certified(s: float) -> float:
+        p = split(s, floors)
+        last[:] = [(s, p)]
+        return math.inf if p.epsilon is None else p.epsilon
+
+    try:
+        lowered = smallest_scale(certified, target, scale, _CERTIFY_RTOL, step=1 + _CERTIFY_STEP)
+    except ValueError:  # pragma: no cover - ε ≤ target at every scale down to 10⁻¹² of it
+        lowered = scale
+    if last[0][0] != lowered and certified(lowered) > target:  # pragma: no cover
+        lowered = scale  # deterministic: the search's answer was evaluated to pass
+        certified(scale)
+    return last[0][1], lowered, floors
 
 
 def _search_scale(
-    split: Callable[[float, bool], Plan], start: float, delta: float, target: float
+    split: Callable[[float, bool, tuple[int, ...]], Plan], start: float, delta: float, target: float
 ) -> float | None:
     """The smallest scale (to 10⁻³) whose plan's ε, on the search's PLD grid, is ≤ target.
 
@@ -711,11 +794,11 @@ def _search_scale(
     grid's ε is not the budget accountant's.
     """
     try:
-        grid = PLDAccountant().compose(split(1 / start, False).event).value_discretization
+        grid = PLDAccountant().compose(split(1 / start, False, ()).event).value_discretization
         h = min(1.0, _MEDIUM * grid)
 
         def eps(scale: float) -> float:
-            acc = PLDAccountant(value_discretization=h).compose(split(1 / scale, False).event)
+            acc = PLDAccountant(value_discretization=h).compose(split(1 / scale, False, ()).event)
             return acc.epsilon(delta).upper
 
         return smallest_scale(eps, target, start, _RTOL, step=1.05)
@@ -728,6 +811,9 @@ _UNIT: dict[Accounting, str] = {"gdp": "mu", "zcdp": "rho"}
 _MAX_SHRINK = 10**11
 #: The certified search's relative tolerance on the scale, and its bracketing step.
 _CERTIFY_RTOL, _CERTIFY_STEP = 1e-4, 1e-2
+#: A plan with private partition selection whose ε is further than this (relative) under
+#: the budget has its scale lowered with its thresholds kept (:func:`_use_unspent_delta`).
+_SELECTION_GAP = 2e-4
 
 
 def _within(plan: Plan) -> bool:
@@ -753,13 +839,15 @@ def _split(
     selection_weight: float,
     exact: frozenset[int] = frozenset(),
     totals: bool = True,
+    floors: tuple[int, ...] = (),
 ) -> Plan:
     """Give every part its share of ``capacity`` (μ or ρ), its σ², and total the costs.
 
     The parts numbered in ``exact`` (box-constrained ones) are accounted by their
     exact PLD, with σ² = Δ²/μᵢ² (no τ²). Without ``totals`` the plan's ρ, μ, slack
     and ε are left at 0/None (for the calibration's searches, which evaluate ε
-    themselves).
+    themselves). ``floors``, if given, holds one lower bound per private partition
+    selection (in grouping order) on its threshold (:func:`_use_unspent_delta`).
     """
     accounting = budget.accounting
     # μ-GDP splits μ² (μᵢ² = wᵢμ², so DRS Cor 3.3 gives back μ); zCDP splits ρ (Lemma 2.3).
@@ -840,7 +928,8 @@ def _split(
             share = total * Fraction(selection_weight) / weights
             exact_part = len(parts) in exact
             s2 = _sigma2(Fraction(l0), share, accounting, smoothing=not exact_part)
-            tau, spent = _threshold(s2, l0, sel_delta / selection_count, g.cells)
+            floor = floors[len([h for h in groupings[:gi] if h.private_keys])] if floors else 2
+            tau, spent = _threshold(s2, l0, sel_delta / selection_count, g.cells, floor)
             g.selection = Selection(s2, tau, spent)
             # A unit changes at most L0 distinct-unit counts, each by 1: box (L0, 1).
             parts.append(
