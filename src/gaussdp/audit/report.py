@@ -24,6 +24,7 @@ budget's, :func:`gaussdp.accounting.filter.budget_accountant`) and turns its cer
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import html
 import math
 from collections.abc import Sequence
@@ -86,7 +87,7 @@ def release_curve(
     them, the ρ curve (valid, looser).
     """
     if mode == "pld" and event is not None and budget is not None:
-        return _pld_curve(budget_accountant(budget).compose(event), budget.delta)
+        return _release_pld_curve(event, budget)
     if mode == "gdp" and mu is not None:
         if slack == 0.0 and selection_delta == 0.0:
             return TradeoffCurve.from_gdp(mu)
@@ -100,6 +101,15 @@ def release_curve(
         return min(1.0, zcdp_delta(rho, e) + selection_delta)
 
     return TradeoffCurve.from_profile(delta_rho, description=f"{rho:.4g}-zCDP (release)")
+
+
+@functools.lru_cache(maxsize=8)
+def _release_pld_curve(event: Event, budget: Budget) -> TradeoffCurve:
+    """:func:`_pld_curve` of ``event`` composed by ``budget``'s accountant, kept for the
+    last few releases: ~65 certified ε's, which a release's HTML report, its
+    ``explain`` and the caller of :func:`release_curve` would otherwise each compute
+    (events, budgets and curves are frozen values)."""
+    return _pld_curve(budget_accountant(budget).compose(event), budget.delta)
 
 
 def _pld_curve(accountant: Accountant, delta: float | None) -> TradeoffCurve:
