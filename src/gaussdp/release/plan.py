@@ -621,35 +621,37 @@ def make_plan(
         # k steps of 10⁻¹² below the capacity, for the float roundings of the totals.
         return split(capacity * (1 - k * 1e-12))
 
-    # The filter's own check decides (the capacity itself passes unless rounding disagrees).
-    k = 0
-    if not _within(plan_at(0)):  # pragma: no cover - only if the totals' rounding disagrees
-        try:
-            k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
-        except ValueError:  # the capacity is computed from the budget
-            raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
-
-    def smoothed(last: Plan | None = None) -> Plan:
-        # The μ-GDP plan (``last`` if it was the last split), its scale lowered into the δ
-        # its thresholds leave unspent.
+    def smoothed() -> Plan:
+        # The μ-GDP plan: the filter's own check decides (the capacity itself passes unless
+        # rounding disagrees); then its scale lowered into the δ its thresholds leave unspent.
+        k = 0
+        plan = plan_at(0)
+        if not _within(plan):  # pragma: no cover - only if the totals' rounding disagrees
+            try:
+                k = smallest_passing_int(lambda k: _within(plan_at(k)), 1, _MAX_SHRINK)
+            except ValueError:  # the capacity is computed from the budget
+                raise ValueError(invalid("budget", "met by the planned noise", budget)) from None
+            plan = plan_at(k)
         plan, _, _ = _use_unspent_delta(
             lambda scale, floors: split(1 / scale, floors=floors),
-            plan_at(k) if last is None else last,
+            plan,
             1 / (capacity * (1 - k * 1e-12)),
         )
         return plan
 
-    plan = plan_at(k)
     small_delta = budget.delta is not None and budget.delta < _SMALL_DELTA
     if not exact or budget.kind != "approx_dp" or capacity > _EXACT_MAX_MU[small_delta]:
-        return smoothed(plan)
+        return smoothed()
     # An (ε, δ) budget: box-constrained parts are accounted by their exact PLD (module
-    # docs), those whose σ² is small enough for τ² to matter.
+    # docs), those whose σ² is small enough for τ² to matter. The μ-GDP plan's parts decide
+    # which; its totals (compositions by the budget's accountant) are computed only if it
+    # is the plan returned.
+    draft = split(capacity, totals=False)
     exact_parts = frozenset(
-        i for i, p in enumerate(plan.parts) if p.box is not None and p.sigma2 <= _EXACT_MAX_SIGMA2
+        i for i, p in enumerate(draft.parts) if p.box is not None and p.sigma2 <= _EXACT_MAX_SIGMA2
     )
     if not exact_parts:
-        return smoothed(plan)
+        return smoothed()
     # The calibrated scale depends on these only (a release plans more than once).
     key: tuple[object, ...] = (tuple(queries), budget, max_groups_per_unit, max_rows_per_group)
     key += (sel_delta, selection_weight)
@@ -660,14 +662,13 @@ def make_plan(
         _EXACT_SCALES.get(key),
     )
     if calibrated is None:  # pragma: no cover - the search found no finite scale
-        # The search left the groupings at its last evaluation: the plan is split again.
         return smoothed()
     exact_plan, calibration = calibrated
     with _EXACT_SCALES_LOCK:  # releases may be planned from several threads
         if len(_EXACT_SCALES) >= _MAX_CACHED:
             _EXACT_SCALES.pop(next(iter(_EXACT_SCALES)), None)
         _EXACT_SCALES[key] = calibration
-    pairs = zip(exact_plan.parts, plan.parts, strict=True)
+    pairs = zip(exact_plan.parts, draft.parts, strict=True)
     if any(e.exact and e.sigma2 > g.sigma2 for e, g in pairs):
         # Not an improvement for the exact parts (a tiny ε, where τ² is negligible and
         # the search's coarse grid costs more): the μ-GDP plan, split again.
