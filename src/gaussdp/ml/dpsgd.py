@@ -109,7 +109,7 @@ from gaussdp.ml.noise import (
     check_noise_multiplier,
     sum_lattice,
 )
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import RandomSource, _DerivedStream, check_rng
 
 if TYPE_CHECKING:
     from gaussdp.ml._independence import Proven
@@ -1942,7 +1942,10 @@ def make_private(
     rng : RandomSource, optional
         Source of the sampling and noise randomness; ``None`` is the operating
         system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
-        ChaCha20 streams keyed from it drive the loader and the noise.
+        ChaCha20 streams keyed from it drive the loader and the noise; when ``rng``
+        is not a seeded stream, a forked process re-keys them from it (it never
+        repeats the parent's noise), while under a seed a forked process continues
+        the parent's streams: give each process its own seed.
     ledger : gaussdp.Ledger, optional
         Charge every step to this persistent filter: blocks of ``reserve_steps``
         steps (``SelfComposed(optimizer.step_event, k)``) are reserved before their
@@ -2074,8 +2077,9 @@ def make_private(
     block = steps_per_epoch if reserve_steps is None else reserve_steps
     block = check_int("reserve_steps", block, minimum=1)
     source = check_rng(rng)
-    loader_rng = ChaCha20Random(source.random_bytes(32))
-    noise_rng = ChaCha20Random(source.random_bytes(32))
+    # Streams of their own, re-keyed in a forked child (see gaussdp.random).
+    loader_rng = _DerivedStream(source)
+    noise_rng = _DerivedStream(source)
     engine = _Engine(
         model,
         loss_fn,

@@ -41,7 +41,7 @@ from gaussdp.mechanisms import Gaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
 from gaussdp.privacy.zcdp import zcdp_epsilon
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream, check_rng
 from gaussdp.sampling import discrete_gaussian
 
 __all__ = ["DPAggregator", "DistributedDiscreteGaussian", "ddg_rho"]
@@ -89,7 +89,10 @@ class DPAggregator:
     noise : {"secure", "insecure-float"}, default "secure"
         As in :class:`~gaussdp.ml.SumNoiser`.
     rng : RandomSource, optional
-        ``None`` is the operating system's CSPRNG.
+        ``None`` is the operating system's CSPRNG. Client sampling and noise use
+        ChaCha20 streams keyed from it; when ``rng`` is not a seeded stream, a forked
+        process re-keys them from it (it never repeats the parent's noise), while
+        under a seed a forked process continues the parent's streams.
     ledger : gaussdp.Ledger, optional
         Charge every round (:attr:`round_event`) to this persistent filter: reserved
         before the round reads an update or draws noise, committed after; a
@@ -128,13 +131,14 @@ class DPAggregator:
         self._dim = check_int("dim", dim, minimum=1)
         self._rate = check_rate("client_rate", client_rate)
         source = check_rng(rng)
-        self._sample_rng = ChaCha20Random(source.random_bytes(32))
+        # Streams of their own, re-keyed in a forked child (see gaussdp.random).
+        self._sample_rng = _DerivedStream(source)
         self._noiser = SumNoiser(
             self._sigma,
             self._clip,
             self._dim,
             noise=check_noise_mode(noise),
-            rng=ChaCha20Random(source.random_bytes(32)),
+            rng=_DerivedStream(source),
         )
         self._accountant = PLDAccountant()
         self._rounds = 0
