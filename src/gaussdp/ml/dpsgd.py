@@ -1500,26 +1500,26 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         # Kept until the noise is added, so a refused step loses nothing.
         engine.pending = sums
-        if self._charger is not None:
-            self._charger.before()  # BudgetExceededError here: nothing drawn or changed
-        if self._grads is None:
-            self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
-        # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
-        # buffer that release() is about to overwrite.
-        regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
-        noisy = engine.noiser.release(sums, scale=1.0 / engine.expected_batch_size, out=self._grads)
-        engine.pending = None
-        for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
-            update = average.to(param.device, param.dtype).reshape(param.shape)
-            param.grad = update if extra is None else update + extra
-        self._optimizer.step()
-        self._steps += 1
-        if engine.noiser.noise_multiplier > 0:
-            self._unaccounted += 1
-        else:
-            self._free_steps += 1
-        if self._charger is not None:
-            self._charger.after()
+        # BudgetExceededError here: nothing drawn or changed. Steps take turns.
+        with contextlib.nullcontext() if self._charger is None else self._charger.run():
+            if self._grads is None:
+                self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
+            # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
+            # buffer that release() is about to overwrite.
+            regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
+            noisy = engine.noiser.release(
+                sums, scale=1.0 / engine.expected_batch_size, out=self._grads
+            )
+            engine.pending = None
+            for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
+                update = average.to(param.device, param.dtype).reshape(param.shape)
+                param.grad = update if extra is None else update + extra
+            self._optimizer.step()
+            self._steps += 1
+            if engine.noiser.noise_multiplier > 0:
+                self._unaccounted += 1
+            else:
+                self._free_steps += 1
 
     @property
     def step_event(self) -> Event:

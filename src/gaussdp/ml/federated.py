@@ -200,19 +200,18 @@ class DPAggregator:
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
         """
-        self._charger.before()
-        rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
-        if rows:
-            stacked = torch.stack(rows)
-            factors = _clip_factor_rows(stacked, self._clip)
-        else:
-            stacked = torch.zeros((0, self._dim))
-            factors = torch.zeros(0, dtype=torch.float64)
-        sums = self._noiser.accumulate([stacked], factors)
-        noisy = self._noiser.release(sums)[0]
-        self._rounds += 1
-        self._accountant.compose(self.round_event)
-        self._charger.after()
+        with self._charger.run():  # rounds take turns
+            rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
+            if rows:
+                stacked = torch.stack(rows)
+                factors = _clip_factor_rows(stacked, self._clip)
+            else:
+                stacked = torch.zeros((0, self._dim))
+                factors = torch.zeros(0, dtype=torch.float64)
+            sums = self._noiser.accumulate([stacked], factors)
+            noisy = self._noiser.release(sums)[0]
+            self._rounds += 1
+            self._accountant.compose(self.round_event)
         return noisy
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
@@ -511,10 +510,10 @@ class DistributedDiscreteGaussian:
             raise ValueError(
                 invalid("len(updates)", f"at least num_clients = {self._n}", len(updates))
             )
-        self._charger.before()  # BudgetExceededError here: nothing encoded or drawn
-        messages = [self.encode(u) for u in updates]
-        self._rounds += 1
-        self._charger.after()
+        # BudgetExceededError here: nothing encoded or drawn. Rounds take turns.
+        with self._charger.run():
+            messages = [self.encode(u) for u in updates]
+            self._rounds += 1
         return self.decode(self.secure_sum(messages))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
