@@ -74,8 +74,37 @@ def test_aggregator_bad_input() -> None:
     agg = DPAggregator(1.0, 1.0, dim=2, rng=ChaCha20Random(0))
     with pytest.raises(ValueError, match=r"updates\[0\].numel\(\) must be 2, got 3"):
         agg.aggregate([torch.ones(3)])
-    with pytest.raises(ValueError, match=r"updates\[0\] must be finite"):
-        agg.aggregate([torch.tensor([1.0, math.nan])])
+    with pytest.raises(TypeError, match=r"updates\[1\] must be a torch.Tensor"):
+        agg.aggregate([torch.ones(2), [1.0, 2.0]])
+    assert agg.rounds == 0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_aggregator_counts_a_non_finite_update_as_zero(bad: float) -> None:
+    # One rule in gaussdp.ml (clip_factors): refusing it would be a data-dependent output.
+    agg = DPAggregator(1.0, 1e-6, dim=2, rng=ChaCha20Random(0))
+    out = agg.aggregate([torch.tensor([1.0, bad]), torch.tensor([0.0, 0.5])])
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.5]), rtol=0, atol=1e-4)
+    assert agg.rounds == 1
+
+
+def test_ddg_counts_a_non_finite_or_overflowing_update_as_zero() -> None:
+    def make() -> DistributedDiscreteGaussian:
+        return DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=3, dim=6, bits=16, rng=ChaCha20Random(2)
+        )
+
+    zero = torch.zeros(6, dtype=torch.float64)
+    reference = make().aggregate([zero, zero, torch.full((6,), 0.1, dtype=torch.float64)])
+    for bad in (math.nan, math.inf, 1e300):
+        update = zero.clone()
+        update[3] = bad
+        if bad == 1e300:
+            update[4] = 1e300  # finite, but the norm overflows float64
+        ddg = make()  # the same keys: a zero update gives the reference's messages
+        out = ddg.aggregate([update, zero, torch.full((6,), 0.1, dtype=torch.float64)])
+        torch.testing.assert_close(out, reference, rtol=0, atol=0)
+        assert ddg.rounds == 1
 
 
 # -- distributed discrete Gaussian ----------------------------------------------------------

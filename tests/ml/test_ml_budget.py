@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import sys
 import threading
 from pathlib import Path
@@ -155,6 +156,28 @@ def test_aggregator_round_is_charged_and_refused_before_noise() -> None:
     with pytest.raises(BudgetExceededError, match="the next federated round costs ρ = "):
         agg.aggregate([torch.ones(4)])
     assert agg.rounds == 2
+
+
+def test_a_bad_update_is_refused_before_the_round_is_charged(tmp_path: Path) -> None:
+    spend = PrivacyFilter(Budget(epsilon=5.0, delta=DELTA))
+    agg = DPAggregator(1.0, 2.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    with pytest.raises(ValueError, match=r"updates\[1\].numel\(\) must be 4, got 5"):
+        agg.aggregate([torch.zeros(4), torch.zeros(5)])
+    with pytest.raises(TypeError, match=r"updates\[0\] must be a torch.Tensor"):
+        agg.aggregate([[0.0] * 4])
+    assert (spend.spent, agg.rounds) == (0, 0)
+    # A NaN update is a data value, not bad input: the round runs (and is charged).
+    agg.aggregate([torch.tensor([math.nan, 0.0, 0.0, 0.0])])
+    assert agg.rounds == 1
+    assert spend.spent == agg.privacy_spent(DELTA).upper > 0
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
+    ddg = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=2, dim=8, rng=ChaCha20Random(0), ledger=ledger
+    )
+    with pytest.raises(ValueError, match=r"updates\[1\].numel\(\) must be 8, got 3"):
+        ddg.aggregate([torch.zeros(8), torch.zeros(3)])
+    assert ledger.entries() == []
+    assert ddg.rounds == 0
 
 
 def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:

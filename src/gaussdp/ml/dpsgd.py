@@ -292,7 +292,8 @@ def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> tor
     Non-finite gradients, one rule everywhere in :mod:`gaussdp.ml`: an example whose
     gradient has an inf or NaN entry counts as the zero vector — factor 0 here, a zero
     row from :func:`clip_gradients`, left out of every sum (DP-SGD steps, ghost
-    clipping, :class:`~gaussdp.ml.DPAggregator`). Mapping it to 0 is a valid clipping
+    clipping, :class:`~gaussdp.ml.DPAggregator`; a client's update in
+    :class:`~gaussdp.ml.DistributedDiscreteGaussian`). Mapping it to 0 is a valid clipping
     (norm 0 ≤ C, decided from that example alone), so the sensitivity stays C and
     nothing about it is revealed; refusing with an error would instead stop training
     because of one example, an unaccounted, data-dependent output.

@@ -53,14 +53,17 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
+    """The update as a flat tensor; a wrong type or size is refused (before any charge).
+
+    Its values are not checked: an update with an inf or NaN entry counts as the zero
+    vector (the rule of :func:`gaussdp.ml.clip_factors`), as refusing it would be an
+    output that depends on one client's data.
+    """
     if not isinstance(update, torch.Tensor):
         raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", update))
     if update.numel() != dim:
         raise ValueError(invalid(f"updates[{index}].numel()", f"{dim}", update.numel()))
-    flat = update.detach().reshape(-1)
-    if not bool(torch.isfinite(flat).all()):
-        raise ValueError(invalid(f"updates[{index}]", "finite", "a tensor with NaN or inf"))
-    return flat
+    return update.detach().reshape(-1)
 
 
 def _clip_factor_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
@@ -193,15 +196,19 @@ class DPAggregator:
         An empty round (no client sampled) still returns noise, as the accounting
         assumes. Divide by the expected number of clients (q times the population)
         for a private average. With a ledger or filter the round is charged
-        (:attr:`round_event`) before anything is read or drawn.
+        (:attr:`round_event`) after the updates' types and sizes are checked and
+        before their values are read or noise is drawn. An update with an inf or
+        NaN entry counts as the zero vector (see :func:`~gaussdp.ml.clip_factors`).
 
         Raises
         ------
+        TypeError, ValueError
+            If an update is not a tensor of ``dim`` elements; nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
         """
+        rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
         with self._charger.run():  # rounds take turns
-            rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
             if rows:
                 stacked = torch.stack(rows)
                 factors = _clip_factor_rows(stacked, self._clip)
@@ -459,13 +466,18 @@ class DistributedDiscreteGaussian:
         """One client's message: its clipped, rotated, rounded and noised update mod 2^b.
 
         ``rng`` is the client's own randomness (default: a stream keyed from the
-        mechanism's ``rng``).
+        mechanism's ``rng``). An update with an inf or NaN entry (or a norm beyond
+        the float64 range) counts as the zero vector, a valid clipping decided from
+        that update alone (see :func:`~gaussdp.ml.clip_factors`).
         """
         flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy()
         source = self._rng if rng is None else check_rng(rng)
         stream = ChaCha20Random(source.random_bytes(32))
-        rotated = self._rotate(flat)
-        norm = float(np.linalg.norm(rotated))
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
+            rotated = self._rotate(flat)
+            norm = float(np.linalg.norm(rotated))
+        if not math.isfinite(norm):  # an inf or NaN entry (the rotation spreads it)
+            rotated, norm = np.zeros(self._pad), 0.0
         factor = min(1.0, self._clip / norm) * (1 - 2.0**-20) if norm > 0 else 1.0
         scaled = rotated * (factor / self._gamma)
         floor = np.floor(scaled)
@@ -501,8 +513,9 @@ class DistributedDiscreteGaussian:
 
         Raises
         ------
-        ValueError
-            If fewer than ``num_clients`` updates are given (their noise would be missing).
+        TypeError, ValueError
+            If fewer than ``num_clients`` updates are given (their noise would be
+            missing) or an update is not a tensor of ``dim`` elements; nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is encoded or drawn.
         """
@@ -510,6 +523,8 @@ class DistributedDiscreteGaussian:
             raise ValueError(
                 invalid("len(updates)", f"at least num_clients = {self._n}", len(updates))
             )
+        for index, update in enumerate(updates):
+            _flat_update(update, self._dim, index)
         # BudgetExceededError here: nothing encoded or drawn. Rounds take turns.
         with self._charger.run():
             messages = [self.encode(u) for u in updates]
