@@ -32,15 +32,15 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from gaussdp._search import add_up, fraction_down, fraction_up, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_int, check_positive, check_probability
-from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled
+from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled, ZCDPAccountant
 from gaussdp.accounting.events import Event, RecordedCost, check_rate
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
-from gaussdp.privacy.zcdp import zcdp_epsilon
 from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream, check_rng
 from gaussdp.sampling import discrete_gaussian
 
@@ -243,6 +243,11 @@ def ddg_rho(l2_sensitivity: float, sigma2: float, num_clients: int, dim: int) ->
     τ measures how far the sum is from the discrete Gaussian N_Z(0, nσ²); it is
     negligible once σ is a few units. All quantities are in integer (lattice) units.
 
+    The result is rounded up: a float ≥ the exact ρ of the given inputs. Each
+    exponent's magnitude is rounded down (with ``math.pi`` < π), each exponential
+    one ulp up, and the rest is exact rational arithmetic with upward-rounded
+    square roots.
+
     Examples
     --------
     >>> rho = ddg_rho(1000.0, 1000.0**2 / 10, num_clients=10, dim=1000)
@@ -255,14 +260,18 @@ def ddg_rho(l2_sensitivity: float, sigma2: float, num_clients: int, dim: int) ->
         raise ValueError(invalid("sigma2", ">= 1/4 (KLS21 Prop 14 needs sigma >= 1/2)", sigma2))
     n = check_int("num_clients", num_clients, minimum=1)
     d = check_int("dim", dim, minimum=1)
-    # KLS21 Thm 1, eq. 3.
-    tau = 10 * math.fsum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, n))
-    # KLS21 Thm 1, eq. 4.
+    # KLS21 Thm 1, eq. 3, rounded up: 2·math.pi²·σ²·k/(k+1) (math.pi < π) rounded down,
+    # exp one ulp up (its error is below one ulp).
+    pi2_s2 = 2 * Fraction(math.pi) ** 2 * Fraction(s2)
+    terms = [up(math.exp(-fraction_down(pi2_s2 * Fraction(k, k + 1)))) for k in range(1, n)]
+    tau = mul_up(10.0, add_up(*terms)) if terms else 0.0
+    # KLS21 Thm 1, eq. 4, each branch rounded up (so is their minimum).
+    ratio = Fraction(delta2) ** 2 / (n * Fraction(s2))  # Δ²/(nσ²), exact
     eps = min(
-        math.sqrt(delta2**2 / (n * s2) + 2 * tau * d),
-        delta2 / math.sqrt(n * s2) + tau * math.sqrt(d),
+        sqrt_up(ratio + 2 * Fraction(tau) * d),
+        add_up(sqrt_up(ratio), mul_up(tau, sqrt_up(d))),
     )
-    return eps * eps / 2
+    return fraction_up(Fraction(eps) ** 2 / 2)
 
 
 def _fwht(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -395,7 +404,8 @@ class DistributedDiscreteGaussian:
             raise ValueError(
                 invalid("bits", "large enough that each client's noise is >= 1/2 grid step", bits)
             )
-        self._rho = ddg_rho(math.sqrt(self._delta2_sq), float(self._sigma2), self._n, d)
+        # Δ₂ rounded up and σ_Z² rounded down: ρ is never under-reported.
+        self._rho = ddg_rho(sqrt_up(self._delta2_sq), fraction_down(self._sigma2), self._n, d)
         self._rounds = 0
         self._charger = Charger(
             self.round_event,
@@ -441,7 +451,7 @@ class DistributedDiscreteGaussian:
     @property
     def l2_sensitivity(self) -> float:
         """Δ₂ in lattice units (KLS21 Thm 1, eq. 2)."""
-        return math.sqrt(self._delta2_sq)
+        return sqrt_up(self._delta2_sq)
 
     @property
     def rho(self) -> float:
@@ -540,4 +550,6 @@ class DistributedDiscreteGaussian:
         delta = check_delta("delta", delta)
         if self._rounds == 0:
             return EpsilonBounds(lower=0.0, upper=0.0)
-        return EpsilonBounds(lower=0.0, upper=zcdp_epsilon(self._rounds * self._rho, delta))
+        # The zCDP accountant, as a filter or ledger composes it (ρ·rounds rounded up).
+        accountant = ZCDPAccountant().compose(self.round_event, self._rounds)
+        return EpsilonBounds(lower=0.0, upper=accountant.epsilon(delta).upper)
