@@ -44,6 +44,7 @@ from gaussdp.audit.mia import (
     train_classifier,
 )
 from gaussdp.privacy.tradeoff import TradeoffCurve
+from gaussdp.random import ChaCha20Random
 
 DELTA = 1e-5
 #: The family-wise level at which a threshold above the bound is significant.
@@ -102,6 +103,7 @@ def run(
                 delta=DELTA,
                 lr=0.5 if epsilon is not None else 0.2,
                 seed=100 + k,
+                rng=ChaCha20Random(100 + k),  # a replayable experiment, not a release
             )
             for k, mask in enumerate(sets)
         ]

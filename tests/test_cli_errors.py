@@ -308,6 +308,43 @@ def test_write_failure_after_commit_leaves_a_recovery_file(
     assert [e["status"] for e in _entries(ledger)] == ["committed"]
 
 
+def test_an_unwritable_report_is_refused_before_the_spend(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path)
+    report = tmp_path / "missing" / "r.html"
+    result = invoke(
+        "release", SPEC, "--data", DATA, "--ledger", str(ledger), "--report", str(report)
+    )
+    assert_one_line(result, 2, "--report must be in an existing folder")
+    assert _entries(ledger) == []
+
+
+def test_a_report_failure_after_the_spend_says_the_spend_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = _ledger(tmp_path)
+    report = tmp_path / "r.html"
+    write_text = Path.write_text
+
+    def disk_full(path: Path, *args: Any, **kwargs: Any) -> int:
+        if path == report:
+            raise OSError(28, "No space left on device")
+        return write_text(path, *args, **kwargs)
+
+    from gaussdp.audit import report as report_module
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    monkeypatch.setattr(report_module, "html_report", lambda *args, **kwargs: "<html></html>")
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        "release", SPEC, "--data", DATA, "--ledger", str(ledger), "--report", str(report)
+    )
+    assert_one_line(result, 4, f"could not write {report} (No space left on device)")
+    assert "the spend is committed in the ledger; the results are saved in" in result.stderr
+    (recovered,) = tmp_path.glob("gaussdp-recovered-*.json")
+    assert len(json.loads(recovered.read_text(encoding="utf-8"))["results"]) > 0
+    assert [e["status"] for e in _entries(ledger)] == ["committed"]
+
+
 def test_out_memory_in_the_release_says_what_to_change(monkeypatch: pytest.MonkeyPatch) -> None:
     from gaussdp.release import _noise
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
-import signal
 import struct
 import sys
 import threading
@@ -13,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from forking import in_child
 from gaussdp import random as random_module
 from gaussdp.random import ChaCha20Random, RandomSource, SystemRandom, _BufferedSource, check_rng
 
@@ -225,30 +224,11 @@ def test_system_random_buffer_is_not_shared_with_a_forked_child() -> None:
     assert not np.array_equal(child, rng.words(4))
 
 
-def _in_child(action: object) -> bytes:
-    """Run ``action()`` (returning bytes) in a forked child and return what it sent."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: send the bytes, exit without running pytest teardown
-        try:
-            os.write(write, action())  # type: ignore[operator]
-        finally:
-            os._exit(0)
-    os.close(write)
-    ready, _, _ = select.select([read], [], [], 60.0)
-    got = os.read(read, 1 << 16) if ready else b""
-    os.close(read)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return got
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="os.fork is POSIX only")
 def test_default_source_is_not_reused_by_a_forked_child() -> None:
     default = check_rng(None)
     default.words(1)  # the parent has a block key and buffered bytes
-    child = np.frombuffer(_in_child(lambda: check_rng(None).words(4).tobytes()), np.uint64)
+    child = np.frombuffer(in_child(lambda: check_rng(None).words(4).tobytes()), np.uint64)
     assert child.size == 4
     assert not np.array_equal(child, default.words(4))
 
@@ -272,7 +252,7 @@ def test_a_fork_while_another_thread_holds_the_lock_does_not_deadlock_the_child(
         holder.start()
         taken.wait()
         try:
-            got = _in_child(lambda source=source: source.random_bytes(16))
+            got = in_child(lambda source=source: source.random_bytes(16))
         finally:
             done.set()
             holder.join()

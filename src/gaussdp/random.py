@@ -26,6 +26,14 @@ Every source is safe to share between threads: a byte is handed out once. A
 :class:`ChaCha20Random` is a deterministic stream, so a forked child continues
 its parent's stream (the same words in both processes): give each process its
 own seed.
+
+Objects that keep randomness across calls (:func:`gaussdp.ml.make_private`,
+:class:`gaussdp.ml.DPAggregator`) draw from a *derived stream*: ChaCha20 under a
+key of 32 bytes read from the ``rng`` they were given. When that ``rng`` is not
+reproducible (the default operating-system source, or a user-defined source), a
+forked child re-derives the key from it before its first draw, so a child never
+repeats its parent's noise; under a seeded :class:`ChaCha20Random` it continues
+the parent's stream, as the seed says.
 """
 
 from __future__ import annotations
@@ -89,6 +97,11 @@ class RandomSource(abc.ABC):
     >>> 0 <= rng.randbelow(10**30) < 10**30
     True
     """
+
+    #: Whether the output is a deterministic function of a seed: a forked child then
+    #: repeats its parent's words by design. False unless a class says otherwise, so that
+    #: a stream derived from an unknown source is re-keyed in a forked child.
+    _reproducible = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -413,6 +426,8 @@ class ChaCha20Random(_BufferedSource):
     True
     """
 
+    _reproducible = True
+
     def __init__(self, seed: int | bytes) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int | bytes):
             raise TypeError(
@@ -429,6 +444,46 @@ class ChaCha20Random(_BufferedSource):
 
     def __repr__(self) -> str:
         return f"ChaCha20Random({self._seed!r})"
+
+
+class _DerivedStream(_BufferedSource):
+    """A ChaCha20 stream keyed from a parent source, re-keyed in a forked child.
+
+    The key is that of ``ChaCha20Random(parent.random_bytes(32))`` (so the words are
+    the same as that stream's). If the parent is not reproducible (the OS source, a
+    stream derived from it, a user-defined source), a forked child drops the
+    buffered bytes and the key and derives a fresh key from the parent before its
+    first request: the parent re-keys itself in the child first, so the child's
+    words are independent of the parent's. If the parent is reproducible (a
+    :class:`ChaCha20Random`, or a stream derived from one), the child continues
+    the stream: the same words in both processes, as a seed means.
+    """
+
+    def __init__(self, parent: RandomSource) -> None:
+        super().__init__()
+        self._parent = parent
+        self._reproducible = parent._reproducible
+        self._pid = os.getpid()
+        self._encryptor = self._new_key()
+
+    def _new_key(self) -> CipherContext:
+        return _chacha20(_chacha_key(self._parent.random_bytes(32)))
+
+    def _discard_if_stale(self) -> None:
+        pid = os.getpid()
+        if pid != self._pid and not self._reproducible:
+            self._pos, self._encryptor, self._pid = _CHUNK_BYTES, self._new_key(), pid
+
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
+        if not self._reproducible:
+            self._pid = -1  # stale: re-keyed from the parent at the first request
+
+    def _fill_into(self, out: memoryview) -> None:
+        _keystream_into(self._encryptor, out)
+
+    def __repr__(self) -> str:
+        return f"_DerivedStream({self._parent!r})"
 
 
 def _after_fork_in_child() -> None:

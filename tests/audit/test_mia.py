@@ -24,6 +24,7 @@ from gaussdp.audit.mia import (  # noqa: E402
 )
 from gaussdp.audit.stats import clopper_pearson  # noqa: E402
 from gaussdp.privacy.tradeoff import TradeoffCurve  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mia_digits.py"
 
@@ -94,7 +95,9 @@ def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
     y = torch.tensor(digits.target[pick], dtype=torch.long)
     members = rng.random(200) < 0.5
     inside = torch.from_numpy(np.flatnonzero(members))
-    target = train_classifier(x[inside], y[inside], epsilon=2.0, epochs=2, batch_size=50)
+    target = train_classifier(
+        x[inside], y[inside], epsilon=2.0, epochs=2, batch_size=50, rng=ChaCha20Random(0)
+    )
     assert target.curve is not None
     assert target.epsilon is not None
     assert target.epsilon <= 2.0 * (1 + 1e-3)
@@ -107,6 +110,7 @@ def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
             epochs=2,
             batch_size=50,
             seed=10 + i,
+            rng=ChaCha20Random(10 + i),
         )
         for i, m in enumerate(shadow_sets)
     ]
@@ -117,6 +121,33 @@ def test_dp_model_attacks_stay_under_the_certified_bound() -> None:
     ):
         result = roc("attack", scores, members)
         assert result.violations(target.curve) == []
+
+
+def test_private_training_noise_is_not_fixed_by_the_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once the DP-SGD noise came from ChaCha20Random(seed), seed=0 by default: two
+    # "private" trainings gave bit-identical models, their noise predictable from a
+    # public default. The noise source is now rng (None: the OS CSPRNG), never the seed.
+    import gaussdp.ml
+
+    given: list[object] = []
+
+    class StopError(Exception):
+        pass
+
+    def spy(*args: object, **kwargs: object) -> None:
+        given.append(kwargs["rng"])
+        raise StopError
+
+    monkeypatch.setattr(gaussdp.ml, "make_private", spy)
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 3, generator=gen), torch.randint(0, 2, (8,), generator=gen)
+    source = ChaCha20Random(7)
+    for kwargs in ({}, {"seed": 5}, {"seed": 5, "rng": source}):
+        with pytest.raises(StopError):
+            train_classifier(x, y, epsilon=1.0, epochs=1, **kwargs)  # type: ignore[arg-type]
+    assert given == [None, None, source]
 
 
 def test_lira_scores_each_is_lira_against_the_other_models() -> None:

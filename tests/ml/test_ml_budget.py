@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import math
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from gaussdp.accounting import (  # noqa: E402
 )
 from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
+from gaussdp.ml._budget import Charger  # noqa: E402
 from gaussdp.random import ChaCha20Random  # noqa: E402
 
 DELTA = 1e-5
@@ -154,6 +158,28 @@ def test_aggregator_round_is_charged_and_refused_before_noise() -> None:
     assert agg.rounds == 2
 
 
+def test_a_bad_update_is_refused_before_the_round_is_charged(tmp_path: Path) -> None:
+    spend = PrivacyFilter(Budget(epsilon=5.0, delta=DELTA))
+    agg = DPAggregator(1.0, 2.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    with pytest.raises(ValueError, match=r"updates\[1\].numel\(\) must be 4, got 5"):
+        agg.aggregate([torch.zeros(4), torch.zeros(5)])
+    with pytest.raises(TypeError, match=r"updates\[0\] must be a torch.Tensor"):
+        agg.aggregate([[0.0] * 4])
+    assert (spend.spent, agg.rounds) == (0, 0)
+    # A NaN update is a data value, not bad input: the round runs (and is charged).
+    agg.aggregate([torch.tensor([math.nan, 0.0, 0.0, 0.0])])
+    assert agg.rounds == 1
+    assert spend.spent == agg.privacy_spent(DELTA).upper > 0
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
+    ddg = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=2, dim=8, rng=ChaCha20Random(0), ledger=ledger
+    )
+    with pytest.raises(ValueError, match=r"updates\[1\].numel\(\) must be 8, got 3"):
+        ddg.aggregate([torch.zeros(8), torch.zeros(3)])
+    assert ledger.entries() == []
+    assert ddg.rounds == 0
+
+
 def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
     ddg = DistributedDiscreteGaussian(
@@ -173,3 +199,54 @@ def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:
     other.aggregate([torch.full((8,), 0.1) for _ in range(3)])
     assert spend.spent == ZCDPAccountant().compose(other.round_event).epsilon(DELTA).upper
     assert spend.spent == other.privacy_spent(DELTA).upper
+
+
+def _in_threads(work, threads: int = 4) -> None:  # type: ignore[no-untyped-def]
+    """Run ``work`` in several threads at once, switching between them as often as possible."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        pool = [threading.Thread(target=work) for _ in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_an_aggregator_shared_by_threads_charges_every_round() -> None:
+    # Once: 4 threads x 200 rounds released 800 rounds and charged 790 (two threads
+    # passed the check for the last paid round of a block).
+    spend = PrivacyFilter(Budget(mu=1000.0))
+    agg = DPAggregator(1.0, 5.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    released: list[int] = []
+
+    def work() -> None:
+        for _ in range(100):
+            agg.aggregate([torch.ones(4)])
+            released.append(1)
+
+    _in_threads(work)
+    assert len(released) == agg.rounds == spend.accountant.count == 400
+
+
+def test_a_charger_shared_by_threads_commits_every_run_to_the_ledger(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event, ledger=ledger, filter=None, block=3, label="test", what="run", detail={}
+    )
+    taken: list[int] = []
+
+    def work() -> None:
+        for _ in range(50):
+            with charger.run():
+                taken.append(1)
+
+    _in_threads(work)
+    charger.close()
+    entries = ledger.entries()
+    assert all(e.status == "committed" for e in entries)
+    assert sum(e.detail["runs"] if e.detail else 0 for e in entries) >= len(taken) == 200
+    assert ledger.spent == pytest.approx(0.01 * 200, rel=1e-12)

@@ -114,3 +114,45 @@ def test_a_column_without_a_domain_is_a_clean_error(
     assert result.exit_code == 2
     assert "never taken from the data" in result.output
     assert Ledger(ledger).entries() == []
+
+
+def test_an_unwritable_out_is_refused_before_the_spend(
+    app: typer.Typer, files: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    csv, spec, ledger = files
+    out = tmp_path / "missing" / "o.csv"
+    result = CliRunner().invoke(
+        app, ["synth", str(spec), "--data", str(csv), "--out", str(out), "--ledger", str(ledger)]
+    )
+    assert result.exit_code == 2
+    assert "--out must be in an existing folder" in result.output
+    assert Ledger(ledger).entries() == []
+
+
+def test_a_write_failure_after_the_spend_leaves_a_recovery_file(
+    app: typer.Typer,
+    files: tuple[Path, Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    csv, spec, ledger = files
+    spec.write_text(SPEC.replace("iters = 100", "iters = 5"), encoding="utf-8")
+    out = tmp_path / "synth.csv"
+    to_csv = pd.DataFrame.to_csv
+
+    def disk_full(frame: pd.DataFrame, path: object = None, **kwargs: object) -> object:
+        if path == out:
+            raise OSError(28, "No space left on device")
+        return to_csv(frame, path, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", disk_full)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        app, ["synth", str(spec), "--data", str(csv), "--out", str(out), "--ledger", str(ledger)]
+    )
+    assert result.exit_code == 4, result.output
+    assert f"could not write {out} (No space left on device)" in result.output
+    assert "the spend is committed in the ledger; the synthetic rows are saved in" in result.output
+    (recovered,) = tmp_path.glob("gaussdp-recovered-*.csv")
+    assert len(pd.read_csv(recovered)) == 250
+    assert [e.status for e in Ledger(ledger).entries()] == ["committed"]

@@ -86,6 +86,24 @@ def test_numeric_decode_stays_in_its_bin_and_keeps_integers() -> None:
     assert (first < 33).all()
 
 
+def test_integer_bins_each_hold_an_integer_and_decode_inside_their_bin() -> None:
+    # Once [0.2, 0.4) of Numeric("x", (0, 1), 5, integer=True) decoded to 1, outside it.
+    with pytest.raises(ValueError, match=r"x\.bins must be bins that each hold an integer"):
+        Numeric("x", (0, 1), 5, integer=True)
+    with pytest.raises(ValueError, match=r"bin \[2\.5, 2\.7\) holds none"):
+        Numeric("x", (0, 5), [0, 2.5, 2.7, 5], integer=True)
+    rng = np.random.default_rng(4)
+    col = Numeric("x", (0, 7), [0, 1, 2.5, 4, 7], integer=True)
+    codes = np.repeat(np.arange(4), 200)
+    values = col.decode(codes, rng=rng).to_numpy(dtype=np.float64)
+    edges = np.asarray(col.edges)
+    assert (values >= edges[codes]).all()
+    inner = codes < 3  # [lo, hi); the last bin is closed
+    assert (values[inner] < edges[codes + 1][inner]).all()
+    assert (values[~inner] <= 7).all()
+    assert set(values[codes == 1]) == {1.0, 2.0}  # the integers of [1, 2.5)
+
+
 @pytest.mark.parametrize(
     ("bounds", "bins"),
     [

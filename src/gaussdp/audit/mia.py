@@ -43,7 +43,7 @@ from gaussdp._validation import check_delta, check_int, check_positive, check_pr
 from gaussdp.audit.stats import clopper_pearson_arrays
 from gaussdp.errors import invalid
 from gaussdp.privacy.tradeoff import TradeoffCurve
-from gaussdp.random import ChaCha20Random
+from gaussdp.random import RandomSource
 
 __all__ = [
     "MIAResult",
@@ -87,6 +87,7 @@ def train_classifier(
     lr: float = 0.5,
     max_grad_norm: float = 1.0,
     seed: int = 0,
+    rng: RandomSource | None = None,
 ) -> TrainedModel:
     r"""Train a one-hidden-layer MLP, with DP-SGD at (``epsilon``, ``delta``) or without.
 
@@ -95,6 +96,12 @@ def train_classifier(
     ``batch_size/len(x)``; the certified curve is that of the run's actual σ, q and
     steps. ``epsilon=None``: plain SGD on shuffled batches, the same steps
     (no privacy: the attack's reference).
+
+    ``seed`` fixes only what is not private: the initial weights (and, without DP,
+    the shuffling). The DP-SGD batches and noise come from ``rng``: ``None`` is the
+    operating system's CSPRNG, so two private trainings differ; pass
+    ``ChaCha20Random(seed)`` to replay an experiment (its noise is then predictable
+    from the seed, and ``epsilon`` holds only if the seed is secret).
     """
     epochs = check_int("epochs", epochs, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -128,7 +135,7 @@ def train_classifier(
         delta=delta,
         target_epsilon=epsilon,
         epochs=epochs,
-        rng=ChaCha20Random(seed),
+        rng=rng,
     )
     for _ in range(epochs):
         for bx, by in dp_loader:

@@ -53,6 +53,32 @@ RELEASE_OOM_HINT = (
 )
 
 
+def check_writable(path: Path, option: str) -> None:
+    """Check that ``path`` (the value of ``option``) can be written; before any spend.
+
+    Raises :class:`CliError` (exit status 2) for a path that is a folder, in a
+    missing folder, or not writable.
+    """
+    if path.is_dir():
+        fail(f"{option} must be a file path, got {str(path)!r} (a folder)")
+    folder = path.parent
+    if not folder.is_dir():
+        fail(
+            f"{option} must be in an existing folder, got {str(path)!r} "
+            f"({str(folder)!r} is missing)"
+        )
+    try:
+        if path.exists():
+            with path.open("ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".gaussdp-check-"):
+                pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        fail(f"{option} must be writable, got {str(path)!r} ({reason})")
+
+
 def check_output(out: Path) -> str:
     """The format of ``out`` (by suffix), after checking it can be written; before any spend.
 
@@ -72,19 +98,7 @@ def check_output(out: Path) -> str:
                 f"--out {str(out)!r} needs pyarrow to write Parquet: pip install pyarrow "
                 "(or write .csv/.json)"
             )
-    folder = out.parent
-    if not folder.is_dir():
-        fail(f"--out must be in an existing folder, got {str(out)!r} ({str(folder)!r} is missing)")
-    try:
-        if out.exists():
-            with out.open("ab"):
-                pass
-        else:
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".gaussdp-check-"):
-                pass
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        fail(f"--out must be writable, got {str(out)!r} ({reason})")
+    check_writable(out, "--out")
     return fmt
 
 
@@ -108,8 +122,13 @@ def write_output(result: ReleaseResult, out: Path, fmt: str) -> None:
 
 def write_recovery(result: ReleaseResult) -> Path | None:
     """Save results and report to a new JSON file in the working or temporary folder."""
-    name = f"gaussdp-recovered-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
-    text = json.dumps(_payload(result), indent=2, default=str)
+    return save_recovery(json.dumps(_payload(result), indent=2, default=str), ".json")
+
+
+def save_recovery(text: str, suffix: str) -> Path | None:
+    """Save ``text`` to a new file ``gaussdp-recovered-…{suffix}`` in the working or temporary
+    folder; None if neither can take it."""
+    name = f"gaussdp-recovered-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}{suffix}"
     for folder in (Path.cwd(), Path(tempfile.gettempdir())):
         path = folder / name
         try:
@@ -119,6 +138,24 @@ def write_recovery(result: ReleaseResult) -> Path | None:
             continue
         return path
     return None
+
+
+def _report_failure(
+    result: ReleaseResult, report: Path, error: OSError, ledger: Path | None, out: Path | None
+) -> CliError:
+    """Exit status 4 for a report that could not be written after the release (spend made)."""
+    if out is not None:
+        saved = f"the results are in {out}"
+    else:
+        recovered = write_recovery(result)
+        saved = (
+            f"the results are saved in {recovered}"
+            if recovered is not None
+            else "no recovery file could be written either; the results are printed above"
+        )
+    spent = "the spend is committed in the ledger; " if ledger is not None else ""
+    reason = error.strerror or type(error).__name__
+    return CliError(f"could not write {report} ({reason}); {spent}{saved}", EXIT_FAILURE)
 
 
 def _interrupt_message(ledger: Path | None, label: str) -> str:
@@ -417,7 +454,11 @@ def release_command(
     ] = None,
     report_file: Annotated[
         Path | None,
-        typer.Option("--report", help="Also write a self-contained HTML report to this file."),
+        typer.Option(
+            "--report",
+            help="Also write a self-contained HTML report to this file (checked before any "
+            "budget is spent).",
+        ),
     ] = None,
     show: Annotated[
         str,
@@ -442,6 +483,8 @@ def release_command(
     if show not in ("head", "all"):
         fail(f"--show must be 'head' or 'all', got {show!r}")
     fmt = check_output(out) if out is not None else None
+    if report_file is not None:
+        check_writable(report_file, "--report")
     from gaussdp.release import load_spec, release_from_spec
 
     parsed = load_spec(spec)
@@ -527,7 +570,11 @@ def _release(
         from gaussdp.audit.report import html_report
 
         page = html_report(result, ledger=book, privacy_unit=release.privacy_unit)
-        report_file.write_text(page, encoding="utf-8")
+        try:
+            report_file.write_text(page, encoding="utf-8")
+        except OSError as error:  # checked before the spend; the disk may still fail
+            if failure is None:
+                failure = _report_failure(result, report_file, error, ledger, out)
     if failure is not None:
         raise failure
 

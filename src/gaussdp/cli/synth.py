@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp.cli._output import console, format_value, handle_errors, is_quiet, progress
+from gaussdp.cli._output import (
+    EXIT_FAILURE,
+    CliError,
+    console,
+    format_value,
+    handle_errors,
+    is_quiet,
+    progress,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -66,7 +74,13 @@ def synth_command(
         Path, typer.Argument(help="The TOML spec: privacy unit, budget, bounds, column domains.")
     ],
     data: Annotated[str, typer.Option("--data", help="CSV or Parquet file.")],
-    out: Annotated[Path, typer.Option("--out", help="Write the synthetic table to this CSV file.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Write the synthetic table to this CSV file (checked before any budget is spent).",
+        ),
+    ],
     ledger: Annotated[
         Path | None,
         typer.Option("--ledger", help="A budget ledger to spend from (gaussdp ledger init)."),
@@ -92,11 +106,15 @@ def synth_command(
     round by round, with exact discrete Gaussian noise (each person bounded in
     the engine), chosen by an exactly sampled exponential mechanism; fits a
     graphical model (Private-PGM) and writes sampled rows; prints the privacy
-    report and the marginals' total-variation errors.
+    report and the marginals' total-variation errors. If the table cannot be
+    written after the ledger committed the spend, it is saved to a recovery file
+    that the error line names.
     """
+    from gaussdp.cli.release import check_writable
     from gaussdp.release import Ledger, load_spec
     from gaussdp.synth import synthesizer_from_spec
 
+    check_writable(out, "--out")
     parsed = load_spec(spec)
     synth = synthesizer_from_spec({k: v for k, v in parsed.items() if k != "rows"}, data)
     n_rows = rows if rows is not None else parsed.get("rows")
@@ -105,7 +123,10 @@ def synth_command(
         result = synth.run(
             rows=n_rows, ledger=book, label=f"synth {spec.name} on {data}", evaluate=evaluate
         )
-    result.frame.to_csv(out, index=False)
+    try:
+        result.frame.to_csv(out, index=False)
+    except OSError as error:
+        raise _write_failure(result.frame, out, error, ledger) from error
     report = result.report.to_dict()
     if as_json:
         payload = {
@@ -121,6 +142,24 @@ def synth_command(
     console().print(_quality_table(result.quality))
     if not is_quiet():
         console().print(f"{len(result.frame)} synthetic rows written to {out}")
+
+
+def _write_failure(frame: Any, out: Path, error: OSError, ledger: Path | None) -> CliError:
+    """Exit status 4 for a table that could not be written after the spend; saved elsewhere."""
+    from gaussdp.cli.release import save_recovery
+
+    text = frame.to_csv(index=False)
+    recovered = save_recovery(text, ".csv")
+    if recovered is None:
+        typer.echo(text, nl=False)
+    saved = (
+        f"the synthetic rows are saved in {recovered}"
+        if recovered is not None
+        else "no recovery file could be written either; the rows follow on stdout"
+    )
+    spent = "the spend is committed in the ledger; " if ledger is not None else ""
+    reason = error.strerror or type(error).__name__
+    return CliError(f"could not write {out} ({reason}); {spent}{saved}", EXIT_FAILURE)
 
 
 def register(app: typer.Typer) -> None:

@@ -109,7 +109,7 @@ from gaussdp.ml.noise import (
     check_noise_multiplier,
     sum_lattice,
 )
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import RandomSource, _DerivedStream, check_rng
 
 if TYPE_CHECKING:
     from gaussdp.ml._independence import Proven
@@ -292,7 +292,8 @@ def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> tor
     Non-finite gradients, one rule everywhere in :mod:`gaussdp.ml`: an example whose
     gradient has an inf or NaN entry counts as the zero vector — factor 0 here, a zero
     row from :func:`clip_gradients`, left out of every sum (DP-SGD steps, ghost
-    clipping, :class:`~gaussdp.ml.DPAggregator`). Mapping it to 0 is a valid clipping
+    clipping, :class:`~gaussdp.ml.DPAggregator`; a client's update in
+    :class:`~gaussdp.ml.DistributedDiscreteGaussian`). Mapping it to 0 is a valid clipping
     (norm 0 ≤ C, decided from that example alone), so the sensitivity stays C and
     nothing about it is revealed; refusing with an error would instead stop training
     because of one example, an unaccounted, data-dependent output.
@@ -1500,26 +1501,26 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         # Kept until the noise is added, so a refused step loses nothing.
         engine.pending = sums
-        if self._charger is not None:
-            self._charger.before()  # BudgetExceededError here: nothing drawn or changed
-        if self._grads is None:
-            self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
-        # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
-        # buffer that release() is about to overwrite.
-        regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
-        noisy = engine.noiser.release(sums, scale=1.0 / engine.expected_batch_size, out=self._grads)
-        engine.pending = None
-        for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
-            update = average.to(param.device, param.dtype).reshape(param.shape)
-            param.grad = update if extra is None else update + extra
-        self._optimizer.step()
-        self._steps += 1
-        if engine.noiser.noise_multiplier > 0:
-            self._unaccounted += 1
-        else:
-            self._free_steps += 1
-        if self._charger is not None:
-            self._charger.after()
+        # BudgetExceededError here: nothing drawn or changed. Steps take turns.
+        with contextlib.nullcontext() if self._charger is None else self._charger.run():
+            if self._grads is None:
+                self._grads = torch.empty(engine.noiser.dim, dtype=torch.float32)
+            # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
+            # buffer that release() is about to overwrite.
+            regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
+            noisy = engine.noiser.release(
+                sums, scale=1.0 / engine.expected_batch_size, out=self._grads
+            )
+            engine.pending = None
+            for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
+                update = average.to(param.device, param.dtype).reshape(param.shape)
+                param.grad = update if extra is None else update + extra
+            self._optimizer.step()
+            self._steps += 1
+            if engine.noiser.noise_multiplier > 0:
+                self._unaccounted += 1
+            else:
+                self._free_steps += 1
 
     @property
     def step_event(self) -> Event:
@@ -1942,7 +1943,10 @@ def make_private(
     rng : RandomSource, optional
         Source of the sampling and noise randomness; ``None`` is the operating
         system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
-        ChaCha20 streams keyed from it drive the loader and the noise.
+        ChaCha20 streams keyed from it drive the loader and the noise; when ``rng``
+        is not a seeded stream, a forked process re-keys them from it (it never
+        repeats the parent's noise), while under a seed a forked process continues
+        the parent's streams: give each process its own seed.
     ledger : gaussdp.Ledger, optional
         Charge every step to this persistent filter: blocks of ``reserve_steps``
         steps (``SelfComposed(optimizer.step_event, k)``) are reserved before their
@@ -2074,8 +2078,9 @@ def make_private(
     block = steps_per_epoch if reserve_steps is None else reserve_steps
     block = check_int("reserve_steps", block, minimum=1)
     source = check_rng(rng)
-    loader_rng = ChaCha20Random(source.random_bytes(32))
-    noise_rng = ChaCha20Random(source.random_bytes(32))
+    # Streams of their own, re-keyed in a forked child (see gaussdp.random).
+    loader_rng = _DerivedStream(source)
+    noise_rng = _DerivedStream(source)
     engine = _Engine(
         model,
         loss_fn,

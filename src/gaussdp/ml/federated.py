@@ -32,16 +32,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from gaussdp._search import add_up, fraction_down, fraction_up, mul_up, sqrt_up, up
 from gaussdp._validation import check_delta, check_int, check_positive, check_probability
-from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled
+from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled, ZCDPAccountant
 from gaussdp.accounting.events import Event, RecordedCost, check_rate
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
-from gaussdp.privacy.zcdp import zcdp_epsilon
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream, check_rng
 from gaussdp.sampling import discrete_gaussian
 
 __all__ = ["DPAggregator", "DistributedDiscreteGaussian", "ddg_rho"]
@@ -53,14 +53,17 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
+    """The update as a flat tensor; a wrong type or size is refused (before any charge).
+
+    Its values are not checked: an update with an inf or NaN entry counts as the zero
+    vector (the rule of :func:`gaussdp.ml.clip_factors`), as refusing it would be an
+    output that depends on one client's data.
+    """
     if not isinstance(update, torch.Tensor):
         raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", update))
     if update.numel() != dim:
         raise ValueError(invalid(f"updates[{index}].numel()", f"{dim}", update.numel()))
-    flat = update.detach().reshape(-1)
-    if not bool(torch.isfinite(flat).all()):
-        raise ValueError(invalid(f"updates[{index}]", "finite", "a tensor with NaN or inf"))
-    return flat
+    return update.detach().reshape(-1)
 
 
 def _clip_factor_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
@@ -89,7 +92,10 @@ class DPAggregator:
     noise : {"secure", "insecure-float"}, default "secure"
         As in :class:`~gaussdp.ml.SumNoiser`.
     rng : RandomSource, optional
-        ``None`` is the operating system's CSPRNG.
+        ``None`` is the operating system's CSPRNG. Client sampling and noise use
+        ChaCha20 streams keyed from it; when ``rng`` is not a seeded stream, a forked
+        process re-keys them from it (it never repeats the parent's noise), while
+        under a seed a forked process continues the parent's streams.
     ledger : gaussdp.Ledger, optional
         Charge every round (:attr:`round_event`) to this persistent filter: reserved
         before the round reads an update or draws noise, committed after; a
@@ -128,13 +134,14 @@ class DPAggregator:
         self._dim = check_int("dim", dim, minimum=1)
         self._rate = check_rate("client_rate", client_rate)
         source = check_rng(rng)
-        self._sample_rng = ChaCha20Random(source.random_bytes(32))
+        # Streams of their own, re-keyed in a forked child (see gaussdp.random).
+        self._sample_rng = _DerivedStream(source)
         self._noiser = SumNoiser(
             self._sigma,
             self._clip,
             self._dim,
             noise=check_noise_mode(noise),
-            rng=ChaCha20Random(source.random_bytes(32)),
+            rng=_DerivedStream(source),
         )
         self._accountant = PLDAccountant()
         self._rounds = 0
@@ -189,26 +196,29 @@ class DPAggregator:
         An empty round (no client sampled) still returns noise, as the accounting
         assumes. Divide by the expected number of clients (q times the population)
         for a private average. With a ledger or filter the round is charged
-        (:attr:`round_event`) before anything is read or drawn.
+        (:attr:`round_event`) after the updates' types and sizes are checked and
+        before their values are read or noise is drawn. An update with an inf or
+        NaN entry counts as the zero vector (see :func:`~gaussdp.ml.clip_factors`).
 
         Raises
         ------
+        TypeError, ValueError
+            If an update is not a tensor of ``dim`` elements; nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
         """
-        self._charger.before()
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
-        if rows:
-            stacked = torch.stack(rows)
-            factors = _clip_factor_rows(stacked, self._clip)
-        else:
-            stacked = torch.zeros((0, self._dim))
-            factors = torch.zeros(0, dtype=torch.float64)
-        sums = self._noiser.accumulate([stacked], factors)
-        noisy = self._noiser.release(sums)[0]
-        self._rounds += 1
-        self._accountant.compose(self.round_event)
-        self._charger.after()
+        with self._charger.run():  # rounds take turns
+            if rows:
+                stacked = torch.stack(rows)
+                factors = _clip_factor_rows(stacked, self._clip)
+            else:
+                stacked = torch.zeros((0, self._dim))
+                factors = torch.zeros(0, dtype=torch.float64)
+            sums = self._noiser.accumulate([stacked], factors)
+            noisy = self._noiser.release(sums)[0]
+            self._rounds += 1
+            self._accountant.compose(self.round_event)
         return noisy
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
@@ -233,6 +243,11 @@ def ddg_rho(l2_sensitivity: float, sigma2: float, num_clients: int, dim: int) ->
     τ measures how far the sum is from the discrete Gaussian N_Z(0, nσ²); it is
     negligible once σ is a few units. All quantities are in integer (lattice) units.
 
+    The result is rounded up: a float ≥ the exact ρ of the given inputs. Each
+    exponent's magnitude is rounded down (with ``math.pi`` < π), each exponential
+    one ulp up, and the rest is exact rational arithmetic with upward-rounded
+    square roots.
+
     Examples
     --------
     >>> rho = ddg_rho(1000.0, 1000.0**2 / 10, num_clients=10, dim=1000)
@@ -245,14 +260,18 @@ def ddg_rho(l2_sensitivity: float, sigma2: float, num_clients: int, dim: int) ->
         raise ValueError(invalid("sigma2", ">= 1/4 (KLS21 Prop 14 needs sigma >= 1/2)", sigma2))
     n = check_int("num_clients", num_clients, minimum=1)
     d = check_int("dim", dim, minimum=1)
-    # KLS21 Thm 1, eq. 3.
-    tau = 10 * math.fsum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, n))
-    # KLS21 Thm 1, eq. 4.
+    # KLS21 Thm 1, eq. 3, rounded up: 2·math.pi²·σ²·k/(k+1) (math.pi < π) rounded down,
+    # exp one ulp up (its error is below one ulp).
+    pi2_s2 = 2 * Fraction(math.pi) ** 2 * Fraction(s2)
+    terms = [up(math.exp(-fraction_down(pi2_s2 * Fraction(k, k + 1)))) for k in range(1, n)]
+    tau = mul_up(10.0, add_up(*terms)) if terms else 0.0
+    # KLS21 Thm 1, eq. 4, each branch rounded up (so is their minimum).
+    ratio = Fraction(delta2) ** 2 / (n * Fraction(s2))  # Δ²/(nσ²), exact
     eps = min(
-        math.sqrt(delta2**2 / (n * s2) + 2 * tau * d),
-        delta2 / math.sqrt(n * s2) + tau * math.sqrt(d),
+        sqrt_up(ratio + 2 * Fraction(tau) * d),
+        add_up(sqrt_up(ratio), mul_up(tau, sqrt_up(d))),
     )
-    return eps * eps / 2
+    return fraction_up(Fraction(eps) ** 2 / 2)
 
 
 def _fwht(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -385,7 +404,8 @@ class DistributedDiscreteGaussian:
             raise ValueError(
                 invalid("bits", "large enough that each client's noise is >= 1/2 grid step", bits)
             )
-        self._rho = ddg_rho(math.sqrt(self._delta2_sq), float(self._sigma2), self._n, d)
+        # Δ₂ rounded up and σ_Z² rounded down: ρ is never under-reported.
+        self._rho = ddg_rho(sqrt_up(self._delta2_sq), fraction_down(self._sigma2), self._n, d)
         self._rounds = 0
         self._charger = Charger(
             self.round_event,
@@ -431,7 +451,7 @@ class DistributedDiscreteGaussian:
     @property
     def l2_sensitivity(self) -> float:
         """Δ₂ in lattice units (KLS21 Thm 1, eq. 2)."""
-        return math.sqrt(self._delta2_sq)
+        return sqrt_up(self._delta2_sq)
 
     @property
     def rho(self) -> float:
@@ -456,13 +476,18 @@ class DistributedDiscreteGaussian:
         """One client's message: its clipped, rotated, rounded and noised update mod 2^b.
 
         ``rng`` is the client's own randomness (default: a stream keyed from the
-        mechanism's ``rng``).
+        mechanism's ``rng``). An update with an inf or NaN entry (or a norm beyond
+        the float64 range) counts as the zero vector, a valid clipping decided from
+        that update alone (see :func:`~gaussdp.ml.clip_factors`).
         """
         flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy()
         source = self._rng if rng is None else check_rng(rng)
         stream = ChaCha20Random(source.random_bytes(32))
-        rotated = self._rotate(flat)
-        norm = float(np.linalg.norm(rotated))
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
+            rotated = self._rotate(flat)
+            norm = float(np.linalg.norm(rotated))
+        if not math.isfinite(norm):  # an inf or NaN entry (the rotation spreads it)
+            rotated, norm = np.zeros(self._pad), 0.0
         factor = min(1.0, self._clip / norm) * (1 - 2.0**-20) if norm > 0 else 1.0
         scaled = rotated * (factor / self._gamma)
         floor = np.floor(scaled)
@@ -498,8 +523,9 @@ class DistributedDiscreteGaussian:
 
         Raises
         ------
-        ValueError
-            If fewer than ``num_clients`` updates are given (their noise would be missing).
+        TypeError, ValueError
+            If fewer than ``num_clients`` updates are given (their noise would be
+            missing) or an update is not a tensor of ``dim`` elements; nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is encoded or drawn.
         """
@@ -507,10 +533,12 @@ class DistributedDiscreteGaussian:
             raise ValueError(
                 invalid("len(updates)", f"at least num_clients = {self._n}", len(updates))
             )
-        self._charger.before()  # BudgetExceededError here: nothing encoded or drawn
-        messages = [self.encode(u) for u in updates]
-        self._rounds += 1
-        self._charger.after()
+        for index, update in enumerate(updates):
+            _flat_update(update, self._dim, index)
+        # BudgetExceededError here: nothing encoded or drawn. Rounds take turns.
+        with self._charger.run():
+            messages = [self.encode(u) for u in updates]
+            self._rounds += 1
         return self.decode(self.secure_sum(messages))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
@@ -522,4 +550,6 @@ class DistributedDiscreteGaussian:
         delta = check_delta("delta", delta)
         if self._rounds == 0:
             return EpsilonBounds(lower=0.0, upper=0.0)
-        return EpsilonBounds(lower=0.0, upper=zcdp_epsilon(self._rounds * self._rho, delta))
+        # The zCDP accountant, as a filter or ledger composes it (ρ·rounds rounded up).
+        accountant = ZCDPAccountant().compose(self.round_event, self._rounds)
+        return EpsilonBounds(lower=0.0, upper=accountant.epsilon(delta).upper)

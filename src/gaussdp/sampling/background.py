@@ -17,6 +17,14 @@ seeded :class:`~gaussdp.random.ChaCha20Random` gives the same vectors with or
 without the worker, and the default operating-system CSPRNG keys every vector
 freshly). The key reaches the worker through a pipe private to the two processes.
 
+Fork. A forked copy of the caller never uses the parent's worker: on its first
+call it lets go of the parent's pipes and shared memory without reading them
+and starts a worker of its own. The key read for the parent's next vector is
+dropped when ``rng`` is not reproducible (the default source re-keys in the
+child, so the child's vectors are independent of the parent's); under a seeded
+:class:`~gaussdp.random.ChaCha20Random` the child continues the stream from that
+key, as a seed means (the same vectors in both processes: seed each process).
+
 Failure. Off POSIX systems (no file-descriptor passing) the vectors are drawn in
 the caller's process. If the worker cannot start or stops, the vector is drawn in
 the caller's process with the same key — the same values, only slower — and a
@@ -96,12 +104,27 @@ class NoiseStream:
         self._rng = check_rng(rng)
         self._worker: _Worker | None = None
         self._pending: bytes | None = None  # key of the vector the worker is drawing
+        self._pid = os.getpid()
         if background and os.name == "posix":  # elsewhere: drawn in place, same values
-            self._worker = _Worker.start(exact, self._dim)
-            if self._worker is None:
-                _warn_inline("could not be started")
-            else:
-                self._submit()
+            self._start_worker()
+
+    def _start_worker(self) -> None:
+        self._worker = _Worker.start(self._sigma2, self._dim)
+        if self._worker is None:
+            _warn_inline("could not be started")
+        elif self._pending is None:
+            self._submit()
+        elif not self._worker.submit(self._pending):
+            self._stop_worker()
+
+    def _after_fork(self) -> None:
+        """In a forked copy: leave the parent's worker and (unless seeded) its pending key."""
+        self._pid = os.getpid()
+        if not self._rng._reproducible:
+            self._pending = None  # read before the fork: the parent's vector
+        if self._worker is not None:
+            self._worker.abandon()
+            self._start_worker()
 
     @property
     def sigma2(self) -> Fraction:
@@ -136,6 +159,8 @@ class NoiseStream:
         With a worker, the array is a read-only view of shared memory that stays
         valid until the following call; copy it to keep it longer.
         """
+        if os.getpid() != self._pid:
+            self._after_fork()
         if self._worker is None:
             key = self._pending or self._rng.random_bytes(_KEY_BYTES)
             self._pending = None
@@ -157,7 +182,10 @@ class NoiseStream:
     def close(self) -> None:
         """Stop the worker process (the stream then draws in place)."""
         if self._worker is not None:
-            self._worker.close()
+            if os.getpid() != self._pid:
+                self._worker.abandon()
+            else:
+                self._worker.close()
             self._worker = None
 
     def __enter__(self) -> NoiseStream:
@@ -243,6 +271,33 @@ class _Worker:
     def close(self) -> None:
         del self._slots  # release the buffer so that the mapping can be closed
         self._finalizer()
+
+    def abandon(self) -> None:
+        """In a forked copy of the caller: let go of the parent's worker without using it.
+
+        This process's copies of the pipes are pointed at /dev/null (nothing buffered
+        here reaches the worker, and the worker sees end of input when the parent
+        closes its copy), its mapping of the slots is released, and the process is
+        left to the parent, which waits for it.
+        """
+        del self._slots
+        self._finalizer.detach()
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                for pipe in (self._proc.stdin, self._proc.stdout):
+                    if pipe is not None:
+                        os.dup2(null, pipe.fileno())
+            finally:
+                os.close(null)
+        with contextlib.suppress(BufferError):  # a caller's view keeps it until it goes
+            self._shared.close()
+        with warnings.catch_warnings():  # not this process's child: nothing to wait for
+            warnings.simplefilter("ignore", ResourceWarning)
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            del self._proc
 
 
 def _shared_fd() -> int:

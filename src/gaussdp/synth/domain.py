@@ -151,7 +151,8 @@ class Numeric:
         ``lo`` and last ``hi``).
     integer : bool
         Synthetic values are integers (drawn uniformly among the integers of
-        the bin) instead of reals drawn uniformly in the bin.
+        the bin) instead of reals drawn uniformly in the bin. Every bin must then
+        hold an integer (``[0.2, 0.4)`` is refused).
     other : str, optional
         A label for a cell counting missing values (else they are refused).
 
@@ -201,6 +202,19 @@ class Numeric:
                     )
                 )
             object.__setattr__(self, "bins", edges)
+        if self.integer:
+            e = self.edges
+            for j in range(len(e) - 1):
+                last = math.floor(e[j + 1]) if j == len(e) - 2 else math.ceil(e[j + 1]) - 1
+                if math.ceil(e[j]) > last:
+                    raise ValueError(
+                        invalid(
+                            f"{self.name}.bins",
+                            f"bins that each hold an integer (integer=True; bin {self.labels[j]} "
+                            "holds none)",
+                            self.bins,
+                        )
+                    )
         if self.other is not None and not isinstance(self.other, str):
             raise TypeError(invalid(f"{self.name}.other", "a label (str)", self.other))
 
@@ -272,8 +286,7 @@ class Numeric:
         if self.integer:
             first = np.ceil(lo)
             # Integers of [lo, hi) — of [lo, hi] for the last bin.
-            last = np.where(c == k - 1, np.floor(hi), np.ceil(hi) - 1)
-            last = np.maximum(last, first)
+            last = np.where(c == k - 1, np.floor(hi), np.ceil(hi) - 1)  # ≥ first (checked)
             ints = first + np.floor(rng.random(len(codes)) * (last - first + 1))
             ints[~in_bin] = np.nan
             return pd.Series(ints, name=self.name).astype("Int64")

@@ -1,0 +1,130 @@
+"""A forked process never repeats its parent's noise unless the run is seeded.
+
+Objects that keep randomness across calls (derived streams, NoiseStream, DPAggregator,
+make_private) are built in the parent; parent and child then draw the same request
+and compare. Under the default source the two must differ; under a seeded
+ChaCha20Random the child continues the parent's stream, as the seed says.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from forking import in_child
+from gaussdp.random import ChaCha20Random, SystemRandom, _DerivedStream, check_rng
+from gaussdp.sampling.background import NoiseStream
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="os.fork is POSIX only"),
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+]
+
+
+def test_derived_stream_words_are_those_of_chacha20_under_the_parent_bytes() -> None:
+    derived = _DerivedStream(ChaCha20Random(5))
+    keys = ChaCha20Random(5)
+    np.testing.assert_array_equal(
+        derived.words(600), ChaCha20Random(keys.random_bytes(32)).words(600)
+    )
+
+
+@pytest.mark.parametrize("parent", [None, "system", "derived"])
+def test_derived_stream_of_a_system_source_is_rekeyed_in_a_forked_child(parent: str) -> None:
+    source = {
+        None: check_rng(None),
+        "system": SystemRandom(),
+        "derived": _DerivedStream(SystemRandom()),
+    }[parent]
+    stream = _DerivedStream(source)
+    stream.words(1)  # the parent has buffered bytes under its key
+    child = np.frombuffer(in_child(lambda: stream.words(8).tobytes()), np.uint64)
+    assert child.size == 8
+    assert not np.array_equal(child, stream.words(8))
+
+
+def test_derived_stream_of_a_seeded_source_continues_in_a_forked_child() -> None:
+    stream = _DerivedStream(_DerivedStream(ChaCha20Random(3)))
+    stream.words(1)
+    child = np.frombuffer(in_child(lambda: stream.words(8).tobytes()), np.uint64)
+    np.testing.assert_array_equal(child, stream.words(8))
+
+
+def _noise_stream_child(stream: NoiseStream) -> bytes:
+    # The child's stream must leave the parent's worker and start its own.
+    worker = stream._worker
+    first = stream.next().copy()
+    assert stream.background
+    assert stream._worker is not worker
+    return first.tobytes()
+
+
+def test_noise_stream_in_a_forked_child_has_its_own_keys_and_worker() -> None:
+    with NoiseStream(10**6, 6) as stream:  # rng=None: the key of vector 1 is read already
+        assert stream.background
+        child = np.frombuffer(in_child(lambda: _noise_stream_child(stream)), np.int64)
+        assert child.size == 6
+        parent = stream.next().copy()
+        assert not np.array_equal(child, parent)
+        # The parent's worker was not disturbed by the child.
+        assert stream.background
+        assert stream.next().shape == (6,)
+
+
+def test_noise_stream_under_a_seed_continues_in_a_forked_child() -> None:
+    with NoiseStream(10**6, 6, rng=ChaCha20Random(8)) as stream:
+        child = np.frombuffer(in_child(lambda: _noise_stream_child(stream)), np.int64)
+        reference = NoiseStream(10**6, 6, rng=ChaCha20Random(8), background=False)
+        want = reference.next()
+        np.testing.assert_array_equal(child, want)
+        np.testing.assert_array_equal(stream.next(), want)
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_aggregator_in_a_forked_child_draws_fresh_noise_unless_seeded(seeded: bool) -> None:
+    torch = pytest.importorskip("torch")
+    from gaussdp.ml import DPAggregator
+
+    agg = DPAggregator(1.0, 1.0, dim=8, rng=ChaCha20Random(1) if seeded else None)
+    agg.aggregate([torch.zeros(8)])
+    updates = [torch.full((8,), 0.1)]
+    child = np.frombuffer(in_child(lambda: agg.aggregate(updates).numpy().tobytes()), np.float32)
+    assert child.size == 8
+    parent = agg.aggregate(updates).numpy()
+    assert np.array_equal(child, parent) == seeded
+
+
+def test_make_private_in_a_forked_child_draws_fresh_noise() -> None:
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gaussdp.ml import make_private
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    data = TensorDataset(torch.zeros(8, 4), torch.zeros(8, 1))
+    private, opt, _ = make_private(
+        model,
+        optimizer,
+        DataLoader(data, batch_size=8),
+        max_grad_norm=1.0,
+        delta=1e-5,
+        noise_multiplier=1.0,
+        loss_fn=nn.functional.mse_loss,
+    )
+
+    def step() -> bytes:  # zero gradients: the update is the noise alone
+        opt.zero_grad()
+        private.backward(torch.zeros(8, 4), torch.zeros(8, 1))
+        opt.step()
+        return next(private.parameters()).detach().numpy().tobytes()
+
+    before = next(private.parameters()).detach().clone().numpy()
+    child = np.frombuffer(in_child(step), np.float32)
+    assert child.size == 4
+    parent = np.frombuffer(step(), np.float32)
+    assert not np.array_equal(child - before.ravel(), parent - before.ravel())
