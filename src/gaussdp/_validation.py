@@ -12,6 +12,8 @@ import math
 import numbers
 from fractions import Fraction
 
+import numpy as np
+
 from gaussdp.errors import invalid
 
 __all__ = [
@@ -22,7 +24,69 @@ __all__ = [
     "check_int",
     "check_positive",
     "check_probability",
+    "nonfinite_at",
+    "redacted",
 ]
+
+
+class _Redacted:
+    """Stands in for private data in a message: its ``repr`` describes, never shows, it."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def redacted(value: object, problem: str | None = None) -> object:
+    """A stand-in for private ``value`` to pass to :func:`~gaussdp.errors.invalid`.
+
+    Refusals of data arguments (query answers, gradients, client updates) end up in
+    logs, so they name the kind of object, its shape and dtype and the ``problem``
+    (such as ``"a NaN at index 3"``) but never a data value:
+
+    >>> import numpy as np
+    >>> invalid("x", "finite", redacted(np.array([3.5, np.nan]), "a NaN at index 1"))
+    'x must be finite, got a numpy.ndarray of shape (2,) and dtype float64 with a NaN at index 1'
+    """
+    kind = type(value)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    name = name.replace("numpy._core.multiarray.", "numpy.").replace(
+        "numpy.core.multiarray.", "numpy."
+    )
+    text = f"a {name}"
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and shape != ():
+        text += f" of shape {tuple(int(n) for n in shape)}"
+        if dtype is not None:
+            text += f" and dtype {dtype}"
+    elif isinstance(value, list | tuple | dict | set | frozenset):
+        text += f" of length {len(value)}"
+    if problem is not None:
+        text += f" with {problem}"
+    return _Redacted(text)
+
+
+def nonfinite_at(values: object) -> str:
+    """Describe the first NaN or infinity of a float array, e.g. ``"a NaN at index 3"``.
+
+    Only the kind and position are named, never a finite entry.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size == 0:
+        return "no NaN or infinity"
+    position = tuple(int(i) for i in np.unravel_index(int(bad[0]), array.shape))
+    what = "a NaN" if math.isnan(float(array[position])) else "an infinity"
+    where = "" if not position else f" at index {position[0] if len(position) == 1 else position}"
+    return what + where
 
 
 def _as_float(name: str, value: object, constraint: str) -> float:

@@ -32,6 +32,8 @@ from gaussdp._validation import (
     check_int,
     check_positive,
     check_probability,
+    nonfinite_at,
+    redacted,
 )
 from gaussdp.errors import invalid
 from gaussdp.privacy.discrete import (
@@ -98,16 +100,16 @@ def _integer_values(value: object) -> tuple[IntOrArray, bool]:
     """
     constraint = "an integer or an array of integers (use Gaussian.release for real values)"
     if isinstance(value, bool | np.bool_):
-        raise TypeError(invalid("value", constraint, value))
+        raise TypeError(invalid("value", constraint, redacted(value)))
     if isinstance(value, int | np.integer):
         return int(value), True
     array = np.asarray(value)
     if array.dtype == object:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in array.flat):
-            raise TypeError(invalid("value", constraint, value))
+            raise TypeError(invalid("value", constraint, redacted(value)))
         return array, False
     if not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(invalid("value", constraint, value))
+        raise TypeError(invalid("value", constraint, redacted(value)))
     if array.dtype == np.uint64:  # may exceed int64: keep exact Python ints
         return array.astype(object), False
     return array.astype(np.int64), False
@@ -160,14 +162,18 @@ def _real_array(value: object) -> npt.NDArray[np.generic]:
     try:
         array = np.asarray(value)
     except (ValueError, OverflowError):  # ragged nesting
-        raise ValueError(invalid("value", _REAL_CONSTRAINT, value)) from None
+        raise ValueError(
+            invalid("value", _REAL_CONSTRAINT, redacted(value, "ragged nesting"))
+        ) from None
     if array.size == 0:
-        raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+        raise ValueError(invalid("value", _REAL_CONSTRAINT, redacted(value, "no entries")))
     kind, itemsize = array.dtype.kind, array.dtype.itemsize
     if kind == "f" and itemsize <= 8:
         floats = array.astype(np.float64)
         if not np.all(np.isfinite(floats)):
-            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+            raise ValueError(
+                invalid("value", _REAL_CONSTRAINT, redacted(value, nonfinite_at(floats)))
+            )
         # A list may hold ints that np.asarray rounded to float64: any of 2**53 or more
         # would be rounded; below that every int is exact.
         if isinstance(value, np.ndarray | np.generic) or not np.any(np.abs(floats) >= 2.0**53):
@@ -176,7 +182,7 @@ def _real_array(value: object) -> npt.NDArray[np.generic]:
     elif (kind in "iu" and itemsize < 8) or kind == "i":
         return array.astype(np.int64)
     elif kind not in "fuO":
-        raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+        raise TypeError(invalid("value", _REAL_CONSTRAINT, redacted(value)))
     exact = np.empty(array.shape, dtype=object)
     flat = exact.reshape(-1)
     for i, item in enumerate(array.reshape(-1).tolist() if kind == "O" else array.flat):
@@ -187,21 +193,26 @@ def _real_array(value: object) -> npt.NDArray[np.generic]:
 def _exact_real(item: object, value: object) -> int | Fraction:
     """One entry of a real answer as an exact int or Fraction (floats at their binary value)."""
     if isinstance(item, bool | np.bool_):
-        raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+        raise TypeError(invalid("value", _REAL_CONSTRAINT, redacted(value, "a boolean entry")))
     if isinstance(item, int | np.integer):
         return int(item)
     if isinstance(item, Fraction):
         return item
     if isinstance(item, Decimal):
         if not item.is_finite():
-            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+            raise ValueError(
+                invalid("value", _REAL_CONSTRAINT, redacted(value, "a NaN or infinity"))
+            )
         return Fraction(item)  # exact
     if isinstance(item, float | np.floating):
         if not np.isfinite(item):
-            raise ValueError(invalid("value", _REAL_CONSTRAINT, value))
+            raise ValueError(
+                invalid("value", _REAL_CONSTRAINT, redacted(value, "a NaN or infinity"))
+            )
         numerator, denominator = item.as_integer_ratio()  # exact: a float is a dyadic rational
         return Fraction(numerator, denominator)
-    raise TypeError(invalid("value", _REAL_CONSTRAINT, value))
+    problem = f"an entry of type {type(item).__name__}"
+    raise TypeError(invalid("value", _REAL_CONSTRAINT, redacted(value, problem)))
 
 
 def _round_to_grid(array: npt.NDArray[np.generic], gamma: float) -> npt.NDArray[np.int64]:
@@ -512,7 +523,9 @@ class Gaussian:
         if largest >= _MAX_LATTICE_INDEX:
             raise ValueError(
                 invalid(
-                    "value", f"below {_MAX_LATTICE_INDEX * lattice.gamma:g} in magnitude", value
+                    "value",
+                    f"below {_MAX_LATTICE_INDEX * lattice.gamma:g} in magnitude",
+                    redacted(value, "an entry too large for the grid"),
                 )
             )
         # The released floats γ·(index + noise) stay finite: |noise| < 64 σ_Z except with

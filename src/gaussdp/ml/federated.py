@@ -33,7 +33,13 @@ import numpy.typing as npt
 import torch
 
 from gaussdp._search import add_up, fraction_down, fraction_up, mul_up, sqrt_up, up
-from gaussdp._validation import check_delta, check_int, check_positive, check_probability
+from gaussdp._validation import (
+    check_delta,
+    check_int,
+    check_positive,
+    check_probability,
+    redacted,
+)
 from gaussdp.accounting import EpsilonBounds, PLDAccountant, Subsampled, ZCDPAccountant
 from gaussdp.accounting.events import Event, RecordedCost, check_rate
 from gaussdp.accounting.filter import PrivacyFilter
@@ -60,7 +66,7 @@ def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
     output that depends on one client's data.
     """
     if not isinstance(update, torch.Tensor):
-        raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", update))
+        raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", redacted(update)))
     if update.numel() != dim:
         raise ValueError(invalid(f"updates[{index}].numel()", f"{dim}", update.numel()))
     return update.detach().reshape(-1)

@@ -49,7 +49,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from gaussdp._validation import check_int, check_positive
+from gaussdp._validation import check_int, check_positive, redacted
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.random import RandomSource, check_rng
@@ -291,7 +291,9 @@ class SumNoiser:
         if sum(sizes) != self._dim:
             raise ValueError(invalid("sums", f"blocks with {self._dim} coordinates in all", sizes))
         if out is not None and (out.dtype != torch.float32 or out.numel() != self._dim):
-            raise ValueError(invalid("out", f"a float32 tensor of {self._dim} elements", out))
+            raise ValueError(
+                invalid("out", f"a float32 tensor of {self._dim} elements", redacted(out))
+            )
         # On the CPU: the noise is drawn there (CUDA sums are copied over, and the caller
         # copies the result back; the noise never leaves the exact integer path before).
         flat = torch.cat([s.reshape(-1).to("cpu", torch.float64) for s in sums])
