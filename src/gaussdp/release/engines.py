@@ -134,17 +134,18 @@ _REASONS = {
 def failure_message(engine: str, action: str, error: BaseException) -> str:
     """One line about an engine failure that never repeats data values.
 
-    Only the exception's class, a fixed explanation and a line number (if the
-    engine gives one) are used: engine messages quote raw records and values
-    (``Original Line: 7,a,abc``), which may identify a privacy unit.
+    Only the exception's class and a fixed explanation are used: engine messages
+    quote raw records and values (``Original Line: 7,a,abc``), which may identify a
+    privacy unit, and their line numbers tell the table's size or where a record
+    sits (a malformed last line is at line n + 1) before any budget is spent.
 
     Examples
     --------
     >>> class ConversionException(Exception): ...
     >>> failure_message("duckdb", "reading the data", ConversionException(
     ...     "CSV Error on Line: 70002 Original Line: 7,abc"))
-    "duckdb failed reading the data at line 70002: a value does not convert to its column's
-    type (ConversionException; data values are not shown)"
+    "duckdb failed reading the data: a value does not convert to its column's type
+    (ConversionException; data values and line numbers are not shown)"
     """
     kind = type(error).__name__
     text = str(error)
@@ -158,9 +159,10 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
             if action.startswith("opening")
             else "the engine reported an error"
         )
-    line = re.search(r"\bLine:\s*(\d+)", text)
-    where = f" at line {line.group(1)}" if line else ""
-    return f"{engine} failed {action}{where}: {explanation} ({kind}; data values are not shown)"
+    return (
+        f"{engine} failed {action}: {explanation} "
+        f"({kind}; data values and line numbers are not shown)"
+    )
 
 
 class Engine(ABC):
