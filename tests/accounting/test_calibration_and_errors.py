@@ -142,3 +142,28 @@ def test_losses_beyond_the_cap_fall_back_to_the_labelled_rdp_bound() -> None:
 def test_from_distributions_validates(p: list[float], q: list[float]) -> None:
     with pytest.raises(ValueError, match=r"^(p|q) must be"):
         PrivacyLossDistribution.from_distributions(p, q)
+
+
+def test_huge_target_epsilon_is_refused_at_once() -> None:
+    # It used to search for minutes toward σ → 0 (audit21 cal_hang.py).
+    with pytest.raises(
+        ValueError, match=r"^target_epsilon must be a real number in \(0, 100\] .*, got 1e\+308$"
+    ):
+        calibrate_noise_multiplier(1e308, 1e-5, 0.01, 100)
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e-12, 1e-8])
+def test_sample_rate_needing_no_noise_is_refused(rate: float) -> None:
+    # 1 - (1 - q)^100 <= δ: (0, δ)-DP without noise, no smallest σ (it used to hang or
+    # blame value_discretization, which the caller never set).
+    with pytest.raises(ValueError, match=r"^sample_rate must be large enough that 1 - \(1 - "):
+        calibrate_noise_multiplier(1.0, 1e-5, rate, 100)
+
+
+def test_search_grid_too_fine_falls_back_to_the_accountants_grid() -> None:
+    from gaussdp.accounting.calibration import _pld_epsilon
+
+    event = Subsampled(Gaussian(0.3), 1e-5)
+    with pytest.raises(ValueError, match=r"^value_discretization must be at least"):
+        PLDAccountant(value_discretization=1e-9).compose(event, 100).epsilon(1e-5)
+    assert _pld_epsilon(event, 100, 1e-5, 1e-9) == _pld_epsilon(event, 100, 1e-5)

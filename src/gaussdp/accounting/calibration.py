@@ -24,11 +24,22 @@ from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Lapl
 
 __all__ = ["calibrate_noise", "calibrate_noise_multiplier"]
 
+#: calibrate_noise_multiplier refuses a larger target ε: e^100 bounds no likelihood ratio
+#: worth protecting, and the search for the tiny σ it allows takes minutes to hours.
+MAX_TARGET_EPSILON = 100.0
+
 Family = Literal["gaussian", "discrete_gaussian", "discrete_laplace", "laplace"]
 
 
 def _pld_epsilon(event: Event, count: int, delta: float, h: float | None = None) -> float:
-    return PLDAccountant(value_discretization=h).compose(event, count).epsilon(delta).upper
+    try:
+        return PLDAccountant(value_discretization=h).compose(event, count).epsilon(delta).upper
+    except ValueError:
+        if h is None:
+            raise
+    # The search's grid step h (set from the starting scale) does not fit the memory
+    # bound at this scale: the accountant's own grid, coarsened to fit, still certifies.
+    return _pld_epsilon(event, count, delta, None)
 
 
 def _coarse_then_fine(
@@ -67,11 +78,12 @@ def calibrate_noise_multiplier(
     Parameters
     ----------
     target_epsilon : float
-        Target ε, finite and > 0.
+        Target ε, in (0, :data:`MAX_TARGET_EPSILON` = 100].
     delta : float
         Target δ, in (0, 1).
     sample_rate : float
-        Poisson sampling rate q (batch size / dataset size), in (0, 1].
+        Poisson sampling rate q (batch size / dataset size), in (0, 1]; refused if
+        1 − (1 − q)^steps ≤ δ (then the run is (0, δ)-DP without noise).
     steps : int
         Number of steps, >= 1.
     rtol : float, default 1e-3
@@ -95,10 +107,18 @@ def calibrate_noise_multiplier(
     0.969
     """
     target = check_positive("target_epsilon", target_epsilon)
+    if target > MAX_TARGET_EPSILON:
+        constraint = f"a real number in (0, {MAX_TARGET_EPSILON:g}] (a larger ε protects nothing)"
+        raise ValueError(invalid("target_epsilon", constraint, target_epsilon))
     delta = check_delta("delta", delta)
     steps = check_int("steps", steps, minimum=1)
     rtol = check_positive("rtol", rtol)
     q = check_rate("sample_rate", sample_rate)
+    # Without noise the run is (0, δ')-DP with δ' = P(an example is ever sampled) =
+    # 1 − (1 − q)^steps: at δ' ≤ δ every σ meets any target and no smallest one exists.
+    if q < 1 and -math.expm1(steps * math.log1p(-q)) <= delta:
+        constraint = f"large enough that 1 - (1 - sample_rate)**{steps} exceeds delta = {delta:g}"
+        raise ValueError(invalid("sample_rate", constraint, sample_rate))
 
     def eps_of(sigma: float, h: float | None) -> float:
         return _pld_epsilon(Subsampled(Gaussian(sigma), q), steps, delta, h)
