@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from gaussdp._validation import (
+    check_count,
     check_delta,
     check_epsilon,
     check_finite,
@@ -92,3 +94,20 @@ def test_rejections_name_parameter_value_and_constraint(
 def test_int_minimum() -> None:
     with pytest.raises(ValueError, match=r"^n must be an integer >= 1, got 0$"):
         check_int("n", 0, minimum=1)
+
+
+@pytest.mark.parametrize("value", [1e308, 2.0, np.float64(3.0), 0.5])
+def test_check_count_refuses_floats_even_integral(value: float) -> None:
+    with pytest.raises(
+        ValueError, match=f"^count must be an integer >= 1, got {re.escape(repr(value))}$"
+    ):
+        check_count("count", value)
+
+
+def test_check_count_accepts_ints_only() -> None:
+    assert check_count("count", np.int64(3)) == 3
+    assert check_count("count", 10**30) == 10**30
+    with pytest.raises(TypeError, match=r"^count must be an integer >= 1, got True$"):
+        check_count("count", True)
+    with pytest.raises(ValueError, match=r"^count must be an integer >= 1, got 0$"):
+        check_count("count", 0)

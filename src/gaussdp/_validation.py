@@ -17,6 +17,7 @@ import numpy as np
 from gaussdp.errors import invalid
 
 __all__ = [
+    "check_count",
     "check_delta",
     "check_epsilon",
     "check_finite",
@@ -164,6 +165,17 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     if minimum is not None and result < minimum:
         raise ValueError(invalid(name, constraint, value))
     return result
+
+
+def check_count(name: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` >= 1 (a number of runs or steps).
+
+    Unlike :func:`check_int`, floats are refused even when integral: ``1e308`` would
+    silently become a 309-digit count.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        raise ValueError(invalid(name, "an integer >= 1", value))
+    return check_int(name, value, minimum=1)
 
 
 def check_fraction(name: str, value: object) -> Fraction:

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 from scipy.special import gammaln, logsumexp, ndtr
 
 from gaussdp._search import smallest_passing
-from gaussdp._validation import check_delta, check_epsilon, check_int, check_positive
+from gaussdp._validation import check_count, check_delta, check_epsilon, check_int, check_positive
 from gaussdp.accounting import (
     PLDAccountant,
     RDPAccountant,
@@ -172,7 +172,7 @@ def privacy_profile_figure(
     Gaussian the exact μ-GDP profile (DRS Cor 2.13) and the zCDP conversions
     (CKS Cor 13 and the standard bound).
     """
-    count = check_int("count", count, minimum=1)
+    count = check_count("count", count)
     if not isinstance(mechanism, Gaussian | Subsampled):
         raise TypeError(invalid("mechanism", "a Gaussian or a Subsampled Gaussian", mechanism))
     eps = np.linspace(0.0, 8.0, 81) if epsilons is None else np.asarray(epsilons, dtype=float)
@@ -359,7 +359,7 @@ def discrete_laplace_composed_delta(count: int, scale: float, epsilon: float) ->
     composition of pure DP (Kairouz, Oh, Viswanath 2015) and is independent of the
     PLD accountant.
     """
-    count = check_int("count", count, minimum=1)
+    count = check_count("count", count)
     scale = check_positive("scale", scale)
     epsilon = check_epsilon("epsilon", epsilon)
     e0 = 1.0 / scale
@@ -396,7 +396,7 @@ def cks_fig4(
     (certified PLD calibration, 1e-3 relative) and the paper's zCDP method for the
     discrete Gaussian.
     """
-    count = check_int("count", count, minimum=1)
+    count = check_count("count", count)
     variance = check_positive("sigma", sigma) ** 2
     epsilon = check_epsilon("epsilon", epsilon)
     delta = check_delta("delta", delta)

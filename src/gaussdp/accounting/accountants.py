@@ -56,7 +56,7 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
-from gaussdp._validation import check_delta, check_epsilon, check_int
+from gaussdp._validation import check_count, check_delta, check_epsilon
 from gaussdp.accounting._adaptive import (
     _DELTA_GAP_FACTOR,
     _GAP_FACTOR,
@@ -230,7 +230,7 @@ class Accountant(ABC):
             If the event (or a part of it, named in the message) is not supported.
         """
         check_event(event)
-        count = check_int("count", count, minimum=1)
+        count = check_count("count", count)
         found = _Reduction()
         self._walk(event, count, (), found)
         self._leaves.update(found.leaves)
@@ -445,7 +445,7 @@ class FallbackAccountant(Accountant):
 
     def compose(self, event: Event, count: int = 1) -> Self:
         check_event(event)
-        count = check_int("count", count, minimum=1)
+        count = check_count("count", count)
         ok = [
             valid and m.supports(event) for m, valid in zip(self._members, self._valid, strict=True)
         ]

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Literal
 
 from gaussdp._search import smallest_passing, smallest_scale
-from gaussdp._validation import check_delta, check_int, check_positive
+from gaussdp._validation import check_count, check_delta, check_int, check_positive
 from gaussdp.accounting.accountants import PLDAccountant, RDPAccountant
 from gaussdp.accounting.events import Event, Subsampled, check_rate
 from gaussdp.errors import invalid
@@ -191,7 +191,7 @@ def calibrate_noise(
     """
     target = check_positive("target_epsilon", target_epsilon)
     delta = check_delta("delta", delta)
-    count = check_int("count", count, minimum=1)
+    count = check_count("count", count)
     if family == "gaussian":
         from gaussdp.privacy import gdp_mu
 

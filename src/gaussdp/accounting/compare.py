@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gaussdp._validation import check_delta, check_epsilon, check_int, check_positive
+from gaussdp._validation import check_count, check_delta, check_epsilon, check_positive
 from gaussdp.accounting.accountants import PLDAccountant
 from gaussdp.accounting.bounds import DeltaBounds
 from gaussdp.accounting.calibration import calibrate_noise
@@ -103,7 +103,7 @@ def compare_discrete_mechanisms(
     >>> round(c.variance_ratio, 2)
     1.94
     """
-    count = check_int("count", count, minimum=1)
+    count = check_count("count", count)
     variance = check_positive("variance", variance)
     epsilon = check_epsilon("epsilon", epsilon)
     target_delta = check_delta("target_delta", target_delta)

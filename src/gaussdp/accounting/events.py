@@ -29,7 +29,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from gaussdp._search import fraction_up, mul_up, sqrt_up, up
-from gaussdp._validation import check_delta, check_epsilon, check_fraction, check_int
+from gaussdp._validation import check_count, check_delta, check_epsilon, check_fraction, check_int
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.pld import (
     DEFAULT_TAIL_MASS,
@@ -810,7 +810,7 @@ class SelfComposed:
 
     def __post_init__(self) -> None:
         check_event(self.event)
-        object.__setattr__(self, "count", check_int("count", self.count, minimum=1))
+        object.__setattr__(self, "count", check_count("count", self.count))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gaussdp._validation import check_int
+from gaussdp._validation import check_count
 from gaussdp.accounting.accountants import (
     Accountant,
     FallbackAccountant,
@@ -298,13 +298,13 @@ class PrivacyFilter:
     def cost(self, event: Event, count: int = 1) -> float:
         """What ``count`` runs of ``event`` alone cost in the budget's unit."""
         check_event(event)
-        n = check_int("count", count, minimum=1)
+        n = check_count("count", count)
         return spent(self._budget, budget_accountant(self._budget).compose(event, n)).value
 
     def can_accept(self, event: Event, count: int = 1) -> bool:
         """Whether :meth:`accept` would admit ``count`` runs of ``event`` now."""
         check_event(event)
-        n = check_int("count", count, minimum=1)
+        n = check_count("count", count)
         with self._lock:
             return refusal(self._budget, self._accountant, event, n)[0] is None
 
@@ -322,7 +322,7 @@ class PrivacyFilter:
             (:class:`~gaussdp.accounting.UnsupportedEventError`).
         """
         check_event(event)
-        n = check_int("count", count, minimum=1)
+        n = check_count("count", count)
         with self._lock:  # the check and the record are one step
             message, after = refusal(self._budget, self._accountant, event, n, what=what)
             if message is not None:

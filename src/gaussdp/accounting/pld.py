@@ -70,6 +70,7 @@ from scipy.special import ndtr, ndtri
 
 from gaussdp._search import add_up, largest_passing, smallest_passing
 from gaussdp._validation import (
+    check_count,
     check_delta,
     check_epsilon,
     check_fraction,
@@ -1980,7 +1981,7 @@ class PrivacyLossDistribution:
         >>> b.lower <= gdp_epsilon(1.0, 1e-5) <= b.upper
         True
         """
-        count = check_int("count", count, minimum=1)
+        count = check_count("count", count)
         if count == 1:
             return self
         tm = self.tail_mass

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaussdp._validation import check_int, check_positive
+from gaussdp._validation import check_count, check_positive
 from gaussdp.accounting.accountants import Accountant
 from gaussdp.accounting.events import (
     Composed,
@@ -540,7 +540,7 @@ class Ledger:
             raise ValueError(
                 invalid("reservation", "a reservation of SelfComposed(event, k)", reservation)
             )
-        n = check_int("count", count, minimum=1)
+        n = check_count("count", count)
         if n > reserved.count:
             raise ValueError(invalid("count", f"at most the {reserved.count} reserved", count))
         used = reserved.event if n == 1 else SelfComposed(reserved.event, n)
