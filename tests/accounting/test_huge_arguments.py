@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gaussdp.accounting import PLDAccountant, RDPAccountant, SelfComposed
+from gaussdp.accounting import PLDAccountant, RDPAccountant, SelfComposed, Subsampled
 from gaussdp.mechanisms import Gaussian
 
 
@@ -22,3 +22,12 @@ def test_float_counts_are_refused(count: float) -> None:
         RDPAccountant().compose(Gaussian(1.0), count)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^count must be an integer >= 1, got True$"):
         SelfComposed(Gaussian(1.0), True)
+
+
+@pytest.mark.parametrize("accountant", [PLDAccountant, RDPAccountant])
+def test_delta_at_a_huge_epsilon_is_tiny_positive_without_warning(accountant: type) -> None:
+    # Runs under filterwarnings=error: the overflow of (α−1)(τ−ε) used to warn.
+    acc = accountant().compose(Subsampled(Gaussian(1.0), 0.1), 3)
+    huge = acc.delta(1e308)
+    assert 0 < huge.upper <= acc.delta(50.0).upper  # never 0: δ(ε) > 0 for every ε
+    assert huge.upper < 1e-300

@@ -714,7 +714,9 @@ class RDPAccountant(Accountant):
         a = self._orders
         tau = self.rdp()
         # CKS Prop 12: δ = e^{(α−1)(τ−ε)}/α · (1 − 1/α)^{α−1}.
-        with np.errstate(invalid="ignore"):
+        # A huge ε overflows (α−1)(τ−ε) to −inf (δ below every float: rounded up
+        # below); an overflow to +inf gives δ = 1.
+        with np.errstate(invalid="ignore", over="ignore"):
             log_d = (a - 1) * (tau - epsilon) - np.log(a) + (a - 1) * np.log1p(-1 / a)
         log_d = np.where(np.isfinite(tau), log_d, np.inf)
         best = float(np.min(log_d))
