@@ -330,3 +330,13 @@ class TestExtremeParameters:
         assert isinstance(DiscreteLaplace(Fraction(10**400)).sample(rng=rng), int)
         assert DiscreteGaussian(5e-324).sample(rng=rng) == 0
         assert DiscreteLaplace(5e-324).release(7, rng=rng) == 7
+
+
+def test_the_release_lattice_is_built_once_per_size() -> None:
+    # Gaussian.release reuses the exact lattice (its Fraction arithmetic cost more than
+    # a scalar draw); equal mechanisms share it, other sizes get their own.
+    assert Gaussian(4.0).lattice(3) is Gaussian(4.0).lattice(3)
+    assert Gaussian(4.0).lattice(3) == Gaussian(4.0).lattice(3.0)
+    assert Gaussian(4.0).lattice(3).dim == 3
+    assert Gaussian(4.0).lattice(1) != Gaussian(4.0).lattice(3)
+    assert Gaussian(4.0, 2.0).lattice(1).sensitivity == 2.0

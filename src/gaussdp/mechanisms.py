@@ -12,6 +12,7 @@ sensitivity (discrete mechanisms) under whichever relation the caller uses.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -335,6 +336,28 @@ def _smallest_epsilon(delta_of: Callable[[float], float], delta: float, upper: f
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _gaussian_lattice(sigma: float, sensitivity: float, dim: int) -> LatticeGaussian:
+    """:meth:`Gaussian.lattice`, cached: its exact Fraction arithmetic costs more than a
+    scalar release's draw, and a mechanism releases many values of one size."""
+    root = _ceil_sqrt(dim)
+    by_sensitivity, by_sigma = sensitivity / (250 * root), sigma / 20
+    if min(by_sensitivity, by_sigma) < 2.0**-999:  # also when a quotient underflows to 0
+        name, value = (
+            ("sensitivity", sensitivity) if by_sensitivity < by_sigma else ("sigma", sigma)
+        )
+        raise ValueError(invalid(name, "large enough for a normal-float release grid", value))
+    _, exponent = math.frexp(min(by_sensitivity, by_sigma))
+    gamma = math.ldexp(1.0, exponent - 1)
+    bound = LatticeGaussian.sensitivity_bound(sensitivity, gamma, dim)
+    # σ_Z² ≥ (σ·L/Δ)² + τ²: the continuous part s = √(σ_Z² − τ²) has L/s ≤ Δ/σ, so the
+    # lattice mechanism is at least as private as this one (see LatticeGaussian), and
+    # its ρ = L²/(2σ_Z²) is at most the Gaussian's.
+    scaled = (Fraction(sigma) * bound / Fraction(sensitivity)) ** 2
+    sigma2 = _round_up_dyadic(scaled + LatticeGaussian.SMOOTHING_TAU2)
+    return LatticeGaussian(gamma=gamma, sigma2=sigma2, dim=dim, sensitivity=sensitivity)
+
+
 @dataclass(frozen=True, slots=True)
 class Gaussian:
     r"""The Gaussian mechanism: add :math:`N(0, \sigma^2)` to a query of L2 sensitivity Δ.
@@ -459,25 +482,7 @@ class Gaussian:
         >>> lattice.rho <= Gaussian(sigma=4.0).rho
         True
         """
-        dim = check_int("dim", dim, minimum=1)
-        root = _ceil_sqrt(dim)
-        by_sensitivity, by_sigma = self.sensitivity / (250 * root), self.sigma / 20
-        if min(by_sensitivity, by_sigma) < 2.0**-999:  # also when a quotient underflows to 0
-            name, value = (
-                ("sensitivity", self.sensitivity)
-                if by_sensitivity < by_sigma
-                else ("sigma", self.sigma)
-            )
-            raise ValueError(invalid(name, "large enough for a normal-float release grid", value))
-        _, exponent = math.frexp(min(by_sensitivity, by_sigma))
-        gamma = math.ldexp(1.0, exponent - 1)
-        bound = LatticeGaussian.sensitivity_bound(self.sensitivity, gamma, dim)
-        # σ_Z² ≥ (σ·L/Δ)² + τ²: the continuous part s = √(σ_Z² − τ²) has L/s ≤ Δ/σ, so the
-        # lattice mechanism is at least as private as this one (see LatticeGaussian), and
-        # its ρ = L²/(2σ_Z²) is at most self.rho.
-        scaled = (Fraction(self.sigma) * bound / Fraction(self.sensitivity)) ** 2
-        sigma2 = _round_up_dyadic(scaled + LatticeGaussian.SMOOTHING_TAU2)
-        return LatticeGaussian(gamma=gamma, sigma2=sigma2, dim=dim, sensitivity=self.sensitivity)
+        return _gaussian_lattice(self.sigma, self.sensitivity, check_int("dim", dim, minimum=1))
 
     def release(
         self, value: object, *, rng: RandomSource | None = None, work: FixedWork | None = None
