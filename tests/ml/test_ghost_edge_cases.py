@@ -508,3 +508,20 @@ def test_chunked_tied_weights_keep_sensitivity_c(
     x, y = _tokens()
     clipped_sum, _ = _clipped_sum_fn(make, (x, y), "ghost", "backward")
     assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+
+
+# -- a Poisson batch beyond the ghost bound -----------------------------------------------------
+@pytest.mark.parametrize("api", APIS)
+def test_a_batch_beyond_the_ghost_bound_takes_the_per_example_path(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Poisson batch above GHOST_MAX_BATCH (65,533) used to raise mid-training even in
+    # "auto" mode; the bound is lowered here to keep the batch small.
+    monkeypatch.setattr(dpsgd_module, "GHOST_MAX_BATCH", 3)
+    monkeypatch.setattr(ghost_module, "GHOST_MAX_BATCH", 3)  # the ghost path would raise
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), "ghost", api)
+    got = clipped_sum(x, y)
+    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+    reference, _ = _reference(in_place_relu, x, y)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)

@@ -91,8 +91,8 @@ from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
+    GHOST_MAX_BATCH,
     LayerRecord,
-    check_batch,
     clipped_sums,
     ghost_clipped_sums,
     ghost_layers,
@@ -599,7 +599,9 @@ class _Engine:
         restore: Callable[[], None] = _nothing  # before each later run on the same inputs
         proof = (
             self._proven((inputs,), {}, key)
-            if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered
+            if self.ghost_layers is not None
+            and 0 < inputs.shape[0] <= GHOST_MAX_BATCH  # larger: per-example path
+            and key not in self.uncovered
             else None
         )
         if proof is not None:
@@ -844,12 +846,13 @@ class _Engine:
         args, kwargs = tree_unflatten(record.inputs, record.spec)
         proof = (
             self._proven(args, kwargs, key)
-            if self.ghost_layers is not None and key not in self.uncovered
+            if self.ghost_layers is not None
+            and record.batch <= GHOST_MAX_BATCH  # a larger Poisson batch: per-example path
+            and key not in self.uncovered
             else None
         )
         if proof is not None:
             assert self.ghost_layers is not None
-            check_batch(record.batch)
             by_id = {id(p): p.detach().requires_grad_() for p in self.params}
             # The proven graph runs (not model.forward), on the model's own layers with
             # their trainable parameters swapped for these shadows (tied ones by each name).
