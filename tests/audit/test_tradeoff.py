@@ -198,7 +198,9 @@ def test_delta_profile_curve_is_the_max_over_certified_pairs() -> None:
     pairs = [(0.0, acc.delta(0.0).upper), *((acc.epsilon(d).upper, d) for d in deltas)]
     expected = np.max([tradeoff_epsilon_delta(e, d, ALPHAS) for e, d in pairs], axis=0)
     np.testing.assert_allclose(curve(ALPHAS), expected, rtol=1e-10, atol=1e-12)
-    assert curve.advantage == pairs[0][1]
+    # The accountant may answer δ(0) a little tighter once the ε queries have refined its
+    # grid: both answers are certified, the curve holds the first.
+    assert pairs[0][1] <= curve.advantage <= pairs[0][1] * (1 + 1e-9)
     # The accountant route uses it (default δ grid).
     routed = TradeoffCurve.from_accountant(acc)
     # (Equal up to 1e-12: the accountant's answers move by ~1e-12 once its grid is cached.)
