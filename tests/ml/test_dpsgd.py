@@ -698,6 +698,34 @@ def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-6)
 
 
+def test_a_float64_model_with_a_huge_gradient_stays_finite_and_bounded() -> None:
+    # Regression: the secure sum cast float64 per-example gradients to float32 before
+    # scaling, so a finite 1e39 became inf and the noisy gradient inf (revealing the example).
+    data = _blobs(n=100, d=5)
+    x, y = data.tensors[0][:8].double(), data.tensors[1][:8]
+    x[3] *= 1e39  # a finite float64 input whose gradient exceeds the float32 range
+    grads = []
+    for inputs, targets in ((x, y), (torch.cat([x[:3], x[4:]]), torch.cat([y[:3], y[4:]]))):
+        torch.manual_seed(2)
+        model = nn.Linear(5, 3).double()  # linear: no saturating activation zeroes the gradient
+        priv_model, optimizer, _ = _private(
+            model,
+            data,
+            batch_size=10,
+            noise_multiplier=1.0,
+            grad_sample_mode="functorch",
+            rng=ChaCha20Random(3),
+        )
+        optimizer.zero_grad()
+        priv_model.backward(inputs, targets)
+        optimizer.step()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))  # type: ignore[union-attr]
+    assert bool(torch.isfinite(grads[0]).all())
+    # The same noise: the difference is the example's clipped gradient (norm ≤ C = 1),
+    # rounded to the lattice, over the expected batch size 10.
+    assert 0 < float(torch.linalg.vector_norm((grads[0] - grads[1]).double())) <= 0.11
+
+
 @pytest.mark.parametrize(
     ("target", "rate", "steps"), [(1.0, 0.01, 100), (3.0, 0.1, 20), (0.5, 1.0, 5)]
 )

@@ -88,6 +88,23 @@ def test_aggregator_counts_a_non_finite_update_as_zero(bad: float) -> None:
     assert agg.rounds == 1
 
 
+def test_aggregator_clips_a_float64_update_beyond_the_float32_range() -> None:
+    # Regression: a finite float64 update of 1e39 was cast to float32 (inf) before its
+    # clip factor applied, so the released aggregate was inf. Same noise (same seed) with
+    # and without the client: the aggregates differ by its clipped update rounded to the
+    # lattice, norm ≤ C + γ·√d.
+    def run(extra: list[torch.Tensor]) -> torch.Tensor:
+        agg = DPAggregator(1.0, 1.0, dim=4, rng=ChaCha20Random(1))
+        return agg.aggregate([torch.tensor([0.3, -0.2, 0.1, 0.0]), *extra]).double()
+
+    gamma = DPAggregator(1.0, 1.0, dim=4, rng=ChaCha20Random(1))._noiser.unit
+    without = run([])
+    for huge in ([1e39, 0, 0, 0], [1e300, 1e300, 0, 0], [-3e38, 2e39, 1e38, 0]):
+        with_it = run([torch.tensor(huge, dtype=torch.float64)])
+        assert bool(torch.isfinite(with_it).all())
+        assert float(torch.linalg.vector_norm(with_it - without)) <= 1.0 + gamma * 2
+
+
 def test_ddg_counts_a_non_finite_or_overflowing_update_as_zero() -> None:
     def make() -> DistributedDiscreteGaussian:
         return DistributedDiscreteGaussian(

@@ -338,13 +338,18 @@ def _float_sum(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     return scaled.sum(0)
 
 
+_WIDER_THAN_FLOAT32 = (torch.float64, torch.complex128)
+
+
 def _lattice_sum(
     block: torch.Tensor, multipliers: torch.Tensor, in_float32: bool, bound: float
 ) -> torch.Tensor:
     """Σᵢ round(mᵢ·xᵢ) exactly, as float64, given |mᵢ·xᵢⱼ| ≤ ``bound`` for every entry."""
     block = _drop_zero_rows(block, multipliers)
     shape = (-1,) + (1,) * (block.dim() - 1)
-    if not in_float32:
+    # A float64 entry can exceed the float32 range (a finite 1e39 casts to inf, and
+    # inf·mᵢ stays inf): scale such blocks in float64, before any cast.
+    if not in_float32 or block.dtype in _WIDER_THAN_FLOAT32:
         scaled64 = block.to(torch.float64) * multipliers.reshape(shape)
         return scaled64.round_().sum(0)
     rounded = (block.to(torch.float32) * multipliers.to(torch.float32).reshape(shape)).round_()
