@@ -318,6 +318,29 @@ def test_an_unwritable_report_is_refused_before_the_spend(tmp_path: Path) -> Non
     assert _entries(ledger) == []
 
 
+def test_an_output_on_an_input_or_on_the_other_output_is_refused_before_the_spend(
+    tmp_path: Path,
+) -> None:
+    # Regression: --report on the ledger passed check_writable, and the HTML then erased
+    # the ledger's history (re-initialised, its whole budget back).
+    ledger = _ledger(tmp_path)
+    before = ledger.read_bytes()
+    alias = tmp_path / "sub" / ".." / ledger.name
+    (tmp_path / "sub").mkdir()
+    same = str(tmp_path / "same.json")
+    for extra, message in (
+        (["--report", str(alias)], "--report must be a different file from --ledger"),
+        (["--out", same, "--report", same], "--report must be a different file from --out"),
+        (["--report", DATA], "--report must be a different file from --data"),
+        (["--report", SPEC], "--report must be a different file from spec"),
+    ):
+        result = invoke("release", SPEC, "--data", DATA, "--ledger", str(ledger), *extra)
+        assert_one_line(result, 2, message)
+    assert ledger.read_bytes() == before
+    assert _entries(ledger) == []
+    assert not (tmp_path / "same.json").exists()
+
+
 def test_a_report_failure_after_the_spend_says_the_spend_is_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

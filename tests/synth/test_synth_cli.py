@@ -129,6 +129,21 @@ def test_an_unwritable_out_is_refused_before_the_spend(
     assert Ledger(ledger).entries() == []
 
 
+def test_an_out_on_an_input_file_is_refused_before_the_spend(
+    app: typer.Typer, files: tuple[Path, Path, Path]
+) -> None:
+    # Regression: --out on the ledger passed check_writable and erased its history.
+    csv, spec, ledger = files
+    before = ledger.read_bytes(), csv.read_bytes()
+    for out, option in ((ledger, "--ledger"), (csv, "--data"), (spec, "spec")):
+        args = ["synth", str(spec), "--data", str(csv), "--out", str(out), "--ledger", str(ledger)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2
+        assert f"--out must be a different file from {option}" in result.output
+    assert (ledger.read_bytes(), csv.read_bytes()) == before
+    assert Ledger(ledger).entries() == []
+
+
 def test_a_write_failure_after_the_spend_leaves_a_recovery_file(
     app: typer.Typer,
     files: tuple[Path, Path, Path],

@@ -79,6 +79,32 @@ def check_writable(path: Path, option: str) -> None:
         fail(f"{option} must be writable, got {str(path)!r} ({reason})")
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links, case-insensitive file systems
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def check_distinct(outputs: dict[str, Path | None], inputs: dict[str, Path | str | None]) -> None:
+    """Refuse an output file that is an input file or another output; before any spend.
+
+    ``outputs`` and ``inputs`` map an option (``"--report"``, ``"--ledger"``) to its
+    path (``None``: not given; ``"-"``: standard input). Writing the report over the
+    ledger would erase its history (a re-initialised ledger has its whole budget back);
+    ``--out`` and ``--report`` on one file would lose the paid results. Raises
+    :class:`CliError` (exit status 2).
+    """
+    given = [(option, path) for option, path in outputs.items() if path is not None]
+    others = [(o, Path(p)) for o, p in inputs.items() if p is not None and p != "-"]
+    for i, (option, path) in enumerate(given):
+        for other, other_path in given[:i] + others:
+            if _same_file(path, other_path):
+                fail(invalid(option, f"a different file from {other}", str(path)))
+
+
 def check_output(out: Path) -> str:
     """The format of ``out`` (by suffix), after checking it can be written; before any spend.
 
@@ -485,6 +511,9 @@ def release_command(
     fmt = check_output(out) if out is not None else None
     if report_file is not None:
         check_writable(report_file, "--report")
+    check_distinct(
+        {"--out": out, "--report": report_file}, {"--ledger": ledger, "spec": spec, "--data": data}
+    )
     from gaussdp.release import load_spec, release_from_spec
 
     parsed = load_spec(spec)

@@ -110,11 +110,12 @@ def synth_command(
     written after the ledger committed the spend, it is saved to a recovery file
     that the error line names.
     """
-    from gaussdp.cli.release import check_writable
+    from gaussdp.cli.release import check_distinct, check_writable
     from gaussdp.release import Ledger, load_spec
     from gaussdp.synth import synthesizer_from_spec
 
     check_writable(out, "--out")
+    check_distinct({"--out": out}, {"--ledger": ledger, "spec": spec, "--data": data})
     parsed = load_spec(spec)
     synth = synthesizer_from_spec({k: v for k, v in parsed.items() if k != "rows"}, data)
     n_rows = rows if rows is not None else parsed.get("rows")
