@@ -613,9 +613,15 @@ class Synthesizer:
                 raise FileNotFoundError(
                     invalid("data", "an existing CSV or Parquet file", str(path))
                 )
+            from gaussdp.release.engines import failure_message
+
             with duckdb.connect() as con:
                 reader = con.read_parquet if path.suffix.lower() == ".parquet" else con.read_csv
-                frame = reader(str(path)).df()
+                try:
+                    frame = reader(str(path)).df()
+                except duckdb.Error as error:  # its message quotes the record and line number
+                    message = failure_message("duckdb", "reading the data", error)
+                    raise ValueError(message) from error
                 if not isinstance(frame, pd.DataFrame):  # pragma: no cover - duckdb's contract
                     raise TypeError(invalid("data", "read as a table", str(path)))
                 return frame
