@@ -29,7 +29,7 @@ def test_decoded_categories_keep_their_type() -> None:
 def test_categorical_refuses_values_outside_without_other() -> None:
     col = Categorical("c", ["a", "b"])
     with pytest.raises(
-        ValueError, match=r"column 'c' must be within its declared categories.*'zz'"
+        ValueError, match=r"column 'c' must be within its declared categories.*, got a str$"
     ):
         col.encode(pd.Series(["a", "zz"]))
     with pytest.raises(ValueError, match="never taken from the data"):
@@ -66,6 +66,23 @@ def test_numeric_bins_clamp_to_the_end_bins_and_missing_goes_to_other() -> None:
         Numeric("x", (0, 10), 5).encode(pd.Series([1.0, None]))
     with pytest.raises(ValueError, match="numeric"):
         col.encode(pd.Series(["abc"]))
+
+
+def test_domain_refusals_name_the_column_but_no_value_or_count() -> None:
+    # Regression: the refusals quoted a private value and a data-dependent count.
+    cases = [
+        (Categorical("c", ["a", "b"]), ["a", "Jane Doe 12 Elm St", "Jane Doe 12 Elm St"]),
+        (Numeric("x", (0, 10), 5), [1.0, "SSN 123-45-6789", 3.0]),
+        (Numeric("x", (0, 10), 5), [1.0, None, None]),
+    ]
+    for column, values in cases:
+        with pytest.raises(ValueError, match=f"column '{column.name}' must be") as caught:
+            column.encode(pd.Series(values, dtype=object))
+        message = str(caught.value)
+        assert "Jane" not in message
+        assert "123" not in message
+        assert not any(ch.isdigit() for ch in message.split("got")[-1])
+        assert "2" not in message  # no count of bad values
 
 
 def test_numeric_decode_stays_in_its_bin_and_keeps_integers() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from gaussdp._validation import redacted
 from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
@@ -112,8 +113,9 @@ class Categorical:
                         f"column {self.name!r}",
                         f"within its declared categories {list(self.categories)!r} (declare "
                         "`other` to count values outside them; the domain is never taken "
-                        f"from the data); {int(bad.sum())} value(s) are not, e.g.",
-                        None if _missing(first) else first,
+                        "from the data)",
+                        # Neither the value nor how many: both are private.
+                        None if _missing(first) else redacted(first),
                     )
                 )
             codes[bad] = len(self.categories)
@@ -254,7 +256,7 @@ class Numeric:
                 invalid(
                     f"column {self.name!r}",
                     "numeric (declared with bounds and bins)",
-                    values[not_number].iloc[0],
+                    redacted(values[not_number].iloc[0]),  # not the private value
                 )
             )
         edges = np.asarray(self.edges)
@@ -266,9 +268,8 @@ class Numeric:
                 raise ValueError(
                     invalid(
                         f"column {self.name!r}",
-                        "without missing values unless `other` is declared "
-                        f"({int(missing.sum())} missing)",
-                        None,
+                        "without missing values unless `other` is declared",
+                        None,  # not how many: a private count
                     )
                 )
             codes[missing] = k
