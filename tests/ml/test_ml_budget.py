@@ -250,3 +250,68 @@ def test_a_charger_shared_by_threads_commits_every_run_to_the_ledger(tmp_path: P
     assert all(e.status == "committed" for e in entries)
     assert sum(e.detail["runs"] if e.detail else 0 for e in entries) >= len(taken) == 200
     assert ledger.spent == pytest.approx(0.01 * 200, rel=1e-12)
+
+
+class _FailingSGD(torch.optim.SGD):
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        raise RuntimeError("inner optimizer failed")
+
+
+def test_a_step_whose_wrapped_optimizer_raises_after_the_noise_is_charged(tmp_path: Path) -> None:
+    # Once: the noisy gradient was in param.grad when the wrapped optimizer raised, and the
+    # step was neither counted by the charger nor accounted: 50 noisy gradients, ε = 0.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(ledger=ledger, reserve_steps=2)
+    optimizer._optimizer = _FailingSGD(model.module.parameters(), lr=0.1)
+    x, y = next(iter(loader))
+    for _ in range(3):
+        optimizer.zero_grad()
+        model.backward(x, y)
+        with pytest.raises(RuntimeError, match="inner optimizer failed"):
+            optimizer.step()
+        assert model.module.weight.grad is not None  # the noisy gradient was released
+    assert optimizer.steps == 3
+    three = PLDAccountant().compose(optimizer.step_event, 3).epsilon(DELTA)
+    assert optimizer.privacy_spent(DELTA) == three
+    optimizer.close()
+    assert [(e.status, e.event) for e in ledger.entries()] == [
+        ("committed", SelfComposed(optimizer.step_event, 2)),
+        ("committed", optimizer.step_event),
+    ]
+    assert ledger.spent == three.upper
+
+
+def test_a_run_whose_body_raises_is_counted_and_a_refusal_is_not(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=0.025))
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event, ledger=ledger, filter=None, block=1, label="test", what="run", detail={}
+    )
+    for _ in range(2):
+        with pytest.raises(KeyError), charger.run():
+            raise KeyError("after the draw")
+    with pytest.raises(BudgetExceededError), charger.run():
+        pytest.fail("a refused run has no body")
+    assert [e.status for e in ledger.entries()] == ["committed", "committed"]
+    assert ledger.spent == pytest.approx(0.02, rel=1e-12)
+
+
+def test_close_inside_a_step_is_refused_and_the_step_counts(tmp_path: Path) -> None:
+    # Once: close() from a step hook committed the block without the step in progress
+    # (the charger's RLock let it in) and left -1 runs paid.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(ledger=ledger, reserve_steps=10)
+    _steps(model, optimizer, loader, 2)
+    hook = optimizer._optimizer.register_step_post_hook(lambda *_: optimizer.close())
+    x, y = next(iter(loader))
+    optimizer.zero_grad()
+    model.backward(x, y)
+    with pytest.raises(RuntimeError, match="close\\(\\) cannot be called during a DP-SGD step"):
+        optimizer.step()
+    hook.remove()
+    assert optimizer.steps == 3
+    optimizer.close()
+    assert [(e.status, e.event) for e in ledger.entries()] == [
+        ("committed", SelfComposed(optimizer.step_event, 3))
+    ]
+    assert ledger.spent == optimizer.privacy_spent(DELTA).upper

@@ -102,6 +102,7 @@ class Charger:
         self._charged = 0  # runs in the open block
         self._open: Reservation | None = None
         self._lock = threading.RLock()
+        self._running = 0  # runs in progress: the lock's owner is inside run()
         budget = None if ledger is None and filter is None else self.budget
         if budget is not None:
             # Fails now (UnsupportedEventError) rather than at the first run.
@@ -137,20 +138,28 @@ class Charger:
 
         Raises ``BudgetExceededError`` before the body when the run cannot be paid
         for (nothing is drawn or changed by the caller then). A body that raises is
-        not counted as taken (its paid run is used by the next one). The lock is
-        held for the whole run, so concurrent runs of one charger (and the caller's
-        own bookkeeping in the body) are sequential.
+        still counted as taken: it may have raised after its noise was drawn and
+        seen (a wrapped optimizer failing on noisy gradients once gave 50 noisy
+        releases for one paid run). A body that fails before its draw is so
+        over-counted, the safe side; callers refuse bad input before the run. The
+        lock is held for the whole run, so concurrent runs of one charger (and the
+        caller's own bookkeeping in the body) are sequential; :meth:`close` is
+        refused inside a run.
         """
         with self._lock:
             self._before()
-            yield
-            self._after()
+            self._running += 1
+            try:
+                yield
+            finally:
+                self._running -= 1
+                self._after()
 
     def _before(self) -> None:
         """Make sure the next run is paid for; raise ``BudgetExceededError`` if it cannot be."""
         if not self.active or self._left > 0:
             return
-        self.close()
+        self._commit()
         count = self._block
         while True:
             try:
@@ -169,7 +178,7 @@ class Charger:
             return
         self._left -= 1
         if self._left == 0:
-            self.close()
+            self._commit()
 
     def close(self) -> None:
         """Commit the open ledger reservation for the runs taken; return the untaken ones.
@@ -178,7 +187,23 @@ class Charger:
         (:meth:`gaussdp.Ledger.commit_part`); with none taken (the run failed after
         the reservation) the whole block stays charged. A filter cannot give back:
         its untaken runs stay charged.
+
+        Raises
+        ------
+        RuntimeError
+            If called inside a run (from the run's own thread, e.g. a step hook):
+            the block would be committed without the run in progress. Nothing changes.
         """
+        with self._lock:
+            if self._running:
+                raise RuntimeError(
+                    f"close() cannot be called during a {self._what} (from inside it, "
+                    f"e.g. a hook): call it after the {self._what} returns"
+                )
+            self._commit()
+
+    def _commit(self) -> None:
+        """:meth:`close` without the check: commit the open block as the runs taken."""
         with self._lock:
             if self._open is not None and self._ledger is not None:
                 taken = self._charged - self._left

@@ -1511,6 +1511,14 @@ class DPOptimizer(torch.optim.Optimizer):
             # Copies: with zero_grad(set_to_none=False) the gradients are (zeroed) views of the
             # buffer that release() is about to overwrite.
             regularisers = [None if p.grad is None else p.grad.clone() for p in engine.params]
+            # Counted before the draw, as the charger counts the run: a release or a wrapped
+            # optimizer that raises after the noise is in param.grad (or in its views of
+            # self._grads) is still a step taken; a failure before the draw over-counts.
+            self._steps += 1
+            if engine.noiser.noise_multiplier > 0:
+                self._unaccounted += 1
+            else:
+                self._free_steps += 1
             noisy = engine.noiser.release(
                 sums, scale=1.0 / engine.expected_batch_size, out=self._grads
             )
@@ -1519,11 +1527,6 @@ class DPOptimizer(torch.optim.Optimizer):
                 update = average.to(param.device, param.dtype).reshape(param.shape)
                 param.grad = update if extra is None else update + extra
             self._optimizer.step()
-            self._steps += 1
-            if engine.noiser.noise_multiplier > 0:
-                self._unaccounted += 1
-            else:
-                self._free_steps += 1
 
     @property
     def step_event(self) -> Event:
@@ -1581,6 +1584,12 @@ class DPOptimizer(torch.optim.Optimizer):
         (:meth:`gaussdp.Ledger.commit_part`). With ``filter=`` the untaken steps
         of the block stay charged (a filter cannot give back). A later
         :meth:`step` reserves a new block.
+
+        Raises
+        ------
+        RuntimeError
+            If called inside :meth:`step` (a hook of the wrapped optimizer): call it
+            after the step returns.
         """
         if self._charger is not None:
             self._charger.close()

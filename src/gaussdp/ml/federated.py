@@ -215,6 +215,9 @@ class DPAggregator:
         """
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
         with self._charger.run():  # rounds take turns
+            # Counted first, as the charger counts a run whose body raises.
+            self._rounds += 1
+            self._accountant.compose(self.round_event)
             if rows:
                 stacked = torch.stack(rows)
                 factors = _clip_factor_rows(stacked, self._clip)
@@ -223,8 +226,6 @@ class DPAggregator:
                 factors = torch.zeros(0, dtype=torch.float64)
             sums = self._noiser.accumulate([stacked], factors)
             noisy = self._noiser.release(sums)[0]
-            self._rounds += 1
-            self._accountant.compose(self.round_event)
         return noisy
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
@@ -543,8 +544,8 @@ class DistributedDiscreteGaussian:
             _flat_update(update, self._dim, index)
         # BudgetExceededError here: nothing encoded or drawn. Rounds take turns.
         with self._charger.run():
+            self._rounds += 1  # counted first, as the charger counts a run whose body raises
             messages = [self.encode(u) for u in updates]
-            self._rounds += 1
         return self.decode(self.secure_sum(messages))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
