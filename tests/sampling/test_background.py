@@ -33,11 +33,20 @@ def test_worker_vectors_equal_in_place_vectors_and_are_keyed_from_rng() -> None:
             np.testing.assert_array_equal(same.next(), want)
 
 
-def test_worker_vector_is_read_only() -> None:
+def test_next_returns_a_vector_of_its_own_and_the_internal_view_is_read_only() -> None:
+    # Once: next() returned a view of the worker's shared slot, rewritten by the call after
+    # next (in a forked child: by the parent's worker, with the parent's later noise).
     with NoiseStream(100, 8, rng=ChaCha20Random(0)) as stream:
-        vector = stream.next()
+        assert stream.background
+        first = stream.next()
+        kept = first.copy()
+        later = [stream.next() for _ in range(2)]  # the worker rewrites both slots
+        np.testing.assert_array_equal(first, kept)
+        assert not np.array_equal(first, later[1])
+        assert first.flags.writeable
+        view = stream._next()  # SumNoiser's: added at once, not kept
         with pytest.raises(ValueError, match="read-only"):
-            vector[0] = 1
+            view[0] = 1
 
 
 def test_dead_worker_falls_back_to_the_same_values_with_a_warning() -> None:

@@ -305,7 +305,8 @@ class SumNoiser:
             assert self._lattice is not None
             # A fresh ChaCha20 key per release. Integers below 2**53 add exactly in
             # float64; multiplying by γ = 2**k is exact, the rest is post-processing.
-            np.add(flat.numpy(), self._stream.next(), out=flat.numpy())
+            # The view of the worker's memory is added at once and not kept (no copy).
+            np.add(flat.numpy(), self._stream._next(), out=flat.numpy())
             scale *= self._lattice.gamma
         if scale != 1.0:
             flat *= scale
