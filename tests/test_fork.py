@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from forking import in_child
-from gaussdp.random import ChaCha20Random, SystemRandom, _DerivedStream, check_rng
+from gaussdp.random import (
+    ChaCha20Random,
+    RandomSource,
+    SystemRandom,
+    _DerivedStream,
+    check_rng,
+)
 from gaussdp.sampling.background import NoiseStream
 
 pytestmark = [
@@ -50,6 +56,36 @@ def test_derived_stream_of_a_seeded_source_continues_in_a_forked_child() -> None
     stream.words(1)
     child = np.frombuffer(in_child(lambda: stream.words(8).tobytes()), np.uint64)
     np.testing.assert_array_equal(child, stream.words(8))
+
+
+class _Deterministic(RandomSource):
+    """A user-defined source that is deterministic but not marked reproducible."""
+
+    def __init__(self, seed: int) -> None:
+        self._generator = np.random.default_rng(seed)
+
+    def random_bytes(self, n: int) -> bytes:
+        return self._generator.bytes(n)
+
+
+def test_sibling_children_of_a_deterministic_user_source_draw_different_noise() -> None:
+    # Once: siblings re-keyed from the same state of the user's source (and the parent's
+    # next key was theirs too): identical noise in every child.
+    stream = _DerivedStream(_Deterministic(1))
+    stream.words(1)
+    children = [
+        np.frombuffer(in_child(lambda: stream.words(8).tobytes()), np.uint64) for _ in range(2)
+    ]
+    assert children[0].size == children[1].size == 8
+    assert not np.array_equal(children[0], children[1])
+    parent_next = _DerivedStream(stream._parent).words(8)
+    assert not any(np.array_equal(child, parent_next) for child in children)
+    noise = NoiseStream(10**6, 6, rng=_Deterministic(2), background=False)
+    noise.next()
+    vectors = [np.frombuffer(in_child(lambda: noise.next().tobytes()), np.int64) for _ in range(2)]
+    assert vectors[0].size == vectors[1].size == 6
+    assert not np.array_equal(vectors[0], vectors[1])
+    assert not any(np.array_equal(v, noise.next()) for v in vectors)
 
 
 def _noise_stream_child(stream: NoiseStream) -> bytes:

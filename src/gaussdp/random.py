@@ -31,9 +31,12 @@ Objects that keep randomness across calls (:func:`gaussdp.ml.make_private`,
 :class:`gaussdp.ml.DPAggregator`) draw from a *derived stream*: ChaCha20 under a
 key of 32 bytes read from the ``rng`` they were given. When that ``rng`` is not
 reproducible (the default operating-system source, or a user-defined source), a
-forked child re-derives the key from it before its first draw, so a child never
-repeats its parent's noise; under a seeded :class:`ChaCha20Random` it continues
-the parent's stream, as the seed says.
+forked child re-derives the key before its first draw from 32 bytes of that
+``rng`` and 32 fresh operating-system bytes (SHA-256 of both), so a child never
+repeats its parent's noise nor a sibling's, even when a user-defined source is
+deterministic (siblings forked from one parent hold the same state of it);
+under a seeded :class:`ChaCha20Random` it continues the parent's stream, as the
+seed says.
 """
 
 from __future__ import annotations
@@ -450,29 +453,32 @@ class _DerivedStream(_BufferedSource):
     """A ChaCha20 stream keyed from a parent source, re-keyed in a forked child.
 
     The key is that of ``ChaCha20Random(parent.random_bytes(32))`` (so the words are
-    the same as that stream's). If the parent is not reproducible (the OS source, a
-    stream derived from it, a user-defined source), a forked child drops the
-    buffered bytes and the key and derives a fresh key from the parent before its
-    first request: the parent re-keys itself in the child first, so the child's
-    words are independent of the parent's. If the parent is reproducible (a
-    :class:`ChaCha20Random`, or a stream derived from one), the child continues
-    the stream: the same words in both processes, as a seed means.
+    the same as that stream's), or with ``forked=True`` that of
+    ``ChaCha20Random(_fork_key(parent))``. If the parent is not reproducible (the OS
+    source, a stream derived from it, a user-defined source), a forked child drops
+    the buffered bytes and the key and keys itself with ``_fork_key`` before its
+    first request, so the child's words are independent of the parent's and of its
+    siblings'. If the parent is reproducible (a :class:`ChaCha20Random`, or a
+    stream derived from one), the child continues the stream: the same words in
+    both processes, as a seed means.
     """
 
-    def __init__(self, parent: RandomSource) -> None:
+    def __init__(self, parent: RandomSource, *, forked: bool = False) -> None:
         super().__init__()
         self._parent = parent
         self._reproducible = parent._reproducible
         self._pid = os.getpid()
-        self._encryptor = self._new_key()
+        self._encryptor = self._new_key(forked=forked)
 
-    def _new_key(self) -> CipherContext:
-        return _chacha20(_chacha_key(self._parent.random_bytes(32)))
+    def _new_key(self, *, forked: bool) -> CipherContext:
+        key = _fork_key(self._parent) if forked else self._parent.random_bytes(32)
+        return _chacha20(_chacha_key(key))
 
     def _discard_if_stale(self) -> None:
         pid = os.getpid()
         if pid != self._pid and not self._reproducible:
-            self._pos, self._encryptor, self._pid = _CHUNK_BYTES, self._new_key(), pid
+            encryptor = self._new_key(forked=True)
+            self._pos, self._encryptor, self._pid = _CHUNK_BYTES, encryptor, pid
 
     def _after_fork_in_child(self) -> None:
         super()._after_fork_in_child()
@@ -484,6 +490,17 @@ class _DerivedStream(_BufferedSource):
 
     def __repr__(self) -> str:
         return f"_DerivedStream({self._parent!r})"
+
+
+def _fork_key(parent: RandomSource) -> bytes:
+    """A key for a forked child's stream: SHA-256(32 bytes of ``parent`` ‖ 32 OS bytes).
+
+    For a parent that is not reproducible. A deterministic user-defined source is
+    in the same state in every child forked from one process, so its bytes alone
+    gave sibling children (and the parent's next use) the same key, hence the same
+    noise; the operating system's bytes make every child's key fresh.
+    """
+    return hashlib.sha256(parent.random_bytes(32) + os.urandom(32)).digest()
 
 
 def _after_fork_in_child() -> None:

@@ -19,9 +19,12 @@ freshly). The key reaches the worker through a pipe private to the two processes
 
 Fork. A forked copy of the caller never uses the parent's worker: on its first
 call it lets go of the parent's pipes and shared memory without reading them
-and starts a worker of its own. The key read for the parent's next vector is
-dropped when ``rng`` is not reproducible (the default source re-keys in the
-child, so the child's vectors are independent of the parent's); under a seeded
+and starts a worker of its own. When ``rng`` is not reproducible, the key read
+for the parent's next vector is dropped and the child reads its keys from a
+stream keyed by 32 bytes of ``rng`` and 32 fresh operating-system bytes
+(SHA-256 of both), so the child's vectors are independent of
+the parent's and of its siblings', even under a deterministic user-defined
+source; under a seeded
 :class:`~gaussdp.random.ChaCha20Random` the child continues the stream from that
 key, as a seed means (the same vectors in both processes: seed each process).
 
@@ -49,7 +52,7 @@ import numpy.typing as npt
 
 from gaussdp._validation import check_fraction, check_int
 from gaussdp.errors import invalid
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream, check_rng
 from gaussdp.sampling.vectorized import _INT64_SCALE_MAX, discrete_gaussian
 
 __all__ = ["NoiseStream"]
@@ -122,6 +125,8 @@ class NoiseStream:
         self._pid = os.getpid()
         if not self._rng._reproducible:
             self._pending = None  # read before the fork: the parent's vector
+            # A deterministic user source is in the same state in every sibling.
+            self._rng = _DerivedStream(self._rng, forked=True)
         if self._worker is not None:
             self._worker.abandon()
             self._start_worker()
