@@ -525,3 +525,36 @@ def test_a_batch_beyond_the_ghost_bound_takes_the_per_example_path(
     assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
     reference, _ = _reference(in_place_relu, x, y)
     torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
+
+
+class _Weighted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 1200)
+        self.b = nn.Linear(1200, 3)
+
+    def forward(self, x: torch.Tensor, w: object) -> torch.Tensor:
+        return self.b(self.a(x) * torch.from_numpy(w))  # type: ignore[arg-type]
+
+
+# torch.fx specialises the function on the array (its contents become constants) and says so.
+@pytest.mark.filterwarnings("ignore:Was not able to add assertion:UserWarning")
+def test_a_numpy_argument_is_keyed_by_its_contents(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once: numpy abbreviates the repr of > 1000 elements, so two such arrays shared a
+    # call key and the second call ran the graph traced with the first baked in.
+    np = pytest.importorskip("numpy")
+    monkeypatch.setattr(dpsgd_module._Engine, "_verify_now", lambda self, shapes: False)
+    first = np.ones((1, 1200), dtype=np.float32)
+    second = np.zeros((1, 1200), dtype=np.float32)
+    second[0, :3] = second[0, -3:] = 1
+    assert repr(first) == repr(second)
+    x, y = _features()
+    net, model, optimizer = _private(_Weighted, (x, y), "ghost")
+    model(x[:4], first).sum().backward()
+    optimizer.zero_grad()  # type: ignore[attr-defined]
+    with torch.no_grad():
+        want = net(x[:4], second)
+    torch.testing.assert_close(model(x[:4], second).detach(), want, rtol=0, atol=0)
+    key = dpsgd_module._call_key
+    assert key([first], None) != key([second], None)
+    assert key([first], None) == key([first.copy()], None)

@@ -56,7 +56,9 @@ which is certified for the lattice noise (within an ulp or so of the continuous 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -1155,15 +1157,25 @@ def _call_key(leaves: list[Any], spec: Any) -> tuple[Any, ...]:
     """A training call's structure: the argument tree and every leaf but the batch size.
 
     Tensors count by dtype and shape beyond the first dimension, other leaves by
-    ``repr``.
+    ``repr``, except numpy arrays: by dtype, shape and a SHA-256 of their bytes
+    (their contents become constants of the traced graph, and numpy abbreviates the
+    repr of more than 1000 elements: two arrays once shared a key and the second
+    call ran the graph of the first).
     """
-    return (
-        str(spec),
-        *(
-            (t.dtype, tuple(t.shape[1:])) if isinstance(t, torch.Tensor) else repr(t)
-            for t in leaves
-        ),
-    )
+    return (str(spec), *(_leaf_key(t) for t in leaves))
+
+
+def _leaf_key(leaf: Any) -> Any:
+    """One leaf of :func:`_call_key`."""
+    if isinstance(leaf, torch.Tensor):
+        return (leaf.dtype, tuple(leaf.shape[1:]))
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype.hasobject:  # bytes would be pointers: the full repr instead
+            with np.printoptions(threshold=sys.maxsize):
+                return ("ndarray", repr(leaf))
+        content = hashlib.sha256(np.ascontiguousarray(leaf).tobytes()).hexdigest()
+        return ("ndarray", leaf.dtype.str, leaf.shape, content)
+    return repr(leaf)
 
 
 def _unbatch_one(t: torch.Tensor) -> torch.Tensor:
