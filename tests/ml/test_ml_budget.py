@@ -315,3 +315,22 @@ def test_close_inside_a_step_is_refused_and_the_step_counts(tmp_path: Path) -> N
         ("committed", SelfComposed(optimizer.step_event, 3))
     ]
     assert ledger.spent == optimizer.privacy_spent(DELTA).upper
+
+
+def test_a_reassigned_parameter_is_refused_before_the_step_is_charged() -> None:
+    # Once: a bare KeyError from the clipped sum (the new parameter was never clipped).
+    spend = PrivacyFilter(Budget(epsilon=5.0, delta=DELTA))
+    model, optimizer, loader = _setup(filter=spend)
+    x, y = next(iter(loader))
+    optimizer.zero_grad()
+    nnf.cross_entropy(model(x), y).backward()
+    net = model.module
+    net.weight = nn.Parameter(net.weight.detach().clone())
+    message = "the model's parameters must be the trainable parameters given to make_private"
+    with pytest.raises(ValueError, match=message):
+        optimizer.step()
+    with pytest.raises(ValueError, match=message):
+        model.backward(x, y)
+    with pytest.raises(ValueError, match=message):
+        model(x)
+    assert (spend.spent, optimizer.steps) == (0, 0)

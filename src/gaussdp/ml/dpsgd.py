@@ -590,7 +590,28 @@ class _Engine:
         if not self.inside and torch.is_grad_enabled():
             self.raw_forward = True
 
+    def check_params(self) -> None:
+        """Refuse a model whose trainable parameters of ``make_private`` were replaced.
+
+        A reassigned parameter (``net.a.weight = nn.Parameter(...)``) is not the one
+        clipped and noised: its gradient would be missing from the clipped sum.
+        Raised before anything is computed or drawn.
+        """
+        present = {id(p) for p in self.module.parameters()}
+        gone = [n for n, p in zip(self.names, self.params, strict=True) if id(p) not in present]
+        if gone:
+            raise ValueError(
+                invalid(
+                    "the model's parameters",
+                    "the trainable parameters given to make_private (a parameter "
+                    "reassigned afterwards is not trained privately: call make_private "
+                    "on the new model)",
+                    gone,
+                )
+            )
+
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_params()
         if self.loss_fn is None:
             raise ValueError(
                 invalid("loss_fn", "given to make_private to use model.backward(x, y)", None)
@@ -811,6 +832,7 @@ class _Engine:
         it is detached from the parameters, and ``loss.backward()`` only records the
         gradient with respect to it (see :class:`PrivateModule`).
         """
+        self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
         batch = _batch_of(leaves)
         record = _Record(self, leaves, spec, batch, _rng_snapshot(self.device))
@@ -1485,7 +1507,8 @@ class DPOptimizer(torch.optim.Optimizer):
             unwrapped model ran with gradients enabled and parameters hold gradients.
             Nothing is drawn or accounted.
         ValueError
-            If ``closure`` is given; nothing is drawn or accounted.
+            If ``closure`` is given, or a trainable parameter of the model was
+            reassigned since :func:`make_private`; nothing is drawn or accounted.
         BudgetExceededError
             If the ledger or filter of :func:`make_private` refuses the step: raised
             before the noise is drawn and before the parameters change; the clipped
@@ -1503,6 +1526,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 "gradients: train through the model returned by make_private (run the "
                 "unwrapped one under torch.no_grad())"
             )
+        engine.check_params()
         captured = engine.take_records()
         sums = engine.pending
         if captured is not None:
