@@ -20,6 +20,33 @@ if TYPE_CHECKING:
 ClippedSum = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
+def zero_noise_private(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, clip: float = 1.0
+) -> tuple[Any, Any, Any]:
+    """``make_private`` with no noise, learning rate 0 and batches of 4 of ``(x, y)``.
+
+    The warning that such a model is not private is expected and checked.
+    """
+    import pytest
+    import torch
+    from torch.nn import functional as nnf
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gaussdp.ml import make_private
+
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        return make_private(
+            net,
+            torch.optim.SGD(net.parameters(), lr=0.0),
+            DataLoader(TensorDataset(x, y), batch_size=4),
+            loss_fn=nnf.cross_entropy,
+            noise_multiplier=0.0,
+            max_grad_norm=clip,
+            delta=1e-5,
+            grad_sample_mode=mode,  # type: ignore[arg-type]
+        )
+
+
 def step_sum(net: nn.Module, model: Any, optimizer: Any, api: str = "backward") -> ClippedSum:
     """The clipped sum of a batch: one step of ``optimizer`` (σ = 0, lr 0), float64.
 

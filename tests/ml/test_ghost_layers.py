@@ -16,12 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum  # noqa: E402
+from brute_force import sensitivity, step_sum, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from gaussdp.ml import make_private, per_example_gradients  # noqa: E402
+from gaussdp.ml import per_example_gradients  # noqa: E402
 from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
 from gaussdp.ml.dpsgd import _factors_from_squared  # noqa: E402
 
@@ -159,17 +158,7 @@ def _clipped_sum_fn(name: str, api: str) -> Callable[[torch.Tensor, torch.Tensor
     torch.manual_seed(0)
     net = MODELS[name][0]()
     x, y = _data(name)
-    with pytest.warns(UserWarning, match="NOT differentially private"):
-        model, optimizer, _ = make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=0.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode="ghost",
-        )
+    model, optimizer, _ = zero_noise_private(net, x, y, "ghost", CLIP)
     return step_sum(net, model, optimizer, api)
 
 

@@ -15,12 +15,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum  # noqa: E402
+from brute_force import sensitivity, step_sum, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from gaussdp.ml import clip_factors, clip_gradients, make_private  # noqa: E402
+from gaussdp.ml import clip_factors, clip_gradients  # noqa: E402
 from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
 from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norm_upper  # noqa: E402
 
@@ -68,17 +67,7 @@ def _clipped_sum_fn(
     torch.manual_seed(0)
     net = make()
     x, y = _data()
-    with pytest.warns(UserWarning, match="NOT differentially private"):
-        model, optimizer, _ = make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=0.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode=mode,  # type: ignore[arg-type]
-        )
+    model, optimizer, _ = zero_noise_private(net, x, y, mode, CLIP)
 
     return step_sum(net, model, optimizer, api)
 

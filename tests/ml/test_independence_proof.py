@@ -20,12 +20,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum  # noqa: E402
+from brute_force import sensitivity, step_sum, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.ml._ghost import ghost_layers  # noqa: E402
 from gaussdp.ml._independence import prove  # noqa: E402
 
@@ -48,17 +46,7 @@ class Switched(nn.Module):
 
 
 def _private(mode: str, net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple:  # type: ignore[type-arg]
-    with pytest.warns(UserWarning, match="NOT differentially private"):
-        return make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=0.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode=mode,  # type: ignore[arg-type]
-        )
+    return zero_noise_private(net, x, y, mode, CLIP)
 
 
 def _audit_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -19,13 +19,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum  # noqa: E402
+from brute_force import sensitivity, step_sum, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gaussdp.ml import dpsgd as dpsgd_module  # noqa: E402
-from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.ml.dpsgd import _Engine  # noqa: E402
 
 CLIP = 1.0
@@ -88,18 +86,7 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _private(net: nn.Module, mode: str) -> tuple:  # type: ignore[type-arg]
-    x, y = _data()
-    with pytest.warns(UserWarning, match="NOT differentially private"):
-        return make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=0.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode=mode,  # type: ignore[arg-type]
-        )
+    return zero_noise_private(net, *_data(), mode, CLIP)
 
 
 @pytest.mark.parametrize("api", APIS)
