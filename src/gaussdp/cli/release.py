@@ -179,9 +179,15 @@ def _report_failure(
             if recovered is not None
             else "no recovery file could be written either; the results are printed above"
         )
+    return late_write_error(report, error, ledger, saved)
+
+
+def late_write_error(path: Path, error: OSError, ledger: Path | None, saved: str) -> CliError:
+    """Exit status 4 for ``path`` not written after the spend; ``saved`` tells where the
+    results are instead."""
     spent = "the spend is committed in the ledger; " if ledger is not None else ""
     reason = error.strerror or type(error).__name__
-    return CliError(f"could not write {report} ({reason}); {spent}{saved}", EXIT_FAILURE)
+    return CliError(f"could not write {path} ({reason}); {spent}{saved}", EXIT_FAILURE)
 
 
 def _interrupt_message(ledger: Path | None, label: str) -> str:

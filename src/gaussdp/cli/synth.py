@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gaussdp.cli._output import (
-    EXIT_FAILURE,
     CliError,
     console,
     format_value,
@@ -147,7 +146,7 @@ def synth_command(
 
 def _write_failure(frame: Any, out: Path, error: OSError, ledger: Path | None) -> CliError:
     """Exit status 4 for a table that could not be written after the spend; saved elsewhere."""
-    from gaussdp.cli.release import save_recovery
+    from gaussdp.cli.release import late_write_error, save_recovery
 
     text = frame.to_csv(index=False)
     recovered = save_recovery(text, ".csv")
@@ -158,9 +157,7 @@ def _write_failure(frame: Any, out: Path, error: OSError, ledger: Path | None) -
         if recovered is not None
         else "no recovery file could be written either; the rows follow on stdout"
     )
-    spent = "the spend is committed in the ledger; " if ledger is not None else ""
-    reason = error.strerror or type(error).__name__
-    return CliError(f"could not write {out} ({reason}); {spent}{saved}", EXIT_FAILURE)
+    return late_write_error(out, error, ledger, saved)
 
 
 def register(app: typer.Typer) -> None:
