@@ -135,7 +135,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
             _events(p, '[[event]]\nmechanism = "laplace"\nscale = 1\ncount = 0\n'),
         ],
         2,
-        "event[0].count must be an integer >= 1, got 0",
+        "event[0].count must be an integer in [1, 2**53], got 0",
     ),
     (
         "dpsgd: batch larger than the dataset",

@@ -99,15 +99,26 @@ def test_int_minimum() -> None:
 @pytest.mark.parametrize("value", [1e308, 2.0, np.float64(3.0), 0.5])
 def test_check_count_refuses_floats_even_integral(value: float) -> None:
     with pytest.raises(
-        ValueError, match=f"^count must be an integer >= 1, got {re.escape(repr(value))}$"
+        ValueError,
+        match=rf"^count must be an integer in \[1, 2\*\*53\], got {re.escape(repr(value))}$",
     ):
         check_count("count", value)
 
 
 def test_check_count_accepts_ints_only() -> None:
     assert check_count("count", np.int64(3)) == 3
-    assert check_count("count", 10**30) == 10**30
-    with pytest.raises(TypeError, match=r"^count must be an integer >= 1, got True$"):
+    assert check_count("count", 2**53) == 2**53  # MAX_COUNT: every accountant answers
+    with pytest.raises(
+        ValueError, match=rf"^count must be an integer in \[1, 2\*\*53\], got {2**53 + 1}$"
+    ):
+        check_count("count", 2**53 + 1)
+    # A repr of over 4300 digits would raise: the message gives the size instead.
+    with pytest.raises(
+        ValueError,
+        match=r"^count must be an integer in \[1, 2\*\*53\], got an integer of 16610 bits$",
+    ):
+        check_count("count", 10**5000)
+    with pytest.raises(TypeError, match=r"^count must be an integer in \[1, 2\*\*53\], got True$"):
         check_count("count", True)
-    with pytest.raises(ValueError, match=r"^count must be an integer >= 1, got 0$"):
+    with pytest.raises(ValueError, match=r"^count must be an integer in \[1, 2\*\*53\], got 0$"):
         check_count("count", 0)

@@ -17,6 +17,7 @@ import numpy as np
 from gaussdp.errors import invalid
 
 __all__ = [
+    "MAX_COUNT",
     "check_count",
     "check_delta",
     "check_epsilon",
@@ -28,6 +29,9 @@ __all__ = [
     "nonfinite_at",
     "redacted",
 ]
+
+# The largest count of compositions (steps, runs) accepted: check_count.
+MAX_COUNT = 2**53
 
 
 class _Redacted:
@@ -168,14 +172,27 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
 
 
 def check_count(name: str, value: object) -> int:
-    """Return ``value`` if it is an ``int`` >= 1 (a number of runs or steps).
+    """Return ``value`` if it is an ``int`` in [1, 2**53] (a number of runs or steps).
 
     Unlike :func:`check_int`, floats are refused even when integral: ``1e308`` would
-    silently become a 309-digit count.
+    silently become a 309-digit count. The upper limit :data:`MAX_COUNT` is where
+    every accountant still answers (beyond it ``count * x`` and ``exp(count * x)``
+    overflow floats); 2**53 compositions are far more than any real analysis needs.
     """
-    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-        raise ValueError(invalid(name, "an integer >= 1", value))
-    return check_int(name, value, minimum=1)
+    constraint = "an integer in [1, 2**53]"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(invalid(name, constraint, value))
+    if not isinstance(value, numbers.Integral):
+        raise ValueError(invalid(name, constraint, value))
+    count = int(value)
+    if count > MAX_COUNT and count.bit_length() > 64:
+        # repr of an int of over 4300 digits raises; a bit count says enough.
+        raise ValueError(
+            invalid(name, constraint, _Redacted(f"an integer of {count.bit_length()} bits"))
+        )
+    if not 1 <= count <= MAX_COUNT:
+        raise ValueError(invalid(name, constraint, value))
+    return count
 
 
 def check_fraction(name: str, value: object) -> Fraction:

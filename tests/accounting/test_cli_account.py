@@ -66,6 +66,10 @@ def test_account_file(app: typer.Typer, tmp_path: Path) -> None:
     [
         ('[[event]]\nmechanism = "cauchy"\n', "event[0].mechanism must be one of"),
         ('[[event]]\nmechanism = "gaussian"\nsigma = 1.0\ncount = 0\n', "count must be"),
+        (
+            '[[event]]\nmechanism = "gaussian"\nsigma = 1.0\ncount = 9007199254740993\n',
+            "event[0].count must be an integer in [1, 2**53], got 9007199254740993",
+        ),
         ('[[event]]\nmechanism = "gaussian"\nsigma = 1.0\nsigmaa = 2\n', "keys among"),
         ("delta = 1e-5\n", "events file must be a non-empty list"),
         ("not toml [", "events file must be a readable TOML file"),

@@ -77,6 +77,12 @@ def test_table_release_audit_stays_below_the_certificate() -> None:
         audit_table_release(data, build, privacy_unit="user", unit=99, runs=12)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
+def test_dpsgd_audit_steps_must_be_a_count() -> None:
+    with pytest.raises(ValueError, match=r"^steps must be an integer in \[1, 2\*\*53\], got 1.0$"):
+        audit_dpsgd(runs=8, noise_multiplier=1.0, steps=1.0)  # type: ignore[arg-type]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the torch extra")
 @pytest.mark.usefixtures("one_torch_thread")

@@ -218,6 +218,7 @@ def test_table_release_audit_checks_everything_before_the_release(
         ({"k_plus": 20, "k_minus": 1}, "k_plus \\+ k_minus must be at most 20"),
         ({"alpha": 1.5}, "alpha must be"),
         ({"max_grad_norm": math.nan}, "max_grad_norm must be"),
+        ({"steps": 2.0}, r"^steps must be an integer in \[1, 2\*\*53\], got 2.0$"),
     ],
 )
 def test_dpsgd_audit_checks_everything_before_training(

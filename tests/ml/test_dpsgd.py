@@ -673,6 +673,13 @@ def test_rate_one_takes_every_example() -> None:
     assert list(sampler) == [list(range(7))]
 
 
+@pytest.mark.parametrize("steps", [2.0, 1e15])
+def test_sampler_steps_must_be_a_count(steps: float) -> None:
+    message = rf"^steps must be an integer in \[1, 2\*\*53\], got {steps!r}$"
+    with pytest.raises(ValueError, match=message):
+        PoissonBatchSampler(7, 0.5, steps=steps, rng=ChaCha20Random(0))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 @pytest.mark.parametrize("mode", ["functorch", "ghost"])
 def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None:

@@ -111,7 +111,7 @@ def calibrate_noise_multiplier(
         constraint = f"a real number in (0, {MAX_TARGET_EPSILON:g}] (a larger ε protects nothing)"
         raise ValueError(invalid("target_epsilon", constraint, target_epsilon))
     delta = check_delta("delta", delta)
-    steps = check_int("steps", steps, minimum=1)
+    steps = check_count("steps", steps)
     rtol = check_positive("rtol", rtol)
     q = check_rate("sample_rate", sample_rate)
     # Without noise the run is (0, δ')-DP with δ' = P(an example is ever sampled) =

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp._validation import check_delta, check_int, check_positive, check_probability
+from gaussdp._validation import (
+    check_count,
+    check_delta,
+    check_int,
+    check_positive,
+    check_probability,
+)
 from gaussdp.audit.stats import AuditResult, epsilon_lower_bound
 from gaussdp.errors import invalid
 from gaussdp.random import ChaCha20Random, RandomSource, check_rng
@@ -190,7 +196,7 @@ def audit_dpsgd(
 
     runs = check_int("runs", runs, minimum=8)
     noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
-    steps = check_int("steps", steps, minimum=1)
+    steps = check_count("steps", steps)
     examples = check_int("examples", examples, minimum=2)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     features = check_int("features", features, minimum=1)

@@ -44,6 +44,7 @@ from scipy.special import expit
 from scipy.stats import binom
 
 from gaussdp._validation import (
+    check_count,
     check_delta,
     check_epsilon,
     check_finite,
@@ -430,7 +431,7 @@ def audit_dpsgd_one_run(
     _check_guesses(k_plus, k_minus, m)
     check_probability("alpha", alpha, open_interval=True)
     noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
-    steps = check_int("steps", steps, minimum=1)
+    steps = check_count("steps", steps)
     examples = check_int("examples", examples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     features = check_int("features", features, minimum=1)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gaussdp._validation import MAX_COUNT
 from gaussdp.cli._output import Shown, emit, fail, handle_errors, progress
 from gaussdp.errors import invalid
 
@@ -120,8 +121,8 @@ def _parse_event(i: int, entry: dict[str, Any]) -> tuple[Event, int]:
     if unknown:
         allowed = [required, *optional, "count", "sample_rate"]
         raise ValueError(invalid(f"event[{i}] ({name})", f"keys among {allowed}", unknown))
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(invalid(f"event[{i}].count", "an integer >= 1", count))
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+        raise ValueError(invalid(f"event[{i}].count", "an integer in [1, 2**53]", count))
     try:
         mech = getattr(mechanisms, class_name)(**entry)
         event: Event = mech if rate is None else Subsampled(mech, rate)

@@ -71,7 +71,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
 
-from gaussdp._validation import check_delta, check_int, check_positive
+from gaussdp._validation import check_count, check_delta, check_int, check_positive
 from gaussdp.accounting import (
     Accountant,
     EpsilonBounds,
@@ -397,7 +397,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self._n = check_int("num_examples", num_examples, minimum=1)
         self._rate = check_rate("sample_rate", sample_rate)
         self._steps = (
-            max(1, round(1 / self._rate)) if steps is None else check_int("steps", steps, minimum=1)
+            max(1, round(1 / self._rate)) if steps is None else check_count("steps", steps)
         )
         self._rng = check_rng(rng)
         # ⌊q·2⁶⁴⌋ computed exactly: a float q is a dyadic rational.
@@ -2102,7 +2102,7 @@ def make_private(
     if target_epsilon is not None:
         if epochs is None:
             raise ValueError(invalid("epochs", "an integer >= 1 with target_epsilon", epochs))
-        epochs = check_int("epochs", epochs, minimum=1)
+        epochs = check_count("epochs", epochs)
         if math.isinf(clip):
             raise ValueError(
                 invalid("max_grad_norm", "finite when noise_multiplier > 0", max_grad_norm)

@@ -68,6 +68,7 @@ import numpy.typing as npt
 
 from gaussdp._search import largest_passing
 from gaussdp._validation import (
+    check_count,
     check_delta,
     check_epsilon,
     check_fraction,
@@ -447,7 +448,7 @@ class TradeoffCurve:
         from gaussdp.mechanisms import Gaussian
 
         noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
-        steps = check_int("steps", steps, minimum=1)
+        steps = check_count("steps", steps)
         event = Subsampled(Gaussian(sigma=noise_multiplier), sample_rate=sample_rate)
         curve = cls.from_accountant(PLDAccountant().compose(event, count=steps))
         desc = f"DP-SGD σ={noise_multiplier:g}, q={sample_rate:g}, {steps} steps"
