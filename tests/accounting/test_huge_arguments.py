@@ -98,3 +98,13 @@ def test_calibration_steps_must_be_a_count(steps: float) -> None:
         calibrate_noise_multiplier(2.0, 1e-5, 0.01, steps)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^steps must be an integer in \[1, 2\*\*53\], got "):
         TradeoffCurve.from_dpsgd(1.0, 0.01, steps)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("event", [PureDP(0.1), Subsampled(Gaussian(1.0), 0.01)])
+def test_pld_refuses_a_count_no_grid_fits_by_its_tolerance(event: Event) -> None:
+    # The coarsened grid step passed 1 nat and was refused as value_discretization,
+    # an argument the caller never gave.
+    message = r"^tolerance must be reachable within the memory bound \(or use RDPAccountant\)"
+    with pytest.raises(ValueError, match=message):
+        PLDAccountant().compose(event, 2**53).epsilon(1e-5)
+    assert RDPAccountant().compose(event, 2**53).epsilon(1e-5).upper < math.inf

@@ -235,11 +235,15 @@ class AdaptivePLD:
                     ) from None
                 h = self._snap(h * exc.points / MAX_GRID_POINTS * 1.25)
                 self._coarsened = True
+                if h > 1.0:  # grid steps are at most 1 nat: a huge count fits no grid
+                    break
                 continue
             self._h = h
             return built
-        raise ValueError(  # pragma: no cover - each retry coarsens by the missing factor
-            invalid("tolerance", "reachable within the memory bound", self._tol)
+        raise ValueError(
+            invalid(
+                "tolerance", "reachable within the memory bound (or use RDPAccountant)", self._tol
+            )
         )
 
     def epsilon(self, delta: float) -> EpsilonBounds:
