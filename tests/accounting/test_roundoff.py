@@ -311,6 +311,16 @@ def test_lemma_9_power_near_one(k: int) -> None:
         assert rj < 1e-12 * max(1.0, k * abs(math.log(abs(complex(1 - wj)))))
 
 
+def test_lemma_9_declines_a_power_that_would_overflow() -> None:
+    # |1 − w̃| = 1 + 1e-13 (round-off of a coefficient of modulus 1) at k = 2**53:
+    # (1 − w̃)^k ≈ e^900 used to raise OverflowError; the caller keeps Lemma 2 (ρ = inf).
+    w = np.array([-1e-13 + 0j])
+    z, _, rho = power_near_one(w, 2**53, [0], 64)
+    assert rho[0] == math.inf
+    assert z[0] == 0
+    assert power_near_one(w, 10**6, [0], 64)[2][0] < 1e-9  # a moderate k keeps the lemma
+
+
 def test_centred_survivors_each_coefficient_within_its_bound() -> None:
     # A peak of spread 3 on a long, light tail (core window and tail FFT both used): after
     # _centre_survivors every raised coefficient's bound holds against 50-digit DFTs and

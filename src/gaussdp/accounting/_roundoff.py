@@ -351,8 +351,8 @@ def power_near_one(
         phase = k * alpha - beta
         d_phase = (3.1 * k * U * abs(alpha) + U * abs(k * alpha) + 3.01 * math.pi * U) * 1.01
         d_phase += U * abs(phase) * 1.01
-        if d_big_l > 0.01:
-            continue
+        if d_big_l > 0.01 or big_l > 700.0:
+            continue  # (700: exp(k·ℓ) would overflow, at ℓ > 0 from round-off and k ~ 2**53)
         r_j = 1.01 * (1.01 * d_big_l + d_phase + 6.3 * U)
         if r_j > 0.01:
             continue
