@@ -185,7 +185,7 @@ def check_count(name: str, value: object) -> int:
     if not isinstance(value, numbers.Integral):
         raise ValueError(invalid(name, constraint, value))
     count = int(value)
-    if count > MAX_COUNT and count.bit_length() > 64:
+    if count > MAX_COUNT and count.bit_length() > 256:
         # repr of an int of over 4300 digits raises; a bit count says enough.
         raise ValueError(
             invalid(name, constraint, _Redacted(f"an integer of {count.bit_length()} bits"))
