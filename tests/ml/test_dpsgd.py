@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -680,15 +681,15 @@ def test_sampler_steps_must_be_a_count(steps: float) -> None:
         PoissonBatchSampler(7, 0.5, steps=steps, rng=ChaCha20Random(0))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf])
-@pytest.mark.parametrize("mode", ["functorch", "ghost"])
-def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None:
+def _steps_with_and_without_example_3(
+    make_model: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor, mode: str
+) -> list[torch.Tensor]:
+    """The noisy gradients of one step on ``(x, y)`` and on it without example 3, with the
+    same model initialisation and the same noise."""
     data = _blobs(n=100, d=5)
-    x, y = data.tensors[0][:8].clone(), data.tensors[1][:8]
-    x[3, 0] = bad
     grads = []
     for inputs, targets in ((x, y), (torch.cat([x[:3], x[4:]]), torch.cat([y[:3], y[4:]]))):
-        model = _mlp(seed=2)
+        model = make_model()
         priv_model, optimizer, _ = _private(
             model,
             data,
@@ -701,8 +702,23 @@ def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None
         priv_model.backward(inputs, targets)
         optimizer.step()
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))  # type: ignore[union-attr]
+    return grads
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("mode", ["functorch", "ghost"])
+def test_an_example_with_nan_gradient_is_left_out(mode: str, bad: float) -> None:
+    data = _blobs(n=100, d=5)
+    x, y = data.tensors[0][:8].clone(), data.tensors[1][:8]
+    x[3, 0] = bad
+    grads = _steps_with_and_without_example_3(lambda: _mlp(seed=2), x, y, mode)
     assert bool(torch.isfinite(grads[0]).all())
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-6)
+
+
+def _double_linear() -> nn.Module:
+    torch.manual_seed(2)
+    return nn.Linear(5, 3).double()  # linear: no saturating activation zeroes the gradient
 
 
 def test_a_float64_model_with_a_huge_gradient_stays_finite_and_bounded() -> None:
@@ -711,22 +727,7 @@ def test_a_float64_model_with_a_huge_gradient_stays_finite_and_bounded() -> None
     data = _blobs(n=100, d=5)
     x, y = data.tensors[0][:8].double(), data.tensors[1][:8]
     x[3] *= 1e39  # a finite float64 input whose gradient exceeds the float32 range
-    grads = []
-    for inputs, targets in ((x, y), (torch.cat([x[:3], x[4:]]), torch.cat([y[:3], y[4:]]))):
-        torch.manual_seed(2)
-        model = nn.Linear(5, 3).double()  # linear: no saturating activation zeroes the gradient
-        priv_model, optimizer, _ = _private(
-            model,
-            data,
-            batch_size=10,
-            noise_multiplier=1.0,
-            grad_sample_mode="functorch",
-            rng=ChaCha20Random(3),
-        )
-        optimizer.zero_grad()
-        priv_model.backward(inputs, targets)
-        optimizer.step()
-        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))  # type: ignore[union-attr]
+    grads = _steps_with_and_without_example_3(_double_linear, x, y, "functorch")
     assert bool(torch.isfinite(grads[0]).all())
     # The same noise: the difference is the example's clipped gradient (norm ≤ C = 1),
     # rounded to the lattice, over the expected batch size 10.
