@@ -12,8 +12,6 @@ import math
 import numbers
 from fractions import Fraction
 
-import numpy as np
-
 from gaussdp.errors import invalid
 
 __all__ = [
@@ -84,6 +82,8 @@ def nonfinite_at(values: object) -> str:
 
     Only the kind and position are named, never a finite entry.
     """
+    import numpy as np  # here, not at the top: the CLI's --help imports this module
+
     array = np.asarray(values, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(array))
     if bad.size == 0:
