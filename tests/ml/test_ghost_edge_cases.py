@@ -537,8 +537,6 @@ class _Weighted(nn.Module):
         return self.b(self.a(x) * torch.from_numpy(w))  # type: ignore[arg-type]
 
 
-# torch.fx specialises the function on the array (its contents become constants) and says so.
-@pytest.mark.filterwarnings("ignore:Was not able to add assertion:UserWarning")
 def test_a_numpy_argument_is_keyed_by_its_contents(monkeypatch: pytest.MonkeyPatch) -> None:
     # Once: numpy abbreviates the repr of > 1000 elements, so two such arrays shared a
     # call key and the second call ran the graph traced with the first baked in.

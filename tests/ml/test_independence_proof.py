@@ -261,6 +261,28 @@ def test_the_proof_leaves_no_batch_statistics_in_the_model() -> None:
     assert torch.equal(net.var, torch.ones(6))
 
 
+@pytest.mark.parametrize("action", ["error", "ignore", "always"])
+def test_the_proof_does_not_depend_on_the_callers_warning_filters(action: str) -> None:
+    # Once: under filterwarnings=error, fx's "Was not able to add assertion" warning
+    # (a numpy argument) made the trace fail, so such a model was never proven.
+    np = pytest.importorskip("numpy")
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, w: object) -> torch.Tensor:
+            warnings.warn("a forward that warns", UserWarning, stacklevel=1)
+            return self.a(x) * torch.from_numpy(w)  # type: ignore[arg-type]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action)
+        reason = _proof(Scaled(), torch.randn(5, 4), np.ones((1, 3), dtype=np.float32))
+    assert reason is None
+    assert caught == []  # the trace's warnings stay inside the proof
+
+
 def test_layers_must_see_the_examples_where_ghost_clipping_reads_them() -> None:
     class SequenceFirst(nn.Module):  # Linear on [tokens, batch, features]: per example,
         def __init__(self) -> None:  # but the ghost formulas take dimension 0 as examples

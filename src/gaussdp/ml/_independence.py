@@ -1233,7 +1233,15 @@ def prove(
     try:
         tracer = _Tracer()
         tracer.record_stack_traces = True
-        graph = tracer.trace(root, concrete_args=concrete)
+        # The answer must not depend on the caller's warning filters (under "error",
+        # fx's warning that it cannot assert a numpy argument's value at each call
+        # once made every such model unproven). That warning is moot here: the
+        # engine keys proofs by every non-tensor argument (dpsgd._call_key), so the
+        # graph never runs with another value; a warning the forward itself gives
+        # is given again by the training call, which runs it.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = tracer.trace(root, concrete_args=concrete)
     except Exception as error:
         _restore(state, {})
         return f"torch.fx cannot trace the model ({type(error).__name__}: {error})"
