@@ -8,6 +8,7 @@ ChaCha20Random the child continues the parent's stream, as the seed says.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -164,3 +165,28 @@ def test_make_private_in_a_forked_child_draws_fresh_noise() -> None:
     assert child.size == 4
     parent = np.frombuffer(step(), np.float32)
     assert not np.array_equal(child - before.ravel(), parent - before.ravel())
+
+
+def test_a_forked_child_that_never_draws_does_not_hold_the_parents_worker() -> None:
+    # Once: the child kept its copies of the worker's pipes until it exited, so the
+    # worker never saw end of input and the parent's close() killed it after 5 s.
+    pytest.importorskip("torch")
+    from gaussdp.ml.noise import SumNoiser
+
+    noiser = SumNoiser(1.0, 1.0, dim=8, rng=ChaCha20Random(2), prefetch=True)
+    assert noiser._stream is not None
+    assert noiser._stream._worker is not None
+    proc = noiser._stream._worker._proc
+    hold, release = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # alive, never touching the noiser, until the parent is done
+        os.close(release)
+        os.read(hold, 1)
+        os._exit(0)
+    os.close(hold)
+    try:
+        noiser.close()
+    finally:
+        os.close(release)
+        os.waitpid(pid, 0)
+    assert proc.returncode >= 0  # it ended by itself on end of input (killed: -9)
