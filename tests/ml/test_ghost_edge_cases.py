@@ -527,6 +527,74 @@ def test_a_batch_beyond_the_ghost_bound_takes_the_per_example_path(
     torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
 
 
+def _in_ranges_of(rows: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the per-example path take ``rows`` examples at a time; the ranges' sizes seen."""
+    net = in_place_relu()
+    dim = sum(p.numel() for p in net.parameters())
+    monkeypatch.setattr(dpsgd_module, "PER_EXAMPLE_LIMIT", rows * dim)
+    seen: list[int] = []
+    add = dpsgd_module._Engine._add
+
+    def counted(self: object, total: list[torch.Tensor], grads: dict[str, torch.Tensor]) -> None:
+        seen.append(next(iter(grads.values())).shape[0])
+        add(self, total, grads)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dpsgd_module._Engine, "_add", counted)
+    return seen
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_batch_beyond_the_ghost_bound_is_clipped_in_ranges(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once: the per-example path held every example's gradient at once (a Poisson batch
+    # above GHOST_MAX_BATCH on a large model). Bounds lowered to keep the test small.
+    monkeypatch.setattr(dpsgd_module, "GHOST_MAX_BATCH", 3)
+    monkeypatch.setattr(ghost_module, "GHOST_MAX_BATCH", 3)
+    seen = _in_ranges_of(3, monkeypatch)
+    x, y = _features()
+    clipped_sum, _ = _clipped_sum_fn(in_place_relu, (x, y), "auto", api)
+    got = clipped_sum(x, y)
+    assert seen == [3, 3, 3, 1]
+    reference, _ = _reference(in_place_relu, x, y)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
+    # Every example's contribution ≤ C, whichever range it falls in as others leave.
+    assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_per_example_path_in_ranges_gives_the_same_noisy_step(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaussdp.random import ChaCha20Random
+
+    x, y = _features()
+
+    def step() -> torch.Tensor:
+        torch.manual_seed(0)
+        net = in_place_relu()
+        model, optimizer, _ = make_private(
+            net,
+            torch.optim.SGD(net.parameters(), lr=1.0),
+            DataLoader(TensorDataset(x, y), batch_size=4),
+            loss_fn=nnf.cross_entropy,
+            noise_multiplier=1.0,
+            max_grad_norm=CLIP,
+            delta=1e-5,
+            grad_sample_mode="functorch",
+            rng=ChaCha20Random(4),
+        )
+        step_sum(net, model, optimizer, api)(x, y)
+        return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+    whole = step()
+    seen = _in_ranges_of(4, monkeypatch)
+    in_ranges = step()
+    assert seen == [4, 4, 2]
+    # The lattice sums are integers, added exactly: the same noisy step, bit for bit.
+    assert torch.equal(in_ranges, whole)
+
+
 class _Weighted(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -516,6 +516,12 @@ def _dataset_length(dataset: object, name: str) -> int:
 
 
 # -- the wrapped model and optimizer ------------------------------------------------------
+#: Float32 elements of per-example gradients the per-example path holds at once (256 MB):
+#: a larger batch (a Poisson batch above GHOST_MAX_BATCH, or torch.func on a large model)
+#: is processed ⌊limit/d⌋ examples at a time (at least one), each range clipped on its own
+#: and its clipped sum added (exact on the secure path: integers in lattice units).
+PER_EXAMPLE_LIMIT = 2**26
+
 #: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
 #: at every step (a float attribute set each step) must not hold a graph per step.
 _MAX_PROOFS = 32
@@ -677,12 +683,7 @@ class _Engine:
                 self.uncovered.add(key)
         if sums is None:
             restore()
-            grads, losses = self._per_example(inputs, targets)
-            if inputs.shape[0] == 0:
-                factors = torch.zeros(0, dtype=torch.float64, device=self.device)
-            else:
-                factors = clip_factors(grads, self.max_grad_norm)
-            sums = self.noiser.accumulate([grads[k] for k in self.names], factors)
+            sums, losses = self._clipped_per_example(inputs, targets)
         if self.pending is not None:  # several backward calls form one step's batch
             sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
         self.pending = sums
@@ -690,6 +691,41 @@ class _Engine:
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
         return losses.mean()
+
+    def _rows(self) -> int:
+        """Examples per range of the per-example path (see :data:`PER_EXAMPLE_LIMIT`)."""
+        return max(1, PER_EXAMPLE_LIMIT // self.noiser.dim)
+
+    def _add(self, total: list[torch.Tensor], grads: Mapping[str, torch.Tensor]) -> None:
+        """Clip a range of per-example gradients and add their sum to ``total`` (in place)."""
+        sums = self.noiser.accumulate(
+            [grads[k] for k in self.names], clip_factors(grads, self.max_grad_norm)
+        )
+        total[:] = sums if not total else [a + b for a, b in zip(total, sums, strict=True)]
+
+    def _clipped_per_example(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The per-example path of ``model.backward``: clipped sums and per-example losses.
+
+        :meth:`_rows` examples at a time, so that memory stays bounded whatever the batch.
+        """
+        batch = inputs.shape[0]
+        if batch == 0:
+            grads, losses = self._per_example(inputs, targets)
+            factors = torch.zeros(0, dtype=torch.float64, device=self.device)
+            return self.noiser.accumulate([grads[k] for k in self.names], factors), losses
+        total: list[torch.Tensor] = []
+        parts = []
+        rows = self._rows()
+        for start in range(0, batch, rows):
+            grads, losses = self._per_example(
+                inputs[start : start + rows], targets[start : start + rows]
+            )
+            self._add(total, grads)
+            parts.append(losses)
+            del grads  # before the next range's are formed
+        return total, torch.cat(parts)
 
     def _per_example(
         self, inputs: torch.Tensor, targets: torch.Tensor
@@ -907,6 +943,7 @@ class _Engine:
                 record.check = self._verify_now(signature(record.io, record.batch))
                 if not record.check:
                     return output
+                record.rows = record.batch  # compared with the batched pass: at once
                 single = self._vmap_forward(record)
                 single_leaves = tree_flatten(single)[0]
                 if len(single_leaves) == len(record.outputs) and all(
@@ -935,11 +972,16 @@ class _Engine:
             out_spec[:] = [spec]
             return tuple(_unbatch_one(t) for t in out)
 
+        # In the ranges of examples the step's gradients take (the same dropout masks).
+        parts = []
         with _replaying(record.rng_state, self.device), torch.no_grad(), vmap_attention():
             try:
-                outs = vmap(one, randomness="different")(*(record.inputs[i] for i in batched))
+                for start in range(0, record.batch, record.rows):
+                    chunk = (record.inputs[i][start : start + record.rows] for i in batched)
+                    parts.append(vmap(one, randomness="different")(*chunk))
             except (RuntimeError, ValueError) as error:
                 raise _one_example_error(error) from error
+        outs = parts[0] if len(parts) == 1 else [torch.cat(o) for o in zip(*parts, strict=True)]
         return tree_unflatten(list(outs), out_spec[0])
 
     def take_records(self) -> list[torch.Tensor] | None:
@@ -1000,19 +1042,30 @@ class _Engine:
             )
             if not record.check:
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
-            grads = self._vjp_per_example(record, cots)
-            if _agree(squared, _total_squared_norms(grads, record.batch)):
+            whole: list[dict[str, torch.Tensor]] = []  # compared with the batched pass
+            self._vjp_per_example(record, cots, record.batch, whole.append)
+            if _agree(squared, _total_squared_norms(whole[0], record.batch)):
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
             self._batched_path_mixes()
-        else:
-            grads = self._vjp_per_example(record, cots)
-        factors = clip_factors(grads, self.max_grad_norm)
-        return self.noiser.accumulate([grads[k] for k in self.names], factors)
+            total: list[torch.Tensor] = []
+            self._add(total, whole.pop())
+            return total
+        total = []
+        self._vjp_per_example(record, cots, record.rows, lambda g: self._add(total, g))
+        return total
 
     def _vjp_per_example(
-        self, record: _Record, cots: list[torch.Tensor | None]
-    ) -> dict[str, torch.Tensor]:
-        """Each example's gradient of ⟨output, cotangent⟩, the example run on its own."""
+        self,
+        record: _Record,
+        cots: list[torch.Tensor | None],
+        rows: int,
+        each: Callable[[dict[str, torch.Tensor]], None],
+    ) -> None:
+        """Each example's gradient of ⟨output, cotangent⟩, the example run on its own.
+
+        ``rows`` examples at a time (those of the forward pass, for its dropout masks),
+        each range's gradients handed to ``each`` and let go before the next.
+        """
         record.restore()
         params = {n: p.detach() for n, p in zip(self.names, self.params, strict=True)}
         buffers = {k: v.detach() for k, v in self.module.named_buffers()}
@@ -1036,16 +1089,20 @@ class _Engine:
         self.inside = True
         try:
             with _replaying(record.rng_state, self.device), vmap_attention():
-                grads = per_example(
-                    params,
-                    tuple(record.inputs[i] for i in batched),
-                    tuple(c for _, c in used),
-                )
-        except (RuntimeError, ValueError) as error:
-            raise _one_example_error(error) from error
+                for start in range(0, record.batch, rows):
+                    span = slice(start, start + rows)
+                    try:
+                        grads = per_example(
+                            params,
+                            tuple(record.inputs[i][span] for i in batched),
+                            tuple(c[span] for _, c in used),
+                        )
+                    except (RuntimeError, ValueError) as error:
+                        raise _one_example_error(error) from error
+                    each(dict(grads))
+                    del grads  # before the next range's are formed
         finally:
             self.inside = False
-        return dict(grads)
 
 
 class _Record:
@@ -1065,6 +1122,9 @@ class _Record:
         self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
         self.check = False  # ghost path: compare with the per-example path at the step
         self.floating: list[int] = []  # indices of the output leaves that carry gradients
+        # Examples per range of the per-example path (PER_EXAMPLE_LIMIT): the forward
+        # pass and the step's gradients take the same ranges, hence the same dropout masks.
+        self.rows = engine._rows()
         self.grads: list[torch.Tensor | None] | None = None
         self.captured_at = -1
 
