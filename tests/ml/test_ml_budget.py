@@ -180,6 +180,39 @@ def test_a_bad_update_is_refused_before_the_round_is_charged(tmp_path: Path) -> 
     assert ddg.rounds == 0
 
 
+def test_a_complex_update_is_refused_before_the_round_is_charged(tmp_path: Path) -> None:
+    # Once: DPAggregator charged the round, then cast the update to real inside it
+    # (a warning, an error under filterwarnings=error, after the charge).
+    spend = PrivacyFilter(Budget(epsilon=5.0, delta=DELTA))
+    agg = DPAggregator(1.0, 2.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    complex_update = torch.ones(4, dtype=torch.complex64)
+    refused = r"updates\[1\].dtype must be real \(floating point, integer or bool\), got "
+    with pytest.raises(TypeError, match=refused + "torch.complex64"):
+        agg.aggregate([torch.zeros(4), complex_update])
+    assert (spend.spent, agg.rounds) == (0, 0)
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
+    ddg = DistributedDiscreteGaussian(
+        1.0, 2.0, num_clients=2, dim=8, rng=ChaCha20Random(0), ledger=ledger
+    )
+    with pytest.raises(TypeError, match=refused + "torch.complex128"):
+        ddg.aggregate([torch.zeros(8), torch.zeros(8, dtype=torch.complex128)])
+    assert ledger.entries() == []
+    assert ddg.rounds == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int16, torch.bool])
+def test_integer_updates_are_taken_as_float64(dtype: torch.dtype) -> None:
+    # Once: DPAggregator charged the round, then failed on an integer update.
+    values = torch.tensor([1, 0, 1, 1]).to(dtype)
+    agg = DPAggregator(10.0, 1e-6, dim=4, rng=ChaCha20Random(0))
+    out = agg.aggregate([values, values])
+    torch.testing.assert_close(out, 2 * values.to(torch.float32), rtol=0, atol=1e-3)
+    ddg = DistributedDiscreteGaussian(1.0, 1.0, num_clients=2, dim=4, rng=ChaCha20Random(0))
+    same = DistributedDiscreteGaussian(1.0, 1.0, num_clients=2, dim=4, rng=ChaCha20Random(0))
+    as_float = values.to(torch.float64)
+    assert torch.equal(ddg.aggregate([values, values]), same.aggregate([as_float, as_float]))
+
+
 def test_distributed_discrete_gaussian_charges_its_rho(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1.0))
     ddg = DistributedDiscreteGaussian(

@@ -59,17 +59,28 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
-    """The update as a flat tensor; a wrong type or size is refused (before any charge).
+    """The update as a flat real tensor; a wrong type, dtype or size is refused (before any charge).
 
+    A complex update is refused (casting it would drop the imaginary part, with a
+    warning inside the charged round); integer and bool updates are converted to
+    float64, exactly for every value below 2⁵³ in magnitude (beyond, int64 values
+    become the nearest float64, a rounding of that update alone, before clipping).
     Its values are not checked: an update with an inf or NaN entry counts as the zero
     vector (the rule of :func:`gaussdp.ml.clip_factors`), as refusing it would be an
     output that depends on one client's data.
     """
     if not isinstance(update, torch.Tensor):
         raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", redacted(update)))
+    if update.is_complex():
+        raise TypeError(
+            invalid(
+                f"updates[{index}].dtype", "real (floating point, integer or bool)", update.dtype
+            )
+        )
     if update.numel() != dim:
         raise ValueError(invalid(f"updates[{index}].numel()", f"{dim}", update.numel()))
-    return update.detach().reshape(-1)
+    flat = update.detach().reshape(-1)
+    return flat if flat.is_floating_point() else flat.to(torch.float64)
 
 
 def _clip_factor_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
@@ -209,7 +220,8 @@ class DPAggregator:
         Raises
         ------
         TypeError, ValueError
-            If an update is not a tensor of ``dim`` elements; nothing is charged.
+            If an update is not a real tensor of ``dim`` elements (complex is
+            refused; integer and bool are taken as float64); nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
         """
@@ -532,7 +544,8 @@ class DistributedDiscreteGaussian:
         ------
         TypeError, ValueError
             If fewer than ``num_clients`` updates are given (their noise would be
-            missing) or an update is not a tensor of ``dim`` elements; nothing is charged.
+            missing) or an update is not a real tensor of ``dim`` elements (complex is
+            refused; integer and bool are taken as float64); nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is encoded or drawn.
         """
