@@ -341,6 +341,58 @@ def test_an_output_on_an_input_or_on_the_other_output_is_refused_before_the_spen
     assert not (tmp_path / "same.json").exists()
 
 
+def test_an_output_among_the_files_a_data_glob_or_folder_reads_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Regression: --data was compared as a plain path, so a glob or a folder never matched
+    # an output, and --out could overwrite one of the data files (or a file the next run
+    # reads as data).
+    data = tmp_path / "data"
+    (data / "2026").mkdir(parents=True)
+    part = data / "2026" / "part-0.csv"
+    part.write_bytes(Path(DATA).read_bytes())
+    pattern = str(data / "*" / "part-*.csv")
+    for source, out, message in (
+        (pattern, part, "--out must be a different file from --data"),
+        (str(data), data / "new.parquet", "the next run would read it as data"),
+    ):
+        result = invoke("release", SPEC, "--data", source, "--out", str(out))
+        assert_one_line(result, 2, message)
+    assert part.read_bytes() == Path(DATA).read_bytes()
+    assert not (data / "new.parquet").exists()
+
+
+def test_check_distinct_reads_data_as_the_engines_do(tmp_path: Path) -> None:
+    from gaussdp.cli._output import CliError
+    from gaussdp.cli.release import check_distinct
+
+    (tmp_path / "a.csv").write_text("x\n1\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    # Outputs the data argument neither names nor would match pass.
+    for data, out in (
+        (str(tmp_path / "*.csv"), tmp_path / "report.html"),
+        (str(tmp_path / "*.csv"), tmp_path / "sub" / "b.csv"),  # `*` stays in one folder
+        (str(tmp_path), tmp_path / "report.html"),  # not a data suffix
+        ("s3a://bucket/a.csv", tmp_path / "a.csv"),  # no local file
+        ("hdfs://host/" + str(tmp_path / "a.csv"), tmp_path / "a.csv"),
+        ("-", tmp_path / "a.csv"),  # standard input
+    ):
+        check_distinct({"--out": out}, {"--data": data})
+    for data, out in (
+        (str(tmp_path), tmp_path / "a.csv"),
+        (str(tmp_path / "**" / "*.csv"), tmp_path / "a.csv"),
+        (f"file://{tmp_path / 'a.csv'}", tmp_path / "a.csv"),
+        (str(tmp_path / "?.csv"), tmp_path / "a.csv"),
+        (str(tmp_path / "[ab].csv"), tmp_path / "b.csv"),
+        (str(tmp_path / "**" / "*.csv"), tmp_path / "sub" / "b.csv"),
+        (str(tmp_path), tmp_path / "sub" / "b.parquet"),
+        (f"file://{tmp_path / '*.csv'}", tmp_path / "b.csv"),
+        (str(tmp_path / "sub" / ".." / "a.csv"), tmp_path / "a.csv"),
+    ):
+        with pytest.raises(CliError, match="--out must be"):
+            check_distinct({"--out": out}, {"--data": data})
+
+
 def test_a_report_failure_after_the_spend_says_the_spend_is_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

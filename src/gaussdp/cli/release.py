@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -88,21 +90,90 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _glob_takes(pattern: str, path: Path) -> bool:
+    """Whether the glob ``pattern`` (``**`` recursive, as the engines read it) matches
+    ``path``, compared as absolute paths part by part; ``*`` matching dotfiles too (the
+    engines' glob does not: a wider match only refuses more)."""
+    want = Path(os.path.abspath(pattern)).parts
+    have = Path(os.path.abspath(path)).parts
+
+    def match(i: int, j: int) -> bool:
+        if i == len(want):
+            return j == len(have)
+        if want[i] == "**":
+            return match(i + 1, j) or (j < len(have) and match(i, j + 1))
+        return j < len(have) and fnmatch.fnmatchcase(have[j], want[i]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def _local_data(data: str) -> str | None:
+    """``--data`` as a local path: a ``file://`` URI's path; ``None`` for another URI
+    (``hdfs://``, ``s3a://``, …), which names no file on this machine — and which the
+    engines refuse anyway (they read local files, directories, globs or Spark tables)."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", data)
+    if scheme is None:
+        return data
+    if scheme.group(1).lower() != "file":
+        return None
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    return url2pathname(urlparse(data).path)
+
+
+def _data_takes(data: str, path: Path) -> str | None:
+    """How ``--data`` would read the output ``path``: ``'is'`` if it is one of the files
+    it names now (:func:`~gaussdp.release.engines.data_files`), ``'would'`` if the glob
+    or the folder would take it as data once written, else ``None``."""
+    from gaussdp.release.engines import DATA_SUFFIXES, data_files, is_glob
+
+    local = _local_data(data)
+    if local is None:
+        return None
+    if any(_same_file(path, named) for named in data_files(local)) or _same_file(path, Path(local)):
+        return "is"
+    if is_glob(local) and (_glob_takes(local, path) or _glob_takes(local, path.resolve())):
+        return "would"
+    folder = Path(local)
+    if folder.is_dir() and path.resolve().is_relative_to(folder.resolve()):
+        return "would" if path.name.lower().endswith(DATA_SUFFIXES) else None
+    return None
+
+
 def check_distinct(outputs: dict[str, Path | None], inputs: dict[str, Path | str | None]) -> None:
     """Refuse an output file that is an input file or another output; before any spend.
 
     ``outputs`` and ``inputs`` map an option (``"--report"``, ``"--ledger"``) to its
     path (``None``: not given; ``"-"``: standard input). Writing the report over the
     ledger would erase its history (a re-initialised ledger has its whole budget back);
-    ``--out`` and ``--report`` on one file would lose the paid results. Raises
-    :class:`CliError` (exit status 2).
+    ``--out`` and ``--report`` on one file would lose the paid results. ``--data`` is
+    read as the engines read it: a glob or a folder names every file it matches (an
+    output among them would overwrite the data; one it would match once written would
+    be read as data by the next run: both refused); a ``file://`` URI is its path; any
+    other URI names no local file, so no output can be it. Raises :class:`CliError`
+    (exit status 2).
     """
     given = [(option, path) for option, path in outputs.items() if path is not None]
-    others = [(o, Path(p)) for o, p in inputs.items() if p is not None and p != "-"]
+    others = [
+        (o, Path(p)) for o, p in inputs.items() if p is not None and p != "-" and o != "--data"
+    ]
+    data = inputs.get("--data")
     for i, (option, path) in enumerate(given):
         for other, other_path in given[:i] + others:
             if _same_file(path, other_path):
                 fail(invalid(option, f"a different file from {other}", str(path)))
+        takes = None if data is None or data == "-" else _data_takes(str(data), path)
+        if takes == "is":
+            fail(invalid(option, "a different file from --data", str(path)))
+        if takes == "would":
+            fail(
+                invalid(
+                    option,
+                    "a file outside what --data matches (the next run would read it as data)",
+                    str(path),
+                )
+            )
 
 
 def check_output(out: Path) -> str:

@@ -29,17 +29,21 @@ import numpy as np
 from gaussdp.errors import EngineError, MissingExtraError, invalid
 
 __all__ = [
+    "DATA_SUFFIXES",
     "DECLARABLE",
     "DuckDBEngine",
     "Engine",
     "SparkEngine",
+    "data_files",
     "failure_message",
+    "is_glob",
     "open_engine",
 ]
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-_ALL_SUFFIXES = _CSV_SUFFIXES + _PARQUET_SUFFIXES
+#: The files a data folder's reading takes (:func:`data_files`).
+DATA_SUFFIXES = _CSV_SUFFIXES + _PARQUET_SUFFIXES
 
 _DUCKDB_NUMERIC = {
     "TINYINT",
@@ -82,16 +86,9 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
     """
     text = os.fspath(source)
     path = Path(text)
-    if path.is_file():
-        names = [path]
-    elif path.is_dir():
-        names = sorted(
-            p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(_ALL_SUFFIXES)
-        )
-    elif any(c in text for c in "*?["):
-        names = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
-    else:
+    if not (path.is_file() or path.is_dir() or is_glob(text)):
         raise FileNotFoundError(invalid("data", "an existing file, directory or glob", text))
+    names = data_files(text)
     if not names:
         raise FileNotFoundError(
             invalid("data", "a directory or glob matching .csv or .parquet files", text)
@@ -103,6 +100,32 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
         if p.stat().st_size == 0:
             raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
     return kinds.pop(), [str(p) for p in names]
+
+
+def is_glob(text: str) -> bool:
+    """Whether a data path is a glob (it has ``*``, ``?`` or ``[``)."""
+    return any(c in text for c in "*?[")
+
+
+def data_files(source: str | os.PathLike[str]) -> list[Path]:
+    """The files a data path names, sorted; none if it names none.
+
+    A file is itself; a directory, every ``.csv``/``.parquet`` (…) file under it,
+    recursively; a glob (:func:`is_glob`; ``**`` recursive), the files it matches.
+    The engines read these (:func:`_files`); the CLI checks its outputs against
+    them.
+    """
+    text = os.fspath(source)
+    path = Path(text)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(
+            p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(DATA_SUFFIXES)
+        )
+    if is_glob(text):
+        return sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    return []
 
 
 def _module(obj: object) -> str:
@@ -544,7 +567,7 @@ class SparkEngine(Engine):
             self._df = source
         elif isinstance(source, str | os.PathLike):
             text = os.fspath(source)
-            if Path(text).exists() or any(c in text for c in "*?["):
+            if Path(text).exists() or is_glob(text):
                 kind, files = _files(source)
                 reader = spark.read
                 with self.failures(f"opening {Path(files[0]).name}"):

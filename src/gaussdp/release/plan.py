@@ -699,9 +699,11 @@ def _calibrate_exact(
     capacity, to 10⁻³), then from there with the *certified* ε itself — the budget's
     accountant at the plan's realised σ²'s, i.e. the filter's check — to a relative
     :data:`_CERTIFY_RTOL` (:func:`~gaussdp._search.smallest_scale`: the
-    safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass), and
-    with private partition selection a third time, its thresholds kept
-    (:func:`_use_unspent_delta`). So the plan returned has a certified ε ≤ the budget's,
+    safe-side bracket of :mod:`gaussdp._search`, whose answer was evaluated to pass), with
+    the coarse answer's private partition selection thresholds kept as floors (as
+    :func:`_use_unspent_delta` keeps them: without floors the certified ε steps where a
+    threshold changes, and a search without them, then one with them, cost 14 PLD
+    evaluations where this one costs 5). So the plan returned has a certified ε ≤ the budget's,
     and uses it to about 10⁻⁴ (the coarse grid alone left 0.1–0.3 %, docs/release.md). A
     ``known`` scale and threshold floors (an earlier calibration's) skip the searches if
     they still certify. ``split(capacity, totals, floors)`` splits the plan. Returns the
@@ -715,13 +717,6 @@ def _calibrate_exact(
     # last one split, and the answer is split again if another was split after it.
     last: list[tuple[float, Plan]] = []
 
-    def certified(scale: float) -> float:
-        # plan.epsilon is the budget's accountant's certified ε of plan.event: exactly
-        # the filter's check (:func:`_within`) on an empty history, computed once.
-        plan = split(1 / scale, True, ())
-        last[:] = [(scale, plan)]
-        return math.inf if plan.epsilon is None else plan.epsilon
-
     if known is not None:
         plan = split(1 / known[0], True, known[1])
         if plan.epsilon is not None and plan.epsilon <= target:
@@ -729,16 +724,31 @@ def _calibrate_exact(
     start = _search_scale(split, 1.0 / capacity, delta, target)
     if start is None:  # pragma: no cover - no finite scale found
         return None
+    # Private partition selections keep the thresholds of the coarse answer as floors
+    # (computed without a PLD), so the certified ε has no threshold steps to search
+    # across: one certified search sets scale and thresholds together
+    # (:func:`_use_unspent_delta` explains the floors).
+    floors = _thresholds(split(1 / start, False, ()))
+
+    def certified(scale: float) -> float:
+        # plan.epsilon is the budget's accountant's certified ε of plan.event: exactly
+        # the filter's check (:func:`_within`) on an empty history, computed once.
+        plan = split(1 / scale, True, floors)
+        last[:] = [(scale, plan)]
+        return math.inf if plan.epsilon is None else plan.epsilon
+
     try:
         scale = smallest_scale(certified, target, start, _CERTIFY_RTOL, step=1 + _CERTIFY_STEP)
     except ValueError:  # pragma: no cover - no finite scale meets the budget
         return None
     if last[0][0] != scale and certified(scale) > target:  # pragma: no cover - deterministic
         return None
-    plan, scale, floors = _use_unspent_delta(
-        lambda s, floors: split(1 / s, True, floors), last[0][1], scale
-    )
-    return plan, (scale, floors)
+    return last[0][1], (scale, floors)
+
+
+def _thresholds(plan: Plan) -> tuple[int, ...]:
+    """The thresholds of ``plan``'s private partition selections, in grouping order."""
+    return tuple(g.selection.threshold for g in plan.groupings if g.selection is not None)
 
 
 def _use_unspent_delta(
@@ -760,7 +770,7 @@ def _use_unspent_delta(
     plan never exceeds the budget). Skipped without a selection or when ε is within
     :data:`_SELECTION_GAP` of the budget.
     """
-    floors = tuple(g.selection.threshold for g in plan.groupings if g.selection is not None)
+    floors = _thresholds(plan)
     target = plan.budget.epsilon
     if (
         not floors
