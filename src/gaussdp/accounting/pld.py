@@ -68,7 +68,7 @@ import numpy.typing as npt
 from scipy import fft as sp_fft
 from scipy.special import ndtr, ndtri
 
-from gaussdp._search import add_up, largest_passing, smallest_passing
+from gaussdp._search import add_up, fraction_down, largest_passing, smallest_passing
 from gaussdp._validation import (
     check_count,
     check_delta,
@@ -191,6 +191,9 @@ class _TopSums:
 class _LossPMF:
     """Mass ``probs[j]`` at loss ``(start + j) * h``, plus ``inf_mass`` at +∞.
 
+    ``inf_mass`` is rounded up on the upper side and down on the lower side: the lower
+    side's is at most the true pair's P-mass where Q has none (every δ(ε) counts it in
+    full; dropping it would leave the lower bound of an (ε, δ)-DP step near 0).
     ``slack`` is a δ allowance: added to every δ when ``upper``, subtracted otherwise.
     ``fft_l1`` bounds the ℓ1 norm of the entrywise FFT round-off
     error; ``fft_l1`` is part of the δ allowance (see :func:`_clean`).
@@ -231,9 +234,11 @@ class _LossPMF:
             if math.isnan(value):  # never read a failed computation as δ = 0
                 return 1.0
         else:
-            value = value * (1.0 - _REL_MARGIN) - self.allowance
+            value = value * (1.0 - _REL_MARGIN)
             if math.isnan(value):
                 return 0.0
+            # value − allowance + inf_mass, rounded down (a float ≤ the exact sum)
+            value = -add_up(-value, self.allowance, -self.inf_mass)
         return min(1.0, max(0.0, value))
 
     def epsilon(self, delta: float) -> float:
@@ -241,7 +246,13 @@ class _LossPMF:
         if self.upper:
             target = (delta - self.allowance - self.inf_mass) / (1.0 + _REL_MARGIN)
         else:
-            target = (delta + self.allowance) / (1.0 - _REL_MARGIN)
+            # δ_lower(ε) = raw(ε)(1 − margin) − allowance + inf_mass ≥ δ iff raw(ε) ≥ this
+            # target (its numerator rounded up). With the mass at +∞ alone above δ + the
+            # allowance, every ε has δ(ε) > δ: the lower bound is +∞ (below, target ≤ 0).
+            excess = add_up(delta, self.allowance, -self.inf_mass)
+            if excess >= 0.0:
+                excess = max(excess, math.ulp(0.0))  # δ(ε) > δ needs raw(ε) > 0
+            target = math.nextafter(excess / (1.0 - _REL_MARGIN), math.inf)
         if math.isnan(target):  # NaN masses: nothing certified (upper ∞, lower 0)
             return math.inf if self.upper else 0.0
         if target <= 0.0:
@@ -364,7 +375,10 @@ class _LossPMF:
         del prod
         new_l1 += rounding
         conv = _clean(conv, self.upper)
-        inf_mass = self.inf_mass * (m2 + other.inf_mass) + other.inf_mass * m1
+        if self.upper:
+            inf_mass = self.inf_mass * (m2 + other.inf_mass) + other.inf_mass * m1
+        else:
+            inf_mass = _either_down(self.inf_mass, other.inf_mass)
         slack = add_up(self.slack, other.slack)
         # Lemma 5 (Young): earlier errors E_a, E_b carry over as E_a‖b‖₁ + E_b‖a‖₁ + E_aE_b.
         fft_l1 = (self.fft_l1 * m2 + other.fft_l1 * m1 + self.fft_l1 * other.fft_l1) * (
@@ -441,7 +455,10 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     if m == 0.0:
         # No finite loss (e.g. every loss beyond the cap went to +∞): the k-fold measure
         # is (p∞)^k at +∞ (and the allowances of the k runs).
-        inf_mass = _power_up(base.inf_mass, count)
+        if base.upper:
+            inf_mass = _power_up(base.inf_mass, count)
+        else:
+            inf_mass = _power_down(base.inf_mass, count)
         slack = count * base.slack * _power_up(max(1.0, base.inf_mass), count) * (1 + 1e-13)
         fft_l1 = propagated_power_error(0.0, base.fft_l1, count)
         return _LossPMF(h, count * base.start, np.zeros(1), inf_mass, slack, base.upper, fft_l1)
@@ -539,7 +556,9 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     total = m + base.inf_mass
     m_k = _power_up(m, count)
     inf_mass = 0.0
-    if base.inf_mass > 0:
+    if not base.upper:
+        inf_mass = _power_down(base.inf_mass, count)
+    elif base.inf_mass > 0:
         # (m + p∞)^k − m^k = m^k (e^{k ln(1 + p∞/m)} − 1), without cancellation; where
         # that is not finite (under/overflow), the bound (m + p∞)^k.
         t = count * math.log1p(base.inf_mass / m) if m > 0 else math.inf
@@ -612,6 +631,39 @@ def _power_up(base: float, count: int) -> float:
     # ln and exp are correct to 2u relative; the product k·ln(b) to u: the exponent errs
     # by at most 4u·|k ln b|, and e^t − 1 ≤ 1.01t.
     return math.exp(log) * (1.0 + 4.04 * _U * (abs(log) + 1.0))
+
+
+def _either_down(a: float, b: float) -> float:
+    """A float ≤ 1 − (1 − a)(1 − b), for a, b in [0, 1] (exact rational arithmetic,
+    rounded down).
+
+    The lower side's mass at +∞ of a composition: its loss is +∞ iff one run's is, so
+    two independent runs whose masses at +∞ are at least a and b have at least this
+    much (the expression grows with a and with b). The finite parts compose apart.
+    """
+    if a == 0.0 or b == 0.0:
+        return min(max(a, b), 1.0)
+    fa, fb = Fraction(min(a, 1.0)), Fraction(min(b, 1.0))
+    return fraction_down(1 - (1 - fa) * (1 - fb))
+
+
+def _power_down(a: float, count: int) -> float:
+    """A float ≤ 1 − (1 − a)^count for a in [0, 1]: the lower side's mass at +∞ of
+    ``count`` independent runs (:func:`_either_down`; KOV 2015 Thm 3.3's 1 − (1 − δ)^k).
+
+    t = k·log1p(−a) errs by at most 3.01u|t| (log1p within 2u relative, the stated
+    accuracy of the libm functions used in :func:`_power_up`; the product u; k is exact
+    below 2⁵³); the slope of 1 − e^t is e^t, so 1 − e^t moves by at most
+    3.01u|t|e^{−|t|(1 − 3.01u)} ≤ 3.02u(1 − e^t) (|t|/(e^{|t|} − 1) ≤ 1; where e^t
+    underflows the value is within u of 1 anyway); expm1 adds 2u. So the computed value
+    is within 5.02u relative of the truth, and ×(1 − 8u), itself rounded, goes below it.
+    """
+    if a <= 0.0 or count == 0:
+        return 0.0
+    if a >= 1.0:
+        return 1.0
+    value = -math.expm1(count * math.log1p(-a))
+    return max(0.0, value * (1.0 - 8.0 * _U))
 
 
 def _inverse_own_l1(
@@ -1263,16 +1315,22 @@ def _from_continuous(
     return _from_bins(h, i0, pb, qb, ab, bb, below, above)
 
 
-def _all_at_infinity(h: float, mass: float = 1.0) -> tuple[_LossPMF, _LossPMF]:
-    """Upper: P-mass ``mass`` at +∞ and none finite; lower: no mass (δ ≥ 0, trivially)."""
+def _all_at_infinity(
+    h: float, mass: float = 1.0, low_mass: float = 0.0
+) -> tuple[_LossPMF, _LossPMF]:
+    """Upper: P-mass ``mass`` at +∞ and none finite; lower: ``low_mass`` (≤ the true
+    mass at +∞) at +∞ and none finite."""
     empty = np.zeros(1)
-    return _LossPMF(h, 0, empty, mass, 0.0, True), _LossPMF(h, 0, empty, 0.0, 0.0, False)
+    return _LossPMF(h, 0, empty, mass, 0.0, True), _LossPMF(h, 0, empty, low_mass, 0.0, False)
 
 
 def _from_points(
-    h: float, losses: FloatArray, probs: FloatArray, inf_mass: float
+    h: float, losses: FloatArray, probs: FloatArray, inf_mass: float, inf_low: float = 0.0
 ) -> tuple[_LossPMF, _LossPMF]:
     """Upper and lower PMFs of a discrete PLD: P-mass ``probs`` at finite ``losses``.
+
+    ``inf_mass`` (upper side) is at least the true P-mass at +∞, ``inf_low`` (lower
+    side) at most.
 
     The grid's memory is checked as that of :func:`_from_continuous` (:data:`_BUILD_COST`
     per grid point: :func:`_from_bins` holds its bins, both sides and the lower hull).
@@ -1288,7 +1346,7 @@ def _from_points(
     inside = ~(high | low)
     losses, probs = losses[inside], probs[inside]
     if losses.size == 0 and high_mass == 0 and low_mass == 0:  # every P-mass is at +∞
-        return _all_at_infinity(h, inf_mass)
+        return _all_at_infinity(h, inf_mass, inf_low)
     if high_mass > 0 or low_mass > 0:
         losses = np.concatenate((losses, [-_LOSS_CAP, _LOSS_CAP]))
         probs = np.concatenate((probs, [0.0, 0.0]))
@@ -1313,6 +1371,8 @@ def _from_points(
         top = lower.probs.copy()
         top[math.floor(_LOSS_CAP / h) - lower.start] += high_mass  # rounded down to the cap
         lower = _LossPMF(h, lower.start, top, 0.0, lower.slack, False)
+    if inf_low > 0:
+        lower = _LossPMF(h, lower.start, lower.probs, inf_low, lower.slack, False)
     return upper, lower
 
 
@@ -1658,8 +1718,8 @@ class PrivacyLossDistribution:
                 raise ValueError(invalid(name, "non-negative probabilities summing to <= 1", arr))
         missing_p = max(0.0, 1.0 - float(pa.sum()))
         missing_q = max(0.0, 1.0 - float(qa.sum()))
-        remove = _pair_points(h, pa, qa, missing_p)
-        add = _pair_points(h, qa, pa, missing_q)
+        remove = _pair_points(h, pa, qa, missing_p, exact=True)
+        add = _pair_points(h, qa, pa, missing_q, exact=True)
         return cls._build(h, remove, add, tail_mass)
 
     @classmethod
@@ -1866,9 +1926,9 @@ class PrivacyLossDistribution:
         a = 1.0 / (1.0 + math.exp(-eps))  # e^ε/(1 + e^ε)
         losses = np.array([eps, -eps])
         probs = np.array([(1.0 - d) * a, (1.0 - d) * (1.0 - a)])
-        # The mass δ at +∞ is kept on the upper side and dropped on the lower side
-        # (valid, and it keeps the grid to [−ε, ε]).
-        return cls._build(h, _from_points(h, losses, probs, d), None, tail_mass)
+        # The mass δ at +∞ is exact: kept on both sides (off the grid, which stays
+        # [−ε, ε]).
+        return cls._build(h, _from_points(h, losses, probs, d, d), None, tail_mass)
 
     @classmethod
     def from_discrete_laplace(
@@ -2306,8 +2366,7 @@ def _regrid(pmf: _LossPMF, h: float) -> _LossPMF:
     losses, probs = pmf.losses[keep], pmf.probs[keep]
     allowance = add_up(pmf.slack, pmf.fft_l1)
     if losses.size == 0:  # no finite loss: only the mass at +∞ and the allowance
-        inf_mass = pmf.inf_mass if pmf.upper else 0.0
-        return _LossPMF(h, 0, np.zeros(1), inf_mass, allowance, pmf.upper)
+        return _LossPMF(h, 0, np.zeros(1), pmf.inf_mass, allowance, pmf.upper)
     if pmf.upper:
         up = _from_points(h, losses, probs, pmf.inf_mass)[0]
         # The split of each mass between two grid points is exact up to a few units in
@@ -2316,14 +2375,22 @@ def _regrid(pmf: _LossPMF, h: float) -> _LossPMF:
         raised = up.probs * (1.0 + 1e-12)
         return _LossPMF(h, up.start, raised, up.inf_mass, allowance, True)
     low = _from_points(h, losses, probs, 0.0)[1]
-    return _LossPMF(h, low.start, low.probs, 0.0, allowance, False)
+    return _LossPMF(h, low.start, low.probs, pmf.inf_mass, allowance, False)
 
 
 def _pair_points(
-    h: float, p: FloatArray, q: FloatArray, missing_p: float
+    h: float, p: FloatArray, q: FloatArray, missing_p: float, exact: bool = False
 ) -> tuple[_LossPMF, _LossPMF]:
-    """PMFs of the pair (P, Q) given on a common finite list of outputs."""
+    """PMFs of the pair (P, Q) given on a common finite list of outputs.
+
+    P's mass where Q is 0 has loss +∞: on the upper side with the missing mass (which
+    may be anywhere), rounded up; on the lower side only where ``p`` and ``q`` are the
+    pair itself (``exact``; a computed q may be 0 by underflow where the true loss is
+    finite), its sum rounded down.
+    """
     pos = (p > 0) & (q > 0)
     losses = np.log(p[pos]) - np.log(q[pos])
-    inf_mass = float(np.sum(p[(p > 0) & (q <= 0)])) + missing_p
-    return _from_points(h, losses, p[pos], inf_mass)
+    at_inf = p[(p > 0) & (q <= 0)].tolist()
+    inf_mass = add_up(*at_inf, missing_p)
+    inf_low = -add_up(*(-x for x in at_inf)) if exact else 0.0
+    return _from_points(h, losses, p[pos], inf_mass, inf_low)
