@@ -336,3 +336,15 @@ def test_long_double_grids_count_their_itemsize_in_the_memory_bound(
     if EXTENDED_COST > 1:
         with pytest.raises(GridTooLargeError):
             pld.compose(pld, extended_precision=True)
+
+
+def test_a_copy_answers_as_a_fresh_accountant_whatever_was_asked_before() -> None:
+    # docs/accounting.md §5: an accountant keeps the grid its queries built, so its
+    # answers may tighten with its query history; a copy holds the events and no grid.
+    event = Subsampled(Gaussian(2.0), 0.02)
+    acc = PLDAccountant().compose(event, 200)
+    acc.epsilon(1e-9)
+    acc.delta(0.5)
+    fresh = PLDAccountant().compose(event, 200)
+    assert acc.copy().epsilon(1e-5) == fresh.epsilon(1e-5)
+    assert acc.copy().delta(0.0) == fresh.copy().delta(0.0)

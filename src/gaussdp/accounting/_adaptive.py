@@ -42,6 +42,7 @@ __all__ = [
     "MIN_STEP",
     "AdaptivePLD",
     "GridTooLargeError",
+    "MemoryBoundError",
     "check_grid_points",
     "check_tolerance",
     "tail_mass_for",
@@ -99,6 +100,11 @@ class GridTooLargeError(ValueError):
             )
         )
         self.points = points
+
+
+class MemoryBoundError(ValueError):
+    """No grid within the memory bound meets the tolerance: the PLD accountant
+    certifies nothing for this composition (another accountant may, e.g. RDP)."""
 
 
 def check_grid_points(points: int, extended: bool = False) -> None:
@@ -240,7 +246,7 @@ class AdaptivePLD:
                 continue
             self._h = h
             return built
-        raise ValueError(
+        raise MemoryBoundError(
             invalid(
                 "tolerance", "reachable within the memory bound (or use RDPAccountant)", self._tol
             )

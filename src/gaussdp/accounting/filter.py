@@ -24,16 +24,24 @@ with fully adaptive (ε, δ) and ρ budgets).
 
 The same check (:func:`refusal`) serves the persistent filter,
 :class:`gaussdp.Ledger`.
+
+A history that no accountant can certify within the memory bound (a PLD of a huge
+count of an event that zCDP and RDP do not cover, e.g. ``ApproxDP``) costs ∞: it
+is refused, with the reason in the message, and nothing is spent. Where the PLD
+does not fit but zCDP or RDP covers every event, that certified bound is used
+(:class:`~gaussdp.accounting.FallbackAccountant`).
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gaussdp._validation import check_count
+from gaussdp.accounting._adaptive import MAX_GRID_POINTS, MemoryBoundError
 from gaussdp.accounting.accountants import (
     Accountant,
     FallbackAccountant,
@@ -49,6 +57,7 @@ from gaussdp.errors import BudgetExceededError, invalid
 __all__ = [
     "PrivacyFilter",
     "Spent",
+    "SpentMemo",
     "budget_accountant",
     "budget_limit",
     "left_of",
@@ -75,13 +84,15 @@ class Spent:
     ``value`` is the certified upper bound (ε at the budget's δ, or ρ, or μ) and
     ``lower`` a lower bound where the accountant gives one (else 0); ``delta`` is
     the δ spent outside the composition (partition selection), ``slack`` the
-    smoothing slack of lattice noise (μ budgets are met up to it).
+    smoothing slack of lattice noise (μ budgets are met up to it). ``note`` says
+    why ``value`` is ∞ where no accountant certifies the history (else "").
     """
 
     value: float
     lower: float
     delta: float
     slack: float
+    note: str = ""
 
 
 def spent(budget: Budget, accountant: Accountant) -> Spent:
@@ -108,7 +119,13 @@ def spent(budget: Budget, accountant: Accountant) -> Spent:
     delta = budget.delta
     if delta is None:  # pragma: no cover - budget_accountant gives PLD only with a δ
         raise ValueError(invalid("budget", "one with a delta", budget))
-    bounds = accountant.epsilon(delta)
+    try:
+        bounds = accountant.epsilon(delta)
+    except MemoryBoundError:
+        # Nothing certifies the history (the PLD does not fit, and no other member of
+        # the budget's accountant covers every event): ∞, never admitted.
+        why = f"no accountant certifies it within the memory bound of {MAX_GRID_POINTS} points"
+        return Spent(math.inf, 0.0, extra, slack, why)
     return Spent(bounds.upper, bounds.lower, extra, slack)
 
 
@@ -172,7 +189,42 @@ def refusal(
     )
     if symbol != "ε" and total_spent.delta > 0:
         message += f" (a {symbol} budget cannot spend δ, and this spends δ)"
+    if total_spent.note:
+        message += f" (with the history: {total_spent.note})"
     return message, before
+
+
+class SpentMemo:
+    """:func:`spent`, remembered for the few most recent histories.
+
+    What a history spends is a function of the budget and of the events composed, in
+    order, into a fresh accountant of the budget's kind (every accountant a filter
+    measures is one: :func:`refusal` composes into a copy, and a copy starts with no
+    grid). So the key is the budget, the accountant's type and the history itself
+    (events are hashable values), and a remembered value is the one a new
+    computation would give: a check followed by the same check (``can_accept`` then
+    ``accept``, as ``Release.run`` does) computes once, and never decides otherwise.
+    Thread-safe.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self._size = size
+        self._known: OrderedDict[tuple[object, ...], Spent] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, budget: Budget, accountant: Accountant) -> Spent:
+        key = (budget, type(accountant), accountant.history)
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                self._known.move_to_end(key)
+                return known
+        known = spent(budget, accountant)
+        with self._lock:
+            self._known[key] = known
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+        return known
 
 
 class PrivacyFilter:
@@ -241,6 +293,7 @@ class PrivacyFilter:
         self._budget = budget
         self._accountant = budget_accountant(budget)
         self._lock = threading.RLock()
+        self._measure = SpentMemo()
 
     def __repr__(self) -> str:
         return f"PrivacyFilter({self._budget}, spent={self.spent:.6g})"
@@ -259,6 +312,7 @@ class PrivacyFilter:
         self._budget = budget
         self._accountant = accountant
         self._lock = threading.RLock()
+        self._measure = SpentMemo()
 
     @property
     def budget(self) -> Budget:
@@ -281,7 +335,7 @@ class PrivacyFilter:
     def spent(self) -> float:
         """Privacy spent so far: certified ε at the budget's δ, or ρ, or μ."""
         with self._lock:
-            return spent(self._budget, self._accountant).value
+            return self._measure(self._budget, self._accountant).value
 
     @property
     def remaining(self) -> float:
@@ -296,17 +350,21 @@ class PrivacyFilter:
             return self._accountant.slack
 
     def cost(self, event: Event, count: int = 1) -> float:
-        """What ``count`` runs of ``event`` alone cost in the budget's unit."""
+        """What ``count`` runs of ``event`` alone cost in the budget's unit (∞ where no
+        accountant certifies it within the memory bound)."""
         check_event(event)
         n = check_count("count", count)
-        return spent(self._budget, budget_accountant(self._budget).compose(event, n)).value
+        alone = budget_accountant(self._budget).compose(event, n)
+        return self._measure(self._budget, alone).value
 
     def can_accept(self, event: Event, count: int = 1) -> bool:
         """Whether :meth:`accept` would admit ``count`` runs of ``event`` now."""
         check_event(event)
         n = check_count("count", count)
         with self._lock:
-            return refusal(self._budget, self._accountant, event, n)[0] is None
+            return (
+                refusal(self._budget, self._accountant, event, n, measure=self._measure)[0] is None
+            )
 
     def accept(self, event: Event, count: int = 1, *, what: str = "this") -> None:
         """Admit ``count`` runs of ``event`` if the budget allows, else raise.
@@ -324,7 +382,9 @@ class PrivacyFilter:
         check_event(event)
         n = check_count("count", count)
         with self._lock:  # the check and the record are one step
-            message, after = refusal(self._budget, self._accountant, event, n, what=what)
+            message, after = refusal(
+                self._budget, self._accountant, event, n, what=what, measure=self._measure
+            )
             if message is not None:
                 raise BudgetExceededError(message)
             self._accountant = after
