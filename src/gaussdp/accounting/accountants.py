@@ -97,6 +97,7 @@ from gaussdp.accounting.pld import (
     check_discrete_gaussian_support,
     check_tail_mass,
     check_value_discretization,
+    subsampled_discrete_laplace_runs,
 )
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, LatticeGaussian
@@ -1433,6 +1434,16 @@ def _composed_event_pld(
     the lattice has fewer points to compose. ``one_run(event, step, tail_mass, extended)``
     builds (or recalls) one run's PLD.
     """
+    two_point = _two_point_laplace(event)
+    if count > 1 and two_point is not None:
+        return subsampled_discrete_laplace_runs(
+            two_point.scale,
+            cast(Subsampled, event).sample_rate,
+            count,
+            value_discretization=h,
+            tail_mass=tail_mass,
+            extended_precision=extended,
+        )
     lattice = _lattice_grid(event)
     on_lattice: PrivacyLossDistribution | None = None
     if count > 1 and lattice is not None and lattice > h:
@@ -1444,6 +1455,19 @@ def _composed_event_pld(
             count, extended_precision=extended
         )
     return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
+
+
+def _two_point_laplace(event: Event) -> DiscreteLaplace | None:
+    """The mechanism of a Poisson-subsampled DLap(t ≥ 1) with sensitivity 1 and
+    q ≤ 1/2 (else None): two losses per run, which
+    :func:`~gaussdp.accounting.pld.subsampled_discrete_laplace_runs` composes on their
+    own lattice, so that the lower bound is not lowered O(h) at every run."""
+    if not (isinstance(event, Subsampled) and event.scheme == "poisson"):
+        return None
+    mech = event.mechanism
+    if not isinstance(mech, DiscreteLaplace) or event.sample_rate > 0.5:
+        return None
+    return mech if mech.sensitivity == 1 and mech.scale >= 1 else None
 
 
 def _loss_spread(event: Event) -> float:

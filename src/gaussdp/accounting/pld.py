@@ -101,6 +101,7 @@ __all__ = [
     "check_discrete_gaussian_support",
     "check_tail_mass",
     "check_value_discretization",
+    "subsampled_discrete_laplace_runs",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -2360,10 +2361,97 @@ def _envelope(pmfs: Sequence[_LossPMF]) -> _LossPMF:
     return _LossPMF(h, i_lo, out, inf_mass, allowance, True)
 
 
-def _regrid(pmf: _LossPMF, h: float) -> _LossPMF:
-    """``pmf`` discretised on grid step ``h`` on its own side (see ``regridded``)."""
+def subsampled_discrete_laplace_runs(
+    scale: Fraction | float | int | str,
+    sample_rate: float,
+    count: int,
+    *,
+    value_discretization: float = DEFAULT_VALUE_DISCRETIZATION,
+    tail_mass: float = DEFAULT_TAIL_MASS,
+    extended_precision: bool = False,
+) -> PrivacyLossDistribution:
+    r"""``count`` runs of Poisson-subsampled DLap(t) with sensitivity 1, composed on
+    the lattice of their two losses and moved to the grid once.
+
+    With r = e^{−1/t}, P0[Y ≥ 1] = r/(1 + r) =: H and P0[Y ≤ 0] = 1/(1 + r) =: F (CKS
+    §4), the remove pair ((1 − q)P0 + qP1, P0) has loss a = ln(1 − q + qr) on y ≤ 0
+    (P-mass (1 − q)F + qH) and b = ln(1 − q + q/r) on y ≥ 1 (mass (1 − q)H + qF); the
+    add pair has −b (mass H) and −a (mass F). So every run's loss is lo + {0, s},
+    s = hi − lo, and k runs' is k·lo + j·s: composed on the lattice of step s (both
+    bounds exact up to round-off, :func:`_power`), then moved to ``value_discretization``
+    as :meth:`PrivacyLossDistribution.regridded` does, with the shift k·lo added back
+    (δ at ε of L + c is δ of L at ε − c). On the grid directly every run's two atoms fall between
+    grid points and the lower bound loses O(h) per run: 1000 runs of t = 5, q = 0.01
+    gave δ(0.2) ≥ (1 − 4.4·10⁻³)·exact at h ≈ 10⁻⁶. The losses are rounded up on the
+    upper side and down on the lower (δ(ε) grows with every loss). For t ≥ 1 and
+    q ≤ 1/2, where a and b are computed to 11u relative (below).
+    """
+    t = check_fraction("scale", scale)
+    rate = _check_rate(sample_rate)
+    if t < 1 or rate > 0.5:
+        raise ValueError(invalid("scale and sample_rate", "t >= 1 and q <= 1/2", (t, rate)))
+    count = check_count("count", count)
+    h = check_value_discretization(value_discretization)
+    tail_mass = check_tail_mass(tail_mass)
+    ext = bool(extended_precision) and EXTENDED_PROVEN
+    inv_t = 1.0 / float(t)
+    r = math.exp(-inv_t)
+    f_mass, h_mass = 1.0 / (1.0 + r), r / (1.0 + r)
+    a = math.log1p(rate * math.expm1(-inv_t))  # < 0
+    b = math.log1p(rate * math.expm1(inv_t))  # > 0
+    remove = (a, b, (1 - rate) * f_mass + rate * h_mass, (1 - rate) * h_mass + rate * f_mass)
+    add = (-b, -a, h_mass, f_mass)
+    sides: list[_LossPMF] = []
+    for upper in (True, False):
+        for lo, hi, m_lo, m_hi in (remove, add):
+            sides.append(_two_point_runs(lo, hi, m_lo, m_hi, count, h, upper, tail_mass, ext))
+    ur, ua, lr, la = sides
+    return PrivacyLossDistribution(h, ur, ua, lr, la, tail_mass)
+
+
+def _two_point_runs(
+    lo: float,
+    hi: float,
+    m_lo: float,
+    m_hi: float,
+    count: int,
+    h: float,
+    upper: bool,
+    tail_mass: float,
+    extended: bool,
+) -> _LossPMF:
+    """One side of ``count`` runs of a loss that is ``lo`` (P-mass ``m_lo``) or ``hi``
+    (``m_hi``), computed to a few units in the last place: composed on the lattice
+    lo + {0, s}, moved to step ``h`` (:func:`subsampled_discrete_laplace_runs`).
+
+    The true losses are within 11u relative of ``lo`` and ``hi``: x = ±1/t (≤ 1 in
+    size) is within 2u, expm1(x) then within (|x|e^x/|expm1 x| ≤ 2)·2u + 2u, the
+    product by q within u more, and log1p(y) for y ≥ −q(1 − e^{−1}) ≥ −0.32 multiplies
+    that by at most |y|/((1 + y)|log1p y|) ≤ 1.22 and adds 2u. They are moved by
+    16u|·| outwards (up on the upper side, down on the lower), with the step rounded so
+    that lo + s is on the same side of hi: each run's losses, hence k·lo + j·s for every
+    j, are then above (below) the truth. The shifted losses are formed in float64 (three
+    roundings, each within u(|k·lo| + |j·s|)) and moved outwards by 8u(|k·lo| + |j·s|).
+    """
+    sign = 1.0 if upper else -1.0
+    lo = lo + sign * 16.0 * _U * abs(lo)
+    hi = hi + sign * 16.0 * _U * abs(hi)
+    step = math.nextafter(hi - lo, sign * math.inf)
+    lattice = _LossPMF(step, 0, np.array([m_lo, m_hi]), 0.0, 0.0, upper)
+    runs = lattice.self_compose(count, tail_mass, extended)
+    shift = count * lo
+    offsets = runs.losses
+    losses = offsets + shift
+    losses = losses + sign * 8.0 * _U * (np.abs(offsets) + abs(shift))
+    return _regrid(runs, h, losses)
+
+
+def _regrid(pmf: _LossPMF, h: float, losses: FloatArray | None = None) -> _LossPMF:
+    """``pmf`` discretised on grid step ``h`` on its own side (see ``regridded``);
+    ``losses``: its losses, where they are not those of its own grid (shifted)."""
     keep = pmf.probs > 0
-    losses, probs = pmf.losses[keep], pmf.probs[keep]
+    losses = pmf.losses[keep] if losses is None else losses[keep]
+    probs = pmf.probs[keep]
     allowance = add_up(pmf.slack, pmf.fft_l1)
     if losses.size == 0:  # no finite loss: only the mass at +∞ and the allowance
         return _LossPMF(h, 0, np.zeros(1), pmf.inf_mass, allowance, pmf.upper)
