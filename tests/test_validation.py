@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -122,3 +123,17 @@ def test_check_count_accepts_ints_only() -> None:
         check_count("count", True)
     with pytest.raises(ValueError, match=r"^count must be an integer in \[1, 2\*\*53\], got 0$"):
         check_count("count", 0)
+
+
+@pytest.mark.parametrize("check", [check_finite, check_positive, check_epsilon, check_delta])
+def test_numbers_beyond_the_float_range_are_refused_with_the_template(
+    check: Callable[[str, object], float],
+) -> None:
+    # float(10**400) raises OverflowError: it must become the template's ValueError.
+    with pytest.raises(ValueError, match=r"^s must be .*, got 1000"):
+        check("s", 10**400)
+    with pytest.raises(ValueError, match=r"^s must be .*, got Fraction\(1000"):
+        check("s", Fraction(10**400, 3))
+    # A number too long to print is described, not written out.
+    with pytest.raises(ValueError, match=r", got an int of 16610 bits$"):
+        check("s", -(10**5000))

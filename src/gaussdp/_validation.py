@@ -97,7 +97,15 @@ def nonfinite_at(values: object) -> str:
 def _as_float(name: str, value: object, constraint: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(invalid(name, constraint, value))
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # a Python int or Fraction beyond the float range
+        shown = (
+            _Redacted(f"an int of {value.bit_length()} bits")
+            if isinstance(value, int) and value.bit_length() > 4000
+            else value
+        )
+        raise ValueError(invalid(name, constraint, shown)) from None
     if math.isnan(result):
         raise ValueError(invalid(name, constraint, value))
     return result

@@ -132,18 +132,27 @@ def calibrate_noise_multiplier(
     while rdp_eps(hi) > target:
         lo, hi = hi, hi * 2
         if hi > 1e6:
-            raise ValueError(invalid("target_epsilon", "reachable with finite noise", target))
-    # The RDP σ to 2 % (a start: the PLD search below decides).
-    hi = math.exp(
-        smallest_passing(
-            lambda x: rdp_eps(math.exp(x)) <= target,
-            math.log(lo),
-            math.log(hi),
-            rel_tol=0.0,
-            abs_tol=math.log(1.02),
-            grow=True,
+            # RDP's orders (≤ 1024) floor its ε near ln(1/δ)/1023, but the PLD has no such
+            # floor: search on the PLD alone, to 2 %, from the central-limit σ (at large σ
+            # the run is close to q·√steps/σ-GDP, the CLT view of DP-SGD in Dong, Roth and
+            # Su's GDP paper; only a start: the PLD decides).
+            from gaussdp.privacy import gdp_mu
+
+            start = q * math.sqrt(steps) / gdp_mu(target, delta)
+            hi = smallest_scale(lambda s: eps_of(s, None), target, start, 0.02, step=2.0)
+            break
+    else:
+        # The RDP σ to 2 % (a start: the PLD search below decides).
+        hi = math.exp(
+            smallest_passing(
+                lambda x: rdp_eps(math.exp(x)) <= target,
+                math.log(lo),
+                math.log(hi),
+                rel_tol=0.0,
+                abs_tol=math.log(1.02),
+                grow=True,
+            )
         )
-    )
     fine_h = PLDAccountant().compose(Subsampled(Gaussian(hi), q), steps).value_discretization
     return _coarse_then_fine(eps_of, target, 0.95 * hi, rtol, fine_h)
 
