@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import isqrt
-from typing import Literal, Protocol, overload
+from typing import ClassVar, Literal, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -72,9 +72,11 @@ F64Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 ObjectArray = npt.NDArray[np.object_]
 
-# §1 assumption: np.log and np.exp return results within relative error 2**-44 of the true
-# value for normal results (documented worst cases are below 4 ulp ~ 2**-50).
-# tests/sampling/test_float_assumption.py checks it on this platform.
+# §1 assumption 3: the log and exp kernels (numpy's, or torch's in the noise worker, see
+# _Kernels) return results within relative error 2**-44 of the true value for normal
+# results (documented worst cases are below 4 ulp ~ 2**-50).
+# tests/sampling/test_sampling_exact.py::test_log_and_exp_are_within_the_assumed_error
+# checks it on this platform.
 _REL_ERR_LIBM = 2.0**-44
 # §2.1: |v - (-tau ln u_mid)| <= |v| (REL_ERR_LIBM + 2**-51) (1 + 2**-40); 2x slack -> 2**-42.
 _ETA_REL = 2.0**-42
@@ -170,6 +172,64 @@ class FixedWork:
 # ---------------------------------------------------------------------------
 
 
+def _numpy_log(values: F64Array) -> None:
+    np.log(values, out=values)
+
+
+def _numpy_exp(values: F64Array) -> None:
+    np.exp(values, out=values)
+
+
+class _Kernels:
+    """The in-place elementwise ``log`` and ``exp`` of the fast path (docs §1, assumption 3).
+
+    numpy's by default (on x86-64 without AVX-512 these are the C library's scalar
+    functions, ≈ 5–8 ns per value). :func:`_use_torch_kernels` switches this process to
+    torch's vectorised float64 kernels (SLEEF/VML, ≈ 2–4 ns per value): the noise worker
+    of DP-SGD does, where torch is installed anyway. Only the float brackets change
+    (both kernels meet assumption 3, which the platform test checks), never a decision's
+    law: outputs for a seed are the same except when a lane's uniform falls between the
+    two kernels' bracket ends (probability ~2**-50 per candidate, docs §8).
+    """
+
+    log: ClassVar[Callable[[F64Array], None]] = _numpy_log
+    exp: ClassVar[Callable[[F64Array], None]] = _numpy_exp
+
+
+def _torch_kernels() -> tuple[Callable[[F64Array], None], Callable[[F64Array], None]] | None:
+    """torch's in-place float64 ``log`` and ``exp`` on numpy arrays; None without torch."""
+    try:
+        import torch  # optional, and heavy: imported only where asked for
+    except ImportError:
+        return None
+    from_numpy = torch.from_numpy
+
+    def log(values: F64Array) -> None:
+        from_numpy(values).log_()
+
+    def exp(values: F64Array) -> None:
+        from_numpy(values).exp_()
+
+    return log, exp
+
+
+def _use_torch_kernels() -> bool:
+    """Compute the fast path's log and exp with torch in this process; False without torch.
+
+    For the noise worker (:mod:`gaussdp.sampling._worker`): it also sets torch to one
+    thread, since a parallel kernel on a block of candidates costs more CPU in all than
+    it saves in wall time (measured here: 2 threads took 3-7x the CPU of one).
+    """
+    kernels = _torch_kernels()
+    if kernels is None:
+        return False
+    import torch  # imported by _torch_kernels already
+
+    torch.set_num_threads(1)
+    _Kernels.log, _Kernels.exp = kernels
+    return True
+
+
 def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, BoolArray]:
     """``floor(-tau ln U)`` as integer-valued floats where decided, and the undecided lanes.
 
@@ -183,7 +243,7 @@ def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, Bool
     m = m_int.view(np.int64).astype(np.float64)
     v = np.multiply(m, 2.0**-bits)  # exact scaling by a power of two
     v += 2.0 ** -(bits + 1)  # u_mid = (2m + 1) / 2**(bits + 1), exact: 2m + 1 < 2**53
-    np.log(v, out=v)
+    _Kernels.log(v)
     v *= -tau_f
     eta = np.maximum(m, 1.0, out=m)
     np.divide(tau_f, eta, out=eta)
@@ -217,7 +277,8 @@ def _bernoulli_exp_fast(minus_x: F64Array, m: F64Array, bits: int) -> tuple[Bool
     scale = 2.0**bits
     r = np.multiply(minus_x, -_BRACKET_SLOPE)  # x_f * slope (negation is exact)
     r += _BRACKET_CONST
-    p = np.exp(minus_x, out=minus_x)
+    _Kernels.exp(minus_x)
+    p = minus_x
     r *= p
     low = np.subtract(p, r)
     low *= scale
@@ -408,8 +469,10 @@ def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
     return words >> np.uint64(12), (words & np.uint64(1)).astype(np.bool_)
 
 
-def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
+def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray | F64Array:
     """``n`` candidates of CKS Alg 3 on the small path; returns the accepted values.
+
+    The values are int64, or (without exact lanes) float64 holding integers below 2**52.
 
     Bits per candidate (§2.4): for ``t <= 256`` one word holds
     ``[31 bits of U | sign | 32 bits of U']``; otherwise one word gives 52 bits of
@@ -472,8 +535,9 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         for i, value in exact.items():
             g[i] = value
         return np.compress(accepted, _signed(g, low_bits >= np.uint64(1 << 63)))
-    # (1 - 2B) G: the signed floats are exact integers below 2**52
-    signed: IntArray = low[accepted].astype(np.int64)
+    # (1 - 2B) G: the signed floats are exact integers below 2**52, converted exactly to
+    # int64 where _draw copies them into the output (np.compress beats a boolean index)
+    signed: F64Array = np.compress(accepted, low)
     return signed
 
 
