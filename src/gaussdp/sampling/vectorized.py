@@ -446,14 +446,20 @@ def _signed(g: IntArray, negative: BoolArray) -> IntArray:
     return signed
 
 
-# Index of the more significant 32-bit half of a native uint64 read as two uint32.
-_HIGH_HALF = 1 if sys.byteorder == "little" else 0
+def _half_words(words: U64Array, out: F64Array) -> None:
+    """``out[i]`` = 32-bit half ``i`` of ``words``, converted exactly to float.
 
-
-def _halves(words: U64Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
-    """Views of ``words >> 32`` and ``words & 0xFFFFFFFF`` (no copy)."""
-    pairs = words.view(np.uint32).reshape(-1, 2)
-    return pairs[:, _HIGH_HALF], pairs[:, 1 - _HIGH_HALF]
+    Half ``i`` is the low half (``w & 0xFFFFFFFF``) of word ``i // 2`` for even ``i`` and
+    its high half (``w >> 32``) for odd ``i``: on a little-endian machine, the words'
+    memory read as uint32 (one contiguous conversion, docs §2.4).
+    """
+    halves = words.view(np.uint32)
+    n = len(out)
+    if sys.byteorder == "little":
+        out[:] = halves[:n]
+    else:  # memory order is [high, low] per word
+        out[0::2] = halves[1::2][: (n + 1) // 2]
+        out[1::2] = halves[0::2][: n // 2]
 
 
 def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
@@ -469,7 +475,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray 
     Bits per candidate (§2.4): for ``t <= 256`` one word holds
     ``[31 bits of U | sign | 32 bits of U']``; otherwise one word gives 52 bits of
     ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``
-    (the high halves serve the first ``ceil(n/2)`` candidates, the low halves the rest).
+    (candidate ``2j`` the low half of extra word ``j``, candidate ``2j + 1`` its high half).
     """
     tau = plan.tau
     m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
@@ -481,11 +487,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray 
         n_half = (n + 1) // 2
         words = rng.words(n + n_half)
         m_geo, geo_bits, sign_shift = words[:n] >> np.uint64(12), 52, 0
-        halves = words[n:]
-        # the 32-bit halves of each word, read in place (converted exactly to float)
-        high_halves, low_halves = _halves(halves)
-        m_acc[:n_half] = high_halves
-        m_acc[n_half:] = low_halves[: n - n_half]
+        _half_words(words[n:], m_acc)  # candidate i: 32-bit half i of the extra words
         words = words[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
     low, undecided = _geometric(m_geo, geo_bits, plan.t_f)
@@ -590,14 +592,13 @@ def _gaussian_small_few(plan: _GaussianPlan, n: int, need: int, rng: RandomSourc
     out: list[int] = []
     packed = plan.t <= _PACKED_T_MAX
     words = _word_list(rng, n if packed else n + (n + 1) // 2)
-    halves = (n + 1) // 2
     for i in range(n):
         w = words[i]
         if packed:  # [31 bits of U | sign | 32 bits of U']
             m_geo, geo_bits, negative, m_acc = w >> 33, 31, (w >> 32) & 1, w & 0xFFFFFFFF
         else:  # 52 bits of U and the sign; U' from the halves of the words after the n
             m_geo, geo_bits, negative = w >> 12, 52, w & 1
-            m_acc = words[n + i] >> 32 if i < halves else words[n + i - halves] & 0xFFFFFFFF
+            m_acc = (words[n + i // 2] >> (32 * (i & 1))) & 0xFFFFFFFF  # half i (§2.4)
         g = _geometric_one(m_geo, geo_bits, tau, tau_f, rng)
         if negative and g == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
             continue
