@@ -12,6 +12,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -530,9 +531,36 @@ def test_prefetched_noise_equals_noise_drawn_in_place() -> None:
     assert not torch.equal(outputs[0][0], outputs[0][1])
 
 
+def test_torch_kernels_give_the_numpy_kernels_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The noise worker's torch log/exp (docs/sampler-exactness.md §1) only move float
+    brackets: every decision is the same function of the uniforms, so seeded draws are
+    the same unless a uniform falls between the two kernels' bracket ends (~2**-50 each)."""
+    from gaussdp.sampling import vectorized
+    from gaussdp.sampling.vectorized import discrete_gaussian, discrete_laplace
+
+    kernels = vectorized._torch_kernels()
+    assert kernels is not None
+    cases = [
+        (discrete_gaussian, 17263857673),  # DP-SGD's σ_Z² (benchmarks/dpsgd.py's MLP)
+        (discrete_gaussian, 3),  # one word per candidate (t <= 256)
+        (discrete_gaussian, 10**20),  # t > 2**26: G and Lo (§2.3)
+        (discrete_laplace, Fraction(10**5, 3)),
+    ]
+    draws = []
+    for log, exp in [(vectorized._Kernels.log, vectorized._Kernels.exp), kernels]:
+        monkeypatch.setattr(vectorized._Kernels, "log", log)
+        monkeypatch.setattr(vectorized._Kernels, "exp", exp)
+        draws.append(
+            [sample(p, 20_000, rng=ChaCha20Random(i)) for i, (sample, p) in enumerate(cases)]
+        )
+    for numpy_draw, torch_draw in zip(*draws, strict=True):
+        assert np.array_equal(numpy_draw, torch_draw)
+
+
 def test_default_prefetch_uses_a_worker_for_large_models_only() -> None:
     from gaussdp.ml import SumNoiser
     from gaussdp.ml.noise import PREFETCH_MIN_DIM
+    from gaussdp.sampling.background import TORCH_KERNELS_MIN_DIM
 
     small = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM - 1, rng=ChaCha20Random(0))
     large = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM, rng=ChaCha20Random(0))
@@ -540,6 +568,14 @@ def test_default_prefetch_uses_a_worker_for_large_models_only() -> None:
     assert not small._stream.background
     assert large._stream is not None
     assert large._stream.background
+    # Such a worker computes log and exp with torch (TORCH_KERNELS_MIN_DIM <= 2**15); the
+    # values are those drawn in place with numpy's kernels.
+    assert PREFETCH_MIN_DIM >= TORCH_KERNELS_MIN_DIM
+    assert large._stream._worker is not None
+    assert large._stream._worker._proc.args[-1] == "torch"
+    in_place = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM, rng=ChaCha20Random(0), prefetch=False)
+    zeros = [torch.zeros(PREFETCH_MIN_DIM, dtype=torch.float64)]
+    assert torch.equal(large.release(zeros)[0], in_place.release(zeros)[0])
     large.close()
     assert not large._stream.background
 

@@ -77,7 +77,7 @@ def test_huge_path_one_draw_at_a_time(monkeypatch: pytest.MonkeyPatch, fresh_pla
 def test_huge_path_exact_resolution_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     # Widen the float bounds so that every G and every acceptance is decided exactly (§3).
     monkeypatch.setattr(vec, "_ETA_REL", 1.0)
-    monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
+    monkeypatch.setattr(vec, "_BRACKET_REL", 4.0)
     sigma2 = 10**18
     sample = discrete_gaussian(sigma2, 500, rng=ChaCha20Random(202))  # ~10 ms per draw
     stat, crit = _chi2_at(sigma2, sample)

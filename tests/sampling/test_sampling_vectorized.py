@@ -220,7 +220,7 @@ def test_exact_fallback_alone_has_the_right_distribution(
     # Widen the float error bounds so that (almost) every lane is undecided by the fast
     # path and is finished by the exact resolver: the resolver alone must be exact.
     monkeypatch.setattr(vec, "_ETA_REL", 1.0)
-    monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
+    monkeypatch.setattr(vec, "_BRACKET_REL", 4.0)
     n = 4_000
     sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(107))
     edges, probs = make_bins(
@@ -248,7 +248,7 @@ def test_geometric_leaves_a_zero_prefix_undecided(bits: int, tau: float) -> None
 
 
 def test_big_path_exact_fallback_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vec, "_BRACKET_CONST", 4.0)
+    monkeypatch.setattr(vec, "_BRACKET_REL", 4.0)
     n = 3_000
     sigma2 = 10**100
     sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(109))

@@ -1,7 +1,9 @@
 """The worker process of :class:`gaussdp.sampling.background.NoiseStream`.
 
-Run as ``python -m gaussdp.sampling._worker FD DIM SIGMA2``: ``FD`` is an inherited
-file of ``2 * DIM`` int64 slots, mapped shared with the caller. Each request on
+Run as ``python -m gaussdp.sampling._worker FD DIM SIGMA2 [torch]``: ``FD`` is an
+inherited file of ``2 * DIM`` int64 slots, mapped shared with the caller; with ``torch``
+the sampler computes its float brackets with torch's vectorised log and exp
+(:func:`gaussdp.sampling.vectorized._use_torch_kernels`; the same law, less CPU). Each request on
 standard input is one slot byte followed by a 32-byte ChaCha20 key; the worker
 writes ``discrete_gaussian(SIGMA2, DIM, rng=ChaCha20Random(key))`` into that slot
 and answers one byte, 0x01, on standard output. End of input ends the worker.
@@ -18,13 +20,15 @@ import numpy as np
 
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling.background import REQUEST_BYTES
-from gaussdp.sampling.vectorized import _discrete_gaussian_into
+from gaussdp.sampling.vectorized import _discrete_gaussian_into, _use_torch_kernels
 
 
 def main(argv: list[str]) -> int:
     fd, dim, sigma2 = int(argv[0]), int(argv[1]), Fraction(argv[2])
     # Ctrl-C in the caller's terminal reaches this process too; the caller decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if argv[3:] == ["torch"]:
+        _use_torch_kernels()  # without torch: numpy's kernels, the same law
     shared = mmap.mmap(fd, 2 * dim * 8)
     slots = np.frombuffer(shared, dtype=np.int64).reshape(2, dim)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import isqrt
-from typing import Literal, Protocol, overload
+from typing import ClassVar, Literal, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -72,17 +72,19 @@ F64Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 ObjectArray = npt.NDArray[np.object_]
 
-# §1 assumption: np.log and np.exp return results within relative error 2**-44 of the true
-# value for normal results (documented worst cases are below 4 ulp ~ 2**-50).
-# tests/sampling/test_float_assumption.py checks it on this platform.
+# §1 assumption 3: the log and exp kernels (numpy's, or torch's in the noise worker, see
+# _Kernels) return results within relative error 2**-44 of the true value for normal
+# results (documented worst cases are below 4 ulp ~ 2**-50).
+# tests/sampling/test_sampling_exact.py::test_log_and_exp_are_within_the_assumed_error
+# checks it on this platform.
 _REL_ERR_LIBM = 2.0**-44
 # §2.1: |v - (-tau ln u_mid)| <= |v| (REL_ERR_LIBM + 2**-51) (1 + 2**-40); 2x slack -> 2**-42.
 _ETA_REL = 2.0**-42
-# §2.2: |x_f - gamma| <= 2**-47 (1 + x_f); 2x slack; the bracket factor is
-# 2R = 2 (2 REL_ERR_LIBM + 2 * 2**-45 (1 + x)) = 2**-42 + 2**-43 (1 + x).
-_BRACKET_CONST = 2.0**-42 + 2.0**-43
-_BRACKET_SLOPE = 2.0**-43
-_TINY = 2.0**-60
+# §2.2: |x_f - gamma| <= 2**-47 (1 + x_f) (2**-45 assumed), so with p_f = fl(exp(-x_f)),
+# |2**bits (e^-gamma - p_f)| <= 2**bits (1.5 * 2**-43 (1 + 2**-44) + 2**-60); with the
+# rounding of p_f 2**bits +- delta (<= 2**(bits - 52)) that is below
+# delta = _BRACKET_REL 2**bits: 2x slack and more.
+_BRACKET_REL = 2.0**-41
 _TWO52 = 2.0**52
 _TWO53 = 2.0**53
 _TWO_M53 = 2.0**-53
@@ -96,7 +98,9 @@ _HUGE_TAU_BITS = 21
 # Outputs are int64 when the scale is at most 2**40 (so |value| >= 2**63 has probability
 # below 10**-(10**6)); otherwise an object array of Python ints.
 _INT64_SCALE_MAX = Fraction(2**40)
-_CHUNK = 1 << 13
+# Candidates per block: the ~45 numpy calls per block cost ~1 µs each whatever its size,
+# and larger blocks spill the caches (docs §6: 16384 beat 8192 by ~10 %, 65536 lost 2x).
+_CHUNK = 1 << 14
 # Below this the float brackets could underflow; such (near point-mass) distributions are
 # drawn with the scalar reference instead (docs §5).
 _TINY_PARAM = Fraction(1, 2**60)
@@ -170,6 +174,64 @@ class FixedWork:
 # ---------------------------------------------------------------------------
 
 
+def _numpy_log(values: F64Array) -> None:
+    np.log(values, out=values)
+
+
+def _numpy_exp(values: F64Array) -> None:
+    np.exp(values, out=values)
+
+
+class _Kernels:
+    """The in-place elementwise ``log`` and ``exp`` of the fast path (docs §1, assumption 3).
+
+    numpy's by default (on x86-64 without AVX-512 these are the C library's scalar
+    functions, ≈ 5–8 ns per value). :func:`_use_torch_kernels` switches this process to
+    torch's vectorised float64 kernels (SLEEF/VML, ≈ 2–4 ns per value): the noise worker
+    of DP-SGD does, where torch is installed anyway. Only the float brackets change
+    (both kernels meet assumption 3, which the platform test checks), never a decision's
+    law: outputs for a seed are the same except when a lane's uniform falls between the
+    two kernels' bracket ends (probability ~2**-50 per candidate, docs §8).
+    """
+
+    log: ClassVar[Callable[[F64Array], None]] = _numpy_log
+    exp: ClassVar[Callable[[F64Array], None]] = _numpy_exp
+
+
+def _torch_kernels() -> tuple[Callable[[F64Array], None], Callable[[F64Array], None]] | None:
+    """torch's in-place float64 ``log`` and ``exp`` on numpy arrays; None without torch."""
+    try:
+        import torch  # optional, and heavy: imported only where asked for
+    except ImportError:
+        return None
+    from_numpy = torch.from_numpy
+
+    def log(values: F64Array) -> None:
+        from_numpy(values).log_()
+
+    def exp(values: F64Array) -> None:
+        from_numpy(values).exp_()
+
+    return log, exp
+
+
+def _use_torch_kernels() -> bool:
+    """Compute the fast path's log and exp with torch in this process; False without torch.
+
+    For the noise worker (:mod:`gaussdp.sampling._worker`): it also sets torch to one
+    thread, since a parallel kernel on a block of candidates costs more CPU in all than
+    it saves in wall time (measured here: 2 threads took 3-7x the CPU of one).
+    """
+    kernels = _torch_kernels()
+    if kernels is None:
+        return False
+    import torch  # imported by _torch_kernels already
+
+    torch.set_num_threads(1)
+    _Kernels.log, _Kernels.exp = kernels
+    return True
+
+
 def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, BoolArray]:
     """``floor(-tau ln U)`` as integer-valued floats where decided, and the undecided lanes.
 
@@ -183,7 +245,7 @@ def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, Bool
     m = m_int.view(np.int64).astype(np.float64)
     v = np.multiply(m, 2.0**-bits)  # exact scaling by a power of two
     v += 2.0 ** -(bits + 1)  # u_mid = (2m + 1) / 2**(bits + 1), exact: 2m + 1 < 2**53
-    np.log(v, out=v)
+    _Kernels.log(v)
     v *= -tau_f
     eta = np.maximum(m, 1.0, out=m)
     np.divide(tau_f, eta, out=eta)
@@ -204,30 +266,21 @@ def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, Bool
 def _bernoulli_exp_fast(minus_x: F64Array, m: F64Array, bits: int) -> tuple[BoolArray, BoolArray]:
     """Decide ``U' < exp(-gamma)`` from ``minus_x = -x_f``, ``|x_f - gamma| <= 2**-45 (1 + x_f)``.
 
-    ``U'`` is in ``[m, m + 1) / 2**bits`` (``bits <= 53``); ``m`` holds the integers as
-    floats (exact below ``2**53``). With ``p = fl(exp(-x_f))`` and
-    ``r = 2**-42 + 2**-43 (1 + x_f)`` the integers
-    ``A = floor(2**bits p (1 - r))`` and ``B = ceil(2**bits min(1, p (1 + r) + 2**-60))``
-    satisfy ``A <= 2**bits exp(-gamma) <= B`` (§2.2): ``m + 1 <= A`` proves
-    acceptance, ``m >= B`` proves rejection, anything else is undecided.
-    For an integer m, ``m + 1 <= A`` is ``m + 1 <= 2**bits p (1 - r)`` and ``m < B`` is
-    ``m < 2**bits min(...)``; both are compared in floats, where ``m + 1 <= 2**53`` is
-    exact. ``minus_x`` is overwritten. Returns ``(accepted, undecided)``.
+    ``U'`` is in ``[m, m + 1) / 2**bits`` (``bits <= 52``); ``m`` holds the integers as
+    floats (exact). With ``P = fl(exp(-x_f)) 2**bits`` and ``delta = 2**(bits - 41)``,
+    ``fl(P - (1 + delta)) + 1 <= 2**bits exp(-gamma) <= fl(P + delta)`` (§2.2):
+    ``m <= fl(P - (1 + delta))`` proves acceptance, ``m >= fl(P + delta)`` proves
+    rejection, anything else is undecided. ``minus_x`` is overwritten. Returns
+    ``(accepted, undecided)``.
     """
-    scale = 2.0**bits
-    r = np.multiply(minus_x, -_BRACKET_SLOPE)  # x_f * slope (negation is exact)
-    r += _BRACKET_CONST
-    p = np.exp(minus_x, out=minus_x)
-    r *= p
-    low = np.subtract(p, r)
-    low *= scale
-    high = np.add(p, r, out=r)
-    high += _TINY
-    high *= scale  # B's min(1, ...) is moot: m < 2**bits always
-    undecided = np.less(m, high)
-    m_plus_one = np.add(m, 1.0, out=high)  # exact: m + 1 <= 2**53
-    accepted = np.less_equal(m_plus_one, low)
-    # accepted lanes have m < m + 1 <= low <= high, so they are among the m < high ones
+    delta = _BRACKET_REL * 2.0**bits
+    _Kernels.exp(minus_x)
+    scaled = minus_x
+    scaled *= 2.0**bits  # exact: a power of two
+    undecided = np.less(m, np.add(scaled, delta))  # not rejected: m < fl(P + delta)
+    scaled -= 1.0 + delta
+    accepted = np.less_equal(m, scaled)
+    # accepted lanes have m <= fl(P - 1 - delta) < fl(P + delta), so they are not rejected
     undecided ^= accepted
     return accepted, undecided
 
@@ -393,14 +446,20 @@ def _signed(g: IntArray, negative: BoolArray) -> IntArray:
     return signed
 
 
-# Index of the more significant 32-bit half of a native uint64 read as two uint32.
-_HIGH_HALF = 1 if sys.byteorder == "little" else 0
+def _half_words(words: U64Array, out: F64Array) -> None:
+    """``out[i]`` = 32-bit half ``i`` of ``words``, converted exactly to float.
 
-
-def _halves(words: U64Array) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
-    """Views of ``words >> 32`` and ``words & 0xFFFFFFFF`` (no copy)."""
-    pairs = words.view(np.uint32).reshape(-1, 2)
-    return pairs[:, _HIGH_HALF], pairs[:, 1 - _HIGH_HALF]
+    Half ``i`` is the low half (``w & 0xFFFFFFFF``) of word ``i // 2`` for even ``i`` and
+    its high half (``w >> 32``) for odd ``i``: on a little-endian machine, the words'
+    memory read as uint32 (one contiguous conversion, docs §2.4).
+    """
+    halves = words.view(np.uint32)
+    n = len(out)
+    if sys.byteorder == "little":
+        out[:] = halves[:n]
+    else:  # memory order is [high, low] per word
+        out[0::2] = halves[1::2][: (n + 1) // 2]
+        out[1::2] = halves[0::2][: n // 2]
 
 
 def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
@@ -408,13 +467,15 @@ def _split_word(words: U64Array) -> tuple[U64Array, BoolArray]:
     return words >> np.uint64(12), (words & np.uint64(1)).astype(np.bool_)
 
 
-def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
+def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray | F64Array:
     """``n`` candidates of CKS Alg 3 on the small path; returns the accepted values.
+
+    The values are int64, or (without exact lanes) float64 holding integers below 2**52.
 
     Bits per candidate (§2.4): for ``t <= 256`` one word holds
     ``[31 bits of U | sign | 32 bits of U']``; otherwise one word gives 52 bits of
     ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``
-    (the high halves serve the first ``ceil(n/2)`` candidates, the low halves the rest).
+    (candidate ``2j`` the low half of extra word ``j``, candidate ``2j + 1`` its high half).
     """
     tau = plan.tau
     m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
@@ -426,11 +487,7 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         n_half = (n + 1) // 2
         words = rng.words(n + n_half)
         m_geo, geo_bits, sign_shift = words[:n] >> np.uint64(12), 52, 0
-        halves = words[n:]
-        # the 32-bit halves of each word, read in place (converted exactly to float)
-        high_halves, low_halves = _halves(halves)
-        m_acc[:n_half] = high_halves
-        m_acc[n_half:] = low_halves[: n - n_half]
+        _half_words(words[n:], m_acc)  # candidate i: 32-bit half i of the extra words
         words = words[:n]
     # CKS Alg 3: Y <- discrete Laplace with scale t (CKS Alg 2, by inversion, §2.1).
     low, undecided = _geometric(m_geo, geo_bits, plan.t_f)
@@ -472,8 +529,9 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray:
         for i, value in exact.items():
             g[i] = value
         return np.compress(accepted, _signed(g, low_bits >= np.uint64(1 << 63)))
-    # (1 - 2B) G: the signed floats are exact integers below 2**52
-    signed: IntArray = low[accepted].astype(np.int64)
+    # (1 - 2B) G: the signed floats are exact integers below 2**52, converted exactly to
+    # int64 where _draw copies them into the output (np.compress beats a boolean index)
+    signed: F64Array = np.compress(accepted, low)
     return signed
 
 
@@ -514,12 +572,11 @@ def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSo
 
 def _accept_one(x: float, m: int, bits: int) -> bool | None:
     """:func:`_bernoulli_exp_fast` for one lane (§2.2): True, False, or None if undecided."""
-    scale = 2.0**bits
-    p = math.exp(-x)
-    r = (x * _BRACKET_SLOPE + _BRACKET_CONST) * p
-    if m + 1.0 <= (p - r) * scale:
+    delta = _BRACKET_REL * 2.0**bits
+    scaled = math.exp(-x) * 2.0**bits
+    if m <= scaled - (1.0 + delta):
         return True
-    if m < (p + r + _TINY) * scale:
+    if m < scaled + delta:
         return None
     return False
 
@@ -535,14 +592,13 @@ def _gaussian_small_few(plan: _GaussianPlan, n: int, need: int, rng: RandomSourc
     out: list[int] = []
     packed = plan.t <= _PACKED_T_MAX
     words = _word_list(rng, n if packed else n + (n + 1) // 2)
-    halves = (n + 1) // 2
     for i in range(n):
         w = words[i]
         if packed:  # [31 bits of U | sign | 32 bits of U']
             m_geo, geo_bits, negative, m_acc = w >> 33, 31, (w >> 32) & 1, w & 0xFFFFFFFF
         else:  # 52 bits of U and the sign; U' from the halves of the words after the n
             m_geo, geo_bits, negative = w >> 12, 52, w & 1
-            m_acc = words[n + i] >> 32 if i < halves else words[n + i - halves] & 0xFFFFFFFF
+            m_acc = (words[n + i // 2] >> (32 * (i & 1))) & 0xFFFFFFFF  # half i (§2.4)
         g = _geometric_one(m_geo, geo_bits, tau, tau_f, rng)
         if negative and g == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
             continue
