@@ -681,10 +681,11 @@ def _centre_survivors(
     """Recompute the largest surviving coefficients' powers with centred sums, in place.
 
     Lemma 3 charges every surviving coefficient k·γ(N)·‖p‖₁: the FFT's error is relative
-    to the whole mass. Around an integer centre c (the median index), φ_j =
+    to the whole mass. Around an integer centre c (the index nearest the mean), φ_j =
     e^{−2πi·cj/N}(1 − w_j) with w_j = (1 − m_c) + D_j − e^{2πi·cj/N}T_j: 1 − m_c the mass
     outside the core window, correctly rounded (``math.fsum``), D_j the core's centred
-    deviation (Lemma 8(a), error ∝ Σ core_i|θ_i|), T_j the tail's DFT by blocked direct
+    deviation (Lemma 8(a), error u-relative to Re D_j and to the first moment's part of
+    Im D_j, plus O(u) times the cubic rest), T_j the tail's DFT by blocked direct
     sums (Lemma 8(b), error about 128u·‖tail‖₁, the window chosen so that this is below
     u·Σ core_i|θ_i|). Then φ_j^k =
     e^{−2πi·ckj/N}(1 − w_j)^k is evaluated by Lemma 9 and bounded by Lemma 3 with e_j the
@@ -705,10 +706,14 @@ def _centre_survivors(
     cand, key = alive[keep_key], key[keep_key]
     if cand.size == 0:
         return
-    # Centre c: the median index; spread sd from the quartiles (a normal's IQR/1.349).
+    # Centre c: the index nearest the mean, so that the core's first moment about c, the
+    # part of Im D_j that Lemma 8(a) sums to u of itself, is small (a skewed PLD's median
+    # lies tens of points from its mean; any integer c is valid). Spread sd from the
+    # quartiles (a normal's IQR/1.349).
     cs = np.concatenate(([0.0], np.cumsum(p)))
-    c, q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.5, 0.25, 0.75])))
-    c = min(max(c - 1, 0), n - 1)
+    q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.25, 0.75])))
+    mean = float(np.sum(p * np.arange(n, dtype=np.float64))) / m
+    c = min(max(round(mean), 0), n - 1) if math.isfinite(mean) else n // 2
     sd = max((q3 - q1) / 1.349, 1.0)
     # The core window [lo, hi): widened until the tail's error (about 128u·‖tail‖₁,
     # tail_dft) is below u·π·sd/N (about u·Σ core_i|θ_i| at j = 1) or it holds all of p.
