@@ -230,7 +230,7 @@ def _first_moment(plus: FloatArray, minus: FloatArray) -> tuple[float, float]:
 
     Veltkamp's split (C = 2²⁷ + 1) writes each mass x ≥ 2⁻⁹⁰⁰ as hi + lo exactly, both
     with at most 26 significant bits, so t·hi and t·lo are exact for integers t < 2²⁶;
-    :func:`row_sums` adds the products (u|S̃| + c·Σ|products|). Masses below 2⁻⁹⁰⁰ are
+    ``math.fsum`` adds the products correctly rounded (u|S̃|). Masses below 2⁻⁹⁰⁰ are
     left out and their Σ t·x (raised) is added to the bound.
     """
     t = np.arange(plus.size, dtype=np.float64)
@@ -247,11 +247,8 @@ def _first_moment(plus: FloatArray, minus: FloatArray) -> tuple[float, float]:
         lo = big - hi
         parts.append(sign * t * hi)
         parts.append(sign * t * lo)
-    terms = np.concatenate(parts)
-    total, c = row_sums(terms[None, :])
-    s = float(total[0])
-    bound = U * abs(s) + c * float(np.sum(np.abs(terms))) * (1.0 + 1.01 * (terms.size + 2) * U)
-    return s, 1.01 * (bound + dropped * (1.0 + 1.01 * (plus.size + 2) * U))
+    s = math.fsum(np.concatenate(parts).tolist())  # correctly rounded: u|S̃|
+    return s, 1.01 * (U * abs(s) + dropped * (1.0 + 1.01 * (plus.size + 2) * U))
 
 
 # The cubic part g(θ) = θ − sin θ = θ³·Σ_i (−1)^i θ^{2i}/(2i + 3)! for |θ| ≤ ½: the
