@@ -240,7 +240,7 @@ def _first_moment(plus: FloatArray, minus: FloatArray) -> tuple[float, float]:
     dropped = 0.0
     for x, sign in ((plus, 1.0), (minus, -1.0)):
         small = x < 2.0**-900
-        dropped += float(np.sum(t[small] * x[small]))
+        dropped += float(np.sum(t[small] * np.abs(x[small])))
         big = np.where(small, 0.0, x)
         scaled = big * 134217729.0
         hi = scaled - (scaled - big)
@@ -292,8 +292,11 @@ def centred_deviations(
     """
     jj = np.asarray(js, dtype=np.int64)[:, None]
     prod = np.arange(plus.size, dtype=np.int64)[None, :] * jj  # t·j, exact
-    r = prod % n
-    r[r > n // 2] -= n
+    if (plus.size - 1) * max(js, default=0) > n // 2:
+        r = prod % n
+        r[r > n // 2] -= n
+    else:
+        r = prod  # no angle to reduce
     half = r * (math.pi / n)
     s = np.sin(half)
     both = plus + minus
@@ -308,26 +311,29 @@ def centred_deviations(
     lin = (step * jf) * moment
     lin_err = 4.03 * U * np.abs(lin) + 1.01 * (step * jf) * (moment_err * (1.0 + 3.01 * U))
     theta = half + half  # 2·fl(fl(π/N)·r) = fl(fl(2π/N)·r): the same rounding
-    del half
-    y = theta * theta
-    g = np.full(y.shape, _CUBIC_SERIES[-1])
-    for coef in _CUBIC_SERIES[-2::-1]:
-        g *= y
-        g += coef
-    g *= theta * y
-    # The far terms: t·j > P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j ≤ P < N/2 is not
-    # reduced and θ̃ ≤ ½ is near), a suffix of each row. There g̃ = fl(ϑ̃ − sin θ̃),
-    # |error| ≤ 14.05u·ϑ̃ + u|g̃|.
+    del half, r
+    # Near terms: t·j ≤ P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j < N/2 is not reduced
+    # and θ̃ < ½), a prefix of each row, by the series. Far terms, the rest of the row:
+    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃|.
     limit = math.floor(_CUBIC_NEAR / step * (1.0 - 1e-12))
+    g = np.empty(theta.shape)
     far_err = np.zeros(len(js))
     for row, j in enumerate(js):
-        first = limit // j + 1 if j > 0 else plus.size
+        first = min(limit // j + 1, plus.size) if j > 0 else plus.size
+        near = theta[row, :first]
+        y = near * near
+        poly = np.full(first, _CUBIC_SERIES[-1])
+        for coef in _CUBIC_SERIES[-2::-1]:
+            poly *= y
+            poly += coef
+        y *= near
+        np.multiply(y, poly, out=g[row, :first])
         if first < plus.size:
             unreduced = prod[row, first:].astype(np.float64) * step
             g[row, first:] = unreduced - np.sin(theta[row, first:])
             far_err[row] = float(np.sum(np.abs(diff[first:]) * unreduced))
     far_err *= 14.05 * U * (1.0 + 1.01 * U) * (1.0 + 1.01 * (plus.size + 2) * U)
-    del theta, prod, y, r
+    del theta, prod
     g *= diff
     rest, c_rest = row_sums(g)
     # Each term: |diff|·|g̃ error|·(1 + u) + 2.01u|term|, g's error 27u|g̃| (near) or

@@ -698,7 +698,7 @@ def _centre_survivors(
     deviation (Lemma 8(a), error u-relative to Re D_j and to the first moment's part of
     Im D_j, plus O(u) times the cubic rest), T_j the tail's DFT by blocked direct
     sums (Lemma 8(b), error about 128u·‖tail‖₁, the window chosen so that this is below
-    u·Σ core_i|θ_i|). Then φ_j^k =
+    ½u·π·sd/N). Then φ_j^k =
     e^{−2πi·ckj/N}(1 − w_j)^k is evaluated by Lemma 9 and bounded by Lemma 3 with e_j the
     bound on |w̃_j − w_j| (Lemma 8(b)). A coefficient takes the new value where its bound
     is smaller than the one it had.
@@ -727,7 +727,7 @@ def _centre_survivors(
     c = min(max(round(mean), 0), n - 1) if math.isfinite(mean) else n // 2
     sd = max((q3 - q1) / 1.349, 1.0)
     # The core window [lo, hi): widened until the tail's error (about 128u·‖tail‖₁,
-    # tail_dft) is below u·π·sd/N (about u·Σ core_i|θ_i| at j = 1) or it holds all of p.
+    # tail_dft) is below ½u·π·sd/N or it holds all of p.
     target = math.pi * sd / (128.0 * size)
     half = max(8, int(8 * sd))
     while True:
