@@ -219,6 +219,39 @@ def _table(
             )
 
 
+def _totals(
+    cases: list[tuple[str, dict[str, Any]]],
+    methods: list[str],
+    results: dict[tuple[str, str], list[dict[str, Any]]],
+) -> None:
+    """The sweep's totals per method over the cases every method finished: the sum of
+    the median CPU times, the largest peak RSS, and (against dp_accounting) in how many
+    cases gaussdp's certified upper bound is at most dp_accounting's ε."""
+
+    def ok(name: str, method: str) -> bool:
+        runs = results.get((name, method), [])
+        return bool(runs) and not any("error" in r or "na" in r for r in runs)
+
+    common = [name for name, _ in cases if all(ok(name, m) for m in methods)]
+    print(f"\nTotals over the {len(common)} of {len(cases)} cases that every method finished:")
+    for method in methods:
+        runs = [results[(name, method)] for name in common]
+        cpu = sum(statistics.median(r["cpu"] for r in rs) for rs in runs)
+        rss = max((max(r["rss_mb"] for r in rs) for rs in runs), default=0.0)
+        line = f"  {method:16} CPU {cpu:8.2f} s   peak RSS {rss:6.0f} MB"
+        if method != "dp_accounting" and "dp_accounting" in methods:
+            tighter = sum(
+                1
+                for name in common
+                if results[(name, method)][-1]["eps"] <= results[(name, "dp_accounting")][-1]["eps"]
+            )
+            line += f"   upper ≤ dp_accounting's ε in {tighter} of {len(common)}"
+        print(line)
+    failed = [(name, m) for name, _ in cases for m in methods if not ok(name, m)]
+    for name, method in failed:
+        print(f"  not finished: {name}, {method}")
+
+
 def _matched(
     cases: list[tuple[str, dict[str, Any]]],
     results: dict[tuple[str, str], list[dict[str, Any]]],
@@ -331,6 +364,7 @@ def main() -> None:
             sweep_methods = [*sweep_methods, "gaussdp matched"]
         rounds = args.sweep_rounds
         _table(f"Sweep, δ = 1e-5, {rounds} interleaved round(s)", sweep, sweep_methods, results)
+        _totals(sweep, [m for m in sweep_methods if m != "gaussdp matched"], results)
 
 
 if __name__ == "__main__":

@@ -275,6 +275,58 @@ def test_lemma_8_centred_deviations(n: int) -> None:
             assert b < fft_gamma(n) / 100  # what Lemma 1 would charge: γ(N)·‖core‖₁
 
 
+def test_lemma_8_first_moment_is_within_u_of_itself() -> None:
+    # S = Σ_t t(plus_t − minus_t) from exact products (Veltkamp) and error-free sums: within
+    # u|S| of the exact rational sum (masses below 2⁻⁹⁰⁰ within their stated share).
+    from fractions import Fraction
+
+    from gaussdp.accounting._roundoff import _first_moment
+
+    rng = np.random.default_rng(5)
+    plus = rng.random(5000) ** 3
+    minus = plus * (1.0 + 1e-9 * rng.standard_normal(5000))  # S ≪ Σ t·plus_t
+    minus[0] = 0.0
+    plus[17] = 3e-300
+    got, bound = _first_moment(plus, minus)
+    exact = sum(
+        Fraction(t) * (Fraction(float(a)) - Fraction(float(b)))
+        for t, (a, b) in enumerate(zip(plus, minus, strict=True))
+    )
+    assert abs(Fraction(got) - exact) <= Fraction(bound)
+    assert bound <= 1.1 * U * abs(got) + 17 * 3e-300 * 1.1 + 1e-300
+    assert abs(got) < 1e-6 * float(np.sum(np.arange(5000) * plus))
+
+
+@pytest.mark.parametrize("n", [1000, 1012500])
+def test_lemma_8_skewed_core_is_within_u_of_its_deviation(n: int) -> None:
+    # A skewed core (one side falls off 4x faster), centred off its mean: Im D_j is then
+    # mostly the first moment's part (2πj/N)·S, which Lemma 8(a) sums to u of itself, so
+    # at small angles the whole bound is about 6u of |D_j| (the bound term by term,
+    # 13u·Σ_t|plus_t − minus_t||θ_t|, was 14u of it here, 20u on a DP-SGD PLD). Large j (the
+    # angles reduced, t·j > N/2) stay within their bound.
+    rng = np.random.default_rng(n + 7)
+    t = np.arange(0, 200)
+    plus = np.exp(-t / 12.0) * (1.0 + 0.1 * rng.random(200))
+    minus = np.exp(-t / 3.0) * (1.0 + 0.1 * rng.random(200))
+    minus[0] = 0.0
+    total = plus.sum() + minus.sum()
+    plus /= total
+    minus /= total
+    js = [1, 2, 7, 40, n // 3, n // 2 - 1]
+    dev, err = centred_deviations(plus, minus, js, n)
+    ps = [mp.mpf(float(v)) for v in plus]
+    ms = [mp.mpf(float(v)) for v in minus]
+    for j, d, b in zip(js, dev, err, strict=True):
+        exact = mp.fsum(
+            ps[i] * (1 - mp.expjpi(mp.mpf(-2 * ((i * j) % n)) / n))
+            + ms[i] * (1 - mp.expjpi(mp.mpf(2 * ((i * j) % n)) / n))
+            for i in range(200)
+        )
+        assert abs(mp.mpc(complex(d)) - exact) <= b, j
+        if n > 10**5 and j <= 7:
+            assert b <= 10 * U * float(abs(exact)), j
+
+
 @pytest.mark.parametrize("n", [997, 1012500])
 def test_lemma_8_blocked_tail_dft(n: int) -> None:
     # The tail's DFT by blocked direct sums against 50-digit sums: within f·‖tail‖₁, and

@@ -185,11 +185,9 @@ def propagated_power_error(mass: float, earlier: float, k: int) -> float:
 #: Python's ``math`` functions (glibc: log1p, atan2, exp, cos, sin within 1 ulp, with
 #: exact range reduction) are taken to 2u, as in Lemma 2.
 SIN_REL = 8.0
-#: Lemma 8(a)'s constants (in units of u): the real terms, (1 + (4.73 + SIN_REL)u)²
-#: squared and multiplied (2u) and summed (u): 28.7u; the imaginary terms, 3.01u (the
-#: angle) + SIN_REL·u + u (the product).
+#: Lemma 8(a)'s constant for the real terms (in units of u): (1 + (4.73 + SIN_REL)u)²
+#: squared and multiplied (2u) and summed (u): 28.7u.
 _RE_C = 2.0 * (4.73 + SIN_REL) + 3.2
-_IM_C = 4.1 + SIN_REL
 
 
 def row_sums(a: FloatArray) -> tuple[FloatArray, float]:
@@ -227,41 +225,125 @@ def row_sums(a: FloatArray) -> tuple[FloatArray, float]:
     return t[0] + corr, 1.01 * (cols + levels) * levels * U * U
 
 
+def _first_moment(plus: FloatArray, minus: FloatArray) -> tuple[float, float]:
+    """S = Σ_t t·(plus_t − minus_t) and a bound on |S̃ − S|.
+
+    Veltkamp's split (C = 2²⁷ + 1) writes each mass x ≥ 2⁻⁹⁰⁰ as hi + lo exactly, both
+    with at most 26 significant bits, so t·hi and t·lo are exact for integers t < 2²⁶;
+    ``math.fsum`` adds the products correctly rounded (u|S̃|). Masses below 2⁻⁹⁰⁰ are
+    left out and their Σ t·x (raised) is added to the bound.
+    """
+    t = np.arange(plus.size, dtype=np.float64)
+    if plus.size >= 1 << 26:
+        raise ValueError("core window too wide for exact products")
+    parts = []
+    dropped = 0.0
+    for x, sign in ((plus, 1.0), (minus, -1.0)):
+        small = x < 2.0**-900
+        dropped += float(np.sum(t[small] * np.abs(x[small])))
+        big = np.where(small, 0.0, x)
+        scaled = big * 134217729.0
+        hi = scaled - (scaled - big)
+        lo = big - hi
+        parts.append(sign * t * hi)
+        parts.append(sign * t * lo)
+    s = math.fsum(np.concatenate(parts).tolist())  # correctly rounded: u|S̃|
+    return s, 1.01 * (U * abs(s) + dropped * (1.0 + 1.01 * (plus.size + 2) * U))
+
+
+# The cubic part g(θ) = θ − sin θ = θ³·Σ_i (−1)^i θ^{2i}/(2i + 3)! for |θ| ≤ ½: the
+# coefficients 1/3!, −1/5!, …, 1/15! (the next term, θ^{17}/17!, is below 0.01u·g(θ)).
+_CUBIC_SERIES = tuple((-1.0) ** i / math.factorial(2 * i + 3) for i in range(7))
+#: Largest angle whose cubic part is summed as a series (relative error 27u).
+_CUBIC_NEAR = 0.5
+
+
 def centred_deviations(
     plus: FloatArray, minus: FloatArray, js: list[int], n: int
 ) -> tuple[ComplexArray, FloatArray]:
     """Lemma 8(a): D_j = Σ_t [plus_t(1 − e^{−iθ_t}) + minus_t(1 − e^{iθ_t})], θ_t = 2π·t·j/N
     (t = 0, 1, …: the core's masses at c + t and c − t), for each j in ``js``, and bounds
-    on |D̃_j − D_j| proportional to Σ_t |plus_t − minus_t|·|θ_t|.
+    on |D̃_j − D_j|: u-relative to Re D_j and to the first moment's part of Im D_j.
 
     Pairing ±t: D_j = Σ_t (plus_t + minus_t)·2 sin²(θ_t/2) + i Σ_t (plus_t − minus_t) sin θ_t.
-    r_t = t·j mod N is reduced to (−N/2, N/2] exactly (integers), so |θ/2| ≤ π/2. x̃ =
-    fl(fl(π/N)·r) = θ/2·(1 + δ), |δ| ≤ 3.01u; since |sin x| ≥ (2/π)|x| there, sin(x̃) =
-    sin(x)(1 + δ′), |δ′| ≤ 4.73u, and numpy's sin adds SIN_REL·u: s̃ = sin(θ/2)(1 + δ_s),
-    |δ_s| ≤ (4.73 + SIN_REL)u, so each real term fl(fl(plus + minus)·fl(s̃²)) errs by
-    ≤ 2(4.73 + SIN_REL)u + 3.1u of itself. Each imaginary term fl(fl(plus − minus)·
-    fl(sin 2x̃)) errs by ≤ |2x̃ − θ| + SIN_REL·u|sin 2x̃| + 2u·(its value) ≤
-    (5.1 + SIN_REL)u·|plus_t − minus_t|·|θ_t|. Both sums are taken by :func:`row_sums`
-    (u of the result, plus c·Σ|terms|). Hence, with S_j = Σ_t |plus_t − minus_t|·|θ_t|,
-    |D̃_j − D_j| ≤ 1.01·[(_RE_C + 2)u·Re D̃_j + c·Re D̃_j + u|Im D̃_j| + ((_IM_C + 1)u + c)·S_j].
-    Near the centre the core is nearly symmetric, so S_j is well below Σ_i p_i|θ_i|.
+    *Real part.* r_t = t·j mod N is reduced to (−N/2, N/2] exactly (integers), so
+    |θ/2| ≤ π/2. x̃ = fl(fl(π/N)·r) = θ/2·(1 + δ), |δ| ≤ 3.01u; since |sin x| ≥ (2/π)|x|
+    there, sin(x̃) = sin(x)(1 + δ′), |δ′| ≤ 4.73u, and numpy's sin adds SIN_REL·u: s̃ =
+    sin(θ/2)(1 + δ_s), |δ_s| ≤ (4.73 + SIN_REL)u, so each real term fl(fl(plus + minus)·
+    fl(s̃²)) errs by ≤ 2(4.73 + SIN_REL)u + 3.1u of itself; :func:`row_sums` adds u of the
+    result and c·Re D̃_j (the terms are non-negative).
+    *Imaginary part.* With ϑ_t = 2π·t·j/N (not reduced) and g_t = ϑ_t − sin θ_t (sin is
+    2π-periodic), Im D_j = L_j − R_j, L_j = (2πj/N)·S, S = Σ_t t(plus_t − minus_t) (the
+    core's first moment about c, :func:`_first_moment`), R_j = Σ_t (plus_t − minus_t)·g_t.
+    L̃_j = fl(fl(fl(2π/N)·j)·S̃) errs by 4.03u|L̃_j| + 1.01·(2πj/N)·e_S. For t·j ≤
+    ⌊½(1 − 10⁻¹²)/fl(2π/N)⌋ (< N/2: not reduced; θ̃_t = fl(fl(2π/N)·t·j) < ½),
+    g_t = θ³P(θ²) is summed as the series of
+    ``_CUBIC_SERIES`` (Horner on y = θ̃² ≤ ¼ with alternating, fast-falling terms:
+    12.3u of P; the rounded coefficients 1.03u; y, θ̃·y and the product 3.02u; the
+    truncation 0.01u), and g(θ̃) − g(θ) is at most (θ̃²/2)·3.01u·θ ≤ 9.2u·g(θ̃)
+    (g ≥ 0.1645θ³ there): |g̃_t − g_t| ≤ 27u|g̃_t|.
+    Otherwise ϑ_t ≥ ½ and g̃_t = fl(ϑ̃_t − fl(sin θ̃_t)) errs by 3.01uϑ_t (ϑ̃) + 3.01u|θ_t|
+    + SIN_REL·u|sin θ̃_t| (sin θ̃) + u|g̃_t|: ≤ 14.05u·ϑ̃_t + u|g̃_t|. Each term
+    fl(fl(plus − minus)·g̃_t) adds 2.01u of itself; R̃_j is summed by :func:`row_sums`, and
+    the difference L̃_j − R̃_j adds u|Im D̃_j|. The first moment's part L_j is where
+    Im D_j's size comes from; it is u-relative, instead of (5.1 + SIN_REL)u·Σ_t
+    |plus_t − minus_t||θ_t| term by term, and the caller centres the core at its mean
+    (|S| ≤ ½), so that L_j is small too.
     """
     jj = np.asarray(js, dtype=np.int64)[:, None]
-    r = (np.arange(plus.size, dtype=np.int64)[None, :] * jj) % n
-    r[r > n // 2] -= n
+    prod = np.arange(plus.size, dtype=np.int64)[None, :] * jj  # t·j, exact
+    if (plus.size - 1) * max(js, default=0) > n // 2:
+        r = prod % n
+        r[r > n // 2] -= n
+    else:
+        r = prod  # no angle to reduce
     half = r * (math.pi / n)
-    del r
     s = np.sin(half)
     both = plus + minus
     diff = plus - minus
     re, c_re = row_sums(both * (s * s))
     re *= 2.0
-    im, c_im = row_sums(diff * np.sin(half + half))
-    # S_j in float64 (any order: ≤ (n + 4)u relative; |fl(plus − minus)| to u), raised.
-    spread = 2.0 * np.sum(np.abs(diff) * np.abs(half), axis=1)
-    spread *= 1.0 + 1.01 * (plus.size + 5) * U
+    del s
+    # Imaginary part: Im D_j = L_j − R_j.
+    step = 2.0 * math.pi / n
+    jf = np.asarray(js, dtype=np.float64)
+    moment, moment_err = _first_moment(plus, minus)
+    lin = (step * jf) * moment
+    lin_err = 4.03 * U * np.abs(lin) + 1.01 * (step * jf) * (moment_err * (1.0 + 3.01 * U))
+    theta = half + half  # 2·fl(fl(π/N)·r) = fl(fl(2π/N)·r): the same rounding
+    del half, r
+    # Near terms: t·j ≤ P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j < N/2 is not reduced
+    # and θ̃ < ½), a prefix of each row, by the series. Far terms, the rest of the row:
+    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃|.
+    limit = math.floor(_CUBIC_NEAR / step * (1.0 - 1e-12))
+    g = np.empty(theta.shape)
+    far_err = np.zeros(len(js))
+    for row, j in enumerate(js):
+        first = min(limit // j + 1, plus.size) if j > 0 else plus.size
+        near = theta[row, :first]
+        y = near * near
+        poly = np.full(first, _CUBIC_SERIES[-1])
+        for coef in _CUBIC_SERIES[-2::-1]:
+            poly *= y
+            poly += coef
+        y *= near
+        np.multiply(y, poly, out=g[row, :first])
+        if first < plus.size:
+            unreduced = prod[row, first:].astype(np.float64) * step
+            g[row, first:] = unreduced - np.sin(theta[row, first:])
+            far_err[row] = float(np.sum(np.abs(diff[first:]) * unreduced))
+    far_err *= 14.05 * U * (1.0 + 1.01 * U) * (1.0 + 1.01 * (plus.size + 2) * U)
+    del theta, prod
+    g *= diff
+    rest, c_rest = row_sums(g)
+    # Each term: |diff|·|g̃ error|·(1 + u) + 2.01u|term|, g's error 27u|g̃| (near) or
+    # u|g̃| + 14.05u·ϑ̃ (far), and |diff̃|·|g̃| ≤ (1 + u)|term̃|: 29.1u|term̃| + far_err
+    # summed in any order (≤ (n + 2)u relative); row_sums' c·Σ|terms|; u|R̃|.
+    total = np.sum(np.abs(g), axis=1) * (1.0 + 1.01 * (plus.size + 2) * U)
+    rest_err = (29.1 * U * (1.0 + 1.01 * U) + c_rest) * total + far_err + U * np.abs(rest)
+    im = lin - rest
     out = re + 1j * im
-    err = ((_RE_C + 2.0) * U + c_re) * re + U * np.abs(im) + ((_IM_C + 1.0) * U + c_im) * spread
+    err = ((_RE_C + 2.0) * U + c_re) * re + U * np.abs(im) + lin_err + rest_err
     return out, 1.01 * err
 
 

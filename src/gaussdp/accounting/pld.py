@@ -374,6 +374,7 @@ class _LossPMF:
         del fa, fb, mod_a, mod_b, err, weights  # peak memory: only the product is needed now
         conv, rounding = _to_double(sp_fft.irfft(prod, size)[:n])
         del prod
+        _evict_plans(size, extended)
         new_l1 += rounding
         conv = _clean(conv, self.upper)
         if self.upper:
@@ -551,6 +552,7 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
         circ, rounding = _to_double(sp_fft.irfft(powered, size))
         new_l1 += rounding
     del rounded, err, weights
+    _evict_plans(size, extended)
     shift = i_lo - start  # relative index of the window's first point
     out = _clean(np.roll(circ, -(shift % size)), base.upper)
     # Mass at +∞ and allowances, for (sub/super-)probability measures.
@@ -601,8 +603,14 @@ def _low_roundoff_len(n: int) -> int:
     return min(candidates, key=lambda m: (fft_gamma(m), m))
 
 
-def _released(pmf: _LossPMF, extended: bool) -> _LossPMF:
-    """``pmf``, after evicting the FFT plans cached by the transforms that made it.
+# Transform lengths from which the plans are evicted after use: a plan holds 8 to 16
+# bytes a point, so pocketfft's 16 cached plans per precision of shorter lengths hold at
+# most 16 × 2 MB.
+_EVICT_POINTS = 1 << 17
+
+
+def _evict_plans(size: int, extended: bool) -> None:
+    """Evict the FFT plans cached by a transform of length ``size``, if it is long.
 
     scipy.fft (pocketfft) keeps the plans (twiddle factors, 8 to 16 bytes a point) of
     the lengths it last transformed, per precision; after the powers of one DP-SGD
@@ -614,12 +622,15 @@ def _released(pmf: _LossPMF, extended: bool) -> _LossPMF:
     (measured with scipy 1.17: 16 new lengths evict a long plan, 15 do not), so forward
     transforms of 20 distinct short lengths evict it, in the precisions the transforms
     used (float64, and long double if ``extended``). (Inverse transforms too, 32
-    lengths, both precisions: 4 % of a DP-SGD certification.)
+    lengths, both precisions: 4 % of a DP-SGD certification.) Lengths below
+    ``_EVICT_POINTS`` keep their plans (the 80 short transforms cost about 5 % of the
+    DP-SGD reference, whose N = 125,000 plan holds 2 MB).
     """
+    if size < _EVICT_POINTS:
+        return
     for dtype in (np.float64, np.longdouble) if extended else (np.float64,):
         for n in range(1, 21):
             sp_fft.rfft(np.ones(n, dtype=dtype))
-    return pmf
 
 
 def _power_up(base: float, count: int) -> float:
@@ -734,12 +745,13 @@ def _centre_survivors(
     """Recompute the largest surviving coefficients' powers with centred sums, in place.
 
     Lemma 3 charges every surviving coefficient k·γ(N)·‖p‖₁: the FFT's error is relative
-    to the whole mass. Around an integer centre c (the median index), φ_j =
+    to the whole mass. Around an integer centre c (the index nearest the mean), φ_j =
     e^{−2πi·cj/N}(1 − w_j) with w_j = (1 − m_c) + D_j − e^{2πi·cj/N}T_j: 1 − m_c the mass
     outside the core window, correctly rounded (``math.fsum``), D_j the core's centred
-    deviation (Lemma 8(a), error ∝ Σ core_i|θ_i|), T_j the tail's DFT by blocked direct
+    deviation (Lemma 8(a), error u-relative to Re D_j and to the first moment's part of
+    Im D_j, plus O(u) times the cubic rest), T_j the tail's DFT by blocked direct
     sums (Lemma 8(b), error about 128u·‖tail‖₁, the window chosen so that this is below
-    u·Σ core_i|θ_i|). Then φ_j^k =
+    ½u·π·sd/N). Then φ_j^k =
     e^{−2πi·ckj/N}(1 − w_j)^k is evaluated by Lemma 9 and bounded by Lemma 3 with e_j the
     bound on |w̃_j − w_j| (Lemma 8(b)). A coefficient takes the new value where its bound
     is smaller than the one it had.
@@ -758,13 +770,17 @@ def _centre_survivors(
     cand, key = alive[keep_key], key[keep_key]
     if cand.size == 0:
         return
-    # Centre c: the median index; spread sd from the quartiles (a normal's IQR/1.349).
+    # Centre c: the index nearest the mean, so that the core's first moment about c, the
+    # part of Im D_j that Lemma 8(a) sums to u of itself, is small (a skewed PLD's median
+    # lies tens of points from its mean; any integer c is valid). Spread sd from the
+    # quartiles (a normal's IQR/1.349).
     cs = np.concatenate(([0.0], np.cumsum(p)))
-    c, q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.5, 0.25, 0.75])))
-    c = min(max(c - 1, 0), n - 1)
+    q1, q3 = (int(i) for i in np.searchsorted(cs, m * np.array([0.25, 0.75])))
+    mean = float(np.sum(p * np.arange(n, dtype=np.float64))) / m
+    c = min(max(round(mean), 0), n - 1) if math.isfinite(mean) else n // 2
     sd = max((q3 - q1) / 1.349, 1.0)
     # The core window [lo, hi): widened until the tail's error (about 128u·‖tail‖₁,
-    # tail_dft) is below u·π·sd/N (about u·Σ core_i|θ_i| at j = 1) or it holds all of p.
+    # tail_dft) is below ½u·π·sd/N or it holds all of p.
     target = math.pi * sd / (128.0 * size)
     half = max(8, int(8 * sd))
     while True:
@@ -2020,11 +2036,11 @@ class PrivacyLossDistribution:
             )
         tm = max(self.tail_mass, other.tail_mass)
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = _released(self.upper_remove.compose(other.upper_remove, tm, ext), ext)
-        lr = _released(self.lower_remove.compose(other.lower_remove, tm, ext), ext)
+        ur = self.upper_remove.compose(other.upper_remove, tm, ext)
+        lr = self.lower_remove.compose(other.lower_remove, tm, ext)
         both = self.symmetric and other.symmetric
-        ua = ur if both else _released(self.upper_add.compose(other.upper_add, tm, ext), ext)
-        la = lr if both else _released(self.lower_add.compose(other.lower_add, tm, ext), ext)
+        ua = ur if both else self.upper_add.compose(other.upper_add, tm, ext)
+        la = lr if both else self.lower_add.compose(other.lower_add, tm, ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def self_compose(
@@ -2047,10 +2063,10 @@ class PrivacyLossDistribution:
             return self
         tm = self.tail_mass
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = _released(self.upper_remove.self_compose(count, tm, ext), ext)
-        lr = _released(self.lower_remove.self_compose(count, tm, ext), ext)
-        ua = ur if self.symmetric else _released(self.upper_add.self_compose(count, tm, ext), ext)
-        la = lr if self.symmetric else _released(self.lower_add.self_compose(count, tm, ext), ext)
+        ur = self.upper_remove.self_compose(count, tm, ext)
+        lr = self.lower_remove.self_compose(count, tm, ext)
+        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext)
+        la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext)
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def regridded(self, value_discretization: float) -> PrivacyLossDistribution:
