@@ -141,3 +141,41 @@ def test_cli_plot_writes_figure_and_table(tmp_path: object) -> None:
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["plot", "tradeoff", "--epsilon", "1", "--out", str(out)])
     assert result.exit_code == 2
+
+
+def _exact_discrete_delta(sigma2: float, epsilons: list[float]) -> list[object]:
+    """δ(ε) of N_Z(0, σ²), sensitivity 1, by brute force: Σ_y max(0, p(y) − e^ε p(y − 1)).
+
+    40-digit mpmath over −ε_max σ² − 40σ − 10 ≤ y ≤ 0 (the terms with y ≥ 1 are 0 as
+    p(y) < p(y − 1) there; the dropped ones are below e^{−800} of the kept ones),
+    independent of CKS Thm 7's closed form.
+    """
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(40):
+        s2 = mpmath.mpf(sigma2)
+        top = math.ceil(max(epsilons) * sigma2 + 40 * math.sqrt(sigma2) + 10)
+        g = {y: mpmath.exp(-(mpmath.mpf(y) ** 2) / (2 * s2)) for y in range(-top - 1, top + 1)}
+        z = mpmath.fsum(g.values())
+        out = []
+        for eps in epsilons:
+            e = mpmath.exp(mpmath.mpf(eps))
+            out.append(mpmath.fsum(max(0, g[y] - e * g[y - 1]) for y in range(-top, 1)) / z)
+        return out
+
+
+def test_cks_analytic_delta_is_an_upper_bound_on_the_exact_delta() -> None:
+    # Regression: the subtracted tail started at ⌊εσ² + ½⌋ instead of ⌊εσ² + ½⌋ + 1,
+    # so the "upper bound" was below the exact δ (σ² = 0.25, ε = 0: 0.699 < 0.787;
+    # σ² = 2, ε = 2.7: negative).
+    mpmath = pytest.importorskip("mpmath")
+    epsilons = [float(e) for e in np.linspace(0.0, 10.0, 26)] + [0.01, 0.15, 1 / 3, 2.7, 3.3]
+    for sigma2 in (0.25, 0.3, 0.5, 1.0, 2.0, 3.0, 10 / 3, 5.0, 10.0, 50.0, 100.0):
+        exact = _exact_discrete_delta(sigma2, epsilons)
+        for eps, ex in zip(epsilons, exact, strict=True):
+            bound = plot.cks_analytic_delta(sigma2, eps)
+            assert 0.0 < bound <= 1.0
+            assert mpmath.mpf(bound) >= ex, (sigma2, eps, bound, ex)
+    # Not vacuous where δ is large (loose for large ε: the two tails are 2 steps apart).
+    for sigma2, eps in ((0.25, 0.0), (100.0, 0.1)):
+        (ex,) = _exact_discrete_delta(sigma2, [eps])
+        assert plot.cks_analytic_delta(sigma2, eps) <= 5 * float(ex)

@@ -47,7 +47,6 @@ def _refusal(call: object, *args: object) -> str:
         ("81234.5", "got a str"),
         (np.array(["81234.5"]), "dtype <U7"),
         ([[81234.5], [1.0, 2.0]], "with ragged nesting"),
-        (np.array([81234.5, 1e300]), "with an entry too large for the grid"),
     ],
 )
 def test_gaussian_release_refusal_hides_the_values(value: object, detail: str) -> None:

@@ -224,14 +224,15 @@ def _round_to_grid(array: npt.NDArray[np.generic], gamma: float) -> npt.NDArray[
     and if it overflows to ±inf, the exact |x/γ| is beyond the grid's limit as well, so
     ``rint`` gives the exact nearest integer (or an over-limit value the caller refuses).
     Integers: a shift and an integer half-to-even step. Other exact values: ``round`` of
-    the exact Fraction (half to even). Entries whose index would not fit int64 are
-    returned as ``_MAX_LATTICE_INDEX`` in magnitude so the caller refuses them.
+    the exact Fraction (half to even). Every index is then clamped to
+    [−_MAX_LATTICE_INDEX, _MAX_LATTICE_INDEX]: the clamp of the exact nearest index
+    (1-Lipschitz per coordinate, so neighbours never move apart).
     """
     exponent = math.frexp(gamma)[1] - 1  # gamma = 2**exponent exactly
     limit = _MAX_LATTICE_INDEX
     if array.dtype == np.float64:
         floats = array.astype(np.float64)
-        with np.errstate(over="ignore"):  # an overflow to ±inf is refused by the caller
+        with np.errstate(over="ignore"):  # an overflow to ±inf is clamped below
             scaled = np.rint(floats / gamma)
         clipped: npt.NDArray[np.int64] = np.clip(scaled, -limit, limit).astype(np.int64)
         return clipped
@@ -242,13 +243,13 @@ def _round_to_grid(array: npt.NDArray[np.generic], gamma: float) -> npt.NDArray[
             cap = max(limit >> -exponent, 1)  # |v| >= cap gives an index >= limit
             too_big = (values >= cap) | (values <= -cap)
             shifted = np.where(too_big, 0, values) << np.int64(-exponent)
-            index = np.where(too_big, limit, shifted)
+            index = np.where(too_big, np.sign(values) * limit, shifted)
             return index
         quotient = values >> np.int64(exponent)  # floor(v / 2**e)
         remainder = values - (quotient << np.int64(exponent))  # in [0, 2**e)
         half = np.int64(1) << np.int64(exponent - 1)
         up = (remainder > half) | ((remainder == half) & ((quotient & 1) == 1))
-        index = quotient + up
+        index = np.clip(quotient + up, -limit, limit)
         return index
     step = Fraction(gamma)
     rounded = [round(Fraction(x) / step) for x in array.reshape(-1).tolist()]
@@ -450,7 +451,7 @@ class Gaussian:
         return _check_order(order) * self.rho
 
     def delta(self, epsilon: float) -> float:
-        """Exact smallest δ for (ε, δ)-DP at this ε (DRS Cor 2.13)."""
+        """Smallest δ for (ε, δ)-DP at this ε (DRS Cor 2.13), rounded up (:func:`gdp_delta`)."""
         return gdp_delta(self.mu, epsilon)
 
     def epsilon(self, delta: float) -> float:
@@ -503,14 +504,29 @@ class Gaussian:
         ``value`` must be the answer of a query with L2 sensitivity
         :attr:`sensitivity`.
 
+        Each rounded coordinate is clamped to ±2**52 grid steps (±2**52·γ, about
+        1.8e13 for σ = Δ = 1), so its float is exact. The clamp acts on the input
+        before the noise and moves no two coordinates further apart, so it keeps the
+        charged sensitivity; it replaces a refusal that depended on the value (a
+        neighbour one step below the limit was released, one at it refused).
+
+        Refusals depend on the parameters and on the type and shape of ``value``,
+        not on its size. A NaN or infinite entry is refused (the message names its
+        position, never a value): a query with finite sensitivity Δ cannot be
+        finite on one dataset and not on a neighbour, so under the sensitivity
+        contract this refusal is the same for all neighbours. A query that can
+        yield NaN or ±inf on some datasets breaks that contract, and its refusal
+        would reveal which case holds: the caller must map such answers to finite
+        values (within the sensitivity) before calling this method.
+
         Raises
         ------
         TypeError
             If ``value`` is not real-valued (strings, booleans, complex, objects).
         ValueError
-            If ``value`` is empty, NaN or infinite, or too large for the grid, or
-            if σ is too large (or Δ or σ too small) for the released values to be
-            finite floats on a normal-float grid. Nothing is drawn.
+            If ``value`` is empty, NaN or infinite, or if σ is too large (or Δ or σ
+            too small) for the released values to be finite floats on a
+            normal-float grid. Nothing is drawn.
 
         Examples
         --------
@@ -523,20 +539,13 @@ class Gaussian:
         array = _real_array(value)
         lattice = self.lattice(array.size)
         rng = check_rng(rng)
+        # Clamped to ±2**52 grid steps (see the docstring): a clamp, not a refusal, so
+        # whether something is released never depends on the value's size.
         index = _round_to_grid(array, lattice.gamma)
-        largest = int(np.abs(index).max())
-        if largest >= _MAX_LATTICE_INDEX:
-            raise ValueError(
-                invalid(
-                    "value",
-                    f"below {_MAX_LATTICE_INDEX * lattice.gamma:g} in magnitude",
-                    redacted(value, "an entry too large for the grid"),
-                )
-            )
         # The released floats γ·(index + noise) stay finite: |noise| < 64 σ_Z except with
-        # probability below e^(-2048), and the grid keeps γ·(2**52 + 64 σ_Z) below 2**1023.
+        # probability below e^(-2048), and |index| ≤ 2**52. A check of the parameters only.
         noise_bound = 64 * (_ceil_sqrt(math.ceil(lattice.sigma2)))
-        if Fraction(lattice.gamma) * (largest + noise_bound) >= 2**1023:
+        if Fraction(lattice.gamma) * (_MAX_LATTICE_INDEX + noise_bound) >= 2**1023:
             raise ValueError(
                 invalid(
                     "sigma", "small enough that 64 sigma + |value| is a finite float", self.sigma

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
     raise MissingExtraError("gaussdp.plot", "plot") from None
 
-from scipy.special import gammaln, logsumexp, ndtr
+from scipy.special import gammaln, log_ndtr, logsumexp, ndtr
 
 from gaussdp._search import smallest_passing
 from gaussdp._validation import check_count, check_delta, check_epsilon, check_int, check_positive
@@ -259,18 +259,69 @@ def sigma_epsilon_figure(
 # CKS figures
 # --------------------------------------------------------------------------------------
 def cks_analytic_delta(sigma2: float, epsilon: float) -> float:
-    r"""CKS eq. (5), the analytic upper bound on the discrete Gaussian's δ (sensitivity 1).
+    r"""A certified upper bound on the discrete Gaussian's δ(ε), sensitivity 1 (CKS eq. (5)).
 
-    δ ≤ P[N(0,σ²) > ⌊εσ² − ½⌋] − e^ε (1 − 1/(1 + √(2πσ²))) P[N(0,σ²) > ⌊εσ² + ½⌋],
-    from CKS Thm 7 with the discrete Gaussian's tails bounded by the continuous
-    one's and its normaliser by 1 + √(2πσ²) (CKS §2, the bound drawn in Fig. 1).
+    Derivation (Y ~ N_Z(0, σ²), X ~ N(0, σ²), g(x) = e^{−x²/(2σ²)}, r = √(2πσ²),
+    Z = Σ_y g(y) its normaliser). CKS Thm 7 with Δ = 1, and P[Y > u] = P[Y ≥ ⌊u⌋ + 1]
+    for integer Y:
+
+        δ = P[Y ≥ a] − e^ε P[Y ≥ b],   a = ⌊εσ² − ½⌋ + 1,  b = ⌊εσ² + ½⌋ + 1.
+
+    CKS Fact 19: r ≤ Z ≤ 1 + r. For an integer m the series–integral comparison on
+    the decreasing half of g gives
+
+    * m ≥ 1: Σ_{y≥m} g(y) ≤ ∫_{m−1}^∞ g, so P[Y ≥ m] ≤ P[X ≥ m − 1] (using Z ≥ r);
+    * m ≥ 0: Σ_{y≥m} g(y) ≥ ∫_m^∞ g, so P[Y ≥ m] ≥ c·P[X ≥ m] with
+      c = r/(1 + r) = 1 − 1/(1 + √(2πσ²)) (using Z ≤ 1 + r);
+    * m ≤ 0: by symmetry P[Y ≥ m] = 1 − P[Y ≥ 1 − m], and the first two bullets
+      give P[Y ≥ m] ≥ 1 − P[X ≥ −m] = P[X ≥ m] ≥ c·P[X ≥ m] and
+      P[Y ≥ m] ≤ 1 − c·P[X ≥ 1 − m].
+
+    So the lower bound on a tail starts at m itself while the upper bound starts one
+    step earlier, and
+
+        δ ≤ P[X ≥ ⌊εσ² − ½⌋] − e^ε (1 − 1/(1 + √(2πσ²))) P[X ≥ ⌊εσ² + ½⌋ + 1]
+
+    when a ≥ 1 (first term 1 − c·P[X ≥ 1 − a] when a ≤ 0). The subtracted tail
+    starts at ⌊εσ² + ½⌋ + 1, one step beyond the first term's shift: a lower bound
+    on P[Y ≥ b] needs P[X ≥ b], not P[X ≥ b − 1].
+
+    Evaluation: ε·σ² and the floors are exact (rationals of the two floats); the
+    normal tails' arguments are rounded outward and each tail is widened by a
+    relative 10⁻¹⁰ (far above the ~10⁻¹⁵ error of ``log_ndtr``/``exp``), so the
+    float result is still an upper bound. When the first term is below 10⁻³⁰⁰ the
+    subtracted term is dropped and that term alone is returned (at least the
+    smallest subnormal, as δ > 0). The result lies in (0, 1].
     """
+    sigma2 = check_positive("sigma2", sigma2)
+    epsilon = check_epsilon("epsilon", epsilon)
+    slack = 1e-10
+    t = Fraction(epsilon) * Fraction(sigma2)
+    a = math.floor(t - Fraction(1, 2)) + 1
+    b = math.floor(t + Fraction(1, 2)) + 1
     s = math.sqrt(sigma2)
-    p = float(ndtr(-math.floor(epsilon * sigma2 - 0.5) / s))
-    q = float(ndtr(-math.floor(epsilon * sigma2 + 0.5) / s))
-    return min(
-        1.0, p - math.exp(epsilon) * (1.0 - 1.0 / (1.0 + math.sqrt(2 * math.pi * sigma2))) * q
-    )
+
+    def up(x: float) -> float:
+        return math.nextafter(x, math.inf)
+
+    def down(x: float) -> float:
+        return math.nextafter(x, -math.inf)
+
+    # log c, c = r/(1 + r) = 1/(1 + 1/r), rounded down by the slack below.
+    log_c = -math.log1p(1.0 / math.sqrt(2.0 * math.pi * sigma2))
+    if a >= 1:
+        log_first = float(log_ndtr(-down(down((a - 1) / s)))) + slack
+        if log_first < -690.0:
+            return max(up(math.exp(log_first)), math.ulp(0.0))
+        first = math.exp(log_first)
+    else:
+        inner = math.exp(log_c + float(log_ndtr(-up(up((1 - a) / s)))) - slack)
+        first = up(1.0 - inner)
+    log_sub = epsilon + log_c + float(log_ndtr(-up(up(b / s)))) - slack
+    subtracted = math.exp(log_sub) if log_sub < 709.0 else math.inf
+    # first ≥ (true first term) > (true subtracted) ≥ subtracted, so the difference
+    # is positive; one step up covers its rounding.
+    return min(1.0, up(first - subtracted))
 
 
 def cks_fig1(

@@ -17,6 +17,9 @@ from gaussdp.accounting import (
     Subsampled,
     UnsupportedEventError,
 )
+from gaussdp.accounting.events import PartitionSelection
+from gaussdp.accounting.filter import left_text, spent
+from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
 
@@ -171,14 +174,49 @@ def test_filter_budget_values_are_validated(kwargs: dict[str, float], name: str)
         PrivacyFilter(**kwargs)
 
 
+def test_no_epsilon_left_is_shown_that_the_filter_would_refuse() -> None:
+    # Audit: after partition selections had used 7.3e-07 of δ = 1e-06 the filter said
+    # "ε = 0.9 left" while refusing a release of ε = 0.05. ε at a fixed δ does not add,
+    # so no ε amount is shown: spent ε and δ against the budget instead.
+    selection = PartitionSelection(sigma2=100, threshold=51, max_groups_per_unit=1, cells=16)
+    f = PrivacyFilter(epsilon=1.0, delta=1e-6)
+    f.accept(selection, 2)
+    assert math.isnan(f.remaining)
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    used = spent(budget, f.accountant)
+    assert used.value < 0.7  # the old display: "ε = 0.35 left", yet nothing fits
+    assert used.delta == pytest.approx(2 * selection.delta)
+    shown = left_text(budget, used.value, used.delta)
+    assert shown.startswith("no ε amount")
+    assert f"used δ = {used.delta:.3g} of 1e-06" in shown
+    assert f.can_accept(selection) is False  # δ is used up: refused whatever its ε
+    with pytest.raises(BudgetExceededError) as refused:
+        f.accept(selection)
+    message = str(refused.value)
+    assert "left" not in message
+    assert f"spent ε = {used.value:.3g} of 1 (δ = 1e-06, partition selection δ = " in message
+    assert message.endswith("with it: ε = ∞, partition selection δ = 1.1e-06")
+    # ρ and μ add: what is shown left is exactly the edge of what the filter admits.
+    for kwargs, event_at in (
+        ({"rho": 1.0}, lambda r: Gaussian(sigma=math.sqrt(1 / (2 * r)))),
+        ({"mu": 1.0}, lambda m: Gaussian(sigma=1 / m)),
+    ):
+        g = PrivacyFilter(**kwargs)
+        g.accept(Gaussian(sigma=1.5))
+        left = g.remaining
+        assert 0 < left < 1
+        assert g.can_accept(event_at(left * (1 - 1e-9))) is True
+        assert g.can_accept(event_at(left * (1 + 1e-9))) is False
+
+
 def test_approx_filter_refuses_and_keeps_state() -> None:
     f = PrivacyFilter(epsilon=1.0, delta=1e-5)
     f.accept(Gaussian(sigma=10.0), 2)
     spent = f.spent
     assert f.can_accept(Gaussian(sigma=1.0)) is False
     message = (
-        r"^refused: this costs ε = 4.38 at δ = 1e-05; the filter has ε = 0.503 left of 1 "
-        r"\(δ = 1e-05\)$"
+        r"^refused: this costs ε = 4.38 at δ = 1e-05; the filter has spent ε = 0.497 of 1 "
+        r"\(δ = 1e-05, partition selection δ = 0\); with it: ε = 4.\d+$"
     )
     with pytest.raises(BudgetExceededError, match=message):
         f.accept(Gaussian(sigma=1.0))

@@ -64,10 +64,12 @@ def test_release_with_ledger_json_and_csv(app: typer.Typer, tmp_path: Path) -> N
     # One entry: its cost alone is the total, within the ledger's ε.
     assert shown["entries"][0]["cost"] == shown["spent"] <= 1.2
     assert shown["spent_lower"] <= shown["spent"]
-    assert shown["remaining"] == pytest.approx(1.2 - shown["spent"])
+    assert shown["remaining"] is None  # ε at a fixed δ does not add: no ε "left"
+    assert 0.0 <= shown["selection_delta"] < shown["delta"]
     r = runner.invoke(app, ["ledger", "show", str(ledger)])
     assert r.exit_code == 0
-    assert "remaining ε" in r.output
+    assert "no ε amount" in r.output
+    assert "remaining ε" not in r.output
 
 
 def test_release_table_output_and_errors(app: typer.Typer, tmp_path: Path) -> None:

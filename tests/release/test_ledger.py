@@ -66,7 +66,7 @@ def test_create_reserve_commit_show(tmp_path: Path) -> None:
     assert (summary.unit, summary.delta) == ("epsilon", 1e-6)
     assert summary.spent == expected.upper == ledger.spent
     assert summary.spent_lower == expected.lower
-    assert summary.remaining == pytest.approx(3.0 - expected.upper)
+    assert math.isnan(summary.remaining)  # ε at a fixed δ does not add: no ε "left"
     assert [row.what for row in summary.rows] == ["counts", "model"]
     assert summary.rows[0].cost == gdp_epsilon(0.25, 1e-6)
     assert summary.rows[1].cost == PLDAccountant().compose(DPSGD).epsilon(1e-6).upper
@@ -88,8 +88,8 @@ def test_refusal_writes_nothing_and_speaks_the_budget(tmp_path: Path) -> None:
     eps = Ledger(tmp_path / "e.db", total=Budget(epsilon=1.0, delta=1e-5))
     eps.charge(Gaussian(sigma=10.0), label="small", detail=None)
     message = (
-        r"^refused: this costs ε = 4.38 at δ = 1e-05; the ledger has ε = 0.659 left of 1 "
-        r"\(δ = 1e-05\)$"
+        r"^refused: this costs ε = 4.38 at δ = 1e-05; the ledger has spent ε = 0.341 of 1 "
+        r"\(δ = 1e-05, partition selection δ = 0\); with it: ε = 4.\d+$"
     )
     with pytest.raises(BudgetExceededError, match=message):
         eps.check(Gaussian(sigma=1.0))  # the read-only check, used before data are read
@@ -309,7 +309,7 @@ def test_kill_9_between_reserve_and_commit_stays_counted(tmp_path: Path) -> None
     assert e.status == "reserved"
     assert e.event == DPSGD
     assert ledger.spent == PLDAccountant().compose(DPSGD).epsilon(RACE_DELTA).upper
-    with pytest.raises(BudgetExceededError, match=r"the ledger has ε = 0\.0791 left of 0\.8"):
+    with pytest.raises(BudgetExceededError, match=r"the ledger has spent ε = 0\.721 of 0\.8"):
         ledger.reserve(DPSGD, label="would overspend")
 
 

@@ -102,6 +102,7 @@ from gaussdp.accounting.pld import (
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, LatticeGaussian
 from gaussdp.privacy import gdp_delta, gdp_epsilon, zcdp_delta, zcdp_epsilon
+from gaussdp.privacy.gdp import DELTA_ROUND_UP
 from gaussdp.privacy.zcdp import rdp_epsilon
 
 __all__ = [
@@ -561,11 +562,15 @@ def _gdp_epsilon_bounds(mu: float, delta: float, method: str = "") -> EpsilonBou
 
 
 def _gdp_delta_bounds(mu: float, epsilon: float, method: str = "") -> DeltaBounds:
-    """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13; exact, so lower = upper)."""
+    """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13), bracketed within about 1e-11 relative.
+
+    :func:`gdp_delta` is rounded up by ``DELTA_ROUND_UP`` (10x its measured evaluation
+    error), so it is the upper bound and twice that margin below it is the lower one.
+    """
     if math.isinf(mu):
         return DeltaBounds(lower=0.0, upper=1.0, method=method)
     d = gdp_delta(mu, epsilon)
-    return DeltaBounds(lower=d, upper=d, method=method)
+    return DeltaBounds(lower=d * (1.0 - 2.0 * DELTA_ROUND_UP), upper=d, method=method)
 
 
 # --------------------------------------------------------------------------------------

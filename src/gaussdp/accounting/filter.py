@@ -61,6 +61,7 @@ __all__ = [
     "budget_accountant",
     "budget_limit",
     "left_of",
+    "left_text",
     "refusal",
     "spent",
 ]
@@ -139,10 +140,37 @@ def budget_limit(budget: Budget) -> tuple[str, float]:
 
 
 def left_of(symbol: str, total: float, used: float) -> float:
-    """What is left of ``total`` after ``used`` (μ² add, DRS Cor 3.3; ε and ρ subtract)."""
+    """What a next event can still spend of ``total`` after ``used``, or NaN for ε.
+
+    ρ add under composition (Bun & Steinke 2016 Lemma 2.3) and so do μ² (DRS Cor
+    3.3): total − used (μ: √(total² − used²)) is exactly what the filter admits
+    next. ε at a fixed δ does not add (two steps can compose to less than the sum,
+    or to more, and partition selection spends the same δ), so ``total − used`` is
+    not what a next release can spend — it can be more, or nothing at all — and
+    no single ε figure is: NaN. The filter's check is the answer for ε budgets.
+    """
+    if symbol == "ε":
+        return math.nan
     if symbol == "μ":  # μ² add (DRS Cor 3.3)
         return math.sqrt(max(0.0, total * total - used * used))
     return max(0.0, total - used)
+
+
+def left_text(budget: Budget, used: float, selection_delta: float) -> str:
+    """What is left of ``budget`` after ``used``, as shown to people (never overstated).
+
+    ρ and μ: the amount (:func:`left_of`). ε: no amount (see :func:`left_of`), but
+    the δ that partition selection has used (``selection_delta``) of the budget's δ,
+    since a release is refused once that δ is used up, whatever ε is spent.
+    """
+    symbol, limit = budget_limit(budget)
+    if symbol != "ε":
+        return f"{symbol} = {_fmt(left_of(symbol, limit, used))} of {limit:g}"
+    return (
+        f"no ε amount (ε at δ = {budget.delta:g} does not add up; each release is checked "
+        f"against ε = {limit:g}); partition selection has used δ = {selection_delta:.3g} of "
+        f"{budget.delta:g}"
+    )
 
 
 def _fmt(x: float) -> str:
@@ -165,8 +193,9 @@ def refusal(
     the budget (``after`` is a copy of ``before`` with the event composed), else
     ``(message, before)`` with a one-line message in the budget's own terms
     (``what`` names the event, ``owner`` the budget's holder):
-    ``"refused: this costs ε = 0.41 at δ = 1e-06; the ledger has ε = 0.22 left of
-    3 (δ = 1e-05)"``. ``before`` is never changed. ``measure`` is :func:`spent`
+    ``"refused: this costs ρ = 0.41; the ledger has ρ = 0.22 left of 3"``; for an ε
+    budget the ε and δ spent and what the history would spend with the event, never
+    an "ε left" (see :func:`left_of`). ``before`` is never changed. ``measure`` is :func:`spent`
     or a function with the same results (a ledger's remembers them per history).
 
     Raises
@@ -180,12 +209,22 @@ def refusal(
     if total_spent.value <= limit:
         return None, after
     alone = measure(budget, budget_accountant(budget).compose(event, count)).value
-    used = measure(budget, before).value
-    at = f" at δ = {budget.delta:g}" if symbol == "ε" else ""
-    of = f" (δ = {budget.delta:g})" if symbol == "ε" else ""
+    used = measure(budget, before)
+    if symbol == "ε":
+        # No "ε left" figure: ε at a fixed δ does not add (see left_of). Say what is
+        # spent of both ε and δ, and what the history would spend with this event.
+        selection = (
+            f", partition selection δ = {total_spent.delta:.3g}" if total_spent.delta > 0 else ""
+        )
+        message = (
+            f"refused: {what} costs ε = {_fmt(alone)} at δ = {budget.delta:g}; the {owner} "
+            f"has spent ε = {_fmt(used.value)} of {limit:g} (δ = {budget.delta:g}, partition "
+            f"selection δ = {used.delta:.3g}); with it: ε = {_fmt(total_spent.value)}{selection}"
+        )
+        return message, before
     message = (
-        f"refused: {what} costs {symbol} = {_fmt(alone)}{at}; the {owner} has "
-        f"{symbol} = {_fmt(left_of(symbol, limit, used))} left of {limit:g}{of}"
+        f"refused: {what} costs {symbol} = {_fmt(alone)}; the {owner} has "
+        f"{symbol} = {_fmt(left_of(symbol, limit, used.value))} left of {limit:g}"
     )
     if symbol != "ε" and total_spent.delta > 0:
         message += f" (a {symbol} budget cannot spend δ, and this spends δ)"
@@ -339,7 +378,11 @@ class PrivacyFilter:
 
     @property
     def remaining(self) -> float:
-        """What is left in the budget's unit (ε: total − spent; μ: √(μ² − spent²))."""
+        """What a next event can spend (ρ: total − spent; μ: √(μ² − spent²); ε: NaN).
+
+        NaN for an ε budget: ε at a fixed δ does not add, so no ε amount is certain to
+        be admitted or refused (see :func:`left_of`); ask :meth:`can_accept` instead.
+        """
         symbol, limit = budget_limit(self._budget)
         return left_of(symbol, limit, self.spent)
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gaussdp.accounting.filter import budget_accountant
+from gaussdp.accounting.filter import budget_accountant, left_text
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import gdp_delta_with_slack
 from gaussdp.privacy import zcdp_delta
@@ -383,7 +383,8 @@ def _ledger_sections(ledger: Ledger) -> tuple[str, TradeoffCurve | None]:
         f"<tr><td>total</td><td>{_e(summary.total)}</td></tr>"
         f"<tr><td>spent</td><td>{unit} = {summary.spent:.6g}{at} (lower bound "
         f"{summary.spent_lower:.6g}); partition selection δ = {summary.selection_delta:.3g}"
-        f"</td></tr><tr><td>left</td><td>{unit} = {summary.remaining:.6g}</td></tr>"
+        f"</td></tr><tr><td>left</td><td>"
+        f"{_e(left_text(summary.total, summary.spent, summary.selection_delta))}</td></tr>"
         "</tbody></table>"
         f"<table class='results'><thead><tr><th>id</th><th>status</th><th>{unit} alone</th>"
         "<th>what</th><th>event</th><th>who</th><th>reserved</th><th>committed</th></tr></thead>"

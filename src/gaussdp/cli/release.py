@@ -455,21 +455,20 @@ def summary_lines(
 def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
     """(spent, left) in the budget's unit: the ledger's totals if one is used, else the
     release's in-memory filter."""
-    from gaussdp.accounting.filter import budget_limit
+    from gaussdp.accounting.filter import budget_limit, left_text, spent
 
     if book is not None:
         summary = book.summary()
         unit = summary.symbol
         at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
-        _, limit = budget_limit(summary.total)
         return (
             f"{unit} = {summary.spent:.6g}{at} in all (ledger {book.path})",
-            f"{unit} = {summary.remaining:.6g} of {limit:.6g}",
+            left_text(summary.total, summary.spent, summary.selection_delta),
         )
-    symbol, limit = budget_limit(release.budget)
+    symbol, _ = budget_limit(release.budget)
     at = f" at δ = {release.budget.delta:.3g}" if symbol == "ε" else ""
-    filt = release.filter
-    return f"{symbol} = {filt.spent:.6g}{at}", f"{symbol} = {filt.remaining:.6g} of {limit:.6g}"
+    used = spent(release.budget, release.filter.accountant)
+    return f"{symbol} = {used.value:.6g}{at}", left_text(release.budget, used.value, used.delta)
 
 
 @contextlib.contextmanager
@@ -780,6 +779,8 @@ def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
     Every value whole at any width: the text fields are stacked one per line
     when the columns do not fit (the event description is long), never cut.
     """
+    from gaussdp.accounting.filter import left_text
+
     unit = summary.symbol
     names = ("id", "status", f"{unit} alone", "what", "event", "who", "reserved", "committed")
     header = [(name, name == f"{unit} alone") for name in names]
@@ -800,8 +801,8 @@ def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
     at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
     table.caption = (
         f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at} (certified upper "
-        f"bound; lower bound {summary.spent_lower:.6g}); remaining {unit} = "
-        f"{summary.remaining:.6g}"
+        f"bound; lower bound {summary.spent_lower:.6g}); left: "
+        f"{left_text(summary.total, summary.spent, summary.selection_delta)}"
     )
     return table
 

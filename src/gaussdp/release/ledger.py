@@ -159,9 +159,11 @@ class LedgerSummary:
     ``unit`` is ``"epsilon"`` (at ``delta``, the ledger's δ), ``"rho"`` or
     ``"mu"``; ``spent`` the certified upper bound of the whole history and
     ``spent_lower`` a lower bound (0 where the accountant gives none);
-    ``remaining`` = total − spent (μ: √(total² − spent²)); ``selection_delta``
-    the δ spent outside the composition and ``slack`` the smoothing slack
-    included in ``spent``.
+    ``remaining`` what a next release can spend for ρ (total − spent) and μ
+    (√(total² − spent²)), NaN for ε (ε at a fixed δ does not add; see
+    :func:`~gaussdp.accounting.filter.left_of`); ``selection_delta`` the δ spent
+    outside the composition (partition selection, of ``delta``) and ``slack`` the
+    smoothing slack included in ``spent``.
     """
 
     total: Budget
@@ -581,7 +583,7 @@ class Ledger:
 
     @property
     def remaining(self) -> float:
-        """What is left in the total's unit (ε, ρ: total − spent; μ: √(total² − spent²))."""
+        """What a next release can spend (ρ: total − spent; μ: √(total² − spent²); ε: NaN)."""
         return self.summary().remaining
 
     def summary(self) -> LedgerSummary:
