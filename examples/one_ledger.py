@@ -100,8 +100,8 @@ def main(path: Path) -> Ledger:
     for row in summary.rows:
         print(f"  {row.what:<40} ε alone = {row.cost:.3f}")
     print(
-        f"total ε = {summary.spent:.3f} at δ = {DELTA:g} (PLD, all events together); "
-        f"{summary.remaining:.3f} left of {TOTAL.epsilon:g}"
+        f"total ε = {summary.spent:.3f} at δ = {DELTA:g} (PLD, all events together) "
+        f"of a budget of ε = {TOTAL.epsilon:g}"
     )
     return ledger
 
