@@ -134,6 +134,13 @@ def test_numbers_beyond_the_float_range_are_refused_with_the_template(
         check("s", 10**400)
     with pytest.raises(ValueError, match=r"^s must be .*, got Fraction\(1000"):
         check("s", Fraction(10**400, 3))
-    # A number too long to print is described, not written out.
-    with pytest.raises(ValueError, match=r", got an int of 16610 bits$"):
+    # A number too long for repr (Python's 4300-digit limit) is described instead.
+    with pytest.raises(ValueError, match=r", got an int too long to print$"):
         check("s", -(10**5000))
+    with pytest.raises(ValueError, match=r", got a Fraction too long to print$"):
+        check("s", Fraction(10**5000, 7))
+
+
+def test_an_in_range_fraction_too_long_to_print_is_refused_with_the_template() -> None:
+    with pytest.raises(ValueError, match=r"^s must be .*, got a Fraction too long to print$"):
+        check_positive("s", Fraction(-1, 10**5000))

@@ -100,12 +100,7 @@ def _as_float(name: str, value: object, constraint: str) -> float:
     try:
         result = float(value)
     except OverflowError:  # a Python int or Fraction beyond the float range
-        shown = (
-            _Redacted(f"an int of {value.bit_length()} bits")
-            if isinstance(value, int) and value.bit_length() > 4000
-            else value
-        )
-        raise ValueError(invalid(name, constraint, shown)) from None
+        raise ValueError(invalid(name, constraint, value)) from None
     if math.isnan(result):
         raise ValueError(invalid(name, constraint, value))
     return result

@@ -71,4 +71,9 @@ def invalid(name: str, constraint: str, value: object) -> str:
     >>> invalid("delta", "in (0, 1)", 1.5)
     'delta must be in (0, 1), got 1.5'
     """
-    return f"{name} must be {constraint}, got {value!r}"
+    try:
+        shown = repr(value)
+    except ValueError:  # an int (or a Fraction of ints) beyond Python's 4300-digit limit
+        kind = type(value).__qualname__
+        shown = f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind} too long to print"
+    return f"{name} must be {constraint}, got {shown}"
