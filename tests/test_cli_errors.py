@@ -393,6 +393,27 @@ def test_check_distinct_reads_data_as_the_engines_do(tmp_path: Path) -> None:
             check_distinct({"--out": out}, {"--data": data})
 
 
+def test_check_distinct_follows_symlinks_as_the_glob_does(tmp_path: Path) -> None:
+    from gaussdp.cli._output import CliError
+    from gaussdp.cli.release import check_distinct
+
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (real / "a.csv").write_text("x\n1\n", encoding="utf-8")
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "s").symlink_to(real / "sub")
+    (real / "dangling.csv").symlink_to(tmp_path / "elsewhere.csv")
+    # Each output would be read as data by the next run (the engines' glob walks the
+    # symlink; a dangling symlink in the folder is written through and then read).
+    for data, out in (
+        (str(tmp_path / "link" / "*.csv"), real / "new.csv"),
+        (str(tmp_path / "s" / ".." / "*.csv"), real / "new.csv"),
+        (str(real), real / "dangling.csv"),
+    ):
+        with pytest.raises(CliError, match="--out must be"):
+            check_distinct({"--out": out}, {"--data": data})
+
+
 def test_a_report_failure_after_the_spend_says_the_spend_is_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

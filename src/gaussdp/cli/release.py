@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import glob
 import json
 import logging
 import math
@@ -133,12 +134,27 @@ def _data_takes(data: str, path: Path) -> str | None:
         return None
     if any(_same_file(path, named) for named in data_files(local)) or _same_file(path, Path(local)):
         return "is"
-    if is_glob(local) and (_glob_takes(local, path) or _glob_takes(local, path.resolve())):
-        return "would"
+    # The output as named (its folder resolved: the file may be a symlink, even a
+    # dangling one, that the engines would read) and as resolved.
+    named = path.absolute().parent.resolve() / path.name
+    if is_glob(local):
+        patterns = (local, _resolved_prefix(local))
+        if any(_glob_takes(p, q) for p in patterns for q in (path, named, path.resolve())):
+            return "would"
     folder = Path(local)
-    if folder.is_dir() and path.resolve().is_relative_to(folder.resolve()):
+    if folder.is_dir() and any(q.is_relative_to(folder.resolve()) for q in (named, path.resolve())):
         return "would" if path.name.lower().endswith(DATA_SUFFIXES) else None
     return None
+
+
+def _resolved_prefix(pattern: str) -> str:
+    """``pattern`` with its literal folder part resolved (symlinks, then ``..``), as the
+    engines' glob walks it: ``link/*.csv`` reads the files of ``link``'s target."""
+    parts = Path(pattern).parts
+    literal = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    if literal == 0:
+        return pattern
+    return str(Path(*parts[:literal]).resolve().joinpath(*parts[literal:]))
 
 
 def check_distinct(outputs: dict[str, Path | None], inputs: dict[str, Path | str | None]) -> None:
