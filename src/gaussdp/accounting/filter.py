@@ -221,6 +221,8 @@ def refusal(
             f"has spent ε = {_fmt(used.value)} of {limit:g} (δ = {budget.delta:g}, partition "
             f"selection δ = {used.delta:.3g}); with it: ε = {_fmt(total_spent.value)}{selection}"
         )
+        if total_spent.note:
+            message += f" ({total_spent.note})"
         return message, before
     message = (
         f"refused: {what} costs {symbol} = {_fmt(alone)}; the {owner} has "
