@@ -200,6 +200,30 @@ def test_a_complex_update_is_refused_before_the_round_is_charged(tmp_path: Path)
     assert ddg.rounds == 0
 
 
+@pytest.mark.parametrize("kind", ["central", "distributed"])
+def test_a_meta_or_sparse_update_is_refused_before_the_round_is_charged(kind: str) -> None:
+    # Once: a meta tensor passed the checks, the round was charged (ε 4.4 or ρ 0.5),
+    # then torch.stack (central) or .numpy() (distributed) raised inside it.
+    spend = PrivacyFilter(Budget(epsilon=10.0, delta=DELTA))
+    agg: DPAggregator | DistributedDiscreteGaussian
+    if kind == "central":
+        agg = DPAggregator(1.0, 1.0, dim=8, rng=ChaCha20Random(0), filter=spend)
+    else:
+        agg = DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=2, dim=8, rng=ChaCha20Random(0), filter=spend
+        )
+    meta = r"updates\[1\].device must be a device holding data \(not meta\), got "
+    with pytest.raises(ValueError, match=meta + r"device\(type='meta'\)"):
+        agg.aggregate([torch.ones(8), torch.empty(8, device="meta")])
+    sparse = r"updates\[0\] must be a dense, non-quantized tensor, got a torch.Tensor"
+    with pytest.raises(TypeError, match=sparse):
+        agg.aggregate([torch.ones(8).to_sparse(), torch.ones(8)])
+    assert (spend.spent, agg.rounds) == (0, 0)
+    agg.aggregate([torch.ones(8), torch.ones(8)])  # the next good round runs
+    assert agg.rounds == 1
+    assert spend.spent > 0
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int16, torch.bool])
 def test_integer_updates_are_taken_as_float64(dtype: torch.dtype) -> None:
     # Once: DPAggregator charged the round, then failed on an integer update.

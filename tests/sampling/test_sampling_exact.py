@@ -108,7 +108,9 @@ def test_log_and_exp_are_within_the_assumed_error() -> None:
     Checked here on the arguments the sampler uses, for numpy's, the C library's and (where
     installed) torch's kernels: log at u = (2m + 1) / 2**53 over all magnitudes of m, and
     exp(-x) for x in [0, 745]. The observed worst case must be below 2**-50 (a few ulp),
-    64 times inside the assumption.
+    64 times inside the assumption. For x in (745, 1e300] (the sampler's x reaches about
+    2**59·G² at tiny σ²) e^-x is below the smallest subnormal, and exp(-x) must stay
+    below 2**-60 (the assumption's second clause; 0 on IEEE).
     """
     gen = np.random.default_rng(5)  # test inputs only, not a sampler
     m = np.concatenate(
@@ -118,10 +120,16 @@ def test_log_and_exp_are_within_the_assumed_error() -> None:
         ]
     )
     u = (2.0 * m.astype(np.float64) + 1.0) * 2.0**-53
-    x = np.concatenate([gen.uniform(0, 745, 3000), gen.uniform(0, 2, 1000), [0.0, 1e-300, 700.0]])
-    # mpmath once per argument (the costly part), then every kernel against it
+    huge = np.concatenate(
+        [np.exp(gen.uniform(math.log(745), math.log(1e300), 300)), [745.5, 2.0**59, 1e300]]
+    )
+    x = np.concatenate(
+        [gen.uniform(0, 745, 3000), gen.uniform(0, 2, 1000), [0.0, 1e-300, 700.0], huge]
+    )
+    # mpmath once per argument (the costly part), then every kernel against it; past 745,
+    # e^-x < e^-745 < 2**-1074: 0 stands for it (below `tiny`, so the 2**-60 clause applies).
     exact_logs = [mpmath.log(mpmath.mpf(ui)) for ui in u.tolist()]
-    exact_exps = [mpmath.exp(-mpmath.mpf(xi)) for xi in x.tolist()]
+    exact_exps = [mpmath.exp(-mpmath.mpf(xi)) if xi <= 745 else mpmath.mpf(0) for xi in x.tolist()]
     tiny = mpmath.mpf(2) ** -1022
     worst = {}
     for name, logs, exps in _kernel_results(u, x):

@@ -1239,6 +1239,11 @@ def prove(
         # engine keys proofs by every non-tensor argument (dpsgd._call_key), so the
         # graph never runs with another value; a warning the forward itself gives
         # is given again by the training call, which runs it.
+        # Not thread-safe before Python 3.14: catch_warnings swaps the process-wide
+        # filters, so while a trace runs another thread's warnings are ignored too, and
+        # a catch_warnings of another thread that overlaps it can restore the wrong
+        # filters. A lock here would order only gaussdp's own traces, not other code's
+        # warnings, so none is taken (the proof below swaps the filters the same way).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             graph = tracer.trace(root, concrete_args=concrete)

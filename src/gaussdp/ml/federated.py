@@ -59,18 +59,28 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _flat_update(update: object, dim: int, index: int) -> torch.Tensor:
-    """The update as a flat real tensor; a wrong type, dtype or size is refused (before any charge).
+    """The update as a flat real tensor; a wrong type, device, dtype or size is refused.
 
-    A complex update is refused (casting it would drop the imaginary part, with a
-    warning inside the charged round); integer and bool updates are converted to
-    float64, exactly for every value below 2⁵³ in magnitude (beyond, int64 values
-    become the nearest float64, a rounding of that update alone, before clipping).
-    Its values are not checked: an update with an inf or NaN entry counts as the zero
-    vector (the rule of :func:`gaussdp.ml.clip_factors`), as refusing it would be an
-    output that depends on one client's data.
+    Called before the round is charged: every property that could make the charged
+    round fail is checked here. A tensor without data (the ``meta`` device), a sparse
+    or quantized one is refused. A complex update is refused (casting it would drop
+    the imaginary part, with a warning inside the charged round); integer and bool
+    updates are converted to float64, exactly for every value below 2⁵³ in magnitude
+    (beyond, int64 values become the nearest float64, a rounding of that update alone,
+    before clipping). Its values are not checked: an update with an inf or NaN entry
+    counts as the zero vector (the rule of :func:`gaussdp.ml.clip_factors`), as
+    refusing it would be an output that depends on one client's data.
     """
     if not isinstance(update, torch.Tensor):
         raise TypeError(invalid(f"updates[{index}]", "a torch.Tensor", redacted(update)))
+    if update.device.type == "meta":
+        raise ValueError(
+            invalid(f"updates[{index}].device", "a device holding data (not meta)", update.device)
+        )
+    if update.layout != torch.strided or update.is_quantized:
+        raise TypeError(
+            invalid(f"updates[{index}]", "a dense, non-quantized tensor", redacted(update))
+        )
     if update.is_complex():
         raise TypeError(
             invalid(
@@ -213,28 +223,38 @@ class DPAggregator:
         An empty round (no client sampled) still returns noise, as the accounting
         assumes. Divide by the expected number of clients (q times the population)
         for a private average. With a ledger or filter the round is charged
-        (:attr:`round_event`) after the updates' types and sizes are checked and
-        before their values are read or noise is drawn. An update with an inf or
+        (:attr:`round_event`) after the updates' types, devices, dtypes and sizes are
+        checked and the updates stacked, and before their values decide anything or
+        noise is drawn. The updates may be on any one device that holds data (a CUDA
+        batch is clipped and summed there; the noise is added on the CPU). An update with an inf or
         NaN entry counts as the zero vector (see :func:`~gaussdp.ml.clip_factors`).
 
         Raises
         ------
         TypeError, ValueError
-            If an update is not a real tensor of ``dim`` elements (complex is
+            If an update is not a dense real tensor of ``dim`` elements on the
+            device of the first (complex, sparse, quantized and ``meta`` tensors are
             refused; integer and bool are taken as float64); nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
         """
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
+        for index, row in enumerate(rows[1:], start=1):
+            if row.device != rows[0].device:
+                raise ValueError(
+                    invalid(
+                        f"updates[{index}].device", f"{rows[0].device}, as updates[0]'s", row.device
+                    )
+                )
+        # Stacked before the charge (it copies, reading no value into a decision).
+        stacked = torch.stack(rows) if rows else torch.zeros((0, self._dim))
         with self._charger.run():  # rounds take turns
             # Counted first, as the charger counts a run whose body raises.
             self._rounds += 1
             self._accountant.compose(self.round_event)
             if rows:
-                stacked = torch.stack(rows)
                 factors = _clip_factor_rows(stacked, self._clip)
             else:
-                stacked = torch.zeros((0, self._dim))
                 factors = torch.zeros(0, dtype=torch.float64)
             sums = self._noiser.accumulate([stacked], factors)
             noisy = self._noiser.release(sums)[0]
@@ -497,9 +517,11 @@ class DistributedDiscreteGaussian:
         ``rng`` is the client's own randomness (default: a stream keyed from the
         mechanism's ``rng``). An update with an inf or NaN entry (or a norm beyond
         the float64 range) counts as the zero vector, a valid clipping decided from
-        that update alone (see :func:`~gaussdp.ml.clip_factors`).
+        that update alone (see :func:`~gaussdp.ml.clip_factors`). An update on another
+        device than the CPU (CUDA) is copied to the CPU, where the clients' arithmetic
+        is simulated; a ``meta`` tensor (no data) is refused.
         """
-        flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy()
+        flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy(force=True)
         source = self._rng if rng is None else check_rng(rng)
         stream = ChaCha20Random(source.random_bytes(32))
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
@@ -544,8 +566,10 @@ class DistributedDiscreteGaussian:
         ------
         TypeError, ValueError
             If fewer than ``num_clients`` updates are given (their noise would be
-            missing) or an update is not a real tensor of ``dim`` elements (complex is
-            refused; integer and bool are taken as float64); nothing is charged.
+            missing) or an update is not a dense real tensor of ``dim`` elements
+            (complex, sparse, quantized and ``meta`` tensors are refused; integer and
+            bool are taken as float64; other devices are copied to the CPU); nothing
+            is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is encoded or drawn.
         """

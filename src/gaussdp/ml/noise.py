@@ -34,6 +34,14 @@ large models the next release's vector is drawn in a worker process while the
 caller computes gradients (:class:`gaussdp.sampling.background.NoiseStream`; same
 values either way).
 
+Fork. A forked child never uses the parent's noise worker: it lets go of it at
+the fork and starts one of its own if it draws (see
+:mod:`gaussdp.sampling.background`, which also says how its keys differ from the
+parent's). torch's OpenMP thread pool is not fork-safe: a child forked after a
+multi-threaded torch operation can hang in its first parallel one, before any noise
+is drawn. Call ``torch.set_num_threads(1)`` in forked children that compute, as
+torch's DataLoader workers do, or use the ``spawn`` start method.
+
 ``noise="insecure-float"`` adds ``torch.normal`` noise to the float sum instead. It
 is for speed experiments only, warns when selected, and is not differentially
 private against an adversary who sees the low-order bits (Mironov 2012).
@@ -42,9 +50,7 @@ private against an adversary who sees the low-order bits (Mironov 2012).
 from __future__ import annotations
 
 import math
-import os
 import warnings
-import weakref
 from collections.abc import Sequence
 from typing import Literal
 
@@ -199,8 +205,6 @@ class SumNoiser:
             self._stream = NoiseStream(
                 self._lattice.sigma2, self._dim, rng=self._rng, background=background
             )
-            if self._stream.background:
-                _WITH_WORKER.add(self)
 
     @property
     def noise_multiplier(self) -> float:
@@ -324,28 +328,6 @@ class SumNoiser:
         """Stop the noise worker process, if any (later releases draw in place)."""
         if self._stream is not None:
             self._stream.close()
-
-
-#: Noisers whose stream has a worker process (see :func:`_after_fork_in_child`).
-_WITH_WORKER: weakref.WeakSet[SumNoiser] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """In a forked child: let go of the parent's noise workers at once.
-
-    The child holds copies of each worker's pipes. A child that never used its copy of
-    a noiser (a DataLoader worker) kept them until it exited, so the worker did not
-    see end of input when the parent closed it, and the parent's ``close()`` waited
-    5 s before killing it. The child's noisers then draw in place, with the keys that
-    :class:`~gaussdp.sampling.background.NoiseStream` gives a forked copy.
-    """
-    for noiser in list(_WITH_WORKER):
-        noiser.close()
-    _WITH_WORKER.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _drop_zero_rows(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:

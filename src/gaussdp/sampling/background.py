@@ -17,9 +17,11 @@ seeded :class:`~gaussdp.random.ChaCha20Random` gives the same vectors with or
 without the worker, and the default operating-system CSPRNG keys every vector
 freshly). The key reaches the worker through a pipe private to the two processes.
 
-Fork. A forked copy of the caller never uses the parent's worker: on its first
-call it lets go of the parent's pipes and shared memory without reading them
-and starts a worker of its own. When ``rng`` is not reproducible, the key read
+Fork. A forked copy of the caller never uses the parent's worker: at the fork
+(an ``os.register_at_fork`` hook) it lets go of the parent's pipes and shared
+memory without reading them, so that the parent's :meth:`NoiseStream.close` is
+not kept waiting by a child that never draws (a DataLoader worker), and on its
+first call it starts a worker of its own. When ``rng`` is not reproducible, the key read
 for the parent's next vector is dropped and the child reads its keys from a
 stream keyed by 32 bytes of ``rng`` and 32 fresh operating-system bytes
 (SHA-256 of both), so the child's vectors are independent of
@@ -119,6 +121,7 @@ class NoiseStream:
         self._worker: _Worker | None = None
         self._pending: bytes | None = None  # key of the vector the worker is drawing
         self._pid = os.getpid()
+        self._restart = False  # a forked copy that let go of the parent's worker
         if background and os.name == "posix":  # elsewhere: drawn in place, same values
             self._start_worker()
 
@@ -127,20 +130,30 @@ class NoiseStream:
         self._worker = _Worker.start(self._sigma2, self._dim, torch=torch)
         if self._worker is None:
             _warn_inline("could not be started")
-        elif self._pending is None:
+            return
+        _WITH_WORKER.add(self)
+        if self._pending is None:
             self._submit()
         elif not self._worker.submit(self._pending):
             self._stop_worker()
 
+    def _leave_parent_worker(self) -> None:
+        """In a forked copy, at the fork: let go of the parent's worker (restarted on use)."""
+        if self._worker is not None:
+            self._worker.abandon()
+            self._worker = None
+            self._restart = True
+
     def _after_fork(self) -> None:
-        """In a forked copy: leave the parent's worker and (unless seeded) its pending key."""
+        """In a forked copy, at its first call: (unless seeded) drop the pending key; restart."""
         self._pid = os.getpid()
         if not self._rng._reproducible:
             self._pending = None  # read before the fork: the parent's vector
             # A deterministic user source is in the same state in every sibling.
             self._rng = _DerivedStream(self._rng, forked=True)
-        if self._worker is not None:
-            self._worker.abandon()
+        self._leave_parent_worker()  # where no at-fork hook ran (a fork outside Python)
+        if self._restart:
+            self._restart = False
             self._start_worker()
 
     @property
@@ -208,6 +221,7 @@ class NoiseStream:
 
     def close(self) -> None:
         """Stop the worker process (the stream then draws in place)."""
+        self._restart = False
         if self._worker is not None:
             if os.getpid() != self._pid:
                 self._worker.abandon()
@@ -220,6 +234,28 @@ class NoiseStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Streams that started a worker process in this process (see :func:`_after_fork_in_child`).
+_WITH_WORKER: weakref.WeakSet[NoiseStream] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: let go of the parent's noise workers at once.
+
+    The child holds copies of each worker's pipes. A child that never drew from its
+    copy of a stream (a DataLoader worker) kept them until it exited, so the worker
+    did not see end of input when the parent closed it, and the parent's ``close()``
+    waited 5 s before killing it. A stream the child uses starts a worker of its own.
+    """
+    streams = list(_WITH_WORKER)
+    _WITH_WORKER.clear()
+    for stream in streams:
+        stream._leave_parent_worker()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _warn_inline(what: str) -> None:
