@@ -76,3 +76,33 @@ def test_refused_inputs(tmp_path: Path) -> None:
     (tmp_path / "t.json").write_text("{}")
     with pytest.raises(ValueError, match="tsv"):  # the message lists what is accepted
         counts(tmp_path / "t.json")
+
+
+def test_the_specs_duckdb_settings_reach_the_connection(tmp_path: Path) -> None:
+    from gaussdp.release import load_spec, release_from_spec
+    from gaussdp.release.core import _open
+
+    examples = Path(__file__).parents[2] / "examples"
+    spill = tmp_path / "spill"
+    text = (examples / "visits.toml").read_text(encoding="utf-8")
+    settings = f'memory_limit = "64MB"\ntemp_directory = "{spill}"\nthreads = 1\n'
+    spec = tmp_path / "visits.toml"
+    spec.write_text(settings + text.replace('memory_limit = "1GB"', ""), encoding="utf-8")
+    release = release_from_spec(load_spec(spec), examples / "visits.csv")
+    engine = _open(release)
+    try:
+        con = engine._con  # type: ignore[attr-defined]
+        setting = "SELECT current_setting(?)"
+        assert con.execute(setting, ["temp_directory"]).fetchone()[0] == str(spill)
+        assert con.execute(setting, ["threads"]).fetchone()[0] == 1
+        limit = con.execute(setting, ["memory_limit"]).fetchone()[0]
+        assert limit.replace(" ", "") in {"64.0MB", "61.0MiB"}, limit
+    finally:
+        engine.close()
+    # A directory the user named is theirs: closing does not remove it (DuckDB creates
+    # it only when it spills); the default one is gaussdp's and is removed.
+    default = _open(release_from_spec(load_spec(examples / "visits.toml"), examples / "visits.csv"))
+    made = Path(default._tmp)  # type: ignore[attr-defined]
+    assert made.is_dir()
+    default.close()
+    assert not made.exists()
