@@ -463,7 +463,7 @@ def test_ledger_pickles_without_its_spend_cache(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(ledger))
     assert copy.path == ledger.path
     assert copy.total == ledger.total
-    assert copy._spent == {}  # the cache (and its lock) were made afresh
+    assert not copy._spent._known  # the cache (and its lock) were made afresh
     assert copy.spent == before
     copy.charge(Gaussian(sigma=20.0), label="two")  # the copy writes the same file
     assert len(ledger.entries()) == 2
@@ -481,7 +481,7 @@ def test_spend_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
         ledger._measure(budget, acc)
     ledger._measure(budget, accountants[0])  # a hit: the first becomes the most recent
     ledger._measure(budget, accountants[32])  # evicts the least recently used, the second
-    keys = [history for _, history in ledger._spent]
+    keys = [history for _, _, history in ledger._spent._known]
     assert len(keys) == 32
-    assert event_to_json(accountants[0].history) in keys
-    assert event_to_json(accountants[1].history) not in keys
+    assert accountants[0].history in keys
+    assert accountants[1].history not in keys

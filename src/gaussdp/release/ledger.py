@@ -46,8 +46,6 @@ import json
 import os
 import socket
 import sqlite3
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,11 +67,11 @@ from gaussdp.accounting.events import (
 )
 from gaussdp.accounting.filter import (
     Spent,
+    SpentMemo,
     budget_accountant,
     budget_limit,
     left_of,
     refusal,
-    spent,
 )
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, LedgerError, invalid
@@ -230,20 +228,18 @@ class Ledger:
         if total is not None and total != self.total:
             raise ValueError(invalid("total", f"the ledger's stored total {self.total}", total))
         # What each history spends, remembered (see _measure).
-        self._spent: OrderedDict[tuple[str, str], Spent] = OrderedDict()
-        self._spent_lock = threading.Lock()
+        self._spent = SpentMemo(32)
 
     def __getstate__(self) -> dict[str, object]:
-        # The spend cache and its lock stay behind (a lock does not pickle); the file holds
-        # everything that is spent.
+        # The spend cache (with its lock, which does not pickle) stays behind; the file
+        # holds everything that is spent.
         state = dict(self.__dict__)
-        del state["_spent"], state["_spent_lock"]
+        del state["_spent"]
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self._spent = OrderedDict()
-        self._spent_lock = threading.Lock()
+        self._spent = SpentMemo(32)
 
     # -- storage ----------------------------------------------------------------------
     def _error(self, what: str, todo: str) -> LedgerError:
@@ -415,31 +411,17 @@ class Ledger:
         return acc
 
     def _measure(self, budget: Budget, accountant: Accountant) -> Spent:
-        """:func:`~gaussdp.accounting.filter.spent`, remembered per history.
+        """:func:`~gaussdp.accounting.filter.spent`, remembered per history
+        (:class:`~gaussdp.accounting.filter.SpentMemo`, the 32 most recent).
 
-        What a history spends is a function of the budget and of the events
-        composed, in order, into a fresh accountant of the budget's kind (every
-        accountant here is one: :meth:`_accountant_of`, or ``refusal``'s own);
-        the key is their exact serialisation, so a remembered value is the one a
-        new computation would give. A reserve's total is the next reserve's
+        Every accountant here is a fresh one of the budget's kind
+        (:meth:`_accountant_of`, or ``refusal``'s own), so a remembered value is the
+        one a new computation would give. A reserve's total is the next reserve's
         history, and a refused request's cost alone and the history's spend are
-        asked again on a retry: each composition (a PLD build, about a second
-        for a synthesis run) is then made once per process. The 32 most recently
-        used are kept.
+        asked again on a retry: each composition (a PLD build, about a second for a
+        synthesis run) is then made once per process.
         """
-        key = (repr(budget), event_to_json(accountant.history))
-        with self._spent_lock:
-            known = self._spent.get(key)
-            if known is not None:
-                self._spent.move_to_end(key)  # least recently used goes first
-        if known is None:
-            known = spent(budget, accountant)
-            with self._spent_lock:
-                self._spent[key] = known
-                self._spent.move_to_end(key)
-                while len(self._spent) > 32:
-                    self._spent.popitem(last=False)
-        return known
+        return self._spent(budget, accountant)
 
     # -- spending ---------------------------------------------------------------------
     def check(self, event: Event, count: int = 1, *, what: str = "this") -> None:
