@@ -13,7 +13,7 @@ from sampling_stats import Z_CRIT
 
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
-from gaussdp.sampling.vectorized import _torch_kernels
+from gaussdp.sampling.vectorized import _fused_module, _torch_kernels
 
 MPMATH_DPS = 120  # the mpmath precision of every test here (conftest.py)
 
@@ -99,6 +99,12 @@ def _kernel_results(u: np.ndarray, x: np.ndarray) -> list[tuple[str, list[float]
         log(logs)
         exp(exps)
         results.append(("torch", logs.tolist(), exps.tolist()))
+    fused = _fused_module()  # the compiled block's own log and exp (docs §2.5), with numba
+    if fused is not None:
+        logs, exps, scratch = np.empty_like(u), np.empty_like(x), np.empty_like(u)
+        fused.log_into(u * 2.0**53, -53, logs, scratch)  # (2m + 1) * 2**-53, as the block
+        fused.exp_into(-x, exps)
+        results.append(("fused", logs.tolist(), exps.tolist()))
     return results
 
 
@@ -106,7 +112,8 @@ def test_log_and_exp_are_within_the_assumed_error() -> None:
     """The fast path assumes relative error <= 2**-44 for log and exp (docs §1).
 
     Checked here on the arguments the sampler uses, for numpy's, the C library's and (where
-    installed) torch's kernels: log at u = (2m + 1) / 2**53 over all magnitudes of m, and
+    installed) torch's kernels and the compiled block's own (numba, docs §2.5): log at
+    u = (2m + 1) / 2**53 over all magnitudes of m, and
     exp(-x) for x in [0, 745]. The observed worst case must be below 2**-50 (a few ulp),
     64 times inside the assumption. For x in (745, 1e300] (the sampler's x reaches about
     2**59·G² at tiny σ²) e^-x is below the smallest subnormal, and exp(-x) must stay

@@ -30,11 +30,13 @@ source; under a seeded
 :class:`~gaussdp.random.ChaCha20Random` the child continues the stream from that
 key, as a seed means (the same vectors in both processes: seed each process).
 
-Kernels. When the caller has imported torch (DP-SGD, federated aggregation) and the
-vectors have at least :data:`TORCH_KERNELS_MIN_DIM` coordinates, the worker computes
-the sampler's float brackets with torch's vectorised log and exp on one thread
-(docs/sampler-exactness.md §1, assumption 3): the same law and, for a seed, the same
-vectors as numpy's kernels drawn in place (§8), at less CPU per vector.
+Kernels. For vectors of at least :data:`FAST_KERNELS_MIN_DIM` coordinates the worker
+draws with the compiled kernel of :mod:`gaussdp.sampling._fused` where numba is
+installed (docs/sampler-exactness.md §2.5); otherwise, when the caller has imported
+torch (DP-SGD, federated aggregation), it computes the sampler's float brackets with
+torch's vectorised log and exp on one thread (§1, assumption 3). Either way: the same
+law and, for a seed, the same vectors as numpy's kernels drawn in place (§8), at less
+CPU per vector.
 
 Failure. Off POSIX systems (no file-descriptor passing) the vectors are drawn in
 the caller's process. If the worker cannot start or stops, the vector is drawn in
@@ -71,11 +73,13 @@ _KEY_BYTES = 32
 #: A request to the worker: the slot byte, then the key (see gaussdp.sampling._worker).
 REQUEST_BYTES = 1 + _KEY_BYTES
 _OK = b"\x01"
-#: The worker computes the sampler's log and exp with torch (docs/sampler-exactness.md §1)
-#: when the caller has imported torch (DP-SGD, federated aggregation) and the vectors have
-#: at least this many coordinates: importing torch costs the worker ≈ 3 s of CPU once,
-#: and saves ≈ 10 ns per coordinate on every vector.
-TORCH_KERNELS_MIN_DIM = 2**15
+#: The worker draws with numba's compiled kernel (docs/sampler-exactness.md §2.5) or,
+#: without numba, computes the sampler's log and exp with torch (§1) when the caller has
+#: imported torch (DP-SGD, federated aggregation), for vectors of at least this many
+#: coordinates: importing numba and loading its cached kernel costs the worker ≈ 0.3 s
+#: of CPU once (torch: ≈ 3 s), and each saves ≈ 10-20 ns per coordinate on every vector.
+FAST_KERNELS_MIN_DIM = 2**15
+TORCH_KERNELS_MIN_DIM = FAST_KERNELS_MIN_DIM  # the former name (tests/ml use it)
 # Vectors are int64, which discrete_gaussian guarantees up to this sigma2.
 _INT64_SIGMA2_MAX = _INT64_SCALE_MAX**2
 
@@ -126,8 +130,10 @@ class NoiseStream:
             self._start_worker()
 
     def _start_worker(self) -> None:
-        torch = "torch" in sys.modules and self._dim >= TORCH_KERNELS_MIN_DIM
-        self._worker = _Worker.start(self._sigma2, self._dim, torch=torch)
+        fast = self._dim >= FAST_KERNELS_MIN_DIM
+        self._worker = _Worker.start(
+            self._sigma2, self._dim, fused=fast, torch=fast and "torch" in sys.modules
+        )
         if self._worker is None:
             _warn_inline("could not be started")
             return
@@ -278,11 +284,14 @@ class _Worker:
         self._finalizer = weakref.finalize(self, _shutdown, proc, shared, os.getpid())
 
     @classmethod
-    def start(cls, sigma2: Fraction, dim: int, *, torch: bool = False) -> _Worker | None:
+    def start(
+        cls, sigma2: Fraction, dim: int, *, fused: bool = False, torch: bool = False
+    ) -> _Worker | None:
         """Start a worker, or return None where it cannot run (no POSIX fd passing).
 
-        ``torch``: the worker uses torch's log and exp kernels (see the module's
-        :data:`TORCH_KERNELS_MIN_DIM`).
+        ``fused``: the worker uses the compiled kernel where numba is installed;
+        ``torch``: otherwise torch's log and exp kernels (see the module's
+        :data:`FAST_KERNELS_MIN_DIM`).
         """
         size = 2 * dim * 8
         try:
@@ -298,6 +307,7 @@ class _Worker:
                         str(fd),
                         str(dim),
                         f"{sigma2.numerator}/{sigma2.denominator}",
+                        *(["fused"] if fused else []),
                         *(["torch"] if torch else []),
                     ],
                     stdin=subprocess.PIPE,

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import isqrt
+from types import ModuleType
 from typing import ClassVar, Literal, Protocol, overload
 
 import numpy as np
@@ -196,6 +197,9 @@ class _Kernels:
 
     log: ClassVar[Callable[[F64Array], None]] = _numpy_log
     exp: ClassVar[Callable[[F64Array], None]] = _numpy_exp
+    #: :mod:`gaussdp.sampling._fused` once :func:`_use_fused_kernels` succeeded: the
+    #: Gaussian small path's blocks then run as one compiled loop (§2.5).
+    fused: ClassVar[ModuleType | None] = None
 
 
 def _torch_kernels() -> tuple[Callable[[F64Array], None], Callable[[F64Array], None]] | None:
@@ -230,6 +234,26 @@ def _use_torch_kernels() -> bool:
     torch.set_num_threads(1)
     _Kernels.log, _Kernels.exp = kernels
     return True
+
+
+def _fused_module() -> ModuleType | None:
+    """:mod:`gaussdp.sampling._fused` (the compiled block, §2.5); None without numba."""
+    try:
+        from gaussdp.sampling import _fused  # imports numba: only where asked for
+    except (ImportError, RuntimeError):  # RuntimeError: numba found no cache directory
+        return None
+    return _fused
+
+
+def _use_fused_kernels() -> bool:
+    """Draw the Gaussian small path's blocks with the compiled kernel (§2.5) in this process.
+
+    For the noise worker (:mod:`gaussdp.sampling._worker`). False without numba (the
+    numpy kernels stay). The law is the same, and so are the values for a seed except
+    where the two kernels' brackets differ (§8).
+    """
+    _Kernels.fused = _fused_module()
+    return _Kernels.fused is not None
 
 
 def _geometric(m_int: U64Array, bits: int, tau_f: float) -> tuple[F64Array, BoolArray]:
@@ -477,6 +501,8 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray 
     ``U`` and the sign, and each half of a further word gives 32 bits of ``U'``
     (candidate ``2j`` the low half of extra word ``j``, candidate ``2j + 1`` its high half).
     """
+    if _Kernels.fused is not None:
+        return _gaussian_small_fused(_Kernels.fused, plan, n, rng)
     tau = plan.tau
     m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
     if plan.t <= _PACKED_T_MAX:
@@ -533,6 +559,82 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray 
     # int64 where _draw copies them into the output (np.compress beats a boolean index)
     signed: F64Array = np.compress(accepted, low)
     return signed
+
+
+def _gaussian_small_fused(
+    fused: ModuleType, plan: _GaussianPlan, n: int, rng: RandomSource
+) -> IntArray | F64Array:
+    """:func:`_gaussian_small` with the compiled block (§2.5): the same words, decisions
+    and exact fallbacks in the same order, so the same values for the same words."""
+    packed = plan.t <= _PACKED_T_MAX
+    words = rng.words(n if packed else n + (n + 1) // 2)
+    values = np.empty(n, dtype=np.float64)
+    codes = np.empty(n, dtype=np.uint8)
+    undecided = fused.gaussian_block(
+        words,
+        n,
+        packed,
+        plan.t_f,
+        plan.c_f,
+        plan.inv_two_sigma2_f,
+        _ETA_REL,
+        _BRACKET_REL,
+        values,
+        codes,
+    )
+    if undecided:
+        return _finish_fused(fused, plan, words, packed, values, codes, rng)
+    count = fused.compact(values, codes)
+    signed: F64Array = values[:count]
+    return signed
+
+
+def _finish_fused(
+    fused: ModuleType,
+    plan: _GaussianPlan,
+    words: U64Array,
+    packed: bool,
+    values: F64Array,
+    codes: npt.NDArray[np.uint8],
+    rng: RandomSource,
+) -> IntArray:
+    """The undecided lanes of :func:`_gaussian_small_fused`, in :func:`_gaussian_small`'s
+    order: first every undecided geometric exactly (§3), then every undecided acceptance."""
+    n = len(values)
+    if packed:
+        m_geo, geo_bits, signs = words >> np.uint64(33), 31, words >> np.uint64(32)
+        m_acc = (words & np.uint64(0xFFFFFFFF)).view(np.int64).astype(np.float64)
+    else:
+        m_geo, geo_bits, signs = words[:n] >> np.uint64(12), 52, words[:n]
+        m_acc = np.empty(n, dtype=np.float64)
+        _half_words(words[n:], m_acc)
+    negative = (signs & np.uint64(1)).astype(np.bool_)
+    magnitudes = np.abs(values).astype(np.int64)  # exact: decided G < 2**52
+    geometric = codes == fused.GEOMETRIC_UNDECIDED
+    exact = _finish_geometric(values, geometric, m_geo, geo_bits, plan.tau, rng)
+    for i, g in exact.items():
+        magnitudes[i] = g
+        if negative[i] and g == 0:  # CKS Alg 2: if B = 1 and Y = 0, restart
+            codes[i] = fused.REJECTED
+            continue
+        # §2.2 as in _gaussian_small: the float bracket, unless the float of G is not exact
+        d = float(g) - plan.c_f
+        decided = (
+            _accept_one(d * d * plan.inv_two_sigma2_f, int(m_acc[i]), 32) if g < 2**52 else None
+        )
+        codes[i] = (
+            fused.BERNOULLI_UNDECIDED
+            if decided is None
+            else fused.ACCEPTED
+            if decided
+            else fused.REJECTED
+        )
+    for i in np.flatnonzero(codes == fused.BERNOULLI_UNDECIDED).tolist():
+        u = LazyUniform(int(m_acc[i]), 32, rng)
+        accepted = u.below_exp_neg(plan.gamma(int(magnitudes[i])))
+        codes[i] = fused.ACCEPTED if accepted else fused.REJECTED
+    keep = codes == fused.ACCEPTED
+    return np.compress(keep, _signed(magnitudes, negative))
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:

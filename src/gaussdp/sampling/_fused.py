@@ -1,0 +1,210 @@
+r"""The small-path Gaussian block of :mod:`gaussdp.sampling.vectorized` as compiled loops.
+
+Optional: needs numba (the ``fast`` extra). ``_gaussian_small`` in ``vectorized.py``
+runs about 30 numpy passes over a block of candidates, each with ≈ 1 µs of fixed cost
+and a trip through memory, and calls the C library's scalar ``log`` and ``exp``.
+:func:`gaussian_block` makes the same decisions on the same words with the same bit
+layout (docs/sampler-exactness.md §2.4) in one compiled call: the float brackets of
+§2.1 and §2.2, computed in the same order, with this module's own ``log`` and ``exp``
+(:func:`log_into`, :func:`exp_into`: range reduction and a truncated series, written
+so that the compiler vectorises them, with the error bounds proved in §2.5). The
+lanes it cannot decide are finished exactly by the caller, in the numpy path's order.
+
+Compiled on first use and cached on disk (``cache=True``: next to this file, or in
+numba's user cache directory where that is not writable, or ``NUMBA_CACHE_DIR``).
+Importing this module imports numba; only
+:func:`gaussdp.sampling.vectorized._use_fused_kernels` imports it, when asked to.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ACCEPTED",
+    "BERNOULLI_UNDECIDED",
+    "GEOMETRIC_UNDECIDED",
+    "REJECTED",
+    "compact",
+    "exp_into",
+    "gaussian_block",
+    "log_into",
+]
+
+F64Array = npt.NDArray[np.float64]
+
+#: Lane codes written by :func:`gaussian_block`.
+REJECTED, ACCEPTED, BERNOULLI_UNDECIDED, GEOMETRIC_UNDECIDED = 0, 1, 2, 3
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+# Lanes per inner pass: the scratch vectors stay in the L1 cache.
+_LANES = 256
+_LN2 = math.log(2.0)  # ln 2 rounded to nearest (relative error <= 2**-53)
+# Cody-Waite split of ln 2 (§2.5): _LN2_HI has 32 significant bits, so k * _LN2_HI is
+# exact for |k| < 2**21; |ln 2 - _LN2_HI - _LN2_LO| < 2**-86.
+_LN2_HI = float.fromhex("0x1.62e42fee00000p-1")
+_LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")
+_INV_LN2 = 1.0 / _LN2
+# Adding 1.5 * 2**52 rounds a float of magnitude < 2**51 to an integer; the sum's bit
+# pattern minus this constant's is that integer (§2.5).
+_ROUND = 6755399441055744.0
+_ROUND_BITS = 0x4338000000000000
+_EXP_FLOOR = -708.39  # exp(x) for x below: 0.0 (the true value is < 2**-1022)
+_MANTISSA = 0xFFFFFFFFFFFFF
+_SQRT2_MANTISSA = 0x6A09E667F3BCD  # the mantissa bits of fl(sqrt(2))
+# 2 atanh(s) = 2 s sum_k s**(2k) / (2k + 1), k = 0..10 (§2.5)
+_A1, _A2, _A3, _A4, _A5 = 1 / 3, 1 / 5, 1 / 7, 1 / 9, 1 / 11
+_A6, _A7, _A8, _A9, _A10 = 1 / 13, 1 / 15, 1 / 17, 1 / 19, 1 / 21
+# exp(r) = sum_j r**j / j!, j = 0..12 (§2.5)
+_E3, _E4, _E5, _E6, _E7 = (1 / math.factorial(j) for j in range(3, 8))
+_E8, _E9, _E10, _E11, _E12 = (1 / math.factorial(j) for j in range(8, 13))
+
+
+@_jit
+def log_into(values: F64Array, offset: int, out: F64Array, exponents: F64Array) -> None:
+    """``out = log(values * 2**offset)`` for positive normal ``values`` and an integer
+    ``offset`` (relative error < 2**-47, §2.5).
+
+    ``values = 2**e y`` with ``y`` in ``[sqrt(2)/2, sqrt(2))``, read off the bits;
+    ``log = (e + offset) ln 2 + 2 atanh((y - 1) / (y + 1))``: the power of two is added
+    as an integer, so a result near 0 keeps its relative accuracy. ``exponents`` is
+    scratch.
+    """
+    bits = values.view(np.int64)
+    reduced = out.view(np.int64)
+    for i in range(values.size):
+        b = bits[i]
+        mantissa = b & _MANTISSA
+        high = mantissa >= _SQRT2_MANTISSA  # y in [sqrt 2, 2): halve it
+        exponents[i] = (b >> 52) - 1023 + offset + (1 if high else 0)
+        reduced[i] = mantissa | ((1022 if high else 1023) << 52)
+    for i in range(values.size):
+        y = out[i]
+        s = (y - 1.0) / (y + 1.0)  # y - 1 is exact (Sterbenz)
+        z = s * s
+        p = _A10 * z + _A9
+        p = ((((((((p * z + _A8) * z + _A7) * z + _A6) * z + _A5) * z + _A4) * z + _A3) * z + _A2)
+             * z + _A1) * z + 1.0  # fmt: skip
+        out[i] = exponents[i] * _LN2 + 2.0 * s * p
+
+
+@_jit
+def exp_into(values: F64Array, out: F64Array) -> None:
+    """``out = exp(values)`` for ``values <= 0`` (relative error < 2**-47 down to -708.39,
+    and 0.0 below, §2.5). ``values`` and ``out`` must not overlap."""
+    scale = out.view(np.int64)
+    for i in range(values.size):
+        out[i] = max(values[i], _EXP_FLOOR) * _INV_LN2 + _ROUND  # k = round(x / ln 2)
+    for i in range(values.size):
+        scale[i] = (scale[i] - _ROUND_BITS + 1023) << 52  # the bits of 2**k
+    for i in range(values.size):
+        x = max(values[i], _EXP_FLOOR)
+        k = (x * _INV_LN2 + _ROUND) - _ROUND
+        r = (x - k * _LN2_HI) - k * _LN2_LO  # Cody-Waite: x - k ln 2, |r| <= 0.3466
+        p = _E12 * r + _E11
+        p = ((((((((p * r + _E10) * r + _E9) * r + _E8) * r + _E7) * r + _E6) * r + _E5) * r
+              + _E4) * r + _E3) * r  # fmt: skip
+        p = ((p + 0.5) * r + 1.0) * r + 1.0
+        out[i] = p * out[i] if values[i] >= _EXP_FLOOR else 0.0
+
+
+@_jit
+def gaussian_block(
+    words: npt.NDArray[np.uint64],
+    n: int,
+    packed: bool,
+    tau_f: float,
+    c_f: float,
+    inv_two_sigma2_f: float,
+    eta_rel: float,
+    bracket_rel: float,
+    values: F64Array,
+    codes: npt.NDArray[np.uint8],
+) -> int:
+    """Decide ``n`` candidates of CKS Alg 3 from ``words``; the number of undecided lanes.
+
+    ``words`` holds ``n`` words (``packed``: ``[31 bits of U | B | 32 bits of U']``) or
+    ``n + ceil(n / 2)`` (``[52 bits of U | B]``, then ``U'`` of candidate ``i`` in 32-bit
+    half ``i`` of the extra words), as in ``_gaussian_small`` (§2.4). For each lane
+    ``i``: ``values[i]`` is ``(1 - 2B) G`` as a float (``G`` the decided geometric) and
+    ``codes[i]`` one of :data:`REJECTED`, :data:`ACCEPTED`, :data:`BERNOULLI_UNDECIDED`
+    (``G`` decided, the acceptance not) or :data:`GEOMETRIC_UNDECIDED` (``values[i]`` is
+    then ``floor(v - eta)``, the hint of §3).
+    """
+    geo_bits = 31 if packed else 52
+    delta = bracket_rel * 4294967296.0  # 2**32 U' prefixes (§2.2)
+    twice = np.empty(_LANES)  # 2m + 1
+    logs = np.empty(_LANES)
+    scratch = np.empty(_LANES)
+    lows = np.empty(_LANES)
+    geometric = np.empty(_LANES, dtype=np.bool_)
+    minus_x = np.empty(_LANES)
+    probs = np.empty(_LANES)
+    undecided = 0
+    for start in range(0, n, _LANES):
+        lanes = min(_LANES, n - start)
+        for j in range(lanes):
+            w = words[start + j]
+            m_geo = (w >> np.uint64(33)) if packed else (w >> np.uint64(12))
+            twice[j] = 2.0 * float(np.int64(m_geo)) + 1.0  # exact: < 2**53
+        log_into(twice[:lanes], -(geo_bits + 1), logs[:lanes], scratch[:lanes])
+        for j in range(lanes):  # branch-free, so that it is vectorised
+            # §2.1: v = -tau ln u_mid, u_mid = (2m + 1) / 2**(bits + 1); decided unless an
+            # integer lies within eta of v (or m = 0 with tau < 1).
+            m = (twice[j] - 1.0) * 0.5
+            v = logs[j] * -tau_f
+            eta = tau_f / max(m, 1.0) + v * eta_rel
+            low = np.floor(v - eta)
+            geometric[j] = (low != np.floor(v + eta)) | ((m == 0.0) & (tau_f < 1.0))
+            lows[j] = low
+            # §2.2: -x_f = -(G - c)^2 / (2 sigma2), as in _gaussian_small
+            d = low - c_f
+            minus_x[j] = d * d * -inv_two_sigma2_f
+        exp_into(minus_x[:lanes], probs[:lanes])
+        for j in range(lanes):
+            i = start + j
+            w = words[i]
+            if packed:
+                negative = ((w >> np.uint64(32)) & np.uint64(1)) != np.uint64(0)
+                m_acc = float(np.int64(w & np.uint64(0xFFFFFFFF)))
+            else:
+                negative = (w & np.uint64(1)) != np.uint64(0)
+                extra = words[n + (i >> 1)] >> np.uint64(32 * (i & 1))
+                m_acc = float(np.int64(extra & np.uint64(0xFFFFFFFF)))
+            low = lows[j]
+            values[i] = -low if negative else low
+            scaled = probs[j] * 4294967296.0
+            accept = m_acc <= scaled - (1.0 + delta)
+            open_ = (m_acc < scaled + delta) & ~accept
+            restart = negative & (low == 0.0)  # CKS Alg 2: B = 1 and Y = 0, restart
+            geo = geometric[j]
+            code = np.uint8(
+                GEOMETRIC_UNDECIDED
+                if geo
+                else REJECTED
+                if restart
+                else ACCEPTED
+                if accept
+                else BERNOULLI_UNDECIDED
+                if open_
+                else REJECTED
+            )
+            codes[i] = code
+            undecided += int(code >= BERNOULLI_UNDECIDED)
+    return undecided
+
+
+@_jit
+def compact(values: F64Array, codes: npt.NDArray[np.uint8]) -> int:
+    """Move the accepted lanes' values to the front of ``values``, in order; their number."""
+    count = 0
+    for i in range(codes.size):
+        if codes[i] == ACCEPTED:
+            values[count] = values[i]
+            count += 1
+    return count

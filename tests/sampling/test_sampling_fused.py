@@ -1,0 +1,145 @@
+"""The compiled Gaussian block (numba, docs/sampler-exactness.md §2.5) makes numpy's decisions.
+
+Same words, same bit layout, same exact fallbacks in the same order: the outputs must be
+the numpy kernels' outputs, on random words, on words crafted at the brackets' edges, and
+with brackets widened so that most lanes go to the exact fallbacks.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gaussdp.random import ChaCha20Random, RandomSource
+from gaussdp.sampling import vectorized
+from gaussdp.sampling.background import FAST_KERNELS_MIN_DIM, NoiseStream
+from gaussdp.sampling.vectorized import (
+    _fused_module,
+    _gaussian_plan,
+    _gaussian_small,
+    _Kernels,
+)
+
+pytest.importorskip("numba")
+fused = _fused_module()
+assert fused is not None
+
+# t <= 256 (one packed word per candidate) and t > 256 (1.5 words), up to the DP-SGD scale
+SIGMA2S = [Fraction(1, 3), Fraction(2), Fraction(10**4, 7), Fraction(66000), 17263857673]
+
+
+def _both(sigma2: Fraction, n: int, source: object) -> tuple[np.ndarray, np.ndarray]:
+    """The block drawn by numpy's kernels and by the compiled one, from equal sources."""
+    plan = _gaussian_plan(Fraction(sigma2))
+    out = []
+    for kernel in (None, fused):
+        _Kernels.fused = kernel
+        try:
+            out.append(np.asarray(_gaussian_small(plan, n, source())).astype(np.int64))  # type: ignore[operator]
+        finally:
+            _Kernels.fused = None
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("sigma2", SIGMA2S)
+def test_compiled_block_equals_numpy_block(sigma2: Fraction) -> None:
+    for seed, n in [(0, 1), (1, 7), (2, 255), (3, 257), (4, 3000)]:
+        numpy_out, fused_out = _both(sigma2, n, lambda seed=seed: ChaCha20Random(seed))
+        np.testing.assert_array_equal(fused_out, numpy_out)
+
+
+class _Prefixed(RandomSource):
+    """Given words first, then a ChaCha20 stream (the exact fallbacks' bits)."""
+
+    def __init__(self, words: np.ndarray) -> None:
+        self._head = words.astype("<u8").tobytes()
+        self._tail = ChaCha20Random(9)
+
+    def random_bytes(self, n: int) -> bytes:
+        head, self._head = self._head[:n], self._head[n:]
+        return head + self._tail.random_bytes(n - len(head))
+
+
+def _edge_words(sigma2: Fraction, n: int) -> np.ndarray:
+    """Words whose U sits next to e^{-g/t} (an integer G boundary, §2.1) and whose U' sits
+    next to 2**32 e^{-gamma} (the acceptance bracket, §2.2), for the packed layout when
+    t <= 256 and the 1.5-word layout otherwise (§2.4)."""
+    plan = _gaussian_plan(sigma2)
+    gen = np.random.default_rng(7)  # test inputs only, not a sampler
+    packed = plan.t <= 256
+    bits = 31 if packed else 52
+    m_geo, m_acc, sign = [], [], []
+    for i in range(n):
+        g = int(gen.integers(0, 3 * plan.t))
+        if i % 2:  # U = e^{-g/t}: G changes there
+            m = int(math.exp(-g / plan.t_f) * 2.0**bits) + int(gen.integers(-3, 3))
+        else:  # G = g decided, the acceptance at its edge
+            m = int(math.exp(-(g + 0.5) / plan.t_f) * 2.0**bits)
+        m_geo.append(min(max(m, 0), 2**bits - 1))
+        gamma = (g - plan.c_f) ** 2 * plan.inv_two_sigma2_f
+        p = math.exp(-gamma) * 2.0**32
+        m_acc.append(min(max(int(p) + int(gen.integers(-2, 2)), 0), 2**32 - 1))
+        sign.append(i % 3 == 0)
+    geo = np.array(m_geo, dtype=np.uint64)
+    acc = np.array(m_acc, dtype=np.uint64)
+    neg = np.array(sign, dtype=np.uint64)
+    if packed:
+        return (geo << np.uint64(33)) | (neg << np.uint64(32)) | acc
+    halves = np.zeros(2 * ((n + 1) // 2), dtype=np.uint64)
+    halves[:n] = acc
+    extra = halves[0::2] | (halves[1::2] << np.uint64(32))
+    return np.concatenate([(geo << np.uint64(12)) | neg, extra])
+
+
+@pytest.mark.parametrize("sigma2", SIGMA2S)
+def test_compiled_block_at_the_bracket_edges(sigma2: Fraction) -> None:
+    n = 400
+    words = _edge_words(Fraction(sigma2), n)
+    numpy_out, fused_out = _both(sigma2, n, lambda: _Prefixed(words))
+    np.testing.assert_array_equal(fused_out, numpy_out)
+    # the crafted lanes do reach the exact fallbacks
+    codes = np.empty(n, dtype=np.uint8)
+    plan = _gaussian_plan(Fraction(sigma2))
+    undecided = fused.gaussian_block(
+        words, n, plan.t <= 256, plan.t_f, plan.c_f, plan.inv_two_sigma2_f,
+        vectorized._ETA_REL, vectorized._BRACKET_REL, np.empty(n), codes,
+    )  # fmt: skip
+    assert undecided >= n // 10
+    assert (codes == fused.GEOMETRIC_UNDECIDED).any()
+    assert (codes == fused.BERNOULLI_UNDECIDED).any()
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(10, 3), Fraction(10**5, 3)])
+def test_compiled_block_with_wide_brackets_equals_numpy_block(
+    sigma2: Fraction, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wider brackets are still correct (only more lanes undecided): most lanes then go
+    through the exact fallbacks, which must run in numpy's order on the same bits."""
+    monkeypatch.setattr(vectorized, "_ETA_REL", 2.0**-10)
+    monkeypatch.setattr(vectorized, "_BRACKET_REL", 2.0**-6)
+    numpy_out, fused_out = _both(sigma2, 300, lambda: ChaCha20Random(11))
+    np.testing.assert_array_equal(fused_out, numpy_out)
+
+
+def test_worker_draws_with_the_compiled_block_and_the_in_place_values() -> None:
+    dim = FAST_KERNELS_MIN_DIM
+    with NoiseStream(17263857673, dim, rng=ChaCha20Random(5)) as stream:
+        assert stream._worker is not None
+        assert "fused" in stream._worker._proc.args
+        drawn = stream.next()
+    key = ChaCha20Random(5).random_bytes(32)
+    np.testing.assert_array_equal(
+        drawn, vectorized.discrete_gaussian(17263857673, dim, rng=ChaCha20Random(key))
+    )
+
+
+def test_importing_gaussdp_does_not_import_numba() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, gaussdp, gaussdp.sampling; print('numba' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
