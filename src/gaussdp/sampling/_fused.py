@@ -142,16 +142,29 @@ def gaussian_block(
     logs = np.empty(_LANES)
     scratch = np.empty(_LANES)
     lows = np.empty(_LANES)
-    geometric = np.empty(_LANES, dtype=np.bool_)
+    geometric = np.empty(_LANES)
+    negative = np.empty(_LANES)
+    m_acc = np.empty(_LANES + 1)
     minus_x = np.empty(_LANES)
     probs = np.empty(_LANES)
     undecided = 0
     for start in range(0, n, _LANES):
         lanes = min(_LANES, n - start)
-        for j in range(lanes):
-            w = words[start + j]
-            m_geo = (w >> np.uint64(33)) if packed else (w >> np.uint64(12))
-            twice[j] = 2.0 * float(np.int64(m_geo)) + 1.0  # exact: < 2**53
+        if packed:
+            for j in range(lanes):
+                w = words[start + j]
+                twice[j] = 2.0 * float(np.int64(w >> np.uint64(33))) + 1.0  # exact: < 2**53
+                negative[j] = float(np.int64((w >> np.uint64(32)) & np.uint64(1)))
+                m_acc[j] = float(np.int64(w & np.uint64(0xFFFFFFFF)))
+        else:
+            for j in range(lanes):
+                w = words[start + j]
+                twice[j] = 2.0 * float(np.int64(w >> np.uint64(12))) + 1.0  # exact: < 2**53
+                negative[j] = float(np.int64(w & np.uint64(1)))
+            for j in range(0, lanes, 2):  # U' of candidate i: 32-bit half i of the extra words
+                extra = words[n + ((start + j) >> 1)]
+                m_acc[j] = float(np.int64(extra & np.uint64(0xFFFFFFFF)))
+                m_acc[j + 1] = float(np.int64(extra >> np.uint64(32)))
         log_into(twice[:lanes], -(geo_bits + 1), logs[:lanes], scratch[:lanes])
         for j in range(lanes):  # branch-free, so that it is vectorised
             # §2.1: v = -tau ln u_mid, u_mid = (2m + 1) / 2**(bits + 1); decided unless an
@@ -160,41 +173,27 @@ def gaussian_block(
             v = logs[j] * -tau_f
             eta = tau_f / max(m, 1.0) + v * eta_rel
             low = np.floor(v - eta)
-            geometric[j] = (low != np.floor(v + eta)) | ((m == 0.0) & (tau_f < 1.0))
+            geometric[j] = float(int((low != np.floor(v + eta)) | ((m == 0.0) & (tau_f < 1.0))))
             lows[j] = low
             # §2.2: -x_f = -(G - c)^2 / (2 sigma2), as in _gaussian_small
             d = low - c_f
             minus_x[j] = d * d * -inv_two_sigma2_f
         exp_into(minus_x[:lanes], probs[:lanes])
-        for j in range(lanes):
+        for j in range(lanes):  # branch-free too: accept and reject are coin flips
             i = start + j
-            w = words[i]
-            if packed:
-                negative = ((w >> np.uint64(32)) & np.uint64(1)) != np.uint64(0)
-                m_acc = float(np.int64(w & np.uint64(0xFFFFFFFF)))
-            else:
-                negative = (w & np.uint64(1)) != np.uint64(0)
-                extra = words[n + (i >> 1)] >> np.uint64(32 * (i & 1))
-                m_acc = float(np.int64(extra & np.uint64(0xFFFFFFFF)))
             low = lows[j]
-            values[i] = -low if negative else low
-            scaled = probs[j] * 4294967296.0
-            accept = m_acc <= scaled - (1.0 + delta)
-            open_ = (m_acc < scaled + delta) & ~accept
-            restart = negative & (low == 0.0)  # CKS Alg 2: B = 1 and Y = 0, restart
             geo = geometric[j]
-            code = np.uint8(
-                GEOMETRIC_UNDECIDED
-                if geo
-                else REJECTED
-                if restart
-                else ACCEPTED
-                if accept
-                else BERNOULLI_UNDECIDED
-                if open_
-                else REJECTED
+            neg = negative[j]
+            values[i] = low * (1.0 - 2.0 * neg * (1.0 - geo))  # G unsigned: the §3 hint
+            scaled = probs[j] * 4294967296.0
+            accept = float(int(m_acc[j] <= scaled - (1.0 + delta)))
+            open_ = float(int(m_acc[j] < scaled + delta)) - accept
+            # CKS Alg 2: B = 1 and Y = 0 is restarted (REJECTED)
+            keep = 1.0 - neg * float(int(low == 0.0))
+            code = geo * GEOMETRIC_UNDECIDED + (1.0 - geo) * keep * (
+                accept * ACCEPTED + open_ * BERNOULLI_UNDECIDED
             )
-            codes[i] = code
+            codes[i] = np.uint8(code)
             undecided += int(code >= BERNOULLI_UNDECIDED)
     return undecided
 
@@ -203,8 +202,7 @@ def gaussian_block(
 def compact(values: F64Array, codes: npt.NDArray[np.uint8]) -> int:
     """Move the accepted lanes' values to the front of ``values``, in order; their number."""
     count = 0
-    for i in range(codes.size):
-        if codes[i] == ACCEPTED:
-            values[count] = values[i]
-            count += 1
+    for i in range(codes.size):  # branch-free: a lane is accepted about half the time
+        values[count] = values[i]
+        count += int(codes[i] == ACCEPTED)
     return count
