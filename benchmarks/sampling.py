@@ -24,8 +24,12 @@ batches of 1 and 10, and samples per second for 10**3 and 10**6. A second table 
 each peer's median time over gaussdp's (default source): above 1 gaussdp is faster,
 below 1 (marked "loses") the peer is. Numbers are only comparable within one run.
 ``--laplace`` measures the discrete Laplace sampler instead (scales 10**3, 10**9 and
-10**50/7, gaussdp only). Peak memory of the vectorised sampler is reported once
-(``tracemalloc``, 10**6 samples at sigma 10**3).
+10**50/7, gaussdp only). ``--worker`` measures instead the draw of DP-SGD's noise
+worker (``NoiseStream``: one vector of 101,770 coordinates at the lattice sigma**2 of
+noise multiplier 1 and clip 1), CPU ns per value with each kernel available here:
+numpy's, torch's log and exp (where torch is installed), and the compiled block
+(where numba is installed; docs/sampler-exactness.md §2.5). Peak memory of the
+vectorised sampler is reported once (``tracemalloc``, 10**6 samples at sigma 10**3).
 """
 
 from __future__ import annotations
@@ -202,9 +206,15 @@ def main() -> None:
     parser.add_argument(
         "--laplace", action="store_true", help="instead: the discrete Laplace sampler"
     )
+    parser.add_argument(
+        "--worker", action="store_true", help="instead: the DP-SGD noise worker's kernels"
+    )
     args = parser.parse_args()
     if args.timing:
         timing_dependence()
+        return
+    if args.worker:
+        worker_kernels(args.rounds)
         return
 
     rows = _laplace_rows() if args.laplace else _rows()
@@ -240,6 +250,57 @@ def main() -> None:
     tracemalloc.stop()
     print(f"peak traced memory, 10**6 samples at sigma 1e3: {peak / 2**20:.1f} MiB")
     print("(the 8 MiB output array included; the working set is one block of 8192 candidates)")
+
+
+def worker_kernels(rounds: int, dim: int = 101_770) -> None:
+    """CPU ns per value of the noise worker's draw, with each kernel, interleaved rounds."""
+    from gaussdp.ml.noise import sum_lattice
+    from gaussdp.sampling import vectorized
+
+    sigma2 = sum_lattice(1.0, 1.0, dim).sigma2
+    kernels = vectorized._Kernels
+    setups: dict[str, Callable[[], None]] = {}
+
+    def numpy_kernels() -> None:
+        kernels.fused, kernels.log, kernels.exp = None, vectorized._numpy_log, vectorized._numpy_exp
+
+    setups["numpy"] = numpy_kernels
+    torch_kernels = vectorized._torch_kernels()
+    if torch_kernels is not None:
+        import torch
+
+        torch.set_num_threads(1)  # as in the worker
+
+        def torch_setup() -> None:
+            numpy_kernels()
+            kernels.log, kernels.exp = torch_kernels
+
+        setups["torch log/exp"] = torch_setup
+    fused = vectorized._fused_module()
+    if fused is not None:
+
+        def fused_setup() -> None:
+            numpy_kernels()
+            kernels.fused = fused
+
+        setups["compiled block (numba)"] = fused_setup
+    out = np.empty(dim, dtype=np.int64)
+    for setup in setups.values():  # warm-up: numba loads (or compiles) its cache here
+        setup()
+        vectorized._discrete_gaussian_into(sigma2, out, ChaCha20Random(0))
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    for r in range(rounds):
+        for name, setup in setups.items():
+            setup()
+            rng = ChaCha20Random(r)
+            start = time.process_time_ns()
+            vectorized._discrete_gaussian_into(sigma2, out, rng)
+            times[name].append((time.process_time_ns() - start) / dim)
+    numpy_kernels()
+    print(f"noise worker draw, sigma2 = {sigma2}, {dim} values; CPU ns per value, ", end="")
+    print(f"median (min-max) over {rounds} interleaved rounds")
+    for name, values in times.items():
+        print(f"{name:<26}{statistics.median(values):8.1f}  ({min(values):.1f}-{max(values):.1f})")
 
 
 def _print_ratios(

@@ -76,8 +76,9 @@ _OK = b"\x01"
 #: The worker draws with numba's compiled kernel (docs/sampler-exactness.md §2.5) or,
 #: without numba, computes the sampler's log and exp with torch (§1) when the caller has
 #: imported torch (DP-SGD, federated aggregation), for vectors of at least this many
-#: coordinates: importing numba and loading its cached kernel costs the worker ≈ 0.3 s
-#: of CPU once (torch: ≈ 3 s), and each saves ≈ 10-20 ns per coordinate on every vector.
+#: coordinates: importing numba and loading its cached kernel costs the worker ≈ 0.9 s
+#: of CPU once (torch: ≈ 2.4 s; numba's first run on a machine compiles, ≈ 5 s, and
+#: caches), and each saves ≈ 10-30 ns per coordinate on every vector.
 FAST_KERNELS_MIN_DIM = 2**15
 TORCH_KERNELS_MIN_DIM = FAST_KERNELS_MIN_DIM  # the former name (tests/ml use it)
 # Vectors are int64, which discrete_gaussian guarantees up to this sigma2.
