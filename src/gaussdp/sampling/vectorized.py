@@ -240,7 +240,13 @@ def _fused_module() -> ModuleType | None:
     """:mod:`gaussdp.sampling._fused` (the compiled block, §2.5); None without numba."""
     try:
         from gaussdp.sampling import _fused  # imports numba: only where asked for
-    except (ImportError, RuntimeError):  # RuntimeError: numba found no cache directory
+
+        # compiled (or loaded from numba's cache) here, for the types of every later call
+        words, codes = np.zeros(3, dtype=np.uint64), np.empty(2, dtype=np.uint8)
+        _fused.gaussian_block(words, 2, False, 2.0, 1.0, 0.125, _ETA_REL, _BRACKET_REL,
+                              np.empty(2), codes)  # fmt: skip
+        _fused.compact(np.empty(2), codes)
+    except Exception:  # no numba, no cache directory, or a numba that cannot compile it
         return None
     return _fused
 
