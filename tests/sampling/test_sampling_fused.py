@@ -143,3 +143,17 @@ def test_importing_gaussdp_does_not_import_numba() -> None:
     code = "import sys, gaussdp, gaussdp.sampling; print('numba' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_without_numba_the_numpy_kernels_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    monkeypatch.delitem(sys.modules, "gaussdp.sampling._fused")
+    monkeypatch.delattr(sys.modules["gaussdp.sampling"], "_fused")
+    monkeypatch.setattr(_Kernels, "fused", None)
+    assert vectorized._fused_module() is None
+    assert not vectorized._use_fused_kernels()
+    assert _Kernels.fused is None
+    values = vectorized.discrete_gaussian(Fraction(10**4, 7), 100, rng=ChaCha20Random(3))
+    assert values.shape == (100,)
