@@ -1,7 +1,11 @@
 """CPU and wall time per DP-SGD step: gaussdp against non-private training and Opacus.
 
 Run with ``python benchmarks/dpsgd.py [--batch 256] [--rounds 9]``. Needs the
-``torch`` extra; Opacus (``bench`` extra) is measured if it is installed.
+``torch`` extra; Opacus (``bench`` extra: ``pip install '.[torch,bench]'``) is measured
+if it is installed. Where it is installed in another environment (one with the same
+torch), ``--opacus-python /path/to/that/bin/python`` runs the whole benchmark under that
+interpreter with this checkout's gaussdp first on ``PYTHONPATH``: every method then runs
+in one process, interleaved and counted alike.
 
 Three models, batch 256 of random data, SGD:
 
@@ -59,14 +63,20 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from importlib.util import find_spec
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as nnf
 from torch.utils.data import DataLoader, TensorDataset
 
+import gaussdp
 from gaussdp.ml import SumNoiser, make_private
 from gaussdp.random import ChaCha20Random
+
+#: Set in the environment of the re-run under ``--opacus-python`` (it must not re-run again).
+_RERUN = "GAUSSDP_DPSGD_BENCH_RERUN"
 
 
 def mlp() -> nn.Module:
@@ -260,7 +270,7 @@ def opacus_step(
     try:
         from opacus import PrivacyEngine
     except ImportError:
-        return "opacus not installed"
+        return "opacus not installed: install the bench extra or give --opacus-python"
     model = make()
     try:
         with warnings.catch_warnings():
@@ -411,6 +421,17 @@ def calibration_table(rounds: int) -> None:
     )
 
 
+def rerun_under(python: str) -> None:
+    """Replace this process by the benchmark run under ``python``, with this gaussdp first."""
+    if os.environ.get(_RERUN) or find_spec("opacus") is not None:
+        return  # already the re-run, or Opacus is importable here
+    env = dict(os.environ, **{_RERUN: "1"})
+    package_root = str(Path(gaussdp.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
+    sys.stdout.flush()
+    os.execve(python, [python, __file__, *sys.argv[1:]], env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
@@ -419,6 +440,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=35)
     parser.add_argument("--models", default="MLP,CNN,transformer")
     parser.add_argument("--opacus-hooks", action="store_true")
+    parser.add_argument(
+        "--opacus-python",
+        help="an interpreter with Opacus and the same torch (the bench extra): if Opacus "
+        "is not importable here, the benchmark runs under it with this gaussdp",
+    )
     parser.add_argument("--no-noise-table", action="store_true")
     parser.add_argument(
         "--threads",
@@ -437,8 +463,11 @@ def main() -> None:
     if args.calibration_child:
         calibration_child()
         return
+    if args.opacus_python:
+        rerun_under(args.opacus_python)
     warnings.filterwarnings("ignore", message="Full backward hook")  # Opacus, every step
     torch.set_num_threads(args.threads)
+    print(f"{sys.executable}: gaussdp from {Path(gaussdp.__file__).parent}")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
         f"{args.rounds} rounds of {args.block} steps per method; per step: median [min-max]"
