@@ -232,3 +232,68 @@ def test_a_change_the_key_holds_is_traced_again_and_old_graphs_are_dropped(
     assert len(FORWARD_CALLS) == 7
     assert len(model._engine.proofs) == 3  # type: ignore[attr-defined]
     optimizer.zero_grad()
+
+
+# -- the runtime check's memory: per-example gradients in ranges, or a probe -------------------
+class DroppingBranching(Branching):
+    """Branching with dropout after the first layer: the batched pass draws random numbers."""
+
+    def __init__(self) -> None:
+        super().__init__("global dict")
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        FORWARD_CALLS.append(1)
+        h = self.drop(self.a(x))
+        if self.mixing():
+            h = h - h.mean(0)
+        return self.b(h)
+
+
+def _formed_at_most(rows: int, net: nn.Module, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Per-example ranges of ``rows`` examples; the numbers of examples whose norms were taken."""
+    dim = sum(p.numel() for p in net.parameters())
+    monkeypatch.setattr(dpsgd_module, "PER_EXAMPLE_LIMIT", rows * dim)
+    seen: list[int] = []
+    norms = dpsgd_module._total_squared_norms
+
+    def counted(grads: dict[str, torch.Tensor], batch: int) -> torch.Tensor:
+        seen.append(batch)
+        return norms(grads, batch)
+
+    monkeypatch.setattr(dpsgd_module, "_total_squared_norms", counted)
+    return seen
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", ["auto", "ghost"])
+@pytest.mark.parametrize("dropout", [False, True])
+def test_the_check_holds_a_range_of_per_example_gradients_and_still_sees_mixing(
+    dropout: bool, mode: str, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once: the check formed the whole batch's per-example gradients at once (up to
+    # 65,533 examples). Now ranges of _rows() examples; a batch that drew dropout masks
+    # is checked on a probe of its first _rows() examples (the masks depend on the range).
+    torch.manual_seed(0)
+    net = DroppingBranching() if dropout else Branching("global dict")
+    seen = _formed_at_most(3, net, monkeypatch)
+    model, optimizer, _ = _private(net, mode)
+    clipped_sum = step_sum(net, model, optimizer, api)
+    x, y = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # independent: no false alarm, in ranges or probe
+        clipped_sum(x, y)
+    # 8 examples: ranges of 3, 3 and 2; or the probe's 3 (the first call is checked)
+    assert seen == ([3] if dropout else [3, 3, 2])
+    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+    _flip(net)
+    if mode == "ghost":
+        with pytest.raises(ValueError, match="no longer takes the path traced"):
+            clipped_sum(x, y)
+        return
+    with pytest.warns(UserWarning, match="switched off"):
+        clipped_sum(x, y)
+    assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
+    assert max(seen) <= 3
+    if not dropout:  # dropout masks move when an example is removed
+        assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)

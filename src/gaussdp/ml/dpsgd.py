@@ -519,7 +519,8 @@ def _dataset_length(dataset: object, name: str) -> int:
 #: Float32 elements of per-example gradients the per-example path holds at once (256 MB):
 #: a larger batch (a Poisson batch above GHOST_MAX_BATCH, or torch.func on a large model)
 #: is processed ⌊limit/d⌋ examples at a time (at least one), each range clipped on its own
-#: and its clipped sum added (exact on the secure path: integers in lattice units).
+#: and its clipped sum added (exact on the secure path: integers in lattice units). The
+#: check of the batched path against the per-example one takes the same ranges.
 PER_EXAMPLE_LIMIT = 2**26
 
 #: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
@@ -657,15 +658,19 @@ class _Engine:
                 self.inside = False
             if ghost is not None:
                 by_id, ghost_losses, squared, layer_records = ghost
+                drew = _rng_moved(rng_state, self.device)  # the batched pass drew dropout masks
                 if self._verify_now(signature(layer_records, inputs.shape[0])):
                     restore()
-                    with _replaying(rng_state, self.device):
-                        grads, losses = self._per_example(inputs, targets)
-                    norms = _total_squared_norms(grads, inputs.shape[0])
-                    if not (_agree(ghost_losses, losses) and _agree(squared, norms)):
+                    if drew and inputs.shape[0] > self._rows():
+                        agree = self._probe_agrees(proof, inputs, targets, rng_state, restore)
+                    else:
+                        with _replaying(rng_state, self.device):
+                            agree = self._agrees_in_ranges(inputs, targets, ghost_losses, squared)
+                    if not agree:
                         self._batched_path_mixes()
-                        factors = clip_factors(grads, self.max_grad_norm)
-                        sums = self.noiser.accumulate([grads[k] for k in self.names], factors)
+                        restore()
+                        with _replaying(rng_state, self.device):
+                            sums, losses = self._clipped_per_example(inputs, targets)
                 if sums is None:
                     losses = ghost_losses
                     sums = self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
@@ -726,6 +731,75 @@ class _Engine:
             parts.append(losses)
             del grads  # before the next range's are formed
         return total, torch.cat(parts)
+
+    def _agrees_in_ranges(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        batched_losses: torch.Tensor,
+        batched_squared: torch.Tensor,
+    ) -> bool:
+        """Whether the per-example path gives the batched path's losses and squared norms.
+
+        The per-example gradients are formed :meth:`_rows` examples at a time and let
+        go after their norms are taken, so the check holds at most as much memory as
+        the per-example path; the values of all examples are compared at once.
+        """
+        rows = self._rows()
+        losses, norms = [], []
+        for start in range(0, inputs.shape[0], rows):
+            grads, part = self._per_example(
+                inputs[start : start + rows], targets[start : start + rows]
+            )
+            losses.append(part)
+            norms.append(_total_squared_norms(grads, part.shape[0]))
+            del grads  # before the next range's are formed
+        return _agree(batched_losses, torch.cat(losses)) and _agree(
+            batched_squared, torch.cat(norms)
+        )
+
+    def _probe_agrees(
+        self,
+        proof: Proven,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        rng_state: RngState,
+        restore: Callable[[], None],
+    ) -> bool:
+        """The check of a batch that drew random numbers, on its first :meth:`_rows` examples.
+
+        Dropout masks depend on how many examples one pass draws them for, so the
+        per-example path in ranges would not replay the whole batch's masks: the
+        proven graph is run again, batched, on a probe of the first :meth:`_rows`
+        examples, and compared with the per-example path on the same examples, both
+        from the batch's generator state (the same masks).
+        """
+        assert self.ghost_layers is not None
+        assert self.loss_fn is not None
+        rows, clip, unit = self._rows(), self.max_grad_norm, self.noiser.unit
+        probe = inputs[:rows]
+        with _replaying(rng_state, self.device):
+            self.inside = True
+            try:
+                ghost = ghost_clipped_sums(
+                    proof,
+                    self.ghost_layers,
+                    self.loss_fn,
+                    probe,
+                    targets[:rows],
+                    _squared_norm_upper,
+                    lambda squared: _factors_from_squared(squared, clip) / unit,
+                    copy=self.copy_outputs,
+                    replay=lambda: _replaying(rng_state, self.device),
+                    restore=restore,
+                )
+            finally:
+                self.inside = False
+        if ghost is None:  # not covered on the probe: the per-example path takes the batch
+            return False
+        restore()
+        with _replaying(rng_state, self.device):
+            return self._agrees_in_ranges(probe, targets[:rows], ghost[1], ghost[2])
 
     def _per_example(
         self, inputs: torch.Tensor, targets: torch.Tensor
@@ -818,7 +892,10 @@ class _Engine:
 
         Calls 0, 1, 2, 4, 8, … are checked (a logarithmic share of the cost), and so
         is every call whose layer input shapes (``shapes``, from
-        :func:`gaussdp.ml._ghost.signature`) were never checked.
+        :func:`gaussdp.ml._ghost.signature`) were never checked. The check forms
+        per-example gradients in ranges of :meth:`_rows` examples
+        (:meth:`_agrees_in_ranges`), or on a probe of that many for a batch that drew
+        random numbers (:meth:`_probe_agrees`), never the whole batch's at once.
         """
         calls = self.batched_calls
         self.batched_calls += 1
@@ -943,17 +1020,62 @@ class _Engine:
                 record.check = self._verify_now(signature(record.io, record.batch))
                 if not record.check:
                     return output
-                record.rows = record.batch  # compared with the batched pass: at once
-                single = self._vmap_forward(record)
-                single_leaves = tree_flatten(single)[0]
-                if len(single_leaves) == len(record.outputs) and all(
-                    _agree(a, b) for a, b in zip(record.outputs, single_leaves, strict=True)
-                ):
-                    return output
+                if _rng_moved(record.rng_state, self.device) and record.batch > record.rows:
+                    # Dropout masks: compared on a probe of the first examples (_probe_agrees).
+                    if self._probe_forward(record, proof, shadows):
+                        return output
+                    single = None
+                else:  # in the ranges of the per-example path, let go range by range
+                    single = self._vmap_forward(record)
+                    if _all_agree(record.outputs, tree_flatten(single)[0]):
+                        return output
                 self._batched_path_mixes()
                 record.io = None
-                return single
+                record.probe = None
+                return self._vmap_forward(record) if single is None else single
         return self._vmap_forward(record)
+
+    def _probe_forward(
+        self, record: _Record, proof: Proven, shadows: dict[str, torch.Tensor]
+    ) -> bool:
+        """The forward half of the probe check (see :meth:`_probe_agrees`) of ``record``.
+
+        Runs the proven graph, batched, and the per-example path on the first
+        :meth:`_rows` examples from the batch's generator state; keeps the probe's
+        recorded layers in ``record.probe`` for the step, which compares the norms.
+        """
+        assert self.ghost_layers is not None
+        rows = record.rows
+        leaves = [t[:rows] if isinstance(t, torch.Tensor) else t for t in record.inputs]
+        probe = _Record(self, leaves, record.spec, rows, record.rng_state)
+        args, kwargs = tree_unflatten(leaves, record.spec)
+        arguments = proof.arguments(args, kwargs)
+        record.restore()
+        with _replaying(record.rng_state, self.device):
+            output, io = recorded_forward(
+                self.ghost_layers,
+                self.copy_outputs,
+                lambda: functional_call(proof.module, shadows, arguments),
+                rows,
+                lambda: _replaying(record.rng_state, self.device),
+                record.restore,
+            )
+        outputs = tree_flatten(output)[0]
+        if io is None or not _all_agree(outputs, tree_flatten(self._vmap_forward(probe))[0]):
+            return False
+        record.probe = (probe, outputs, io)
+        return True
+
+    def _per_example_norms(self, record: _Record, cots: list[torch.Tensor | None]) -> torch.Tensor:
+        """Squared norm bounds of the per-example path's gradients, range by range."""
+        norms: list[torch.Tensor] = []
+        self._vjp_per_example(
+            record,
+            cots,
+            record.rows,
+            lambda g: norms.append(_total_squared_norms(g, next(iter(g.values())).shape[0])),
+        )
+        return torch.cat(norms)
 
     def _vmap_forward(self, record: _Record) -> Any:
         """The output with every example run on its own (a batch of one, vmap)."""
@@ -1042,17 +1164,44 @@ class _Engine:
             )
             if not record.check:
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
-            whole: list[dict[str, torch.Tensor]] = []  # compared with the batched pass
-            self._vjp_per_example(record, cots, record.batch, whole.append)
-            if _agree(squared, _total_squared_norms(whole[0], record.batch)):
+            if record.probe is None:  # compared with the batched pass, range by range
+                agree = _agree(squared, self._per_example_norms(record, cots))
+            else:
+                agree = self._probe_norms_agree(record, cots)
+            if agree:
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
             self._batched_path_mixes()
-            total: list[torch.Tensor] = []
-            self._add(total, whole.pop())
-            return total
-        total = []
+        total: list[torch.Tensor] = []
         self._vjp_per_example(record, cots, record.rows, lambda g: self._add(total, g))
         return total
+
+    def _probe_norms_agree(self, record: _Record, cots: list[torch.Tensor | None]) -> bool:
+        """The step half of the probe check: the probe's norms on both paths."""
+        assert record.probe is not None
+        probe, outputs, io = record.probe
+        record.probe = None
+        probe.floating = record.floating
+        probe_cots = [None if c is None else c[: probe.batch] for c in cots]
+        pairs = [
+            (outputs[i], c)
+            for i, c in zip(record.floating, probe_cots, strict=True)
+            if c is not None
+        ]
+        deltas = torch.autograd.grad(
+            [o for o, _ in pairs],
+            [out for layer in io for out in layer.outputs],
+            [c for _, c in pairs],
+            allow_unused=True,
+        )
+        clip, unit = self.max_grad_norm, self.noiser.unit
+        _, squared = clipped_sums(
+            io,
+            deltas,
+            probe.batch,
+            _squared_norm_upper,
+            lambda sq: _factors_from_squared(sq, clip) / unit,
+        )
+        return _agree(squared, self._per_example_norms(probe, probe_cots))
 
     def _vjp_per_example(
         self,
@@ -1121,6 +1270,8 @@ class _Record:
         self.io: list[LayerRecord] | None = None  # ghost path: each layer's call
         self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
         self.check = False  # ghost path: compare with the per-example path at the step
+        # A checked batch that drew random numbers: the probe's record, outputs and layers.
+        self.probe: tuple[_Record, list[torch.Tensor], list[LayerRecord]] | None = None
         self.floating: list[int] = []  # indices of the output leaves that carry gradients
         # Examples per range of the per-example path (PER_EXAMPLE_LIMIT): the forward
         # pass and the step's gradients take the same ranges, hence the same dropout masks.
@@ -1174,6 +1325,14 @@ def _replaying(state: RngState, device: torch.device) -> Iterator[None]:
         if state[1] is not None:
             torch.cuda.set_rng_state(state[1], device)
         yield
+
+
+def _rng_moved(state: RngState, device: torch.device) -> bool:
+    """Whether torch's generators moved since ``state`` (a pass drew random numbers)."""
+    now = _rng_snapshot(device)
+    if not torch.equal(now[0], state[0]):
+        return True
+    return now[1] is not None and state[1] is not None and not torch.equal(now[1], state[1])
 
 
 def _batch_of(leaves: list[Any]) -> int:
@@ -1297,6 +1456,13 @@ def _agree(batched: torch.Tensor, single: torch.Tensor) -> bool:
         return True
     floor = 1e-6 * float(torch.maximum(a.abs().max(), b.abs().max()))
     return bool(((a - b).abs() <= 1e-3 * torch.maximum(a.abs(), b.abs()) + floor).all())
+
+
+def _all_agree(batched: list[torch.Tensor], single: list[Any]) -> bool:
+    """:func:`_agree` for every output leaf of the two paths."""
+    return len(batched) == len(single) and all(
+        _agree(a, b) for a, b in zip(batched, single, strict=True)
+    )
 
 
 def _one_example_error(error: Exception) -> ValueError:
