@@ -510,6 +510,26 @@ def test_chunked_tied_weights_keep_sensitivity_c(
     assert sensitivity(clipped_sum, x, y) <= CLIP * (1 + 1e-6)
 
 
+def scaled_input_with_dropout() -> nn.Module:
+    return nn.Sequential(Scale(), nn.Linear(4, 7), nn.Dropout(0.3), nn.Linear(7, 3))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_probe_check_leaves_inputs_changed_in_place_once(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dropout and ranges of 3 of 10 examples: the check runs on a probe of 3 examples,
+    # which must see them as the first run did and leave all ten as that run left them.
+    dim = sum(p.numel() for p in scaled_input_with_dropout().parameters())
+    monkeypatch.setattr(dpsgd_module, "PER_EXAMPLE_LIMIT", 3 * dim)
+    x, y = _features()
+    clipped_sum, model = _clipped_sum_fn(scaled_input_with_dropout, (x, y), "ghost", api)
+    inputs = x.clone()
+    clipped_sum(inputs, y)  # the first call: checked, on the probe (no false alarm)
+    torch.testing.assert_close(inputs, 2 * x, rtol=0, atol=0)
+    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+
+
 # -- a Poisson batch beyond the ghost bound -----------------------------------------------------
 @pytest.mark.parametrize("api", APIS)
 def test_a_batch_beyond_the_ghost_bound_takes_the_per_example_path(

@@ -660,10 +660,13 @@ class _Engine:
                 by_id, ghost_losses, squared, layer_records = ghost
                 drew = _rng_moved(rng_state, self.device)  # the batched pass drew dropout masks
                 if self._verify_now(signature(layer_records, inputs.shape[0])):
-                    restore()
                     if drew and inputs.shape[0] > self._rows():
+                        after = input_guard([inputs])  # as the batched pass left them
+                        restore()
                         agree = self._probe_agrees(proof, inputs, targets, rng_state, restore)
+                        after()  # the probe ran on the first examples only
                     else:
+                        restore()
                         with _replaying(rng_state, self.device):
                             agree = self._agrees_in_ranges(inputs, targets, ghost_losses, squared)
                     if not agree:
@@ -1046,11 +1049,15 @@ class _Engine:
         """
         assert self.ghost_layers is not None
         rows = record.rows
+        # A model that changes its inputs in place: the probe's record copies them as
+        # they were, and they are left as the batched pass left them (the probe runs on
+        # the first examples only).
+        after = input_guard(record.inputs)
+        record.restore()
         leaves = [t[:rows] if isinstance(t, torch.Tensor) else t for t in record.inputs]
         probe = _Record(self, leaves, record.spec, rows, record.rng_state)
         args, kwargs = tree_unflatten(leaves, record.spec)
         arguments = proof.arguments(args, kwargs)
-        record.restore()
         with _replaying(record.rng_state, self.device):
             output, io = recorded_forward(
                 self.ghost_layers,
@@ -1061,10 +1068,12 @@ class _Engine:
                 record.restore,
             )
         outputs = tree_flatten(output)[0]
-        if io is None or not _all_agree(outputs, tree_flatten(self._vmap_forward(probe))[0]):
-            return False
-        record.probe = (probe, outputs, io)
-        return True
+        agree = io is not None and _all_agree(outputs, tree_flatten(self._vmap_forward(probe))[0])
+        after()
+        if agree:
+            assert io is not None
+            record.probe = (probe, outputs, io)
+        return agree
 
     def _per_example_norms(self, record: _Record, cots: list[torch.Tensor | None]) -> torch.Tensor:
         """Squared norm bounds of the per-example path's gradients, range by range."""
