@@ -75,10 +75,20 @@ def test_close_stops_the_worker_and_later_draws_continue_in_place() -> None:
     worker = stream._worker
     assert worker is not None
     stream.close()
-    assert worker._proc.poll() is not None  # exited on end of input
+    assert worker._proc.poll() == 0  # exited on end of input, cleanly
     assert not stream.background
     # The key of the vector the worker was drawing is used for the next one.
     np.testing.assert_array_equal(stream.next(), reference.next())
+
+
+def test_close_while_the_worker_draws_ends_it_cleanly() -> None:
+    # A vector of 10**6 values is still being drawn (prefetched) when close() comes.
+    stream = NoiseStream(1000, 10**6, rng=ChaCha20Random(3))
+    stream.next()
+    worker = stream._worker
+    assert worker is not None
+    stream.close()
+    assert worker._proc.poll() == 0
 
 
 @pytest.mark.parametrize(

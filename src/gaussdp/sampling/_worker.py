@@ -14,6 +14,7 @@ and answers one byte, 0x01, on standard output. End of input ends the worker.
 from __future__ import annotations
 
 import mmap
+import os
 import signal
 import sys
 from fractions import Fraction
@@ -48,8 +49,14 @@ def main(argv: list[str]) -> int:
         slot, key = request[0], request[1:]
         # written in place: the same values as discrete_gaussian(SIGMA2, DIM, rng=...)
         _discrete_gaussian_into(sigma2, slots[slot], ChaCha20Random(key))
-        replies.write(b"\x01")
-        replies.flush()
+        try:
+            replies.write(b"\x01")
+            replies.flush()
+        except BrokenPipeError:
+            # The caller closed the stream while this (prefetched) vector was drawn: a
+            # normal end. Standard output goes to /dev/null so the flush at exit is quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
 
 
 if __name__ == "__main__":
