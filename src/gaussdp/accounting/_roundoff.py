@@ -290,9 +290,12 @@ def centred_deviations(
     |plus_t − minus_t||θ_t| term by term, and the caller centres the core at its mean
     (|S| ≤ ½), so that L_j is small too.
     """
-    jj = np.asarray(js, dtype=np.int64)[:, None]
-    prod = np.arange(plus.size, dtype=np.int64)[None, :] * jj  # t·j, exact
-    if (plus.size - 1) * max(js, default=0) > n // 2:
+    # The terms as a (t, j) matrix: each j's terms are one column, which row_sums (of
+    # the transpose) sums in place without a transposed copy.
+    size = plus.size
+    jj = np.asarray(js, dtype=np.int64)[None, :]
+    prod = np.arange(size, dtype=np.int64)[:, None] * jj  # t·j, exact
+    if (size - 1) * max(js, default=0) > n // 2:
         r = prod % n
         r[r > n // 2] -= n
     else:
@@ -301,7 +304,9 @@ def centred_deviations(
     s = np.sin(half)
     both = plus + minus
     diff = plus - minus
-    re, c_re = row_sums(both * (s * s))
+    s *= s
+    s *= both[:, None]
+    re, c_re = row_sums(s.T)
     re *= 2.0
     del s
     # Imaginary part: Im D_j = L_j − R_j.
@@ -313,33 +318,43 @@ def centred_deviations(
     theta = half + half  # 2·fl(fl(π/N)·r) = fl(fl(2π/N)·r): the same rounding
     del half, r
     # Near terms: t·j ≤ P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j < N/2 is not reduced
-    # and θ̃ < ½), a prefix of each row, by the series. Far terms, the rest of the row:
-    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃|.
+    # and θ̃ < ½), a prefix of each column, by the series. Far terms, the rest:
+    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃| (formed for every term, then the
+    # near ones replaced: each term's value is the same elementwise operations).
     limit = math.floor(_CUBIC_NEAR / step * (1.0 - 1e-12))
-    g = np.empty(theta.shape)
-    far_err = np.zeros(len(js))
-    for row, j in enumerate(js):
-        first = min(limit // j + 1, plus.size) if j > 0 else plus.size
-        near = theta[row, :first]
-        y = near * near
-        poly = np.full(first, _CUBIC_SERIES[-1])
-        for coef in _CUBIC_SERIES[-2::-1]:
-            poly *= y
-            poly += coef
-        y *= near
-        np.multiply(y, poly, out=g[row, :first])
-        if first < plus.size:
-            unreduced = prod[row, first:].astype(np.float64) * step
-            g[row, first:] = unreduced - np.sin(theta[row, first:])
-            far_err[row] = float(np.sum(np.abs(diff[first:]) * unreduced))
-    far_err *= 14.05 * U * (1.0 + 1.01 * U) * (1.0 + 1.01 * (plus.size + 2) * U)
-    del theta, prod
-    g *= diff
-    rest, c_rest = row_sums(g)
+    g = prod.astype(np.float64)
+    g *= step
+    g -= np.sin(theta)
+    near = prod <= limit
+    del prod
+    x = theta[near]
+    del theta
+    y = x * x
+    poly = np.full(x.size, _CUBIC_SERIES[-1])
+    for coef in _CUBIC_SERIES[-2::-1]:
+        poly *= y
+        poly += coef
+    y *= x
+    y *= poly
+    g[near] = y
+    del x, y, poly, near
+    # Σ over j's far terms (t > P // j) of |diff_t|·ϑ̃_t ≤ fl(j·fl(2π/N))·Σ_{t > P//j}
+    # t|diff_t|·(1 + 4.01u) (ϑ̃_t, t·|diff_t|, j·step and the product each round once),
+    # with the suffix sums of t|diff_t| (non-negative, sequential: within (n + 2)u).
+    suffix = np.zeros(size + 1)
+    suffix[:size] = np.cumsum((np.arange(size, dtype=np.float64) * np.abs(diff))[::-1])[::-1]
+    first = np.full(len(js), size, dtype=np.int64)
+    pos = jf > 0
+    first[pos] = np.minimum(limit // jj[0, pos] + 1, size)
+    far_err = (step * jf) * suffix[first] * (1.0 + 5.0 * U)
+    far_err *= 14.05 * U * (1.0 + 1.01 * U) * (1.0 + 1.01 * (size + 2) * U)
+    g *= diff[:, None]
     # Each term: |diff|·|g̃ error|·(1 + u) + 2.01u|term|, g's error 27u|g̃| (near) or
     # u|g̃| + 14.05u·ϑ̃ (far), and |diff̃|·|g̃| ≤ (1 + u)|term̃|: 29.1u|term̃| + far_err
     # summed in any order (≤ (n + 2)u relative); row_sums' c·Σ|terms|; u|R̃|.
-    total = np.sum(np.abs(g), axis=1) * (1.0 + 1.01 * (plus.size + 2) * U)
+    total = np.sum(np.abs(g), axis=0) * (1.0 + 1.01 * (size + 2) * U)
+    rest, c_rest = row_sums(g.T)
+    del g
     rest_err = (29.1 * U * (1.0 + 1.01 * U) + c_rest) * total + far_err + U * np.abs(rest)
     im = lin - rest
     out = re + 1j * im

@@ -1132,7 +1132,9 @@ class PLDAccountant(Accountant):
             self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
         ):
             tail = tail_mass / count if _subsampled(event) else tail_mass
-            part = _composed_event_pld(event, count, h, tail, extended, self._one_run)
+            part = _composed_event_pld(
+                event, count, h, tail, extended, self._one_run, power_tail=tail_mass
+            )
             _push_balanced(stacks[part.symmetric], part, extended)
         groups = [[p for _, p in stacks[sym]] for sym in (True, False)]
         return _compose_tree([_compose_tree(g, extended) for g in groups if g], extended)
@@ -1428,8 +1430,14 @@ def _composed_event_pld(
     tail_mass: float,
     extended: bool,
     one_run: Callable[[Event, float, float, bool], PrivacyLossDistribution],
+    power_tail: float | None = None,
 ) -> PrivacyLossDistribution:
     """The PLD of ``count`` runs of ``event`` on grid step ``h``.
+
+    ``tail_mass`` is what one run's truncation may move; ``power_tail`` (default: the
+    same), what the k-fold power's window wrap-around and truncation may move, each
+    once per event (docs/accounting.md §2, "The tail mass η"): a subsampled run's
+    truncation moves η/k at each of its k runs, the power's only once.
 
     An event whose losses lie on a lattice coarser than ``h`` (discrete Laplace,
     discrete Gaussian, pure and approximate DP steps) is composed on its lattice, where
@@ -1456,9 +1464,10 @@ def _composed_event_pld(
     elif count > 1:
         on_lattice = _worst_case_on_lattice(event, h, tail_mass)
     if on_lattice is None:
-        return one_run(event, h, tail_mass, extended).self_compose(
-            count, extended_precision=extended
-        )
+        run = one_run(event, h, tail_mass, extended)
+        if power_tail is not None and count > 1:
+            run = replace(run, tail_mass=max(run.tail_mass, power_tail))
+        return run.self_compose(count, extended_precision=extended)
     return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
 
 
