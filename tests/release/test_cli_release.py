@@ -148,3 +148,37 @@ def test_a_mu_ledger_refuses_partition_selection_before_reading(
     (line,) = r.output.strip().splitlines()
     assert str(refused.value) in line
     assert Ledger(ledger).entries() == []
+
+
+def test_more_bad_inputs_one_line_exit_2_nothing_reserved(app: typer.Typer, tmp_path: Path) -> None:
+    # Issue 12 item 3's rule on inputs the issue did not list: a glob or a directory that
+    # matches nothing, a spec naming a column the table lacks (a value or a key), a line
+    # with an extra field. Each is one line on stderr, exit 2, and the ledger stays empty.
+    from gaussdp.release import Ledger
+
+    runner = CliRunner()
+    ledger = tmp_path / "b.db"
+    r = runner.invoke(app, ["ledger", "init", str(ledger), "--epsilon", "9", "--delta", "1e-3"])
+    assert r.exit_code == 0, r.output
+    spec = (EXAMPLES / "visits.toml").read_text()
+    (tmp_path / "empty").mkdir()
+    extra = tmp_path / "extra.csv"
+    extra.write_text("user_id,day,page,minutes\n1,2026-03-02,home,3\n2,2026-03-02,home,5,secret9\n")
+    cases = [
+        (spec, str(tmp_path / "nothing*.parquet"), "glob"),
+        (spec, str(tmp_path / "empty"), "directory or glob"),
+        (spec.replace('column = "minutes"', 'column = "secs"'), None, "'secs'"),
+        (spec.replace('by = "page"', 'by = "pages"'), None, "'pages'"),
+        (spec, str(extra), "malformed"),
+    ]
+    for i, (text, data, match) in enumerate(cases):
+        path = tmp_path / f"s{i}.toml"
+        path.write_text(text)
+        args = ["release", str(path), "--data", data or str(EXAMPLES / "visits.csv")]
+        r = runner.invoke(app, [*args, "--ledger", str(ledger)])
+        assert r.exit_code == 2, (i, r.output)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert match in lines[0], lines[0]
+        assert "secret9" not in r.output
+        assert Ledger(ledger).entries() == []
