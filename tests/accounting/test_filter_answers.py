@@ -94,3 +94,23 @@ def test_a_check_made_twice_computes_once_and_decides_as_without_memo(
     assert False in verdicts
     assert f.history == plain.history
     assert f.spent == spent(plain.budget, plain.accountant).value
+
+
+def test_a_charge_certified_by_zcdp_or_rdp_says_so() -> None:
+    # An event known only by its ρ (no μ) has no PLD: the ε budget's zCDP member certifies
+    # the history, and what is spent says so, in the filter and in the text people read.
+    from gaussdp.accounting import RecordedCost
+    from gaussdp.accounting.filter import left_text
+
+    f = PrivacyFilter(epsilon=1.0, delta=1e-5)
+    f.accept(Gaussian(10.0))
+    assert f.spent_note == ""  # the PLD's own bound
+    f.accept(RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0))
+    used = spent(f.budget, f.accountant)
+    zcdp = ZCDPAccountant().compose(Gaussian(10.0)).epsilon(1e-5).upper
+    assert used.value > zcdp  # the ρ on top, converted (Bun & Steinke 2016 Prop 1.3)
+    assert used.note == f.spent_note
+    assert f.spent_note.startswith("certified by the zCDP bound: the PLD cannot account")
+    text = left_text(f.budget, used.value, used.delta, used.note)
+    assert text.endswith(f"({f.spent_note})")
+    assert left_text(f.budget, used.value, used.delta) == text.removesuffix(f" ({used.note})")

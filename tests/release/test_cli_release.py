@@ -148,3 +148,47 @@ def test_a_mu_ledger_refuses_partition_selection_before_reading(
     (line,) = r.output.strip().splitlines()
     assert str(refused.value) in line
     assert Ledger(ledger).entries() == []
+
+
+def test_more_bad_inputs_one_line_exit_2_nothing_reserved(app: typer.Typer, tmp_path: Path) -> None:
+    # Issue 12 item 3's rule on inputs the issue did not list: a glob or a directory that
+    # matches nothing, a spec naming a column the table lacks (a value or a key), a line
+    # with an extra field. Each is one line on stderr, exit 2, and the ledger stays empty.
+    # (A ρ budget and one query: planning is instant, the test is about the input.)
+    from gaussdp.release import Ledger
+
+    runner = CliRunner()
+    ledger = tmp_path / "b.db"
+    r = runner.invoke(app, ["ledger", "init", str(ledger), "--rho", "1"])
+    assert r.exit_code == 0, r.output
+    spec = (
+        'privacy_unit = "user_id"\nmax_groups_per_unit = 1\nmax_rows_per_group = 1\n'
+        "[budget]\nrho = 0.5\n"
+        '[[query]]\nstatistic = "sum"\ncolumn = "minutes"\nbounds = [0, 60]\n'
+        'by = "page"\nkeys = ["home"]\n'
+    )
+    (tmp_path / "empty").mkdir()
+    good = tmp_path / "good.csv"
+    good.write_text("user_id,page,minutes\n1,home,3\n")
+    extra = tmp_path / "extra.csv"
+    extra.write_text("user_id,page,minutes\n1,home,3\n2,home,5,secret9\n")
+    cases = [
+        (spec, tmp_path / "nothing*.parquet", "glob"),
+        (spec, tmp_path / "empty", "directory or glob"),
+        (spec.replace('column = "minutes"', 'column = "secs"'), good, "'secs'"),
+        (spec.replace('by = "page"', 'by = "pages"'), good, "'pages'"),
+        (spec, extra, "malformed"),
+    ]
+    for i, (text, data, match) in enumerate(cases):
+        path = tmp_path / f"s{i}.toml"
+        path.write_text(text)
+        args = ["release", str(path), "--data", str(data), "--ledger", str(ledger)]
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (i, r.output)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert match in lines[0], lines[0]
+        assert "secret9" not in r.output
+        assert Ledger(ledger).entries() == []
+    r = runner.invoke(app, ["release", str(tmp_path / "s0.toml"), "--data", str(good)])
+    assert r.exit_code == 0, r.output  # the spec itself is fine

@@ -198,3 +198,46 @@ def test_tree_units_do_not_depend_on_row_order() -> None:
     _, _, contiguous = _tree_cells(g, None, [c[order] for c in (keys, leaf, units, count)])
     assert contiguous.tolist() == per_group.tolist()
     assert leaves.dense(3, 4).tolist() == [[1, 1, 1, 0], [0, 1, 0, 1], [1, 0, 0, 0]]
+
+
+def test_result_frame_types_across_queries() -> None:
+    # The result is built from numpy columns in one go (no frame per query): a key column a
+    # query lacks is NaN in its rows, object key columns take their values' type (public int
+    # keys beside NaN: float64; strings: object; dates stay objects), numbers are float64.
+    day = pd.Timestamp("2026-03-02").date()
+    data = pd.DataFrame(
+        {"u": [1, 2, 3], "k": [1, 2, 2], "s": ["a", "b", "b"], "d": [day] * 3, "m": [1.0] * 3}
+    )
+    bounds = {"max_groups_per_unit": 3, "max_rows_per_group": 1}
+    budget = Budget(epsilon=1.0, delta=1e-6)
+    release = Release(data, privacy_unit="u", budget=budget, **bounds)
+    release.count(by="k", keys=[1, 2]).sum("m", bounds=(0, 1), by="s", keys=["a", "b"])
+    release.histogram("m", bins=[0, 1, 2], by="d", keys=[day]).count()
+    frame = release.run(rng=ChaCha20Random(1)).frame
+    assert list(frame.columns) == [
+        "k",
+        "s",
+        "d",
+        "bin",
+        "statistic",
+        "value",
+        "std",
+        "ci_low",
+        "ci_high",
+    ]
+    assert frame["k"].dtype == np.float64
+    assert frame["k"].tolist()[:2] == [1.0, 2.0]
+    assert frame["k"][2:].isna().all()
+    assert frame["s"][:2].isna().all()
+    assert frame["s"].dtype == object
+    assert frame["s"].tolist()[2:4] == ["a", "b"]
+    assert frame["d"].tolist()[4:6] == [day, day]
+    assert frame["bin"][4:6].notna().all()
+    assert frame["statistic"].tolist() == ["count"] * 2 + ["sum(m)"] * 2 + ["histogram(m)"] * 2 + [
+        "count"
+    ]
+    for c in ("value", "std", "ci_low", "ci_high"):
+        assert frame[c].dtype == np.float64
+    assert frame["std"].notna().all()
+    only = Release(data, privacy_unit="u", budget=budget, **bounds)
+    assert only.count(by="k", keys=[1, 2]).run().frame["k"].dtype == np.int64

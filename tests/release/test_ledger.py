@@ -485,3 +485,18 @@ def test_spend_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
     assert len(keys) == 32
     assert accountants[0].history in keys
     assert accountants[1].history not in keys
+
+
+def test_ledger_says_when_zcdp_certified_the_spend(tmp_path: Path) -> None:
+    # An entry known only by its ρ has no PLD: the summary, the table's caption and the
+    # JSON say the zCDP bound certified the total (PrivacyFilter.spent_note's text).
+    from gaussdp.cli.release import ledger_json, ledger_table
+
+    ledger = Ledger(tmp_path / "z.db", total=Budget(epsilon=2.0, delta=1e-6))
+    ledger.charge(Gaussian(5.0), label="plain")
+    assert ledger.summary().note == ""
+    ledger.charge(RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0), label="by rho")
+    summary = ledger.summary()
+    assert summary.note.startswith("certified by the zCDP bound")
+    assert ledger_json(summary)["note"] == summary.note
+    assert str(ledger_table("ledger", summary, 80).caption).endswith(f"({summary.note})")

@@ -86,7 +86,10 @@ class Spent:
     ``lower`` a lower bound where the accountant gives one (else 0); ``delta`` is
     the δ spent outside the composition (partition selection), ``slack`` the
     smoothing slack of lattice noise (μ budgets are met up to it). ``note`` says
-    why ``value`` is ∞ where no accountant certifies the history (else "").
+    why ``value`` is ∞ where no accountant certifies the history, and which bound
+    certified it where that is not the PLD of an ε budget's accountant (the zCDP or
+    RDP fallback of :class:`~gaussdp.accounting.FallbackAccountant`, the PLD's own
+    RDP bound); else "".
     """
 
     value: float
@@ -127,7 +130,22 @@ def spent(budget: Budget, accountant: Accountant) -> Spent:
         # the budget's accountant covers every event): ∞, never admitted.
         why = f"no accountant certifies it within the memory bound of {MAX_GRID_POINTS} points"
         return Spent(math.inf, 0.0, extra, slack, why)
-    return Spent(bounds.upper, bounds.lower, extra, slack)
+    # A note on the PLD's own finite bound (its bracket is wide) is about the lower
+    # bound, not about what certified the figure: not carried.
+    note = bounds.note if bounds.method != "pld" or math.isinf(bounds.upper) else ""
+    if isinstance(accountant, FallbackAccountant) and not note:
+        # The member that answered is not the PLD: an event it cannot account for
+        # (known only by its ρ, or sampled without replacement). Its bound is certified
+        # but usually looser; say which it is (the member's own answer does not).
+        active = accountant.active
+        if not isinstance(active, PLDAccountant):
+            name = _BOUND_NAMES.get(type(active), type(active).__name__)
+            note = f"certified by the {name} bound: the PLD cannot account for every event"
+    return Spent(bounds.upper, bounds.lower, extra, slack, note)
+
+
+#: How :func:`spent`'s note names the bound of a fallback member.
+_BOUND_NAMES: dict[type, str] = {ZCDPAccountant: "zCDP", RDPAccountant: "RDP"}
 
 
 def budget_limit(budget: Budget) -> tuple[str, float]:
@@ -156,20 +174,23 @@ def left_of(symbol: str, total: float, used: float) -> float:
     return max(0.0, total - used)
 
 
-def left_text(budget: Budget, used: float, selection_delta: float) -> str:
+def left_text(budget: Budget, used: float, selection_delta: float, note: str = "") -> str:
     """What is left of ``budget`` after ``used``, as shown to people (never overstated).
 
     ρ and μ: the amount (:func:`left_of`). ε: no amount (see :func:`left_of`), but
     the δ that partition selection has used (``selection_delta``) of the budget's δ,
     since a release is refused once that δ is used up, whatever ε is spent.
+    ``note``, the :attr:`Spent.note` of ``used`` (e.g. a zCDP or RDP bound certified
+    it, not the PLD), is added in parentheses.
     """
     symbol, limit = budget_limit(budget)
+    after = f" ({note})" if note else ""
     if symbol != "ε":
-        return f"{symbol} = {_fmt(left_of(symbol, limit, used))} of {limit:g}"
+        return f"{symbol} = {_fmt(left_of(symbol, limit, used))} of {limit:g}{after}"
     return (
         f"no ε amount (ε at δ = {budget.delta:g} does not add up; each release is checked "
         f"against ε = {limit:g}); partition selection has used δ = {selection_delta:.3g} of "
-        f"{budget.delta:g}"
+        f"{budget.delta:g}{after}"
     )
 
 
@@ -377,6 +398,14 @@ class PrivacyFilter:
         """Privacy spent so far: certified ε at the budget's δ, or ρ, or μ."""
         with self._lock:
             return self._measure(self._budget, self._accountant).value
+
+    @property
+    def spent_note(self) -> str:
+        """Which bound certified :attr:`spent` where it is not the PLD (an ε budget whose
+        history has an event the PLD cannot account for gets zCDP's or RDP's, looser),
+        or why it is ∞; "" otherwise (:attr:`Spent.note`)."""
+        with self._lock:
+            return self._measure(self._budget, self._accountant).note
 
     @property
     def remaining(self) -> float:

@@ -479,12 +479,13 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
         at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
         return (
             f"{unit} = {summary.spent:.6g}{at} in all (ledger {book.path})",
-            left_text(summary.total, summary.spent, summary.selection_delta),
+            left_text(summary.total, summary.spent, summary.selection_delta, summary.note),
         )
     symbol, _ = budget_limit(release.budget)
     at = f" at δ = {release.budget.delta:.3g}" if symbol == "ε" else ""
     used = spent(release.budget, release.filter.accountant)
-    return f"{symbol} = {used.value:.6g}{at}", left_text(release.budget, used.value, used.delta)
+    left = left_text(release.budget, used.value, used.delta, used.note)
+    return f"{symbol} = {used.value:.6g}{at}", left
 
 
 @contextlib.contextmanager
@@ -773,6 +774,7 @@ def ledger_json(summary: LedgerSummary) -> dict[str, object]:
         "remaining": json_number(summary.remaining),
         "selection_delta": json_number(summary.selection_delta),
         "slack": json_number(summary.slack),
+        "note": summary.note,
         "entries": [
             {
                 "id": r.id,
@@ -818,7 +820,7 @@ def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
     table.caption = (
         f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at} (certified upper "
         f"bound; lower bound {summary.spent_lower:.6g}); left: "
-        f"{left_text(summary.total, summary.spent, summary.selection_delta)}"
+        f"{left_text(summary.total, summary.spent, summary.selection_delta, summary.note)}"
     )
     return table
 

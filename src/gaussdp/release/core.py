@@ -1125,12 +1125,13 @@ class _Noise:
 
 
 _Ints = np.ndarray[Any, Any]  # int64, or object (Python ints) beyond int64
+_Columns = dict[str, np.ndarray[Any, Any]]  # one query's result, column by column
 
 
 def _ints(column: np.ndarray[Any, Any]) -> _Ints:
     """An engine result column as int64 (NULL, e.g. the SUM of an empty table, is 0)."""
     try:
-        return column.astype(np.int64)
+        return column.astype(np.int64, copy=False)
     except TypeError:  # a NULL
         return np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
 
@@ -1260,14 +1261,13 @@ def _tree_frame(
     m: Measure,
     confidence: float,
     rng: RandomSource,
-) -> pd.DataFrame:
-    """One quantile query: noisy tree, consistent leaves, monotone inversion, intervals.
+) -> _Columns:
+    """One quantile query's columns: noisy tree, consistent leaves, monotone inversion,
+    intervals.
 
     Noise is drawn level by level, root first (:mod:`gaussdp.release.tree`). The
     ``std`` column is NaN: a quantile's error is stated by its interval.
     """
-    import pandas as pd
-
     lo, hi = q.bounds or (0.0, 0.0)
     levels_q = q.quantiles or ()
     branching, resolution = q.branching or 2, q.resolution or 1
@@ -1281,14 +1281,14 @@ def _tree_frame(
     h = tree.rank_halfwidth(math.sqrt(m.sigma2), resolution, branching, 1 - confidence)
     low, high = tree.quantile_intervals(consistent, levels_q, lo, hi, h)
     d = len(levels_q)
-    data: dict[str, Any] = {c: np.repeat(v, d) for c, v in base.items()}
+    data: _Columns = {c: np.repeat(v, d) for c, v in base.items()}
     labels = np.array([f"quantile({q.columns[0]}, {level:g})" for level in levels_q], object)
     data["statistic"] = np.tile(labels, groups)
     data["value"] = values.reshape(-1)
     data["std"] = np.full(groups * d, np.nan)
     data["ci_low"] = low.reshape(-1)
     data["ci_high"] = high.reshape(-1)
-    return pd.DataFrame(data)
+    return data
 
 
 def _add(exact: _Ints, z: np.ndarray[Any, Any]) -> _Ints:
@@ -1313,7 +1313,12 @@ def _results(
     *,
     raw: bool = False,
 ) -> pd.DataFrame:
-    """Noise and post-processing, vectorised over cells (no per-cell Python loop)."""
+    """Noise and post-processing, vectorised over cells (no per-cell Python loop).
+
+    Each query's result stays numpy columns until one frame is built from their
+    concatenation: a frame per query, reindexed, concatenated and re-typed copied
+    the whole result four times (most of the post-processing's time at 10⁶ groups).
+    """
     import pandas as pd
 
     queries = release.queries
@@ -1323,7 +1328,7 @@ def _results(
             if c not in group_columns:
                 group_columns.append(c)
     has_bins = any(q.statistic == "histogram" for q in queries)
-    per_query: dict[int, pd.DataFrame] = {}
+    per_query: dict[int, _Columns] = {}
     for g, g_typed, result in zip(plan.groupings, typed, aggregates, strict=True):
         leaves: _Leaves | None = None
         aggs: list[_Ints] = []
@@ -1371,11 +1376,23 @@ def _results(
         "ci_low",
         "ci_high",
     ]
-    parts = [per_query[qi].reindex(columns=columns) for qi in range(len(queries))]
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
-    frame = frame.infer_objects()
-    for c in ("value", "std", "ci_low", "ci_high"):
-        frame[c] = frame[c].astype(float)
+    if not queries:
+        return pd.DataFrame(columns=columns).astype(dict.fromkeys(columns[-4:], float))
+    parts = [per_query[qi] for qi in range(len(queries))]
+    data: dict[str, Any] = {}
+    for c in columns:
+        # A column a query lacks (another query's key, "bin") is NaN in its rows, as
+        # pandas' reindex and concat made it; object columns get their values' type
+        # (ints, floats, timestamps), as ``infer_objects`` gives a frame.
+        column = np.concatenate(
+            [p[c] if c in p else np.full(len(p["statistic"]), np.nan) for p in parts]
+        )
+        inferred = column.dtype == object and c != "statistic"  # labels: str already
+        data[c] = pd.Series(column, copy=False).infer_objects() if inferred else column
+    frame = pd.DataFrame(data, copy=False)
+    for c in columns[-4:]:  # value, std, ci_low, ci_high
+        if frame[c].dtype != np.float64:
+            frame[c] = frame[c].astype(float)
     return frame
 
 
@@ -1387,27 +1404,25 @@ def _frame_for(
     noisy: dict[tuple[int, str], tuple[_Ints, Measure, _Noise]],
     *,
     raw: bool = False,
-) -> pd.DataFrame:
-    """One query's rows: one per cell (per cell and coordinate for vectors, cell-major).
+) -> _Columns:
+    """One query's columns: a row per cell (per cell and coordinate for vectors, cell-major).
 
     ``raw``: counts are not clamped at 0 (see :meth:`Release.run`).
     """
-    import pandas as pd
 
     def floats(raw: _Ints) -> np.ndarray[Any, Any]:
         return np.asarray(raw.astype(np.float64), dtype=np.float64)
 
-    def frame(stats: list[tuple[Any, ...]]) -> pd.DataFrame:
+    def frame(stats: list[tuple[Any, ...]]) -> _Columns:
         # stats: (label, value, std, ci_low, ci_high) per coordinate; rows cell-major.
         d = len(stats)
-        data: dict[str, Any] = {c: np.repeat(v, d) for c, v in base.items()}
+        data: _Columns = {c: np.repeat(v, d) if d > 1 else v for c, v in base.items()}
         data["statistic"] = np.tile(np.array([label for label, *_ in stats], dtype=object), n)
         for j, name in enumerate(("value", "std", "ci_low", "ci_high"), start=1):
-            data[name] = np.stack(
-                [np.broadcast_to(np.asarray(st[j], dtype=np.float64), (n,)) for st in stats],
-                axis=1,
-            ).reshape(-1)
-        return pd.DataFrame(data)
+            # Views (a scalar std broadcast, read-only): _results' concatenation copies them.
+            columns = [np.broadcast_to(np.asarray(st[j], dtype=np.float64), (n,)) for st in stats]
+            data[name] = columns[0] if d == 1 else np.stack(columns, axis=1).reshape(-1)
+        return data
 
     stat = q.statistic
     if stat in ("count", "histogram", "distinct_units"):

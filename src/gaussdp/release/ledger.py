@@ -161,7 +161,9 @@ class LedgerSummary:
     (√(total² − spent²)), NaN for ε (ε at a fixed δ does not add; see
     :func:`~gaussdp.accounting.filter.left_of`); ``selection_delta`` the δ spent
     outside the composition (partition selection, of ``delta``) and ``slack`` the
-    smoothing slack included in ``spent``.
+    smoothing slack included in ``spent``; ``note`` which bound certified ``spent``
+    where it is not the PLD (e.g. the zCDP fallback for an event known only by its ρ,
+    :attr:`~gaussdp.accounting.filter.Spent.note`), else "".
     """
 
     total: Budget
@@ -173,6 +175,7 @@ class LedgerSummary:
     selection_delta: float
     slack: float
     rows: tuple[LedgerRow, ...]
+    note: str = ""
 
     @property
     def symbol(self) -> str:
@@ -596,6 +599,7 @@ class Ledger:
             selection_delta=total.delta,
             slack=total.slack,
             rows=rows,
+            note=total.note,
         )
 
 
