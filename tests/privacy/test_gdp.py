@@ -29,6 +29,7 @@ from gaussdp.privacy import (
     gdp_tradeoff,
     mia_advantage,
 )
+from gaussdp.privacy.gdp import gdp_epsilon_lower
 
 MUS = [1e-4, 1e-2, 0.5, 1.0, 3.0, 10.0, 100.0]
 EPSILONS = [0.0, 1e-3, 0.5, 1.0, 10.0, 50.0, 200.0]
@@ -297,17 +298,40 @@ def test_compose() -> None:
 
 
 def test_epsilon_matches_mpmath() -> None:
+    # gdp_epsilon_lower is the lower side of GDPAccountant's bracket (it was the
+    # rounded-up ε, above the exact value): below the exact ε, within 1e-9 of it.
     worst = 0.0
     for mu in MUS:
         for delta in DELTAS:
             got = gdp_epsilon(mu, delta)
+            lower = gdp_epsilon_lower(mu, delta)
             ref = mp_epsilon(mu, delta)
+            assert lower <= ref, (mu, delta, lower, ref)  # never above the exact ε
             if ref == 0:
                 assert got == 0.0
                 continue
             assert got >= ref, (mu, delta)  # never below the exact ε
-            worst = max(worst, mp_rel(got, ref))
+            worst = max(worst, mp_rel(got, ref), mp_rel(lower, ref))
     assert worst <= TOL_INVERSE, worst
+
+
+def test_log_delta_is_an_upper_bound() -> None:
+    # gdp_log_delta is rounded up like gdp_delta: never below the exact ln δ, at 50
+    # digits, in every branch (δ near 1, the quadrature, the asymptotic series, and
+    # far below the float range), and within its stated margin.
+    rng = np.random.default_rng(23)
+    points = [(mu, eps) for mu in MUS for eps in EPSILONS]
+    for _ in range(150):
+        mu = float(10 ** rng.uniform(-4, 2))
+        a = float(rng.uniform(-60, 8))
+        points.append((mu, max(0.0, mu * (mu / 2 - a))))
+    points += [(1e-3, 1e3), (0.01, 1e4)]  # ln δ ≈ −5e11, −5e11: one float ≫ 5e-12
+    for mu, eps in points:
+        got = gdp_log_delta(mu, eps)
+        with mp.workdps(50):
+            ref = mp.log(mp_delta(mu, eps))
+            assert got >= ref, (mu, eps, got, ref)
+            assert got - ref <= 1e-11 + 1e-14 * abs(ref), (mu, eps, got, ref)
 
 
 def test_mu_matches_mpmath() -> None:

@@ -25,9 +25,16 @@ pair, so its k-fold composition bounds any adaptive composition of k ε-BR steps
    * Q*(L ≤ t) = P*(L ≥ −t), Q*(L > t) = P*(L < −t) (the pair is its own swap).
 
 The upper side is the connect-the-dots discretisation of (P*, Q*). The lower side
-is that of W_{ε/2} (randomised response with parameter ε/2, a realisable ε-BR
-pair: the largest single-run δ at ε′ = 0), so ``lower`` stays a value some ε-BR
-composition reaches.
+is that of a realisable ε-BR pair W_t, t = θε (by default θ = ½: randomised response
+with parameter ε/2, the largest single-run δ at ε′ = 0), so ``lower`` stays a value
+some ε-BR composition reaches. Every W_t with 0 < t < ε is realised by an exponential
+mechanism on two outcomes whose scores move by the whole sensitivity, in opposite
+directions (its two losses differ by exactly ε; the mean condition E_Q[e^L] = 1 fixes
+t). Its P-law: P(L = t) = (1 − e^{t−ε})/(1 − e^{−ε}), P(L = t − ε) the rest; its swap is
+W_{ε−t}, the pair of the other neighbouring direction. The accountant takes the
+largest lower bound over several θ (the best one depends on the query: 5 steps of
+ε = 1 with 10 subsampled Gaussians, ε at δ = 1e-5: 2.4999 at θ = ½, 4.361 at θ = 0.1,
+against the upper bound 4.440).
 """
 
 from __future__ import annotations
@@ -35,15 +42,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import gammaln
 
 from gaussdp.accounting.pld import (
     FloatArray,
     PrivacyLossDistribution,
     _from_continuous,
     _from_points,
+    _LossPMF,
 )
 
-__all__ = ["bounded_range_pld"]
+__all__ = ["bounded_range_pld", "realised_runs"]
 
 
 def _p_cdfs(t: FloatArray, eps: float) -> tuple[FloatArray, FloatArray]:
@@ -64,6 +73,32 @@ def _p_cdfs(t: FloatArray, eps: float) -> tuple[FloatArray, FloatArray]:
     return le, gt
 
 
+def _realised(h: float, eps: float, t: float) -> tuple[_LossPMF, _LossPMF]:
+    """The PMFs (upper, lower) of the realisable ε-BR pair W_t, 0 < t < ε."""
+    # P(L = t) = (1 − e^{t−ε})/(1 − e^{−ε}); P(L = t − ε) = (e^{t−ε} − e^{−ε})/(1 − e^{−ε}).
+    scale = -math.expm1(-eps)
+    top = -math.expm1(t - eps) / scale
+    bottom = math.exp(t - eps + math.log(-math.expm1(-t))) / scale  # no overflow at large ε
+    return _from_points(h, np.array([t, t - eps]), np.array([top, bottom]), 0.0)
+
+
+def realised_runs(epsilon: float, count: int, theta: float, h: float) -> tuple[_LossPMF, _LossPMF]:
+    """Lower-side PMFs (remove, add) of ``count`` runs of W_{θε} (its swap W_{(1−θ)ε} in
+    the add direction), 0 < θ < 1, ε > 0: their losses c·t − j·ε, j = 0..c, carry the
+    binomial P-masses C(c, j)·P(L = t)^{c−j}·P(L = t − ε)^j (exact, no FFT; computed in
+    log space), then discretised by :func:`~gaussdp.accounting.pld._from_points`."""
+    j = np.arange(count + 1, dtype=np.float64)
+    scale = -math.expm1(-epsilon)
+    out = []
+    for t in (theta * epsilon, (1.0 - theta) * epsilon):
+        log_top = math.log(-math.expm1(t - epsilon) / scale)
+        log_bottom = t - epsilon + math.log(-math.expm1(-t) / scale)
+        log_binom = gammaln(count + 1.0) - gammaln(j + 1.0) - gammaln(count - j + 1.0)
+        probs = np.exp(log_binom + (count - j) * log_top + j * log_bottom)
+        out.append(_from_points(h, count * t - j * epsilon, probs, 0.0)[1])
+    return out[0], out[1]
+
+
 def bounded_range_pld(
     epsilon: float, *, value_discretization: float, tail_mass: float
 ) -> PrivacyLossDistribution:
@@ -73,13 +108,11 @@ def bounded_range_pld(
     """
     h = value_discretization
     eps = float(epsilon)
-    half = eps / 2
-    a = 1.0 / (1.0 + math.exp(-half))  # W_{ε/2}: randomised response with ε/2
-    lower = _from_points(h, np.array([half, -half]), np.array([a, 1.0 - a]), 0.0)[1]
     if eps == 0.0:
         return PrivacyLossDistribution._build(
             h, _from_points(h, np.array([0.0]), np.array([1.0]), 0.0), None, tail_mass
         )
+    lower = _realised(h, eps, eps / 2)[1]
 
     def cdfs(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         p_le, p_gt = _p_cdfs(t, eps)

@@ -68,7 +68,7 @@ from gaussdp.accounting._adaptive import (
     check_tolerance,
     tail_mass_for,
 )
-from gaussdp.accounting._bounded_range import bounded_range_pld
+from gaussdp.accounting._bounded_range import bounded_range_pld, realised_runs
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.events import (
     ApproxDP,
@@ -94,6 +94,7 @@ from gaussdp.accounting.pld import (
     DEFAULT_VALUE_DISCRETIZATION,
     MAX_SUBSAMPLED_MU,
     PrivacyLossDistribution,
+    _LossPMF,
     check_discrete_gaussian_support,
     check_tail_mass,
     check_value_discretization,
@@ -102,7 +103,7 @@ from gaussdp.accounting.pld import (
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, LatticeGaussian
 from gaussdp.privacy import gdp_delta, gdp_epsilon, zcdp_delta, zcdp_epsilon
-from gaussdp.privacy.gdp import DELTA_ROUND_UP
+from gaussdp.privacy.gdp import DELTA_ROUND_UP, gdp_epsilon_lower
 from gaussdp.privacy.zcdp import rdp_epsilon
 
 __all__ = [
@@ -524,7 +525,8 @@ class GDPAccountant(Accountant):
     lattice noise through its smoothing argument, whose slack is added to ε):
     anything else would need the central limit theorem, which is an approximation
     and can under-report ε (Opacus's GDP accountant does, on DP-SGD). Results for
-    plain Gaussians are exact, so ``lower == upper``.
+    plain Gaussians are exact: ``lower`` and ``upper`` bracket the exact ε (DRS
+    Cor 2.13) within about 1e-10 relative.
 
     Examples
     --------
@@ -554,11 +556,13 @@ class GDPAccountant(Accountant):
 
 
 def _gdp_epsilon_bounds(mu: float, delta: float, method: str = "") -> EpsilonBounds:
-    """ε of μ-GDP at ``delta`` (DRS Cor 2.13, rounded up; exact, so lower = upper)."""
+    """ε of μ-GDP at ``delta`` (DRS Cor 2.13): the exact ε, bracketed within about
+    1e-10 relative (:func:`gdp_epsilon` rounds it up, :func:`gdp_epsilon_lower` down)."""
     if math.isinf(mu):  # Σμᵢ² past the float range: no finite bound (lower: trivial)
         return EpsilonBounds(lower=0.0, upper=math.inf, method=method)
-    eps = gdp_epsilon(mu, delta)
-    return EpsilonBounds(lower=eps, upper=eps, method=method)
+    upper = gdp_epsilon(mu, delta)
+    lower = min(gdp_epsilon_lower(mu, delta), upper)
+    return EpsilonBounds(lower=lower, upper=upper, method=method)
 
 
 def _gdp_delta_bounds(mu: float, epsilon: float, method: str = "") -> DeltaBounds:
@@ -1117,7 +1121,9 @@ class PLDAccountant(Accountant):
             )
         return self._adaptive
 
-    def _build(self, h: float, extended: bool, tail_mass: float) -> PrivacyLossDistribution:
+    def _build(
+        self, h: float, extended: bool, tail_mass: float, leaves: Counter[Event] | None = None
+    ) -> PrivacyLossDistribution:
         # A subsampled run's truncation may move tail_mass/count (to +∞ on the upper
         # side): the composition then moves at most tail_mass per event. ``extended``:
         # FFTs in long double (smaller round-off allowances; for small δ).
@@ -1129,7 +1135,8 @@ class PLDAccountant(Accountant):
         # composed among themselves first.
         stacks: dict[bool, list[tuple[int, PrivacyLossDistribution]]] = {True: [], False: []}
         for event, count in sorted(
-            self._leaves.items(), key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1])
+            (self._leaves if leaves is None else leaves).items(),
+            key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1]),
         ):
             tail = tail_mass / count if _subsampled(event) else tail_mass
             part = _composed_event_pld(
@@ -1150,6 +1157,62 @@ class PLDAccountant(Accountant):
             self._run_cache = {key: _event_pld(event, h, tail, extended)}
         return self._run_cache[key]
 
+    def _realised_lower(self, lower_of: Callable[[_LossPMF], float]) -> float:
+        """The largest lower bound ``lower_of`` (applied to each direction's lower PMF)
+        finds over realisable compositions: every ε-bounded-range leaf realised by the
+        two-point pair W_{θε} (its swap in the other direction;
+        :mod:`~gaussdp.accounting._bounded_range`), one θ in (0, 1) for all of them. Each
+        θ is a mechanism some ε-BR composition runs, so each value is a lower bound, and
+        so is their maximum. The best θ depends on the query (far from ½ at large ε): a
+        scan of 9 values, then a golden-section refinement of the best (8 more), on the
+        current grid; the other events are composed once, the runs of W_{θε} exactly
+        (binomial), so each θ costs one composition per direction, lower side only."""
+        grid = self._adaptive
+        if grid is None:  # pragma: no cover - the caller has just queried the grid
+            return 0.0
+        h, tail = grid.value_discretization, self._adaptive_tail
+        others: Counter[Event] = Counter(
+            {e: c for e, c in self._leaves.items() if not isinstance(e, ExponentialMechanism)}
+        )
+        ranges = [(e, c) for e, c in self._leaves.items() if isinstance(e, ExponentialMechanism)]
+        rest = self._build(h, False, tail, others) if others else None
+        found: dict[float, float] = {}
+
+        def at(theta: float) -> float:
+            if theta in found:
+                return found[theta]
+            sides = [None if rest is None else (rest.lower_remove, rest.lower_add)]
+            for event, count in ranges:
+                if event.epsilon > 0.0:
+                    sides.append(realised_runs(event.epsilon, count, theta, h))
+            value = 0.0
+            for d in (0, 1):
+                pmfs = [s[d] for s in sides if s is not None]
+                if pmfs:
+                    pmf = pmfs[0]
+                    for other in pmfs[1:]:
+                        pmf = pmf.compose(other, tail)
+                    value = max(value, lower_of(pmf))
+            found[theta] = value
+            return value
+
+        scan = [0.03, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97]
+        best = max(range(len(scan)), key=lambda i: at(scan[i]))
+        lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
+        golden = (math.sqrt(5.0) - 1.0) / 2.0
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        fa, fb = at(a), at(b)
+        for _ in range(6):
+            if fa >= fb:
+                hi, b, fb = b, a, fa
+                a = hi - golden * (hi - lo)
+                fa = at(a)
+            else:
+                lo, a, fa = a, b, fb
+                b = lo + golden * (hi - lo)
+                fb = at(b)
+        return max(found.values())
+
     def _rdp(self) -> RDPAccountant | None:
         """The same composition in an RDP accountant, if it supports every event."""
         rdp = RDPAccountant()
@@ -1169,6 +1232,9 @@ class PLDAccountant(Accountant):
             return max_epsilon_bounds(single, delta)
         b = self._grid(delta).epsilon(delta)
         self._check_met(b, _GAP_FACTOR)
+        if self._bounded_range:
+            lower = self._realised_lower(lambda pmf: pmf.epsilon(delta))
+            b = replace(b, lower=min(max(b.lower, lower), b.upper))
         if b.note or self._bounded_range:
             # The PLD could not certify within the tolerance (its allowances are too large
             # for this δ, or the grid does not fit): the RDP bound, if tighter, is returned.
@@ -1195,6 +1261,9 @@ class PLDAccountant(Accountant):
         # queries (the grid step may carry over; every answer is certified).
         b = self._grid(0.0).delta(epsilon)
         self._check_met(b, _DELTA_GAP_FACTOR)
+        if self._bounded_range:
+            lower = self._realised_lower(lambda pmf: pmf.delta(epsilon))
+            b = replace(b, lower=min(max(b.lower, lower), b.upper))
         if b.note or self._bounded_range:
             rdp = self._rdp()
             if rdp is not None:

@@ -89,6 +89,10 @@ _LOG1M_MARGIN = math.log1p(-_MARGIN)
 # mpmath (5.1e-13; see the module docstring). Below _MARGIN, so the inverses, which
 # aim at target·(1 − _MARGIN), still land on the safe side of the rounded-up δ.
 DELTA_ROUND_UP = 5e-12
+# Relative margin by which :func:`gdp_log_delta` also rounds ln δ up: 10x the worst
+# relative error of ln δ measured against mpmath where δ underflows (3.6e-16, ln δ down
+# to −2e12), where one float of ln δ is worth more than DELTA_ROUND_UP.
+_LOG_ROUND_UP = 4e-15
 
 # Gauss–Legendre rule on [0, 1] for the erfcx difference over short intervals.
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
@@ -163,6 +167,50 @@ def _log_delta(mu: float, epsilon: float) -> float:
     if diff <= 0.0:  # underflow of the difference for u beyond ~1e300
         return -math.inf
     return -u * u - _LN2 + math.log(diff)
+
+
+def _log_delta_up(mu: float, epsilon: float) -> float:
+    """An upper bound on the exact ln δ(ε) of μ-GDP, μ > 0 (see :func:`gdp_log_delta`)."""
+    log_delta = _log_delta(mu, epsilon)
+    if math.isinf(log_delta):  # ln δ below −1.8e308 (−u² with u past 1e154)
+        return -_MAX
+    bound = log_delta + DELTA_ROUND_UP + _LOG_ROUND_UP * abs(log_delta)
+    return min(0.0, math.nextafter(bound, math.inf))
+
+
+def gdp_epsilon_lower(mu: float, delta: float) -> float:
+    r"""A lower bound on the smallest ε ≥ 0 such that μ-GDP implies (ε, δ)-DP.
+
+    The companion of :func:`gdp_epsilon` (the upper bound; both within about 1e-10
+    relative of the exact ε): the largest ε found at which the computed δ(ε) is at
+    least ``delta·(1 + 1e-10)``, a margin 200 times the measured evaluation error
+    (5.1e-13 relative), so the exact δ there exceeds ``delta`` and, δ(ε) being
+    decreasing (DRS Cor 2.13), the exact ε is above the value returned. 0.0 when
+    δ(0) does not reach that level.
+
+    Examples
+    --------
+    >>> lo, hi = gdp_epsilon_lower(0.5, 1e-5), gdp_epsilon(0.5, 1e-5)
+    >>> lo < hi and hi - lo < 1e-9
+    True
+    """
+    mu = _check_mu("mu", mu)
+    delta = check_delta("delta", delta)
+    if mu == 0.0:
+        return 0.0
+    level = math.log(delta) - _LOG1M_MARGIN  # ln(δ) + about 1e-10
+
+    def above(eps: float) -> bool:
+        return _log_delta(mu, eps) >= level
+
+    if not above(0.0):
+        return 0.0
+    hi = min(mu * mu / 2.0 + mu * math.sqrt(-2.0 * math.log(delta)), _MAX)
+    while above(hi):
+        if hi == _MAX:  # pragma: no cover - μ near 1e154 and above
+            return _MAX
+        hi = min(2.0 * hi, _MAX)
+    return largest_passing(above, 0.0, hi, rel_tol=ULP_TOL, abs_tol=_TINY)
 
 
 # ---------------------------------------------------------------------------
@@ -259,7 +307,12 @@ def gdp_log_delta(mu: float, epsilon: float) -> float:
     Returns
     -------
     float
-        ln δ(ε); ``-inf`` when μ = 0 (δ = 0).
+        ln δ(ε), rounded up (an upper bound on the exact ln δ, like :func:`gdp_delta`):
+        the computed value plus ``DELTA_ROUND_UP`` (10x the worst relative error of δ
+        measured against mpmath) plus 4e-15·|ln δ| (10x the worst relative error of
+        ln δ measured where δ underflows), moved up one float; at most 0. ``-inf``
+        only when μ = 0 (δ = 0); where ln δ is below the float range,
+        ``-sys.float_info.max``.
 
     Raises
     ------
@@ -281,7 +334,7 @@ def gdp_log_delta(mu: float, epsilon: float) -> float:
     epsilon = check_epsilon("epsilon", epsilon)
     if mu == 0.0:
         return -math.inf
-    return _log_delta(mu, epsilon)
+    return _log_delta_up(mu, epsilon)
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
