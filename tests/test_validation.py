@@ -9,6 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from gaussdp import Gaussian
 from gaussdp._validation import (
     check_count,
     check_delta,
@@ -19,7 +20,9 @@ from gaussdp._validation import (
     check_positive,
     check_probability,
 )
+from gaussdp.accounting import RDPAccountant, Subsampled
 from gaussdp.errors import BudgetExceededError, MissingExtraError, invalid
+from gaussdp.privacy import DiscreteGaussianDistribution
 
 
 def test_message_template() -> None:
@@ -144,3 +147,62 @@ def test_numbers_beyond_the_float_range_are_refused_with_the_template(
 def test_an_in_range_fraction_too_long_to_print_is_refused_with_the_template() -> None:
     with pytest.raises(ValueError, match=r"^s must be .*, got a Fraction too long to print$"):
         check_positive("s", Fraction(-1, 10**5000))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: Subsampled(Gaussian(1.0), 10**400),
+            ValueError,
+            r"^sample_rate must be a real number in \(0, 1\], got 1000",
+        ),
+        (
+            lambda: Subsampled(Gaussian(1.0), 0.1, scheme=[1]),  # type: ignore[arg-type]
+            TypeError,
+            r"^scheme must be 'poisson' or 'without_replacement', got \[1\]$",
+        ),
+        (
+            lambda: RDPAccountant(orders=[10**400]),
+            ValueError,
+            r"^orders must be a non-empty sequence of finite reals > 1, got \[1000",
+        ),
+        (
+            lambda: RDPAccountant(orders=[None]),  # type: ignore[list-item]
+            TypeError,
+            r"^orders must be a non-empty sequence of finite reals > 1, got \[None\]$",
+        ),
+        (
+            lambda: RDPAccountant(orders="abc"),
+            TypeError,
+            r"^orders must be a non-empty sequence of finite reals > 1, got 'abc'$",
+        ),
+        (
+            lambda: RDPAccountant(orders=[2.0, 0.5]),
+            ValueError,
+            r"^orders must be a non-empty sequence of finite reals > 1, got \[2.0, 0.5\]$",
+        ),
+        (
+            lambda: DiscreteGaussianDistribution(Fraction(4)).rvs(10**400),
+            ValueError,
+            r"^size must be a shape of at most \d+ values, got 1000",
+        ),
+        (
+            lambda: DiscreteGaussianDistribution(Fraction(4)).rvs((0, 2**64)),
+            ValueError,
+            r"^size must be a shape of at most \d+ values, got \(0, 18446744073709551616\)$",
+        ),
+    ],
+)
+def test_public_entries_refuse_bad_input_with_the_template(
+    call: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    # Found by an audit fuzz: these raised OverflowError, float()'s own errors,
+    # "unhashable type: 'list'" or numpy's "Maximum allowed dimension exceeded".
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_rdp_orders_accept_any_iterable_of_reals() -> None:
+    assert RDPAccountant(orders=np.array([2, 3.5])).orders == (2.0, 3.5)
+    assert RDPAccountant(orders=(Fraction(5, 2),)).orders == (2.5,)

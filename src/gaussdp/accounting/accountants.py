@@ -46,7 +46,7 @@ import math
 import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import ClassVar, Self, TypeVar, cast
@@ -56,7 +56,7 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
-from gaussdp._validation import check_count, check_delta, check_epsilon
+from gaussdp._validation import check_count, check_delta, check_epsilon, check_finite
 from gaussdp.accounting._adaptive import (
     _DELTA_GAP_FACTOR,
     _GAP_FACTOR,
@@ -672,9 +672,20 @@ class RDPAccountant(Accountant):
 
     def __init__(self, orders: Sequence[float] | None = None) -> None:
         super().__init__()
-        chosen = DEFAULT_RDP_ORDERS if orders is None else tuple(float(a) for a in orders)
-        if not chosen or any(not (a > 1 and math.isfinite(a)) for a in chosen):
-            raise ValueError(invalid("orders", "a non-empty sequence of finite reals > 1", orders))
+        constraint = "a non-empty sequence of finite reals > 1"
+        if orders is None:
+            chosen = DEFAULT_RDP_ORDERS
+        elif isinstance(orders, str) or not isinstance(orders, Iterable):
+            raise TypeError(invalid("orders", constraint, orders))
+        else:
+            try:
+                chosen = tuple(check_finite("orders", a) for a in orders)
+            except TypeError:  # an element is not a real number (None, a string)
+                raise TypeError(invalid("orders", constraint, orders)) from None
+            except ValueError:  # NaN, an infinity or an int beyond the float range
+                raise ValueError(invalid("orders", constraint, orders)) from None
+        if not chosen or any(a <= 1 for a in chosen):
+            raise ValueError(invalid("orders", constraint, orders))
         self._orders = np.asarray(chosen, dtype=np.float64)
 
     @property

@@ -23,13 +23,19 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from dataclasses import MISSING, dataclass, field, fields
 from fractions import Fraction
 from typing import Any, Literal
 
 from gaussdp._search import fraction_up, mul_up, sqrt_up, up
-from gaussdp._validation import check_count, check_delta, check_epsilon, check_fraction, check_int
+from gaussdp._validation import (
+    _as_float,
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_fraction,
+    check_int,
+)
 from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.accounting.pld import (
     DEFAULT_TAIL_MASS,
@@ -785,6 +791,8 @@ class Subsampled:
                 )
             )
         object.__setattr__(self, "sample_rate", check_rate("sample_rate", self.sample_rate))
+        if not isinstance(self.scheme, str):  # a list is unhashable: refuse it before lookup
+            raise TypeError(invalid("scheme", "'poisson' or 'without_replacement'", self.scheme))
         if self.scheme not in _NEIGHBOURS:
             raise ValueError(invalid("scheme", "'poisson' or 'without_replacement'", self.scheme))
 
@@ -883,10 +891,8 @@ def check_rate(name: str, value: object) -> float:
     ValueError: rate must be a real number in (0, 1], got 0
     """
     constraint = "a real number in (0, 1]"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(invalid(name, constraint, value))
-    rate = float(value)
-    if not 0.0 < rate <= 1.0:  # also rejects NaN
+    rate = _as_float(name, value, constraint)  # refuses non-reals, NaN and 10**400
+    if not 0.0 < rate <= 1.0:
         raise ValueError(invalid(name, constraint, value))
     return rate
 

@@ -945,10 +945,15 @@ def _gaussian_huge_few(
 def _check_size(size: object) -> tuple[int, ...]:
     """Normalise ``size`` (an int or a tuple of ints, each ``>= 0``) to a shape."""
     if isinstance(size, tuple):
-        return tuple(check_int("size", s, minimum=0) for s in size)
-    if isinstance(size, list):
+        shape = tuple(check_int("size", s, minimum=0) for s in size)
+    elif isinstance(size, list):
         raise TypeError(invalid("size", "an integer >= 0 or a tuple of them", size))
-    return (check_int("size", size, minimum=0),)
+    else:
+        shape = (check_int("size", size, minimum=0),)
+    limit = int(np.iinfo(np.intp).max)  # numpy refuses larger shapes with its own message
+    if max(shape, default=0) > limit or math.prod(shape) > limit:
+        raise ValueError(invalid("size", f"a shape of at most {limit} values", size))
+    return shape
 
 
 class _LimbRows:
