@@ -93,6 +93,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         "error: delta must be a real number in (0, 1), got 1.5",
     ),
     (
+        "calibrate: an ε so large that ρ overflows names ε, not ρ",
+        lambda _: ["calibrate", "--epsilon", "1e308", "--delta", "0.5"],
+        2,
+        "error: epsilon must be small enough that ρ = μ²/2 is a finite float (ε ≤ 1e307 is), "
+        "got 1e+308",
+    ),
+    (
         "convert: two views at once",
         lambda _: ["convert", "--mu", "1", "--rho", "1"],
         2,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
 
 from gaussdp.cli._output import Shown, emit, fail, handle_errors
+from gaussdp.errors import invalid
 
 __all__ = ["register"]
 
@@ -34,6 +36,14 @@ def calibrate_rows(
     )
 
     gaussian = Gaussian.calibrate(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
+    if math.isinf(gaussian.rho):
+        # ρ = μ²/2 overflows a float only for ε near the largest float: name the user's
+        # option rather than let the zCDP rows refuse an ρ the user never gave.
+        fail(
+            invalid(
+                "epsilon", "small enough that ρ = μ²/2 is a finite float (ε ≤ 1e307 is)", epsilon
+            )
+        )
     classic: object
     classic_ratio: object
     try:
