@@ -195,7 +195,19 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         "release: no such ledger",
         lambda p: ["release", SPEC, "--data", DATA, "--ledger", str(p / "missing.db")],
         2,
-        "missing.db",
+        "(create one with `gaussdp ledger init PATH --epsilon E --delta D`), got '",
+    ),
+    (
+        "ledger show: no such ledger",
+        lambda p: ["ledger", "show", str(p / "missing.db")],
+        2,
+        "error: ledger must be an existing ledger file (create one with `gaussdp ledger init",
+    ),
+    (
+        "explain: no such ledger",
+        lambda p: ["explain", "--ledger", str(p / "missing.db")],
+        2,
+        "(create one with `gaussdp ledger init",
     ),
     (
         "release: --out in a folder that does not exist",

@@ -81,10 +81,10 @@ def ledger_curve(path: Path) -> tuple[LedgerSummary, TradeoffCurve]:
     included: they count), through :meth:`TradeoffCurve.from_accountant`. An empty
     ledger has spent nothing: its curve is f(α) = 1 − α (no test beats guessing).
     """
+    from gaussdp.cli.release import open_ledger
     from gaussdp.privacy.tradeoff import TradeoffCurve
-    from gaussdp.release import Ledger
 
-    book = Ledger(path)
+    book = open_ledger(path)
     summary = book.summary()
     if not summary.rows:
         # (0, 0)-DP: f(α) = 1 − α, no test does better than guessing.

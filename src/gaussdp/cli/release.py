@@ -38,7 +38,7 @@ from gaussdp.errors import invalid
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from gaussdp.release import ReleaseResult
+    from gaussdp.release import Ledger, ReleaseResult
     from gaussdp.release.core import RunProgress
     from gaussdp.release.ledger import LedgerSummary
 
@@ -54,6 +54,26 @@ RELEASE_OOM_HINT = (
     "the engine or the per-group result did not fit; release fewer groups (public keys, "
     "a smaller max_groups_per_unit) or run on Spark (--engine spark)"
 )
+
+
+def open_ledger(path: Path) -> Ledger:
+    """The existing ledger at ``path``; if there is none, say how to create one here.
+
+    :class:`~gaussdp.release.Ledger`'s own message advises ``total=``, which is the
+    Python API; on the command line the way is ``gaussdp ledger init``.
+    """
+    from gaussdp.release import Ledger
+
+    if not path.exists():
+        fail(
+            invalid(
+                "ledger",
+                "an existing ledger file (create one with `gaussdp ledger init PATH "
+                "--epsilon E --delta D`)",
+                str(path),
+            )
+        )
+    return Ledger(path)
 
 
 def check_writable(path: Path, option: str) -> None:
@@ -633,9 +653,7 @@ def _release(
     show: str,
     as_json: bool,
 ) -> None:
-    from gaussdp.release import Ledger
-
-    book = Ledger(ledger) if ledger is not None else None
+    book = open_ledger(ledger) if ledger is not None else None
     label = f"{spec.name} on {'standard input' if data == '-' else data}"
     log.info("releasing %s on %s (ledger: %s)", spec, release.engine, ledger or "in memory")
     try:
@@ -747,9 +765,7 @@ def ledger_show(
     Example: gaussdp ledger show budget.db
     """
 
-    from gaussdp.release import Ledger
-
-    book = Ledger(path)
+    book = open_ledger(path)
     summary = book.summary()
     if report_file is not None:
         from gaussdp.audit.report import html_report

@@ -109,8 +109,8 @@ def synth_command(
     written after the ledger committed the spend, it is saved to a recovery file
     that the error line names.
     """
-    from gaussdp.cli.release import check_distinct, check_writable
-    from gaussdp.release import Ledger, load_spec
+    from gaussdp.cli.release import check_distinct, check_writable, open_ledger
+    from gaussdp.release import load_spec
     from gaussdp.synth import synthesizer_from_spec
 
     check_writable(out, "--out")
@@ -118,7 +118,7 @@ def synth_command(
     parsed = load_spec(spec)
     synth = synthesizer_from_spec({k: v for k, v in parsed.items() if k != "rows"}, data)
     n_rows = rows if rows is not None else parsed.get("rows")
-    book = Ledger(ledger) if ledger is not None else None
+    book = open_ledger(ledger) if ledger is not None else None
     with progress("measuring, selecting, fitting the model…", as_json=as_json):
         result = synth.run(
             rows=n_rows, ledger=book, label=f"synth {spec.name} on {data}", evaluate=evaluate
