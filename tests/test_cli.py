@@ -228,3 +228,33 @@ def test_every_command_has_a_json_flag() -> None:
         assert "--json" in flags, path
         json_param = next(p for p in command.params if "--json" in p.opts)  # type: ignore[attr-defined]
         assert json_param.is_flag, path  # --json, not --json <bool>
+
+
+def test_ledger_show_says_when_no_lower_bound_is_computed(tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    from gaussdp import Budget
+    from gaussdp.accounting import PartitionSelection
+    from gaussdp.release import Ledger
+
+    # After private partition selection the accountant has no lower bound (it gives
+    # 0): the ledger must not print "lower bound 0" against a positive spend.
+    path = tmp_path / "b.db"
+    book = Ledger(path, total=Budget(epsilon=10.0, delta=1e-3))
+    selection = PartitionSelection(Fraction(100), 60, 1, 2**64, exact=True)
+    book.charge(selection, label="selection")
+    assert book.summary().spent_lower == 0.0 < book.summary().spent
+    shown = _json("ledger", "show", str(path))
+    assert shown["spent_lower"] is None
+    assert isinstance(shown["spent"], float)
+    assert shown["spent"] > 0
+    result = runner.invoke(app, ["ledger", "show", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "no lower bound computed" in result.output
+    assert "lower bound 0" not in result.output
+    # Without partition selection the lower bound is informative and still shown.
+    plain = tmp_path / "c.db"
+    Ledger(plain, total=Budget(epsilon=10.0, delta=1e-3)).charge(Gaussian(2.0), label="g")
+    shown = _json("ledger", "show", str(plain))
+    assert isinstance(shown["spent_lower"], float)
+    assert 0 < shown["spent_lower"] <= shown["spent"]
