@@ -108,6 +108,24 @@ def test_loading_without_the_history_is_refused() -> None:
     assert optimizer.privacy_spent(DELTA) == before  # nothing changed
 
 
+def test_loading_after_steps_or_a_load_is_refused() -> None:
+    """The parameters keep the noisy steps taken: loading must not lower epsilon."""
+    model, optimizer, loader = _setup(1)
+    before_training = optimizer.state_dict()
+    _train(model, optimizer, loader, 1)  # 10 steps
+    spent = optimizer.privacy_spent(DELTA)
+    saved = optimizer.state_dict()
+    with pytest.raises(ValueError, match="load_state_dict must be called on a fresh"):
+        optimizer.load_state_dict(before_training)
+    assert optimizer.privacy_spent(DELTA) == spent  # nothing changed
+    assert optimizer.state_dict()["privacy"] == saved["privacy"]
+    _, fresh, _ = _setup(2)
+    fresh.load_state_dict(saved)
+    with pytest.raises(ValueError, match="10 steps taken or loaded"):
+        fresh.load_state_dict(before_training)
+    assert fresh.privacy_spent(DELTA) == spent
+
+
 def test_history_is_the_step_events_in_their_json_form() -> None:
     model, optimizer, loader = _setup(1, noise_multiplier=2.0)
     _train(model, optimizer, loader, 1)  # 10 steps at sigma 2

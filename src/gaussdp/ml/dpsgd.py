@@ -1607,6 +1607,7 @@ class DPOptimizer(torch.optim.Optimizer):
         # Steps with σ = 0 (not private), this run's and loaded ones: ε is then infinite.
         self._free_steps = 0
         self._loaded_steps = 0
+        self._loaded = False  # a history was loaded: a second load_state_dict is refused
         self._charger: Charger | None = None
         if ledger is not None or filter is not None:
             check_spender(ledger, filter)
@@ -1890,17 +1891,20 @@ class DPOptimizer(torch.optim.Optimizer):
         """Restore a :meth:`state_dict`: the wrapped optimizer's state and the privacy history.
 
         The history is composed into a fresh accountant, so :meth:`privacy_spent`
-        continues the ε of the checkpointed run (this run's steps so far are
-        replaced by it). It is not charged again to the ledger or filter of
-        :func:`make_private`: only steps taken from now on are. A state without the
-        privacy history (e.g. a plain optimizer's) is refused: it would restart ε
-        at 0.
+        continues the ε of the checkpointed run. It is not charged again to the
+        ledger or filter of :func:`make_private`: only steps taken from now on are.
+        A state without the privacy history (e.g. a plain optimizer's) is refused:
+        it would restart ε at 0. Loading is for a fresh optimizer only: once this
+        optimizer has taken a step or loaded a history it is refused, since the
+        parameters keep those noisy updates and replacing the history would
+        forget them (under-report ε).
 
         Raises
         ------
         ValueError
             If the state lacks a valid privacy history, or has the format 1 of
-            gaussdp before events. Nothing changes.
+            gaussdp before events, or this optimizer has already taken a step or
+            loaded a history. Nothing changes.
         """
         if not isinstance(state_dict, Mapping) or "privacy" not in state_dict:
             keys = sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict
@@ -1913,6 +1917,16 @@ class DPOptimizer(torch.optim.Optimizer):
                 )
             )
         history, steps, free = _check_privacy(state_dict["privacy"])
+        if self._steps or self._loaded:
+            raise ValueError(
+                invalid(
+                    "load_state_dict",
+                    "called on a fresh DPOptimizer (the parameters keep the noisy steps "
+                    "already taken or loaded; replacing the history would forget them): "
+                    "load the checkpoint into a new make_private()",
+                    f"{self._loaded_steps + self._steps} steps taken or loaded",
+                )
+            )
         accountant = _new_accountant(self._kind)
         for event in history.events:
             if isinstance(event, SelfComposed):
@@ -1923,6 +1937,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._accountant = accountant
         self._steps = self._unaccounted = 0
         self._loaded_steps, self._free_steps = steps, free
+        self._loaded = True
 
 
 _CHECKPOINT_FORMAT = 2
