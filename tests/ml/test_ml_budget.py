@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import sys
 import threading
 from pathlib import Path
@@ -391,3 +392,58 @@ def test_a_reassigned_parameter_is_refused_before_the_step_is_charged() -> None:
     with pytest.raises(ValueError, match=message):
         model(x)
     assert (spend.spent, optimizer.steps) == (0, 0)
+
+
+def _in_child(work) -> int:  # type: ignore[no-untyped-def]
+    """Run ``work`` in a forked child; its exit status: 0 if it returned, 1 if it raised."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        try:
+            work()
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reserves_its_own_block_not_the_parents(tmp_path: Path) -> None:
+    # Once: the child took 5 runs on the parent's reserved block of 10 and committed it
+    # (6 runs), the parent took 5 more on it and its close() failed: 11 runs, 6 charged.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event, ledger=ledger, filter=None, block=10, label="test", what="run", detail={}
+    )
+
+    def runs(count: int) -> None:
+        for _ in range(count):
+            with charger.run():
+                pass
+
+    runs(1)
+    assert _in_child(lambda: (runs(5), charger.close())) == 0
+    runs(5)
+    charger.close()
+    entries = ledger.entries()
+    assert all(e.status == "committed" for e in entries)
+    assert sorted(e.event.count for e in entries if isinstance(e.event, SelfComposed)) == [5, 6]
+    assert ledger.spent == pytest.approx(0.01 * 11, rel=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_an_in_memory_filter_refuses_in_a_forked_child() -> None:
+    # A filter is process memory: a child's spends would not reach the parent's copy.
+    spend = PrivacyFilter(Budget(mu=1000.0))
+    agg = DPAggregator(1.0, 5.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    agg.aggregate([torch.ones(4)])
+
+    def child() -> None:
+        with pytest.raises(RuntimeError, match="in a forked process"):
+            agg.aggregate([torch.ones(4)])
+        assert agg.rounds == 1
+
+    assert _in_child(child) == 0
+    agg.aggregate([torch.ones(4)])  # the parent's own filter still pays
+    assert agg.rounds == spend.accountant.count == 2

@@ -34,6 +34,7 @@ passing the check for the last paid run of a block.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -103,6 +104,7 @@ class Charger:
         self._open: Reservation | None = None
         self._lock = threading.RLock()
         self._running = 0  # runs in progress: the lock's owner is inside run()
+        self._pid = os.getpid()  # the process that owns the open block
         budget = None if ledger is None and filter is None else self.budget
         if budget is not None:
             # Fails now (UnsupportedEventError) rather than at the first run.
@@ -155,8 +157,28 @@ class Charger:
                 self._running -= 1
                 self._after()
 
+    def _forked(self) -> None:
+        """In a forked child: drop the parent's block (the parent commits it).
+
+        The child's runs are its own noise, so they are paid for in a block the
+        child reserves from the ledger. An in-memory filter cannot be shared with
+        the parent (each process would spend its own copy): refused.
+        """
+        if self._pid == os.getpid():
+            return
+        if self._filter is not None:
+            raise RuntimeError(
+                f"an in-memory PrivacyFilter cannot pay for a {self._what} in a forked "
+                "process (parent and child would each spend their own copy of it): use a "
+                "Ledger, which processes share"
+            )
+        self._open = None
+        self._left = self._charged = 0
+        self._pid = os.getpid()
+
     def _before(self) -> None:
         """Make sure the next run is paid for; raise ``BudgetExceededError`` if it cannot be."""
+        self._forked()
         if not self.active or self._left > 0:
             return
         self._commit()
@@ -205,6 +227,7 @@ class Charger:
     def _commit(self) -> None:
         """:meth:`close` without the check: commit the open block as the runs taken."""
         with self._lock:
+            self._forked()
             if self._open is not None and self._ledger is not None:
                 taken = self._charged - self._left
                 if 1 <= taken < self._charged:
