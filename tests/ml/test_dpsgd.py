@@ -22,9 +22,16 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset  # noqa: E402
+from torch.utils.data import (  # noqa: E402
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+)
 
 from gaussdp.accounting import PLDAccountant, Subsampled, calibrate_noise_multiplier  # noqa: E402
+from gaussdp.accounting.calibration import steps_per_epoch  # noqa: E402
 from gaussdp.mechanisms import Gaussian  # noqa: E402
 from gaussdp.ml import (  # noqa: E402
     DPDataLoader,
@@ -358,6 +365,37 @@ def test_loader_without_length_is_refused() -> None:
             delta=1e-5,
             max_grad_norm=1.0,
         )
+
+
+def test_a_custom_sampler_is_refused() -> None:
+    # Regression: a SubsetRandomSampler's split was silently ignored (Poisson sampling
+    # drew from the whole dataset, validation examples included).
+    model = _mlp()
+    data = _blobs(n=100, d=5)
+    for sampler in (SubsetRandomSampler(range(50)), RandomSampler(data, num_samples=10)):
+        loader = DataLoader(data, batch_size=10, sampler=sampler)
+        name = type(sampler).__name__
+        with pytest.raises(ValueError, match=f"data_loader.sampler must be the default.*{name}"):
+            make_private(
+                model,
+                torch.optim.SGD(model.parameters(), lr=0.1),
+                loader,
+                loss_fn=nnf.cross_entropy,
+                noise_multiplier=1.0,
+                delta=1e-5,
+                max_grad_norm=1.0,
+            )
+
+
+def test_steps_per_epoch_is_the_clis_too() -> None:
+    # Regression: `gaussdp dpsgd --epochs E` counted ceil(E*N/B) steps (17 for N=100,
+    # B=60, E=10) while make_private runs E*round(N/B) (20): its sigma under-covered.
+    from gaussdp.cli.account import dpsgd_steps
+
+    assert dpsgd_steps(60, 100, 10) == (0.6, 20)
+    assert dpsgd_steps(384, 60000, 10) == (384 / 60000, 1560)
+    assert steps_per_epoch(0.6) * 10 == 20
+    assert len(PoissonBatchSampler(100, 0.6, rng=ChaCha20Random(0))) == steps_per_epoch(0.6)
 
 
 def test_delta_not_below_one_over_n_warns_loudly() -> None:

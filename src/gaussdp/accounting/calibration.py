@@ -59,6 +59,18 @@ def _coarse_then_fine(
     return smallest_scale(lambda s: eps_of(s, None), target, coarse, rtol, step=1 + rtol)
 
 
+def steps_per_epoch(sample_rate: float) -> int:
+    """DP-SGD steps in one epoch at Poisson sampling rate q: ``max(1, round(1/q))``.
+
+    The one rule of :func:`gaussdp.ml.make_private`, its data loader and
+    ``gaussdp dpsgd --epochs`` (an expected batch of qN examples, N/(qN) batches).
+
+    >>> steps_per_epoch(256 / 60000), steps_per_epoch(60 / 100)
+    (234, 2)
+    """
+    return max(1, round(1 / sample_rate))
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,

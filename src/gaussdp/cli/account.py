@@ -206,14 +206,20 @@ def account_rows(
 
 
 def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[float, int]:
-    """Sampling rate q = B/N and steps ⌈epochs·N/B⌉ of Poisson-sampled DP-SGD."""
+    """Sampling rate q = B/N and the steps of ``epochs`` epochs of Poisson-sampled DP-SGD.
+
+    ⌈epochs · steps_per_epoch(q)⌉, the steps make_private runs (one rule, no drift).
+    """
+    from gaussdp.accounting.calibration import steps_per_epoch
+
     if batch_size < 1 or dataset_size < 1 or batch_size > dataset_size:
         raise ValueError(
             invalid("batch_size", f"an integer in [1, dataset_size={dataset_size}]", batch_size)
         )
     if not (epochs > 0 and math.isfinite(epochs)):
         raise ValueError(invalid("epochs", "a finite number > 0", epochs))
-    return batch_size / dataset_size, max(1, math.ceil(epochs * dataset_size / batch_size))
+    q = batch_size / dataset_size
+    return q, max(1, math.ceil(epochs * steps_per_epoch(q)))
 
 
 def dpsgd_rows(

@@ -68,7 +68,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 from torch.utils.data.dataloader import default_collate
 
 from gaussdp._validation import check_count, check_delta, check_int, check_positive
@@ -79,6 +79,7 @@ from gaussdp.accounting import (
     RDPAccountant,
     Subsampled,
 )
+from gaussdp.accounting.calibration import steps_per_epoch
 from gaussdp.accounting.events import (
     Composed,
     Event,
@@ -396,9 +397,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
     ) -> None:
         self._n = check_int("num_examples", num_examples, minimum=1)
         self._rate = check_rate("sample_rate", sample_rate)
-        self._steps = (
-            max(1, round(1 / self._rate)) if steps is None else check_count("steps", steps)
-        )
+        self._steps = steps_per_epoch(self._rate) if steps is None else check_count("steps", steps)
         self._rng = check_rng(rng)
         # ⌊q·2⁶⁴⌋ computed exactly: a float q is a dyadic rational.
         self._threshold = math.floor(self._rate * 2.0**64) if self._rate < 1.0 else 2**64
@@ -2322,6 +2321,25 @@ def make_private(
     _check_device(model)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
+    sampler = data_loader.sampler
+    if not (
+        type(sampler) is SequentialSampler
+        or (
+            type(sampler) is RandomSampler
+            and not sampler.replacement
+            and sampler._num_samples is None
+        )
+    ):
+        # Poisson sampling draws from the whole dataset: a SubsetRandomSampler's split
+        # would silently become training on every example.
+        raise ValueError(
+            invalid(
+                "data_loader.sampler",
+                "the default one (shuffle=True or False): DP-SGD samples from the whole "
+                "dataset; pass a Subset of the dataset instead",
+                type(sampler).__name__,
+            )
+        )
     if batch_size is None:
         raise ValueError(
             invalid("data_loader.batch_size", "an integer (no custom batch_sampler)", batch_size)
@@ -2331,7 +2349,7 @@ def make_private(
             invalid("data_loader.batch_size", f"at most len(dataset) = {size}", batch_size)
         )
     rate = batch_size / size
-    steps_per_epoch = max(1, round(1 / rate))
+    epoch_steps = steps_per_epoch(rate)
     if delta >= 1 / size:
         warnings.warn(
             f"delta={delta!r} is not below 1/len(dataset) = {1 / size!r}: a mechanism that "
@@ -2363,7 +2381,7 @@ def make_private(
             target_epsilon,
             delta,
             rate,
-            epochs * steps_per_epoch,
+            epochs * epoch_steps,
             lambda s: _step_event(s, clip, dim, rate, mode),
         )
     else:
@@ -2373,7 +2391,7 @@ def make_private(
             invalid("max_grad_norm", "finite when noise_multiplier > 0", max_grad_norm)
         )
     _check_optimizer_params(model, optimizer)
-    block = steps_per_epoch if reserve_steps is None else reserve_steps
+    block = epoch_steps if reserve_steps is None else reserve_steps
     block = check_int("reserve_steps", block, minimum=1)
     source = check_rng(rng)
     # Streams of their own, re-keyed in a forked child (see gaussdp.random).
@@ -2394,7 +2412,7 @@ def make_private(
     loader = DPDataLoader(
         data_loader.dataset,
         sample_rate=rate,
-        steps=steps_per_epoch,
+        steps=epoch_steps,
         rng=loader_rng,
         collate_fn=data_loader.collate_fn,
         num_workers=data_loader.num_workers,
