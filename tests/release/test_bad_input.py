@@ -65,27 +65,48 @@ def test_empty_binary_and_corrupt_files(tmp_path: Path) -> None:
     refused(summing(corrupt), tmp_path, "duckdb failed opening corrupt.parquet")
 
 
-def test_a_string_after_the_sample_rows(tmp_path: Path) -> None:
-    # DuckDB infers types from a sample; gaussdp asks it to read every row, so the
-    # column is a string column and is refused before spending (no query-time error).
-    path = write_csv(tmp_path / "late.csv", 70_000, "7,abc")
-    message = refused(summing(path), tmp_path, "numeric")
-    assert "abc" not in message
+def chained(error: BaseException | None) -> str:
+    """Every message of an exception's __cause__/__context__ chain, notes included."""
+    seen = []
+    while error is not None:
+        seen += [repr(error), *getattr(error, "__notes__", [])]
+        error = error.__cause__ or error.__context__
+    return "\n".join(seen)
+
+
+def test_a_string_after_the_sample_rows_is_null_not_a_refusal(tmp_path: Path) -> None:
+    # Regression: one row's string made the CSV column VARCHAR and the sum was refused,
+    # a refusal that told neighbouring tables apart. A CSV's types come from the rows,
+    # so the summed column is converted (TRY_CAST): the string is NULL, like a missing
+    # value, and the release equals the one without that value.
+    path = write_csv(tmp_path / "late.csv", 70_000, "70000,abc")
+    plain = write_csv(tmp_path / "plain.csv", 70_000, "70000,")
+    got = summing(path).run(rng=ChaCha20Random(3)).frame
+    want = summing(plain).run(rng=ChaCha20Random(3)).frame
+    pd.testing.assert_frame_equal(got, want)
 
 
 def test_a_ragged_line_at_row_60002(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "ragged.csv", 60_000, "7,8,9")
     message = refused(summing(path), tmp_path, "duckdb failed")
     assert "7,8,9" not in message
+    with pytest.raises(ValueError, match="duckdb failed") as caught:
+        summing(path).run()
+    assert caught.value.__cause__ is None  # regression: DuckDB's error, row and all
+    assert "7,8,9" not in chained(caught.value)
     assert "6000" not in message  # no line number: it would tell the table's size
 
 
-def test_a_declared_type_that_does_not_convert(tmp_path: Path) -> None:
-    path = write_csv(tmp_path / "t.csv", 10, "7,a,abc")
+def test_a_declared_type_that_does_not_convert_is_null(tmp_path: Path) -> None:
+    # Regression: a value that did not convert to a declared type refused the release
+    # (a function of one row, and the refusal's cause quoted the row).
+    path = tmp_path / "t.csv"
     path.write_text("user,minutes\n1,3\n7,abc\n")
-    release = summing(path, column_types={"minutes": "double"})
-    message = refused(release, tmp_path, "does not convert")
-    assert "abc" not in message
+    plain = tmp_path / "plain.csv"
+    plain.write_text("user,minutes\n1,3\n7,\n")
+    got = summing(path, column_types={"minutes": "double"}).run(rng=ChaCha20Random(3))
+    want = summing(plain, column_types={"minutes": "double"}).run(rng=ChaCha20Random(3))
+    pd.testing.assert_frame_equal(got.frame, want.frame)
     with pytest.raises(ValueError, match="column_types"):
         summing(path, column_types={"minutes": "float128"})
 
@@ -94,8 +115,9 @@ def test_engine_error_after_reservation_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Simulate a failure of the release query itself (after the checks passed): an
-    # engine error quoting a record. It becomes EngineError, with the record only in
-    # __cause__, and the reservation stays counted.
+    # engine error quoting a record. It becomes EngineError, the record nowhere in its
+    # chain (regression: it was kept as __cause__, shown by every traceback), and the
+    # reservation stays counted.
     columns = DuckDBEngine.columns
 
     def failing(self: DuckDBEngine, sql: str, *, action: str = "running") -> Any:
@@ -110,7 +132,8 @@ def test_engine_error_after_reservation_is_one_line(
     assert "\n" not in message
     assert "abc" not in message
     assert "ConversionException" in message
-    assert "abc" in str(caught.value.__cause__)
+    assert caught.value.__cause__ is None
+    assert "abc" not in chained(caught.value)
     (entry,) = book.entries()
     assert entry.status == "reserved"
 

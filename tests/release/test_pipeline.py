@@ -292,14 +292,21 @@ def test_missing_file_and_bad_rng_spend_nothing(tmp_path: Path) -> None:
     assert ledger.entries() == []
 
 
-def test_non_numeric_csv_column(tmp_path: Path) -> None:
+def test_non_numeric_column_refused_by_schema_not_by_csv_rows(tmp_path: Path) -> None:
+    # A CSV's types come from its rows: its non-numeric value is NULL (no refusal that
+    # depends on one row). A frame's declared string column is refused (its schema).
     path = tmp_path / "t.csv"
     path.write_text("user,minutes\n1,3\n2,abc\n")
-    release = Release(
-        path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
-    ).sum("minutes", bounds=(0, 10))
+
+    def summing(source: object) -> Release:
+        return Release(
+            source, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+        ).sum("minutes", bounds=(0, 10))
+
+    assert len(summing(path).run(rng=ChaCha20Random(0)).frame) == 1
+    frame = pd.DataFrame({"user": [1, 2], "minutes": ["3", "4"]})
     with pytest.raises(ValueError, match="numeric"):
-        release.run()
+        summing(frame).run()
 
 
 def test_ledger_is_charged_the_report(tmp_path: Path) -> None:

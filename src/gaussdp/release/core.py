@@ -787,7 +787,7 @@ class Release:
             The filter or ledger cannot afford the release (nothing was read or drawn).
         EngineError
             The engine failed after the charge (e.g. out of memory, an integer
-            overflow); one line, the engine's error as ``__cause__``; the
+            overflow); one line, no data-bearing cause (the engine's message quotes rows); the
             charge stays counted.
         """
         source = check_rng(rng)
@@ -806,7 +806,7 @@ class Release:
         try:
             engine = _open(self)
         except EngineError as error:  # an unreadable input is bad input: nothing reserved
-            raise ValueError(str(error)) from error.__cause__
+            raise ValueError(str(error)) from None  # the engine's message quotes rows
         try:
             tracker = _Tracker(progress, engine, len(plan.groupings) + 1)
             tracker.stage("reading the data")
@@ -961,8 +961,18 @@ def _prepare(
                 raise ValueError(
                     invalid("column_types", f"keyed by columns among {sorted(inferred)}", column)
                 )
-        engine.declare(release.column_types)
         engine.check_columns(dict.fromkeys(needs, False))  # they exist
+        converted: dict[str, str] = {}
+        if engine.types_from_data:
+            # A CSV's inferred type depends on the rows (one 'SSN-…' makes a column
+            # VARCHAR): refusing it would tell neighbouring tables apart, so a needed
+            # numeric column is converted instead; a value that does not convert is NULL.
+            converted = {
+                c: "DOUBLE"
+                for c, numeric in needs.items()
+                if numeric and c not in release.column_types and not engine.is_numeric(c)
+            }
+        engine.declare({**converted, **release.column_types})
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))
         if tracker is not None:
@@ -979,7 +989,7 @@ def _prepare(
         unit_nan = unit_type in ("float", "double", "real")
         return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:
-        raise ValueError(str(error)) from error.__cause__
+        raise ValueError(str(error)) from None  # the engine's message quotes rows
 
 
 def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: bool = False) -> tuple[str, ...]:

@@ -161,6 +161,9 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
     quote raw records and values (``Original Line: 7,a,abc``), which may identify a
     privacy unit, and their line numbers tell the table's size or where a record
     sits (a malformed last line is at line n + 1) before any budget is spent.
+    The engine's exception is scrubbed too (its ``args`` replaced, its notes
+    dropped): it stays the ``__context__`` of the error raised while handling it,
+    which a debugger or ``traceback.format_exception`` could otherwise show.
 
     Examples
     --------
@@ -182,6 +185,9 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
             if action.startswith("opening")
             else "the engine reported an error"
         )
+    error.args = (f"{kind} (message withheld: it may quote data values)",)
+    if hasattr(error, "__notes__"):
+        del error.__notes__
     return (
         f"{engine} failed {action}: {explanation} "
         f"({kind}; data values and line numbers are not shown)"
@@ -199,6 +205,9 @@ class Engine(ABC):
     name: str
     _declared: dict[str, str]
     on_progress: Callable[[float], None] | None = None
+    #: The column types were inferred from the values (a CSV): a type is then a
+    #: function of the rows, so a needed numeric column is converted, never refused.
+    types_from_data: bool = False
 
     @property
     def schema(self) -> dict[str, str]:
@@ -215,15 +224,16 @@ class Engine(ABC):
 
     @contextlib.contextmanager
     def failures(self, action: str) -> Iterator[None]:
-        """Turn an engine exception into :class:`EngineError` (one line, cause kept)."""
+        """Turn an engine exception into :class:`EngineError` (one line, no data-bearing cause)."""
         try:
             yield
         except self._errors() as error:
-            raise EngineError(failure_message(self.name, action, error)) from error
+            raise EngineError(failure_message(self.name, action, error)) from None
 
     def declare(self, types: Mapping[str, str]) -> None:
         """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;
-        :meth:`register` casts the columns."""
+        :meth:`register` converts the columns with ``TRY_CAST`` (a value that does not
+        convert is NULL: refusing it would depend on one row)."""
         self._declared = dict(types)
 
     def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
@@ -407,6 +417,7 @@ class DuckDBEngine(Engine):
                         # Types from every row, not a sample: a string after the sample rows
                         # makes the column VARCHAR (refused before spending), not a query error.
                         self._rel = con.read_csv(files, header=True, sample_size=-1)
+                        self.types_from_data = True
             elif _module(source) == "pandas":
                 self._rel = con.from_df(source)  # type: ignore[arg-type]
             elif _module(source) == "polars":
@@ -457,7 +468,13 @@ class DuckDBEngine(Engine):
         for internal, user in columns.items():
             expr = col(user)
             if user in self._declared:
-                expr = expr.cast(self._duckdb.sqltype(self._declared[user]))
+                if self.types_from_data:
+                    # DuckDB pushes a cast into its CSV reader, where a value that does not
+                    # convert fails the scan even under TRY_CAST (duckdb 1.x and 2.0); going
+                    # through the text (concat with '') keeps TRY_CAST's NULL.
+                    empty = self._duckdb.ConstantExpression("")
+                    expr = self._duckdb.FunctionExpression("concat", expr, empty)
+                expr = expr.try_cast(self._duckdb.sqltype(self._declared[user]))
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
             self._rel.select(*selected).create_view(view)
@@ -575,6 +592,7 @@ class SparkEngine(Engine):
                         self._df = reader.parquet(*files)
                     else:
                         self._df = reader.csv(files, header=True, inferSchema=True)
+                        self.types_from_data = True
             elif isinstance(source, str) and _spark_table_exists(spark, source):
                 self._df = spark.table(source)
             else:
@@ -618,7 +636,7 @@ class SparkEngine(Engine):
         for internal, user in columns.items():
             expr = F.col("`" + user.replace("`", "``") + "`")
             if user in self._declared:
-                expr = expr.cast(self._declared[user])
+                expr = expr.try_cast(self._declared[user])
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
             self._df.select(*selected).createOrReplaceTempView(view)

@@ -61,7 +61,7 @@ from gaussdp.random import RandomSource, check_rng
 from gaussdp.release import Release
 from gaussdp.synth.aim import ALPHA, Round, run_rounds, workload_cliques, workload_weights
 from gaussdp.synth.compress import compress, compressed_sizes, expand, recode
-from gaussdp.synth.domain import Categorical, Column, Numeric
+from gaussdp.synth.domain import DROP, Categorical, Column, Numeric
 from gaussdp.synth.quality import marginal, total_variation
 from gaussdp.synth.select import exponential_mechanism
 
@@ -616,12 +616,18 @@ class Synthesizer:
             from gaussdp.release.engines import failure_message
 
             with duckdb.connect() as con:
-                reader = con.read_parquet if path.suffix.lower() == ".parquet" else con.read_csv
                 try:
-                    frame = reader(str(path)).df()
+                    if path.suffix.lower() == ".parquet":
+                        frame = con.read_parquet(str(path)).df()
+                    else:
+                        # Text, not types inferred from the rows (a late string would fail
+                        # the read: a refusal that depends on one row); each column's
+                        # domain converts its values (a value that does not convert is
+                        # outside the domain).
+                        frame = con.read_csv(str(path), all_varchar=True).df()
                 except duckdb.Error as error:  # its message quotes the record and line number
                     message = failure_message("duckdb", "reading the data", error)
-                    raise ValueError(message) from error
+                    raise ValueError(message) from None  # its message quotes rows
                 if not isinstance(frame, pd.DataFrame):  # pragma: no cover - duckdb's contract
                     raise TypeError(invalid("data", "read as a table", str(path)))
                 return frame
@@ -637,19 +643,24 @@ class Synthesizer:
         )
 
     def encode(self) -> pd.DataFrame:
-        """The privacy unit and every column's cell codes (refuses out-of-domain values)."""
+        """The privacy unit and every column's cell codes.
+
+        A row with a value outside its column's domain and no ``other`` cell is
+        dropped (see :mod:`gaussdp.synth.domain`): never a refusal, which would
+        depend on one person's value. An empty table is measured like any other.
+        """
         import pandas as pd
 
         data = self._load()
         missing = [c for c in [self.privacy_unit, *self.sizes] if c not in data.columns]
         if missing:
             raise ValueError(invalid("data columns", f"including {missing}", list(data.columns)))
-        if len(data) == 0:
-            raise ValueError(invalid("data", "a table with at least one row", "an empty table"))
         out = {self.privacy_unit: data[self.privacy_unit].reset_index(drop=True)}
         for c in self.columns:
-            out[c.name] = pd.Series(c.encode(data[c.name].reset_index(drop=True)))
-        return pd.DataFrame(out)
+            out[c.name] = pd.Series(c.encode(data[c.name].reset_index(drop=True)), dtype=np.int64)
+        coded = pd.DataFrame(out)
+        kept = (coded[list(self.sizes)] != DROP).all(axis=1)
+        return coded[kept].reset_index(drop=True)
 
     def run(
         self,
@@ -684,7 +695,7 @@ class Synthesizer:
         Raises
         ------
         ValueError, TypeError, FileNotFoundError
-            Bad input (missing column, value outside a domain, empty table).
+            Bad input (a missing column or file; never a data value).
         BudgetExceededError
             The ledger cannot afford the run (nothing was drawn).
         """

@@ -7,11 +7,16 @@ declared domain (documented in ``docs/synth.md``):
 
 * a **categorical** value that is not one of the categories, or a missing
   value (NULL/NaN), is counted in the column's declared ``other`` bucket if it
-  has one, and refused otherwise (:class:`ValueError`, before anything is
-  spent). The domain is never widened from the data.
+  has one; otherwise its row is dropped (code :data:`DROP`). The domain is
+  never widened from the data.
 * a **numeric** value below the lower bound or above the upper bound is
   counted in the first or last bin (clamping, as a release's histogram does);
-  a missing value goes to the ``other`` bucket if declared, else it is refused.
+  a missing or non-numeric value goes to the ``other`` bucket if declared,
+  else its row is dropped.
+
+A data value is never refused: a refusal would tell neighbouring tables apart
+(one person's value outside the domain). Dropping a row is a stable
+transformation (it changes a neighbouring table's rows by at most one person's).
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp._validation import redacted
 from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Categorical", "Column", "Numeric"]
+
+#: The code of a value whose row is dropped (outside the domain, no ``other``).
+DROP = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +53,7 @@ class Categorical:
         The distinct public values (strings, integers or booleans), at least one.
     other : str, optional
         A label for one more cell that counts every value outside
-        ``categories`` (and missing values). Without it such values are refused.
+        ``categories`` (and missing values). Without it their rows are dropped.
 
     Examples
     --------
@@ -93,32 +100,23 @@ class Categorical:
         return (*self.categories, *((self.other,) if self.other is not None else ()))
 
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
-        """Codes of ``values``; refuses values outside the domain unless ``other`` is set."""
+        """Codes of ``values``; values outside the domain are ``other``, else :data:`DROP`."""
         import pandas as pd
 
         index = {_key(c): i for i, c in enumerate(self.categories)}
         # Each distinct value is looked up once (pd.factorize: -1 for missing values).
         inverse, distinct = pd.factorize(values, use_na_sentinel=True)
         table = np.array(
-            [-1 if _missing(v) else index.get(_key(v), -1) for v in distinct] + [-1],
+            [
+                -1 if _missing(v) else index.get(_key(v), index.get(_text_key(v), -1))
+                for v in distinct
+            ]
+            + [-1],
             dtype=np.int64,
         )
         codes = table[inverse]
-        bad = codes < 0
-        if bad.any():
-            if self.other is None:
-                first = values[bad].iloc[0]
-                raise ValueError(
-                    invalid(
-                        f"column {self.name!r}",
-                        f"within its declared categories {list(self.categories)!r} (declare "
-                        "`other` to count values outside them; the domain is never taken "
-                        "from the data)",
-                        # Neither the value nor how many: both are private.
-                        None if _missing(first) else redacted(first),
-                    )
-                )
-            codes[bad] = len(self.categories)
+        if self.other is not None:
+            codes[codes < 0] = len(self.categories)
         return codes
 
     def decode(self, codes: npt.NDArray[np.int64], *, rng: np.random.Generator) -> pd.Series:
@@ -156,7 +154,8 @@ class Numeric:
         the bin) instead of reals drawn uniformly in the bin. Every bin must then
         hold an integer (``[0.2, 0.4)`` is refused).
     other : str, optional
-        A label for a cell counting missing values (else they are refused).
+        A label for a cell counting missing and non-numeric values (else their
+        rows are dropped).
 
     Examples
     --------
@@ -246,33 +245,18 @@ class Numeric:
         return tuple(out)
 
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
-        """Bin indices; out-of-bounds values go to the end bins, missing ones to ``other``."""
+        """Bin indices; out-of-bounds values go to the end bins.
+
+        Missing and non-numeric values go to ``other``, else they are :data:`DROP`.
+        """
         import pandas as pd
 
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
-        not_number = values.notna().to_numpy() & np.isnan(numbers)
-        if not_number.any():
-            raise ValueError(
-                invalid(
-                    f"column {self.name!r}",
-                    "numeric (declared with bounds and bins)",
-                    redacted(values[not_number].iloc[0]),  # not the private value
-                )
-            )
         edges = np.asarray(self.edges)
         k = len(edges) - 1
         missing = np.isnan(numbers)
         codes = np.clip(np.searchsorted(edges, numbers, side="right") - 1, 0, k - 1)
-        if missing.any():
-            if self.other is None:
-                raise ValueError(
-                    invalid(
-                        f"column {self.name!r}",
-                        "without missing values unless `other` is declared",
-                        None,  # not how many: a private count
-                    )
-                )
-            codes[missing] = k
+        codes[missing] = DROP if self.other is None else k
         return codes.astype(np.int64)
 
     def decode(self, codes: npt.NDArray[np.int64], *, rng: np.random.Generator) -> pd.Series:
@@ -311,6 +295,21 @@ def _missing(value: object) -> bool:
         return bool(value != value)  # NaN and pandas' NA
     except (TypeError, ValueError):
         return True
+
+
+def _text_key(value: object) -> str:
+    """The key of a value read as text (a CSV): ``true``/``false`` and numbers as typed."""
+    if not isinstance(value, str):
+        return _NO_KEY
+    if value.strip().lower() in ("true", "false"):
+        return _key(value.strip().lower() == "true")
+    try:
+        return _key(float(value))
+    except ValueError:
+        return _NO_KEY
+
+
+_NO_KEY = "\x00not a category"  # matches no category's key (categories hold no NUL)
 
 
 def _key(value: object) -> str:
