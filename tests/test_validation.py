@@ -206,3 +206,26 @@ def test_public_entries_refuse_bad_input_with_the_template(
 def test_rdp_orders_accept_any_iterable_of_reals() -> None:
     assert RDPAccountant(orders=np.array([2, 3.5])).orders == (2.0, 3.5)
     assert RDPAccountant(orders=(Fraction(5, 2),)).orders == (2.5,)
+
+
+def test_displayed_bounds_round_outward() -> None:
+    # Regression: displays rounded bounds to nearest (ε upper 3.566680272 shown 3.56668).
+    from gaussdp._validation import format_bound
+    from gaussdp.cli._output import format_value
+    from gaussdp.privacy.tradeoff import TradeoffCurve, explain
+
+    assert format_bound(3.566680272, up=True) == format_value(3.566680272) == "3.56669"
+    assert format_bound(3.566680272, up=False) == "3.56668"
+    assert format_bound(0.1, up=True) == format_bound(0.1, up=False) == "0.1"  # exact enough
+    rng = np.random.default_rng(5)
+    for value in 10.0 ** rng.uniform(-300, 300, 2000):
+        for digits in (3, 4, 6):
+            assert float(format_bound(value, up=True, digits=digits)) >= value
+            assert float(format_bound(value, up=False, digits=digits)) <= value
+    # The explanation's TPR and advantage round up, its equal-error point down.
+    shown = explain(TradeoffCurve.from_epsilon_delta(1.0, 1e-6), fpr=1e-3)
+    text = shown.text()
+    assert f"catches at most {format_bound(shown.max_tpr, up=True, digits=4)} " in text
+    assert f"more than {format_bound(shown.advantage, up=True, digits=4)} " in text
+    assert f"below {format_bound(shown.equal_error_rate, up=False, digits=4)} " in text
+    assert "0.00272 of members" in text  # 0.0027192…, rounded up

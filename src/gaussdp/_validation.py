@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 
 from gaussdp.errors import invalid
@@ -42,6 +43,27 @@ class _Redacted:
 
     def __repr__(self) -> str:
         return self._text
+
+
+def format_bound(value: float, *, up: bool, digits: int = 6) -> str:
+    """``value`` to ``digits`` significant digits, rounded outward: up for an upper bound, down
+    for a lower bound (a displayed bound must still be a bound).
+
+    >>> format_bound(3.566680272, up=True), format_bound(3.566680272, up=False)
+    ('3.56669', '3.56668')
+    >>> format_bound(0.9999996, up=True), format_bound(2.0, up=True, digits=3)
+    ('1', '2')
+    """
+    if not math.isfinite(value) or value == 0:
+        return f"{value:.{digits}g}"
+    # The shortest decimal that reads back as this float (0.1, not 0.1000000000000000055…).
+    shortest = Decimal(repr(float(value)))
+    exponent = math.floor(math.log10(abs(value))) - (digits - 1)
+    rounded = shortest.quantize(
+        Decimal(1).scaleb(exponent), rounding=ROUND_CEILING if up else ROUND_FLOOR
+    )
+    # A decimal of `digits` ≤ 15 significant digits survives the trip through a float.
+    return f"{float(rounded):.{digits}g}"
 
 
 def redacted(value: object, problem: str | None = None) -> object:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
+from gaussdp._validation import format_bound
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -41,8 +43,10 @@ __all__ = [
     "EXIT_REFUSED",
     "CliError",
     "Shown",
+    "ceil_text",
     "emit",
     "fail",
+    "floor_text",
     "format_value",
     "handle_errors",
     "progress",
@@ -235,17 +239,36 @@ def emit(title: str, rows: list[tuple[str, str, object]], *, as_json: bool) -> N
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    for label, _, value in rows:
-        table.add_row(label, format_value(value))
+    for label, key, value in rows:
+        # Lower bounds (and the equal-error point, a floor on error) round down, the rest up.
+        table.add_row(label, format_value(value, up=not _is_lower(key)))
     console().print(table)
 
 
-def format_value(value: object) -> str:
-    """Human formatting: floats to 6 significant digits, None as a dash."""
+def ceil_text(value: float | None, digits: int = 6) -> str:
+    """An upper bound (ε, δ, ρ, μ, TPR, …) to ``digits`` significant digits, rounded up."""
+    return "—" if value is None else format_bound(value, up=True, digits=digits)
+
+
+def floor_text(value: float, digits: int = 6) -> str:
+    """A lower bound to ``digits`` significant digits, rounded down."""
+    return format_bound(value, up=False, digits=digits)
+
+
+def _is_lower(key: str) -> bool:
+    return "lower" in key or key == "equal_error_rate"
+
+
+def format_value(value: object, *, up: bool = True) -> str:
+    """Human formatting: floats to 6 significant digits rounded outward, None as a dash.
+
+    A float is rounded up (``up=False``: down), never to nearest: the displayed ε, δ,
+    σ, … of a bound is still a bound (:func:`gaussdp._validation.format_bound`).
+    """
     if value is None:
         return "—"
     if isinstance(value, Shown):
         return value.text
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return format_bound(value, up=up)
     return str(value)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gaussdp.cli._output import console, emit, fail, handle_errors
+from gaussdp.cli._output import ceil_text, console, emit, fail, handle_errors
 
 if TYPE_CHECKING:
     from gaussdp.privacy.tradeoff import TradeoffCurve
@@ -93,9 +93,9 @@ def ledger_curve(path: Path) -> tuple[LedgerSummary, TradeoffCurve]:
         )
     curve = TradeoffCurve.from_accountant(book.accountant())
     unit = summary.symbol
-    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+    at = f" at δ = {ceil_text(summary.delta, 3)}" if summary.unit == "epsilon" else ""
     entries = f"{len(summary.rows)} {'entry' if len(summary.rows) == 1 else 'entries'}"
-    description = f"ledger {path}: {entries}, {unit} ≤ {summary.spent:.4g}{at}"
+    description = f"ledger {path}: {entries}, {unit} ≤ {ceil_text(summary.spent, 4)}{at}"
     return summary, replace(curve, description=description)
 
 
@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         ]
         emit("What an attacker can learn", rows, as_json=False)
         console().print(
-            f"At FPR = {result.fpr:g} no attack exceeds TPR = {result.max_tpr:.4g}.",
+            f"At FPR = {result.fpr:g} no attack exceeds TPR = {ceil_text(result.max_tpr, 4)}.",
             highlight=False,
         )
         if summary is not None:

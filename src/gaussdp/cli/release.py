@@ -24,9 +24,11 @@ from gaussdp.cli._output import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     CliError,
+    ceil_text,
     console,
     error_console,
     fail,
+    floor_text,
     format_value,
     handle_errors,
     is_interrupt,
@@ -432,23 +434,29 @@ def _report_table(report: dict[str, Any], width: int) -> Table:
     eps = report["epsilon"]
     if report["mode"] == "gdp":
         totals = (
-            f"accounted in μ: total μ = {report['mu']:.6g} (slack A = {report['slack']:.3g}; "
-            f"ρ = {report['rho']:.6g} for information); "
+            f"accounted in μ: total μ = {ceil_text(report['mu'])} "
+            f"(slack A = {ceil_text(report['slack'], 3)}; "
+            f"ρ = {ceil_text(report['rho'])} for information); "
         )
     elif report["mode"] == "pld":
         totals = (
-            f"accounted by PLDs (exact for count-like parts; slack A = {report['slack']:.3g}; "
-            f"ρ = {report['rho']:.6g} for information); "
+            "accounted by PLDs (exact for count-like parts; "
+            f"slack A = {ceil_text(report['slack'], 3)}; "
+            f"ρ = {ceil_text(report['rho'])} for information); "
         )
     else:
         mu = report["mu"]
-        totals = f"accounted in ρ: total ρ = {report['rho']:.6g}" + (
-            "; " if mu is None else f" (μ = {mu:.6g} for information); "
+        totals = f"accounted in ρ: total ρ = {ceil_text(report['rho'])}" + (
+            "; " if mu is None else f" (μ = {ceil_text(mu)} for information); "
         )
     table.caption = (
         totals
-        + f"selection δ = {report['selection_delta']:.3g}; "
-        + (f"ε = {eps:.6g} at δ = {report['delta']:.3g}" if eps is not None else "no δ given")
+        + f"selection δ = {ceil_text(report['selection_delta'], 3)}; "
+        + (
+            f"ε = {ceil_text(eps)} at δ = {ceil_text(report['delta'], 3)}"
+            if eps is not None
+            else "no δ given"
+        )
         + f"; budget {Budget(**report['budget'])}\n{report['accounting']}"
     )
     return table
@@ -496,16 +504,16 @@ def _budget_lines(release: Any, book: Any) -> tuple[str, str]:
     if book is not None:
         summary = book.summary()
         unit = summary.symbol
-        at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+        at = f" at δ = {ceil_text(summary.delta, 3)}" if summary.unit == "epsilon" else ""
         return (
-            f"{unit} = {summary.spent:.6g}{at} in all (ledger {book.path})",
+            f"{unit} = {ceil_text(summary.spent)}{at} in all (ledger {book.path})",
             left_text(summary.total, summary.spent, summary.selection_delta, summary.note),
         )
     symbol, _ = budget_limit(release.budget)
-    at = f" at δ = {release.budget.delta:.3g}" if symbol == "ε" else ""
+    at = f" at δ = {ceil_text(release.budget.delta, 3)}" if symbol == "ε" else ""
     used = spent(release.budget, release.filter.accountant)
     left = left_text(release.budget, used.value, used.delta, used.note)
-    return f"{symbol} = {used.value:.6g}{at}", left
+    return f"{symbol} = {ceil_text(used.value)}{at}", left
 
 
 @contextlib.contextmanager
@@ -847,11 +855,11 @@ def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
         for r in summary.rows
     ]
     table = fit_table(title, header, rows, width, separator="\n")
-    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" else ""
+    at = f" at δ = {ceil_text(summary.delta, 3)}" if summary.unit == "epsilon" else ""
     lower = _spent_lower(summary)
-    shown = "no lower bound computed" if lower is None else f"lower bound {lower:.6g}"
+    shown = "no lower bound computed" if lower is None else f"lower bound {floor_text(lower)}"
     table.caption = (
-        f"total {summary.total}; spent {unit} = {summary.spent:.6g}{at} (certified upper "
+        f"total {summary.total}; spent {unit} = {ceil_text(summary.spent)}{at} (certified upper "
         f"bound; {shown}); left: "
         f"{left_text(summary.total, summary.spent, summary.selection_delta, summary.note)}"
     )

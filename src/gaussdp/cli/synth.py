@@ -10,6 +10,7 @@ import typer
 
 from gaussdp.cli._output import (
     CliError,
+    ceil_text,
     console,
     format_value,
     handle_errors,
@@ -42,8 +43,12 @@ def _report_table(report: dict[str, Any]) -> Table:
         )
     eps = report["epsilon"]
     table.caption = (
-        f"total ρ = {report['rho']:.6g}; "
-        + (f"ε = {eps:.6g} at δ = {report['delta']:.3g}" if eps is not None else "no δ given")
+        f"total ρ = {ceil_text(report['rho'])}; "
+        + (
+            f"ε = {ceil_text(eps)} at δ = {ceil_text(report['delta'], 3)}"
+            if eps is not None
+            else "no δ given"
+        )
         + f"\n{report['accounting']}"
     )
     return table

@@ -75,6 +75,7 @@ from gaussdp._validation import (
     check_int,
     check_positive,
     check_probability,
+    format_bound,
 )
 from gaussdp.errors import invalid
 from gaussdp.privacy.discrete import DiscreteGaussianDistribution
@@ -467,16 +468,23 @@ class PrivacyExplanation:
     curve: TradeoffCurve = field(repr=False)
 
     def text(self) -> str:
-        """The explanation in plain words."""
+        """The explanation in plain words (bounds rounded outward to 4 digits)."""
+
+        def up(value: float) -> str:
+            return format_bound(value, up=True, digits=4)
+
+        def down(value: float) -> str:
+            return format_bound(value, up=False, digits=4)
+
         return (
             f"Guarantee: {self.guarantee}.\n"
             f"An attacker who sees the output and guesses whether one person's data was used "
             f"(membership inference) and wrongly accuses at most {self.fpr:.3g} of non-members "
-            f"(false-positive rate) catches at most {self.max_tpr:.4g} of members "
+            f"(false-positive rate) catches at most {up(self.max_tpr)} of members "
             f"(true-positive rate), whatever the attack.\n"
             f"No attack's true-positive rate exceeds its false-positive rate by more than "
-            f"{self.advantage:.4g} (maximal advantage).\n"
-            f"No attack has both error rates below {self.equal_error_rate:.4g} "
+            f"{up(self.advantage)} (maximal advantage).\n"
+            f"No attack has both error rates below {down(self.equal_error_rate)} "
             f"(equal-error point)."
         )
 
