@@ -144,23 +144,24 @@ def test_an_out_on_an_input_file_is_refused_before_the_spend(
     assert Ledger(ledger).entries() == []
 
 
-def test_a_conversion_error_shows_no_record_and_spends_nothing(
+def test_a_late_string_is_outside_the_domain_not_an_error(
     app: typer.Typer, files: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    # Regression: DuckDB's error (the raw record and its line number) was printed. The
-    # bad value sits past DuckDB's type-detection sample (20480 rows), so it fails late.
+    # Regression: a value past DuckDB's type-detection sample (20480 rows) failed the
+    # read (a refusal that depends on one row; DuckDB's error quoted it). The CSV is
+    # read as text: the value is outside its numeric domain and its row is dropped.
+    # (Slow at load: 20,500 rows are needed to pass the sample, and the run is whole.)
     _, spec, ledger = files
     csv = tmp_path / "late.csv"
     rows = "".join(f"{i},{i % 3},{i % 2},{i % 10}\n" for i in range(20500))
     csv.write_text(f"unit,a,b,x\n{rows}20500,1,1,SECRET-Jane\n", encoding="utf-8")
-    args = ["synth", str(spec), "--data", str(csv), "--out", str(tmp_path / "o.csv")]
+    out = tmp_path / "o.csv"
+    args = ["synth", str(spec), "--data", str(csv), "--out", str(out)]
     result = CliRunner().invoke(app, [*args, "--ledger", str(ledger)])
-    assert result.exit_code == 2, result.output
-    assert "a value does not convert to its column's type" in result.output
+    assert result.exit_code == 0, result.output
     assert "SECRET" not in result.output
-    assert "20502" not in result.output
-    assert "20500" not in result.output
-    assert Ledger(ledger).entries() == []
+    assert "SECRET" not in out.read_text(encoding="utf-8")
+    assert [e.status for e in Ledger(ledger).entries()] == ["committed"]
 
 
 def test_a_write_failure_after_the_spend_leaves_a_recovery_file(
