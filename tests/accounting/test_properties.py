@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gaussdp._validation import format_bound
 from gaussdp.accounting import (
     Composed,
     PLDAccountant,
@@ -134,7 +135,7 @@ def test_mu_filter() -> None:
     f.accept(Gaussian(sigma=2.0), 3)  # μ² = 0.75
     assert f.spent == pytest.approx(math.sqrt(0.75))
     with pytest.raises(
-        BudgetExceededError, match=r"^refused: this costs μ = 0.707; the filter has μ = 0.5 left"
+        BudgetExceededError, match=r"^refused: this costs μ = 0.708; the filter has μ = 0.499 left"
     ):
         f.accept(Gaussian(sigma=2.0), 2)
     assert f.spent == pytest.approx(math.sqrt(0.75))
@@ -188,14 +189,17 @@ def test_no_epsilon_left_is_shown_that_the_filter_would_refuse() -> None:
     assert used.delta == pytest.approx(2 * selection.delta)
     shown = left_text(budget, used.value, used.delta)
     assert shown.startswith("no ε amount")
-    assert f"used δ = {used.delta:.3g} of 1e-06" in shown
+    assert f"used δ = {format_bound(used.delta, up=True, digits=3)} of 1e-06" in shown
     assert f.can_accept(selection) is False  # δ is used up: refused whatever its ε
     with pytest.raises(BudgetExceededError) as refused:
         f.accept(selection)
     message = str(refused.value)
     assert "left" not in message
-    assert f"spent ε = {used.value:.3g} of 1 (δ = 1e-06, partition selection δ = " in message
-    assert message.endswith("with it: ε = ∞, partition selection δ = 1.1e-06")
+    assert (
+        f"spent ε = {format_bound(used.value, up=True, digits=3)} of 1 "
+        "(δ = 1e-06, partition selection δ = " in message
+    )
+    assert message.endswith("with it: ε = ∞, partition selection δ = 1.11e-06")
     # ρ and μ add: what is shown left is exactly the edge of what the filter admits.
     for kwargs, event_at in (
         ({"rho": 1.0}, lambda r: Gaussian(sigma=math.sqrt(1 / (2 * r)))),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gaussdp._validation import format_bound
 from gaussdp.accounting import (
     Composed,
     Event,
@@ -78,7 +79,7 @@ def test_create_reserve_commit_show(tmp_path: Path) -> None:
 def test_refusal_writes_nothing_and_speaks_the_budget(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "b.db", total=Budget(rho=1.0))
     ledger.reserve(Gaussian(sigma=1.0), label="a")  # ρ = 0.5
-    message = r"^refused: this costs ρ = 0.617; the ledger has ρ = 0.5 left of 1$"
+    message = r"^refused: this costs ρ = 0.618; the ledger has ρ = 0.499 left of 1$"
     with pytest.raises(BudgetExceededError, match=message):
         ledger.reserve(Gaussian(sigma=0.9), label="b")
     with pytest.raises(UnsupportedEventError, match="not supported by ZCDPAccountant"):
@@ -450,7 +451,7 @@ def test_remembered_spends_are_the_fresh_compositions(tmp_path: Path) -> None:
     with pytest.raises(BudgetExceededError) as again:  # a retry: the same refusal
         ledger.reserve(big, label="too much")
     assert str(again.value) == str(first.value)
-    assert f"costs ε = {fresh(big):.3g}" in str(first.value)
+    assert f"costs ε = {format_bound(fresh(big), up=True, digits=3)}" in str(first.value)
     assert len(ledger.entries()) == 2
 
 

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gaussdp._validation import check_count
+from gaussdp._validation import check_count, format_bound
 from gaussdp.accounting._adaptive import MAX_GRID_POINTS, MemoryBoundError
 from gaussdp.accounting.accountants import (
     Accountant,
@@ -186,16 +186,17 @@ def left_text(budget: Budget, used: float, selection_delta: float, note: str = "
     symbol, limit = budget_limit(budget)
     after = f" ({note})" if note else ""
     if symbol != "ε":
-        return f"{symbol} = {_fmt(left_of(symbol, limit, used))} of {limit:g}{after}"
+        return f"{symbol} = {_fmt(left_of(symbol, limit, used), up=False)} of {limit:g}{after}"
     return (
         f"no ε amount (ε at δ = {budget.delta:g} does not add up; each release is checked "
-        f"against ε = {limit:g}); partition selection has used δ = {selection_delta:.3g} of "
+        f"against ε = {limit:g}); partition selection has used δ = {_fmt(selection_delta)} of "
         f"{budget.delta:g}{after}"
     )
 
 
-def _fmt(x: float) -> str:
-    return "∞" if math.isinf(x) else f"{x:.3g}"
+def _fmt(x: float, *, up: bool = True) -> str:
+    """A budget figure to 3 digits, rounded outward: spent and costs up, what is left down."""
+    return "∞" if math.isinf(x) else format_bound(x, up=up, digits=3)
 
 
 def refusal(
@@ -235,19 +236,19 @@ def refusal(
         # No "ε left" figure: ε at a fixed δ does not add (see left_of). Say what is
         # spent of both ε and δ, and what the history would spend with this event.
         selection = (
-            f", partition selection δ = {total_spent.delta:.3g}" if total_spent.delta > 0 else ""
+            f", partition selection δ = {_fmt(total_spent.delta)}" if total_spent.delta > 0 else ""
         )
         message = (
             f"refused: {what} costs ε = {_fmt(alone)} at δ = {budget.delta:g}; the {owner} "
             f"has spent ε = {_fmt(used.value)} of {limit:g} (δ = {budget.delta:g}, partition "
-            f"selection δ = {used.delta:.3g}); with it: ε = {_fmt(total_spent.value)}{selection}"
+            f"selection δ = {_fmt(used.delta)}); with it: ε = {_fmt(total_spent.value)}{selection}"
         )
         if total_spent.note:
             message += f" ({total_spent.note})"
         return message, before
     message = (
         f"refused: {what} costs {symbol} = {_fmt(alone)}; the {owner} has "
-        f"{symbol} = {_fmt(left_of(symbol, limit, used.value))} left of {limit:g}"
+        f"{symbol} = {_fmt(left_of(symbol, limit, used.value), up=False)} left of {limit:g}"
     )
     if symbol != "ε" and total_spent.delta > 0:
         message += f" (a {symbol} budget cannot spend δ, and this spends δ)"
