@@ -58,6 +58,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -283,11 +284,14 @@ class _LossPMF:
             return eps  # not certified: only used to choose a grid
         # The closed form is checked against the directly summed δ with the one safe-side
         # search (gaussdp._search): the answer is a point where the check was evaluated.
+        # The search asks again for the ends it was given: each ε's sum is kept (the same
+        # value; on the lower side two of the five sums of the DP-SGD reference).
+        raw = functools.cache(self.delta_raw)
         if not self.upper:
             # Never over-report the lower bound: the largest ε at which δ(ε) ≥ target
             # (δ(0) > target was checked above).
             def still_above(e: float) -> bool:
-                return self.delta_raw(e) >= target
+                return raw(e) >= target
 
             if still_above(eps):
                 return eps
@@ -297,7 +301,7 @@ class _LossPMF:
 
         # Never under-report: the smallest ε at which the directly summed δ meets the target.
         def meets(e: float) -> bool:
-            return self.delta_raw(e) <= target
+            return raw(e) <= target
 
         hi = eps + _SEARCH_REL * abs(eps) + _SEARCH_ABS
         return smallest_passing(meets, eps, hi, grow=True, **_SEARCH_TOL)
