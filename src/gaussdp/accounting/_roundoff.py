@@ -258,6 +258,69 @@ _CUBIC_SERIES = tuple((-1.0) ** i / math.factorial(2 * i + 3) for i in range(7))
 _CUBIC_NEAR = 0.5
 
 
+#: Largest (core width) × (coefficients) whose tables :func:`_centred_tables` keeps
+#: between calls (two float64 matrices: 2 MB).
+_TABLES_KEPT = 1 << 17
+
+
+def _centred_tables(size: int, js: tuple[int, ...], n: int) -> tuple[FloatArray, FloatArray, int]:
+    """The (t, j) tables of :func:`centred_deviations` that do not depend on the masses:
+    fl(sin(x̃))² (the real part's s̃², x̃ = fl(fl(π/N)·r)), g̃_t (the cubic part of the
+    imaginary terms, before the factor plus_t − minus_t) and the near limit P.
+
+    The upper and lower sides of one power ask for the same (width, js, N): the last
+    tables are kept (:func:`_kept_tables`, at most :data:`_TABLES_KEPT` entries each), the
+    same values as formed anew, so the bounds are those of the lemma either way.
+    """
+    if size * len(js) <= _TABLES_KEPT:
+        return _kept_tables(size, js, n)
+    return _tables(size, js, n)
+
+
+def _tables(size: int, js: tuple[int, ...], n: int) -> tuple[FloatArray, FloatArray, int]:
+    # The terms as a (t, j) matrix: each j's terms are one column, which row_sums (of
+    # the transpose) sums in place without a transposed copy.
+    jj = np.asarray(js, dtype=np.int64)[None, :]
+    prod = np.arange(size, dtype=np.int64)[:, None] * jj  # t·j, exact
+    if (size - 1) * max(js, default=0) > n // 2:
+        r = prod % n
+        r[r > n // 2] -= n
+    else:
+        r = prod  # no angle to reduce
+    half = r * (math.pi / n)
+    s = np.sin(half)
+    s *= s
+    step = 2.0 * math.pi / n
+    theta = half + half  # 2·fl(fl(π/N)·r) = fl(fl(2π/N)·r): the same rounding
+    del half, r
+    # Near terms: t·j ≤ P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j < N/2 is not reduced
+    # and θ̃ < ½), a prefix of each column, by the series. Far terms, the rest:
+    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃| (formed for every term, then the
+    # near ones replaced: each term's value is the same elementwise operations).
+    limit = math.floor(_CUBIC_NEAR / step * (1.0 - 1e-12))
+    g = prod.astype(np.float64)
+    g *= step
+    g -= np.sin(theta)
+    near = prod <= limit
+    del prod
+    x = theta[near]
+    del theta
+    y = x * x
+    poly = np.full(x.size, _CUBIC_SERIES[-1])
+    for coef in _CUBIC_SERIES[-2::-1]:
+        poly *= y
+        poly += coef
+    y *= x
+    y *= poly
+    g[near] = y
+    s.flags.writeable = False
+    g.flags.writeable = False
+    return s, g, limit
+
+
+_kept_tables = functools.lru_cache(maxsize=1)(_tables)
+
+
 def centred_deviations(
     plus: FloatArray, minus: FloatArray, js: list[int], n: int
 ) -> tuple[ComplexArray, FloatArray]:
@@ -290,22 +353,12 @@ def centred_deviations(
     |plus_t − minus_t||θ_t| term by term, and the caller centres the core at its mean
     (|S| ≤ ½), so that L_j is small too.
     """
-    # The terms as a (t, j) matrix: each j's terms are one column, which row_sums (of
-    # the transpose) sums in place without a transposed copy.
     size = plus.size
     jj = np.asarray(js, dtype=np.int64)[None, :]
-    prod = np.arange(size, dtype=np.int64)[:, None] * jj  # t·j, exact
-    if (size - 1) * max(js, default=0) > n // 2:
-        r = prod % n
-        r[r > n // 2] -= n
-    else:
-        r = prod  # no angle to reduce
-    half = r * (math.pi / n)
-    s = np.sin(half)
+    sin2, g0, limit = _centred_tables(size, tuple(js), n)
     both = plus + minus
     diff = plus - minus
-    s *= s
-    s *= both[:, None]
+    s = sin2 * both[:, None]
     re, c_re = row_sums(s.T)
     re *= 2.0
     del s
@@ -315,29 +368,6 @@ def centred_deviations(
     moment, moment_err = _first_moment(plus, minus)
     lin = (step * jf) * moment
     lin_err = 4.03 * U * np.abs(lin) + 1.01 * (step * jf) * (moment_err * (1.0 + 3.01 * U))
-    theta = half + half  # 2·fl(fl(π/N)·r) = fl(fl(2π/N)·r): the same rounding
-    del half, r
-    # Near terms: t·j ≤ P with P·fl(2π/N)(1 + 3.01u) < ½ (so t·j < N/2 is not reduced
-    # and θ̃ < ½), a prefix of each column, by the series. Far terms, the rest:
-    # g̃ = fl(ϑ̃ − sin θ̃), |error| ≤ 14.05u·ϑ̃ + u|g̃| (formed for every term, then the
-    # near ones replaced: each term's value is the same elementwise operations).
-    limit = math.floor(_CUBIC_NEAR / step * (1.0 - 1e-12))
-    g = prod.astype(np.float64)
-    g *= step
-    g -= np.sin(theta)
-    near = prod <= limit
-    del prod
-    x = theta[near]
-    del theta
-    y = x * x
-    poly = np.full(x.size, _CUBIC_SERIES[-1])
-    for coef in _CUBIC_SERIES[-2::-1]:
-        poly *= y
-        poly += coef
-    y *= x
-    y *= poly
-    g[near] = y
-    del x, y, poly, near
     # Σ over j's far terms (t > P // j) of |diff_t|·ϑ̃_t ≤ fl(j·fl(2π/N))·Σ_{t > P//j}
     # t|diff_t|·(1 + 4.01u) (ϑ̃_t, t·|diff_t|, j·step and the product each round once),
     # with the suffix sums of t|diff_t| (non-negative, sequential: within (n + 2)u).
@@ -348,7 +378,7 @@ def centred_deviations(
     first[pos] = np.minimum(limit // jj[0, pos] + 1, size)
     far_err = (step * jf) * suffix[first] * (1.0 + 5.0 * U)
     far_err *= 14.05 * U * (1.0 + 1.01 * U) * (1.0 + 1.01 * (size + 2) * U)
-    g *= diff[:, None]
+    g = g0 * diff[:, None]
     # Each term: |diff|·|g̃ error|·(1 + u) + 2.01u|term|, g's error 27u|g̃| (near) or
     # u|g̃| + 14.05u·ϑ̃ (far), and |diff̃|·|g̃| ≤ (1 + u)|term̃|: 29.1u|term̃| + far_err
     # summed in any order (≤ (n + 2)u relative); row_sums' c·Σ|terms|; u|R̃|.
@@ -364,6 +394,37 @@ def centred_deviations(
 
 #: Block length of :func:`tail_dft`.
 TAIL_BLOCK = 32
+
+
+def _twiddles(
+    nb: int, js: tuple[int, ...], n: int
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The inner (s < B) and outer (bB, b < nb) twiddles e^{−2πi·rj/N} of :func:`tail_dft`,
+    as (cos, −sin) pairs: the angle reduced exactly (integers), then fl(fl(2π/N)·r)."""
+    jj = np.asarray(js, dtype=np.int64)[None, :]
+    step = 2.0 * math.pi / n
+    out: list[FloatArray] = []
+    for idx in (np.arange(TAIL_BLOCK, dtype=np.int64), np.arange(nb, dtype=np.int64) * TAIL_BLOCK):
+        r = (idx[:, None] * jj) % n
+        r[r > n // 2] -= n
+        angle = r * step
+        for part in (np.cos(angle), -np.sin(angle)):  # e^{−iθ}
+            part.flags.writeable = False
+            out.append(part)
+    return out[0], out[1], out[2], out[3]
+
+
+def _tail_twiddles(
+    nb: int, js: tuple[int, ...], n: int
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """:func:`_twiddles`, the last ones kept (the upper and lower sides of one power ask
+    for the same; at most :data:`_TABLES_KEPT` outer entries: the same values either way)."""
+    if nb * len(js) <= _TABLES_KEPT:
+        return _kept_twiddles(nb, js, n)
+    return _twiddles(nb, js, n)
+
+
+_kept_twiddles = functools.lru_cache(maxsize=1)(_twiddles)
 
 
 def tail_dft(tail: FloatArray, js: list[int], n: int) -> tuple[ComplexArray, float]:
@@ -384,20 +445,10 @@ def tail_dft(tail: FloatArray, js: list[int], n: int) -> tuple[ComplexArray, flo
     flat = np.zeros(nb * block)
     flat[: tail.size] = tail
     grid = flat.reshape(nb, block)
-    jj = np.asarray(js, dtype=np.int64)[None, :]
-    step = 2.0 * math.pi / n
-
-    def twiddles(idx: npt.NDArray[np.int64]) -> tuple[FloatArray, FloatArray]:
-        r = (idx[:, None] * jj) % n
-        r[r > n // 2] -= n
-        angle = r * step
-        return np.cos(angle), -np.sin(angle)  # e^{−iθ}
-
-    c_in, s_in = twiddles(np.arange(block, dtype=np.int64))
+    c_in, s_in, c_out, s_out = _tail_twiddles(nb, tuple(js), n)
     # numpy's own loops, not BLAS (whose threads stall on a shared machine).
     inner_re = np.einsum("bs,sj->bj", grid, c_in)
     inner_im = np.einsum("bs,sj->bj", grid, s_in)
-    c_out, s_out = twiddles(np.arange(nb, dtype=np.int64) * block)
     re, c_re = row_sums((c_out * inner_re - s_out * inner_im).T)
     im, c_im = row_sums((c_out * inner_im + s_out * inner_re).T)
     tau = math.sqrt(2.0) * (9.46 + SIN_REL) * U
