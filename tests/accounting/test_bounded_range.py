@@ -20,7 +20,7 @@ from gaussdp.accounting import (
     event_from_json,
     event_to_json,
 )
-from gaussdp.accounting._bounded_range import bounded_range_pld
+from gaussdp.accounting._bounded_range import binomial_masses, bounded_range_pld
 from gaussdp.mechanisms import Gaussian
 
 
@@ -220,3 +220,55 @@ def test_lower_bound_is_the_best_realised_composition(eps0: float, k: int, sigma
     # ... and more than W_{ε₀/2} alone (the old lower side) needs.
     assert _realised_delta(eps0, k, 1 / sigma, e.lower, eps0 / 2) < 1e-5
     assert e.lower <= e.upper
+
+
+@pytest.mark.parametrize("count", [1000, 100_000, 1_000_000])
+def test_binomial_masses_are_rounded_down(count: int) -> None:
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    eps, t = 1.0, 0.3
+    scale = -math.expm1(-eps)
+    log_top = math.log(-math.expm1(t - eps) / scale)
+    log_bottom = t - eps + math.log(-math.expm1(-t) / scale)
+    masses = binomial_masses(count, log_top, log_bottom)
+    mode = round(count * math.exp(log_bottom))
+    for j in range(max(mode - 100, 0), min(mode + 100, count) + 1):
+        exact = mp.exp(
+            mp.loggamma(count + 1)
+            - mp.loggamma(j + 1)
+            - mp.loggamma(count - j + 1)
+            + (count - j) * mp.mpf(log_top)
+            + j * mp.mpf(log_bottom)
+        )
+        assert masses[j] <= exact  # a lower bound, for the lower side
+        assert masses[j] >= exact * (1 - 1e-6)  # and a tight one
+
+
+def test_realised_lower_bound_finds_pairs_near_the_ends() -> None:
+    # 3 × EM(5) at δ = 1e-6: the best realisable pair has θ ≈ 0.005 (lower 14.55 with
+    # the old scan of 0.03…0.97; upper 14.881).
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 30
+    eps, k = mp.mpf(5), 3
+    bounds = PLDAccountant().compose(ExponentialMechanism(5.0), k).epsilon(1e-6)
+    assert 14.85 < bounds.lower <= bounds.upper
+
+    def realised_delta(t: object) -> object:  # δ(lower) of W_t^k, exactly
+        top = (1 - mp.exp(t - eps)) / (1 - mp.exp(-eps))
+        return mp.fsum(
+            mp.binomial(k, j) * top ** (k - j) * (1 - top) ** j * (1 - mp.exp(bounds.lower - loss))
+            for j in range(k + 1)
+            if (loss := k * t - j * eps) > bounds.lower
+        )
+
+    # Some ε-bounded-range composition reaches δ ≥ 1e-6 at ε = lower: a valid lower bound.
+    grid = [eps * (i + 0.5) / 400 for i in range(400)]
+    best = max(range(400), key=lambda i: realised_delta(grid[i]))
+    lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, 399)]
+    found = realised_delta(grid[best])
+    for _ in range(60):  # ternary refinement of the best t
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        fa, fb = realised_delta(a), realised_delta(b)
+        found = max(found, fa, fb)
+        lo, hi = (a, hi) if fa < fb else (lo, b)
+    assert found >= 1e-6

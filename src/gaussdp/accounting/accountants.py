@@ -1207,7 +1207,8 @@ class PLDAccountant(Accountant):
             found[theta] = value
             return value
 
-        scan = [0.03, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97]
+        # The best pair can sit near either end (3 × EM(5) at δ = 1e-6: θ ≈ 0.005).
+        scan = [0.005, 0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97, 0.99, 0.995]
         best = max(range(len(scan)), key=lambda i: at(scan[i]))
         lo, hi = scan[max(best - 1, 0)], scan[min(best + 1, len(scan) - 1)]
         golden = (math.sqrt(5.0) - 1.0) / 2.0
