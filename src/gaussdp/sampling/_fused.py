@@ -54,7 +54,10 @@ _INV_LN2 = 1.0 / _LN2
 # pattern minus this constant's is that integer (§2.5).
 _ROUND = 6755399441055744.0
 _ROUND_BITS = 0x4338000000000000
-_EXP_FLOOR = -708.39  # exp(x) for x below: 0.0 (the true value is < 2**-1022)
+# exp(x) for x below: 0.0. The smallest float >= -1022 ln 2 (fl(-1022 ln 2)): e^x < 2**-1022
+# for every float x below it, e^x >= 2**-1022 (normal) from it on (§2.5; checked with mpmath
+# in tests/sampling/test_sampling_exact.py).
+_EXP_FLOOR = -708.3964185322641
 _MANTISSA = 0xFFFFFFFFFFFFF
 _SQRT2_MANTISSA = 0x6A09E667F3BCD  # the mantissa bits of fl(sqrt(2))
 # 2 atanh(s) = 2 s sum_k s**(2k) / (2k + 1), k = 0..10 (§2.5)
@@ -95,8 +98,9 @@ def log_into(values: F64Array, offset: int, out: F64Array, exponents: F64Array) 
 
 @_jit
 def exp_into(values: F64Array, out: F64Array) -> None:
-    """``out = exp(values)`` for ``values <= 0`` (relative error < 2**-47 down to -708.39,
-    and 0.0 below, §2.5). ``values`` and ``out`` must not overlap."""
+    """``out = exp(values)`` for ``values <= 0`` (relative error < 2**-47 down to
+    :data:`_EXP_FLOOR` = fl(-1022 ln 2), and 0.0 below, where e^x < 2**-1022, §2.5).
+    ``values`` and ``out`` must not overlap."""
     scale = out.view(np.int64)
     for i in range(values.size):
         out[i] = max(values[i], _EXP_FLOOR) * _INV_LN2 + _ROUND  # k = round(x / ln 2)
