@@ -103,7 +103,7 @@ def _kernel_results(u: np.ndarray, x: np.ndarray) -> list[tuple[str, list[float]
     if fused is not None:
         logs, exps, scratch = np.empty_like(u), np.empty_like(x), np.empty_like(u)
         fused.log_into(u * 2.0**53, -53, logs, scratch)  # (2m + 1) * 2**-53, as the block
-        fused.exp_into(-x, exps)
+        fused.exp_into(-x, exps, np.empty_like(x))
         results.append(("fused", logs.tolist(), exps.tolist()))
     return results
 
