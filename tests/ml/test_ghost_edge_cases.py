@@ -515,17 +515,17 @@ def scaled_input_with_dropout() -> nn.Module:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_probe_check_leaves_inputs_changed_in_place_once(
+def test_the_dropout_check_leaves_inputs_changed_in_place_once(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Dropout and ranges of 3 of 10 examples: the check runs on a probe of 3 examples,
-    # which must see them as the first run did and leave all ten as that run left them.
+    # Dropout and ranges of 3 of 10 examples: the check runs on all ten at once, which
+    # must see them as the first run did and leave them as that run left them.
     dim = sum(p.numel() for p in scaled_input_with_dropout().parameters())
     monkeypatch.setattr(dpsgd_module, "PER_EXAMPLE_LIMIT", 3 * dim)
     x, y = _features()
     clipped_sum, model = _clipped_sum_fn(scaled_input_with_dropout, (x, y), "ghost", api)
     inputs = x.clone()
-    clipped_sum(inputs, y)  # the first call: checked, on the probe (no false alarm)
+    clipped_sum(inputs, y)  # the first call: checked, at once (no false alarm)
     torch.testing.assert_close(inputs, 2 * x, rtol=0, atol=0)
     assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
 

@@ -103,9 +103,23 @@ def _kernel_results(u: np.ndarray, x: np.ndarray) -> list[tuple[str, list[float]
     if fused is not None:
         logs, exps, scratch = np.empty_like(u), np.empty_like(x), np.empty_like(u)
         fused.log_into(u * 2.0**53, -53, logs, scratch)  # (2m + 1) * 2**-53, as the block
-        fused.exp_into(-x, exps)
+        fused.exp_into(-x, exps, np.empty_like(x))
         results.append(("fused", logs.tolist(), exps.tolist()))
     return results
+
+
+#: 1022 ln 2 rounded down: e^-x >= 2**-1022 (normal) for x up to it, < 2**-1022 beyond.
+EXP_NORMAL = 708.3964185322641
+
+
+def test_the_normal_range_of_exp_ends_at_1022_ln_2() -> None:
+    """EXP_NORMAL, and the compiled exp's floor (docs §2.5), is fl(1022 ln 2), rounded down."""
+    with mpmath.workprec(200):
+        edge = 1022 * mpmath.log(2)
+        assert mpmath.mpf(EXP_NORMAL) <= edge < mpmath.mpf(math.nextafter(EXP_NORMAL, 800))
+    fused = _fused_module()
+    if fused is not None:  # with numba
+        assert fused._EXP_FLOOR == -EXP_NORMAL
 
 
 def test_log_and_exp_are_within_the_assumed_error() -> None:
@@ -131,7 +145,16 @@ def test_log_and_exp_are_within_the_assumed_error() -> None:
         [np.exp(gen.uniform(math.log(745), math.log(1e300), 300)), [745.5, 2.0**59, 1e300]]
     )
     x = np.concatenate(
-        [gen.uniform(0, 745, 3000), gen.uniform(0, 2, 1000), [0.0, 1e-300, 700.0], huge]
+        [
+            gen.uniform(0, 745, 3000),
+            gen.uniform(0, 2, 1000),
+            [0.0, 1e-300, 700.0],
+            huge,
+            # the end of exp's normal range, ± 1 ulp; e^-x normal where the compiled exp's
+            # floor (-708.39 once) returned 0
+            [EXP_NORMAL, math.nextafter(EXP_NORMAL, 0), math.nextafter(EXP_NORMAL, 800)],
+            [708.39, 708.3964],
+        ]
     )
     # mpmath once per argument (the costly part), then every kernel against it; past 745,
     # e^-x < e^-745 < 2**-1074: 0 stands for it (below `tiny`, so the 2**-60 clause applies).

@@ -157,3 +157,52 @@ def test_without_numba_the_numpy_kernels_stay(monkeypatch: pytest.MonkeyPatch) -
     assert _Kernels.fused is None
     values = vectorized.discrete_gaussian(Fraction(10**4, 7), 100, rng=ChaCha20Random(3))
     assert values.shape == (100,)
+
+
+def test_the_compiled_kernels_hold_no_fused_multiply_add() -> None:
+    # §2.5's error bounds take every product and sum rounded on its own; a contracted
+    # x * (1 / ln 2) + 1.5 * 2**52 could also round k differently from its bits' copy.
+    import platform
+    import re
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(f"the FMA mnemonics checked are x86-64's, not {platform.machine()}'s")
+    import numba
+
+    for kernel in (fused.log_into, fused.exp_into, fused.gaussian_block, fused.compact):
+        # compiled anew, as _fused compiles it but uncached (cached code has no assembly)
+        fresh = numba.njit(nogil=True, error_model="numpy")(kernel.py_func)
+        for signature in kernel.signatures:  # the types _fused_module compiled it for
+            fresh.compile(signature)
+        asm = "".join(fresh.inspect_asm().values())
+        assert "mulsd" in asm or "mulpd" in asm or kernel is fused.compact  # real code
+        assert re.search(r"vfn?m(add|sub)", asm) is None  # FMA3's vfmadd/vfmsub/vfnm...
+
+
+def test_the_self_test_passes_and_refuses_a_broken_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert vectorized._fused_agrees(fused)
+    real_exp, real_block = fused.exp_into, fused.gaussian_block
+
+    def off_by_2_to_minus_40(values: np.ndarray, out: np.ndarray, rounded: np.ndarray) -> None:
+        real_exp(values, out, rounded)
+        out *= 1.0 + 2.0**-40
+
+    monkeypatch.setattr(fused, "exp_into", off_by_2_to_minus_40)
+    assert vectorized._fused_module() is None
+    monkeypatch.setattr(fused, "exp_into", real_exp)
+
+    def flips_a_sign(*args: object) -> int:
+        undecided = real_block(*args)
+        args[8][0] = -args[8][0]  # type: ignore[index]
+        return undecided
+
+    monkeypatch.setattr(fused, "gaussian_block", flips_a_sign)
+    assert not vectorized._fused_agrees(fused)
+
+
+def test_with_numba_jit_disabled_the_numpy_kernels_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numba
+
+    # plain-Python numba: correct, but about 100 µs per candidate
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert vectorized._fused_module() is None

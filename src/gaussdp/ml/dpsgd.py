@@ -659,15 +659,14 @@ class _Engine:
                 by_id, ghost_losses, squared, layer_records = ghost
                 drew = _rng_moved(rng_state, self.device)  # the batched pass drew dropout masks
                 if self._verify_now(signature(layer_records, inputs.shape[0])):
-                    if drew and inputs.shape[0] > self._rows():
-                        after = input_guard([inputs])  # as the batched pass left them
-                        restore()
-                        agree = self._probe_agrees(proof, inputs, targets, rng_state, restore)
-                        after()  # the probe ran on the first examples only
-                    else:
-                        restore()
-                        with _replaying(rng_state, self.device):
-                            agree = self._agrees_in_ranges(inputs, targets, ghost_losses, squared)
+                    # Dropout masks depend on how many examples one pass draws them for:
+                    # a batch that drew random numbers is checked at once (every example
+                    # whose clipped gradient is used is compared), at the memory of the
+                    # whole batch's per-example gradients; otherwise in ranges.
+                    rows = inputs.shape[0] if drew else self._rows()
+                    restore()
+                    with _replaying(rng_state, self.device):
+                        agree = self._agrees_in_ranges(inputs, targets, ghost_losses, squared, rows)
                     if not agree:
                         self._batched_path_mixes()
                         restore()
@@ -740,14 +739,14 @@ class _Engine:
         targets: torch.Tensor,
         batched_losses: torch.Tensor,
         batched_squared: torch.Tensor,
+        rows: int,
     ) -> bool:
         """Whether the per-example path gives the batched path's losses and squared norms.
 
-        The per-example gradients are formed :meth:`_rows` examples at a time and let
-        go after their norms are taken, so the check holds at most as much memory as
-        the per-example path; the values of all examples are compared at once.
+        The per-example gradients are formed ``rows`` examples at a time and let go
+        after their norms are taken (:meth:`_rows` examples: at most as much memory as
+        the per-example path); the values of all examples are compared at once.
         """
-        rows = self._rows()
         losses, norms = [], []
         for start in range(0, inputs.shape[0], rows):
             grads, part = self._per_example(
@@ -759,49 +758,6 @@ class _Engine:
         return _agree(batched_losses, torch.cat(losses)) and _agree(
             batched_squared, torch.cat(norms)
         )
-
-    def _probe_agrees(
-        self,
-        proof: Proven,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        rng_state: RngState,
-        restore: Callable[[], None],
-    ) -> bool:
-        """The check of a batch that drew random numbers, on its first :meth:`_rows` examples.
-
-        Dropout masks depend on how many examples one pass draws them for, so the
-        per-example path in ranges would not replay the whole batch's masks: the
-        proven graph is run again, batched, on a probe of the first :meth:`_rows`
-        examples, and compared with the per-example path on the same examples, both
-        from the batch's generator state (the same masks).
-        """
-        assert self.ghost_layers is not None
-        assert self.loss_fn is not None
-        rows, clip, unit = self._rows(), self.max_grad_norm, self.noiser.unit
-        probe = inputs[:rows]
-        with _replaying(rng_state, self.device):
-            self.inside = True
-            try:
-                ghost = ghost_clipped_sums(
-                    proof,
-                    self.ghost_layers,
-                    self.loss_fn,
-                    probe,
-                    targets[:rows],
-                    _squared_norm_upper,
-                    lambda squared: _factors_from_squared(squared, clip) / unit,
-                    copy=self.copy_outputs,
-                    replay=lambda: _replaying(rng_state, self.device),
-                    restore=restore,
-                )
-            finally:
-                self.inside = False
-        if ghost is None:  # not covered on the probe: the per-example path takes the batch
-            return False
-        restore()
-        with _replaying(rng_state, self.device):
-            return self._agrees_in_ranges(probe, targets[:rows], ghost[1], ghost[2])
 
     def _per_example(
         self, inputs: torch.Tensor, targets: torch.Tensor
@@ -896,8 +852,9 @@ class _Engine:
         is every call whose layer input shapes (``shapes``, from
         :func:`gaussdp.ml._ghost.signature`) were never checked. The check forms
         per-example gradients in ranges of :meth:`_rows` examples
-        (:meth:`_agrees_in_ranges`), or on a probe of that many for a batch that drew
-        random numbers (:meth:`_probe_agrees`), never the whole batch's at once.
+        (:meth:`_agrees_in_ranges`), except for a batch that drew random numbers
+        (dropout), checked at once: its masks depend on how many examples one pass
+        draws them for, and every example whose clipped gradient is used is compared.
         """
         calls = self.batched_calls
         self.batched_calls += 1
@@ -1022,57 +979,18 @@ class _Engine:
                 record.check = self._verify_now(signature(record.io, record.batch))
                 if not record.check:
                     return output
-                if _rng_moved(record.rng_state, self.device) and record.batch > record.rows:
-                    # Dropout masks: compared on a probe of the first examples (_probe_agrees).
-                    if self._probe_forward(record, proof, shadows):
-                        return output
-                    single = None
-                else:  # in the ranges of the per-example path, let go range by range
-                    single = self._vmap_forward(record)
-                    if _all_agree(record.outputs, tree_flatten(single)[0]):
-                        return output
+                if _rng_moved(record.rng_state, self.device):
+                    # Dropout masks depend on how many examples one pass draws them for:
+                    # checked at once, every example (the whole batch's per-example
+                    # gradients at the step); the step's ranges are the forward's.
+                    record.rows = record.batch
+                single = self._vmap_forward(record)  # in ranges, let go range by range
+                if _all_agree(record.outputs, tree_flatten(single)[0]):
+                    return output
                 self._batched_path_mixes()
                 record.io = None
-                record.probe = None
-                return self._vmap_forward(record) if single is None else single
+                return single
         return self._vmap_forward(record)
-
-    def _probe_forward(
-        self, record: _Record, proof: Proven, shadows: dict[str, torch.Tensor]
-    ) -> bool:
-        """The forward half of the probe check (see :meth:`_probe_agrees`) of ``record``.
-
-        Runs the proven graph, batched, and the per-example path on the first
-        :meth:`_rows` examples from the batch's generator state; keeps the probe's
-        recorded layers in ``record.probe`` for the step, which compares the norms.
-        """
-        assert self.ghost_layers is not None
-        rows = record.rows
-        # A model that changes its inputs in place: the probe's record copies them as
-        # they were, and they are left as the batched pass left them (the probe runs on
-        # the first examples only).
-        after = input_guard(record.inputs)
-        record.restore()
-        leaves = [t[:rows] if isinstance(t, torch.Tensor) else t for t in record.inputs]
-        probe = _Record(self, leaves, record.spec, rows, record.rng_state)
-        args, kwargs = tree_unflatten(leaves, record.spec)
-        arguments = proof.arguments(args, kwargs)
-        with _replaying(record.rng_state, self.device):
-            output, io = recorded_forward(
-                self.ghost_layers,
-                self.copy_outputs,
-                lambda: functional_call(proof.module, shadows, arguments),
-                rows,
-                lambda: _replaying(record.rng_state, self.device),
-                record.restore,
-            )
-        outputs = tree_flatten(output)[0]
-        agree = io is not None and _all_agree(outputs, tree_flatten(self._vmap_forward(probe))[0])
-        after()
-        if agree:
-            assert io is not None
-            record.probe = (probe, outputs, io)
-        return agree
 
     def _per_example_norms(self, record: _Record, cots: list[torch.Tensor | None]) -> torch.Tensor:
         """Squared norm bounds of the per-example path's gradients, range by range."""
@@ -1172,44 +1090,12 @@ class _Engine:
             )
             if not record.check:
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
-            if record.probe is None:  # compared with the batched pass, range by range
-                agree = _agree(squared, self._per_example_norms(record, cots))
-            else:
-                agree = self._probe_norms_agree(record, cots)
-            if agree:
+            if _agree(squared, self._per_example_norms(record, cots)):
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
             self._batched_path_mixes()
         total: list[torch.Tensor] = []
         self._vjp_per_example(record, cots, record.rows, lambda g: self._add(total, g))
         return total
-
-    def _probe_norms_agree(self, record: _Record, cots: list[torch.Tensor | None]) -> bool:
-        """The step half of the probe check: the probe's norms on both paths."""
-        assert record.probe is not None
-        probe, outputs, io = record.probe
-        record.probe = None
-        probe.floating = record.floating
-        probe_cots = [None if c is None else c[: probe.batch] for c in cots]
-        pairs = [
-            (outputs[i], c)
-            for i, c in zip(record.floating, probe_cots, strict=True)
-            if c is not None
-        ]
-        deltas = torch.autograd.grad(
-            [o for o, _ in pairs],
-            [out for layer in io for out in layer.outputs],
-            [c for _, c in pairs],
-            allow_unused=True,
-        )
-        clip, unit = self.max_grad_norm, self.noiser.unit
-        _, squared = clipped_sums(
-            io,
-            deltas,
-            probe.batch,
-            _squared_norm_upper,
-            lambda sq: _factors_from_squared(sq, clip) / unit,
-        )
-        return _agree(squared, self._per_example_norms(probe, probe_cots))
 
     def _vjp_per_example(
         self,
@@ -1278,8 +1164,6 @@ class _Record:
         self.io: list[LayerRecord] | None = None  # ghost path: each layer's call
         self.outputs: list[torch.Tensor] | None = None  # ghost path: outputs in the graph
         self.check = False  # ghost path: compare with the per-example path at the step
-        # A checked batch that drew random numbers: the probe's record, outputs and layers.
-        self.probe: tuple[_Record, list[torch.Tensor], list[LayerRecord]] | None = None
         self.floating: list[int] = []  # indices of the output leaves that carry gradients
         # Examples per range of the per-example path (PER_EXAMPLE_LIMIT): the forward
         # pass and the step's gradients take the same ranges, hence the same dropout masks.

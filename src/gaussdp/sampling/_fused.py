@@ -1,6 +1,6 @@
 r"""The small-path Gaussian block of :mod:`gaussdp.sampling.vectorized` as compiled loops.
 
-Optional: needs numba (the ``fast`` extra). ``_gaussian_small`` in ``vectorized.py``
+Optional: needs numba (the ``torch`` extra). ``_gaussian_small`` in ``vectorized.py``
 runs about 30 numpy passes over a block of candidates, each with ≈ 1 µs of fixed cost
 and a trip through memory, and calls the C library's scalar ``log`` and ``exp``.
 :func:`gaussian_block` makes the same decisions on the same words with the same bit
@@ -54,7 +54,10 @@ _INV_LN2 = 1.0 / _LN2
 # pattern minus this constant's is that integer (§2.5).
 _ROUND = 6755399441055744.0
 _ROUND_BITS = 0x4338000000000000
-_EXP_FLOOR = -708.39  # exp(x) for x below: 0.0 (the true value is < 2**-1022)
+# exp(x) for x below: 0.0. The smallest float >= -1022 ln 2 (fl(-1022 ln 2)): e^x < 2**-1022
+# for every float x below it, e^x >= 2**-1022 (normal) from it on (§2.5; checked with mpmath
+# in tests/sampling/test_sampling_exact.py).
+_EXP_FLOOR = -708.3964185322641
 _MANTISSA = 0xFFFFFFFFFFFFF
 _SQRT2_MANTISSA = 0x6A09E667F3BCD  # the mantissa bits of fl(sqrt(2))
 # 2 atanh(s) = 2 s sum_k s**(2k) / (2k + 1), k = 0..10 (§2.5)
@@ -94,17 +97,24 @@ def log_into(values: F64Array, offset: int, out: F64Array, exponents: F64Array) 
 
 
 @_jit
-def exp_into(values: F64Array, out: F64Array) -> None:
-    """``out = exp(values)`` for ``values <= 0`` (relative error < 2**-47 down to -708.39,
-    and 0.0 below, §2.5). ``values`` and ``out`` must not overlap."""
+def exp_into(values: F64Array, out: F64Array, rounded: F64Array) -> None:
+    """``out = exp(values)`` for ``values <= 0`` (relative error < 2**-47 down to
+    :data:`_EXP_FLOOR` = fl(-1022 ln 2), and 0.0 below, where e^x < 2**-1022, §2.5).
+    ``values``, ``out`` and the scratch ``rounded`` must not overlap.
+
+    ``k = round(x / ln 2)`` is computed once, as ``fl(x / ln 2) + 1.5 * 2**52`` in
+    ``rounded``: both the bits of ``2**k`` and the float ``k`` of the reduction are read
+    from that one stored value, so they cannot disagree.
+    """
     scale = out.view(np.int64)
+    rounded_bits = rounded.view(np.int64)
     for i in range(values.size):
-        out[i] = max(values[i], _EXP_FLOOR) * _INV_LN2 + _ROUND  # k = round(x / ln 2)
+        rounded[i] = max(values[i], _EXP_FLOOR) * _INV_LN2 + _ROUND  # k + 1.5 * 2**52
     for i in range(values.size):
-        scale[i] = (scale[i] - _ROUND_BITS + 1023) << 52  # the bits of 2**k
+        scale[i] = (rounded_bits[i] - _ROUND_BITS + 1023) << 52  # the bits of 2**k
     for i in range(values.size):
         x = max(values[i], _EXP_FLOOR)
-        k = (x * _INV_LN2 + _ROUND) - _ROUND
+        k = rounded[i] - _ROUND  # exact (§2.5)
         r = (x - k * _LN2_HI) - k * _LN2_LO  # Cody-Waite: x - k ln 2, |r| <= 0.3466
         p = _E12 * r + _E11
         p = ((((((((p * r + _E10) * r + _E9) * r + _E8) * r + _E7) * r + _E6) * r + _E5) * r
@@ -178,7 +188,7 @@ def gaussian_block(
             # §2.2: -x_f = -(G - c)^2 / (2 sigma2), as in _gaussian_small
             d = low - c_f
             minus_x[j] = d * d * -inv_two_sigma2_f
-        exp_into(minus_x[:lanes], probs[:lanes])
+        exp_into(minus_x[:lanes], probs[:lanes], scratch[:lanes])
         for j in range(lanes):  # branch-free too: accept and reject are coin flips
             i = start + j
             low = lows[j]

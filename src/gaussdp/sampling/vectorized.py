@@ -237,8 +237,17 @@ def _use_torch_kernels() -> bool:
 
 
 def _fused_module() -> ModuleType | None:
-    """:mod:`gaussdp.sampling._fused` (the compiled block, §2.5); None without numba."""
+    """:mod:`gaussdp.sampling._fused` (the compiled block, §2.5); None without numba.
+
+    None too (numpy's kernels stay) where numba's JIT is disabled (``NUMBA_DISABLE_JIT``:
+    the kernel would run as plain Python, correct but about 100 µs per candidate) and
+    where the compiled kernel fails its known-answer self-test (:func:`_fused_agrees`).
+    """
     try:
+        from numba import config  # only where asked for
+
+        if config.DISABLE_JIT:  # type: ignore[attr-defined]
+            return None
         from gaussdp.sampling import _fused  # imports numba: only where asked for
 
         # compiled (or loaded from numba's cache) here, for the types of every later call
@@ -246,9 +255,45 @@ def _fused_module() -> ModuleType | None:
         _fused.gaussian_block(words, 2, False, 2.0, 1.0, 0.125, _ETA_REL, _BRACKET_REL,
                               np.empty(2), codes)  # fmt: skip
         _fused.compact(np.empty(2), codes)
+        if not _fused_agrees(_fused):
+            return None
     except Exception:  # no numba, no cache directory, or a numba that cannot compile it
         return None
     return _fused
+
+
+def _fused_agrees(fused: ModuleType) -> bool:
+    """The compiled kernel's known-answer self-test, against numpy's kernels.
+
+    Its ``log`` and ``exp`` at a few points within 2**-46 (relative) of numpy's (both are
+    within 2**-47 of the truth, §2.5), 0 below the exp's floor, and one seeded block of
+    each word layout equal to the numpy passes' block (the same decisions on the same
+    words). A compiler that broke the kernel's arithmetic fails here, before any draw.
+    """
+    from gaussdp.random import ChaCha20Random  # a fixed seed: the values are compared only
+
+    odd = np.array([1.0, 3.0, 2.0**52 + 1.0, 6369051672525773.0, 2.0**53 - 1.0])
+    logs, scratch = np.empty_like(odd), np.empty_like(odd)
+    fused.log_into(odd, -53, logs, scratch)
+    expected = np.log(odd * 2.0**-53)
+    points = np.array([0.0, -1e-300, -0.5, -1.0, -37.5, -700.0, -708.3964185322641])
+    exps = np.empty_like(points)
+    fused.exp_into(points, exps, np.empty_like(points))
+    below = np.empty(1)
+    fused.exp_into(np.array([-708.3964185322642]), below, np.empty(1))
+    if not (
+        np.all(np.abs(logs - expected) <= 2.0**-46 * np.abs(expected))
+        and np.all(np.abs(exps - np.exp(points)) <= 2.0**-46 * np.exp(points))
+        and below[0] == 0.0
+    ):
+        return False
+    for sigma2 in (Fraction(2), Fraction(66000)):  # t <= 256 (packed words), t > 256
+        plan = _gaussian_plan(sigma2)
+        got = _gaussian_small_fused(fused, plan, 300, ChaCha20Random(0))
+        want = _gaussian_small_numpy(plan, 300, ChaCha20Random(0))
+        if not np.array_equal(np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64)):
+            return False
+    return True
 
 
 def _use_fused_kernels() -> bool:
@@ -509,6 +554,11 @@ def _gaussian_small(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray 
     """
     if _Kernels.fused is not None:
         return _gaussian_small_fused(_Kernels.fused, plan, n, rng)
+    return _gaussian_small_numpy(plan, n, rng)
+
+
+def _gaussian_small_numpy(plan: _GaussianPlan, n: int, rng: RandomSource) -> IntArray | F64Array:
+    """:func:`_gaussian_small` with numpy's passes (the kernels of :class:`_Kernels`)."""
     tau = plan.tau
     m_acc = np.empty(n, dtype=np.float64)  # U' prefixes, exact integers < 2**32
     if plan.t <= _PACKED_T_MAX:
