@@ -86,6 +86,34 @@ def test_a_string_after_the_sample_rows_is_null_not_a_refusal(tmp_path: Path) ->
     pd.testing.assert_frame_equal(got, want)
 
 
+def test_one_rows_key_or_unit_never_changes_a_csvs_key_types(tmp_path: Path) -> None:
+    # Regression: DuckDB's types come from a CSV's rows, so one user keyed 'zz' turned
+    # column k from BIGINT into VARCHAR: public integer keys were refused (and string
+    # keys accepted), and privately selected keys were released as text instead of
+    # integers — neighbouring tables told apart. Keys take their public keys' type
+    # (text without public keys), the unit is text.
+    base = "user,k\n" + "".join(f"{i},{i % 2}\n" for i in range(400))
+    tables = {"base": base, "odd": base + "999,zz\n", "unit": base + "u-1,0\n"}
+    for name, text in tables.items():
+        (tmp_path / f"{name}.csv").write_text(text)
+
+    def run(name: str, **keys: Any) -> pd.DataFrame:
+        release = Release(
+            str(tmp_path / f"{name}.csv"),
+            privacy_unit="user",
+            budget=Budget(epsilon=1.0, delta=1e-6),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+        )
+        return release.count(by="k", **keys).run(rng=ChaCha20Random(0)).frame
+
+    for keys in ({"keys": [0, 1]}, {"keys": ["0", "1"]}, {}):
+        frames = [run(name, **keys) for name in tables]
+        for frame in frames[1:]:
+            assert frame["k"].tolist() == frames[0]["k"].tolist()
+            assert frame["k"].dtype == frames[0]["k"].dtype
+
+
 def test_a_ragged_line_at_row_60002(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "ragged.csv", 60_000, "7,8,9")
     message = refused(summing(path), tmp_path, "duckdb failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 import os
@@ -972,6 +973,11 @@ def _prepare(
                 for c, numeric in needs.items()
                 if numeric and c not in release.column_types and not engine.is_numeric(c)
             }
+            # Likewise the unit's and the keys' types: the unit is text, a key column takes
+            # the type of its public keys (text without them), whatever the rows look like.
+            for c, numeric in needs.items():
+                if not numeric and c not in release.column_types:
+                    converted[c] = _csv_key_type(c, plan)
         engine.declare({**converted, **release.column_types})
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))
@@ -986,13 +992,43 @@ def _prepare(
             types = ["NULL" if c in empty else schema[c] for c in columns]
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
         unit_type = schema[release.privacy_unit].lower()
-        unit_nan = unit_type in ("float", "double", "real")
+        unit_nan = "float" if unit_type in ("float", "double", "real") else ""
+        if engine.types_from_data and release.privacy_unit not in release.column_types:
+            unit_nan = "text"  # read as text (_csv_key_type): 'nan' is NaN
         return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:
         raise ValueError(str(error)) from None  # the engine's message quotes rows
 
 
-def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: bool = False) -> tuple[str, ...]:
+def _csv_key_type(column: str, plan: Plan) -> str:
+    """The type a CSV's unit or key ``column`` (user name) is read as: that of its public
+    keys where every grouping that has them agrees (integers, floats, booleans, dates,
+    timestamps), else text. Never a type inferred from the rows, which one row could
+    change."""
+    kinds = set()
+    for g in plan.groupings:
+        by = [plan.internal[b] for b in g.by]
+        if column in by and g.keys is not None:
+            at = by.index(column)
+            kinds |= {_key_kind(key[at]) for key in g.keys}
+    return kinds.pop() if len(kinds) == 1 else "VARCHAR"
+
+
+def _key_kind(value: object) -> str:
+    if isinstance(value, bool | np.bool_):
+        return "BOOLEAN"
+    if isinstance(value, numbers.Integral):
+        return "BIGINT"
+    if isinstance(value, numbers.Real):
+        return "DOUBLE"
+    if isinstance(value, datetime.datetime):
+        return "TIMESTAMP"
+    if isinstance(value, datetime.date):
+        return "DATE"
+    return "VARCHAR"
+
+
+def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: str = "") -> tuple[str, ...]:
     """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
     ``rng`` (issue 11 item 5)."""
     return tuple(

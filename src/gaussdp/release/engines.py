@@ -468,7 +468,7 @@ class DuckDBEngine(Engine):
         for internal, user in columns.items():
             expr = col(user)
             if user in self._declared:
-                if self.types_from_data:
+                if self.types_from_data and self._declared[user] != "VARCHAR":
                     # DuckDB pushes a cast into its CSV reader, where a value that does not
                     # convert fails the scan even under TRY_CAST (duckdb 1.x and 2.0); going
                     # through the text (concat with '') keeps TRY_CAST's NULL.

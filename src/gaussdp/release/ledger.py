@@ -35,7 +35,7 @@ Examples
 ...     ledger.reserve(Gaussian(sigma=0.8), label="too much")  # ρ ≈ 0.78
 ... except BudgetExceededError as error:
 ...     print(error)
-refused: this costs ρ = 0.781; the ledger has ρ = 0.68 left of 1
+refused: this costs ρ = 0.782; the ledger has ρ = 0.679 left of 1
 """
 
 from __future__ import annotations

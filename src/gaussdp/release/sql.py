@@ -129,6 +129,10 @@ _MAX_DOUBLE = "CAST(1.7976931348623157e+308 AS DOUBLE)"  # repr(sys.float_info.m
 _HALF = "CAST(5.00000000000000000e-01 AS DOUBLE)"
 
 
+#: The condition that drops NaN privacy units, by the unit column's kind (``unit_nan``).
+NAN_UNIT_FILTERS = {"": "", "float": " AND NOT isnan(pu)", "text": " AND lower(pu) <> 'nan'"}
+
+
 def double(value: float) -> str:
     """A DOUBLE literal both engines parse to exactly ``value`` (17 significant digits).
 
@@ -226,7 +230,7 @@ def grouping_sql(
     l0: int,
     linf: int,
     salt: int,
-    unit_nan: bool = False,
+    unit_nan: str = "",
 ) -> str:
     """Fill :data:`TEMPLATE` for one grouping.
 
@@ -245,10 +249,11 @@ def grouping_sql(
     salt : int
         The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
         release's ``rng``).
-    unit_nan : bool
-        The privacy unit column is floating point: a NaN unit, like a NULL
-        one, identifies no one and its rows are dropped (the same rule for
-        every input kind).
+    unit_nan : str
+        ``"float"``: the privacy unit column is floating point; ``"text"``: it is a
+        CSV's text; ``""``: neither. A NaN unit (the text ``nan`` in any case for a
+        CSV), like a NULL one, identifies no one and its rows are dropped (the same
+        rule for every input kind).
 
     Returns
     -------
@@ -269,9 +274,7 @@ def grouping_sql(
         raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     all_keys = keys + (("kb",) if histogram is not None else ())
     key_select = "".join(f", {k}" for k in keys)
-    key_filter = (" AND NOT isnan(pu)" if unit_nan else "") + "".join(
-        f" AND {k} IS NOT NULL" for k in keys
-    )
+    key_filter = NAN_UNIT_FILTERS[unit_nan] + "".join(f" AND {k} IS NOT NULL" for k in keys)
     raw_select = ""
     value_select = ""
     cell_aggs = ""
@@ -433,7 +436,7 @@ def tree_sql(
     l0: int,
     linf: int,
     salt: int,
-    unit_nan: bool = False,
+    unit_nan: str = "",
 ) -> str:
     """The leaf counts of a quantile tree per group, each unit bounded to L0 groups, L∞ rows.
 
@@ -467,9 +470,7 @@ def tree_sql(
     if not 1 <= linf <= MAX_ROWS_PER_GROUP:
         raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     keys_csv = "".join(f", {k}" for k in keys)
-    key_filter = (" AND NOT isnan(pu)" if unit_nan else "") + "".join(
-        f" AND {k} IS NOT NULL" for k in keys
-    )
+    key_filter = NAN_UNIT_FILTERS[unit_nan] + "".join(f" AND {k} IS NOT NULL" for k in keys)
     # The tree's leaves are not cells, so the L0 step is the exact one-step ranking of the
     # rows by (h, keys…) (no re-ranking of cells after it, as in TEMPLATE).
     ranked = (
