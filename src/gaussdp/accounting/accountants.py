@@ -90,6 +90,7 @@ from gaussdp.accounting.events import (
     max_epsilon_bounds,
 )
 from gaussdp.accounting.pld import (
+    _LOSS_CAP,
     DEFAULT_TAIL_MASS,
     DEFAULT_VALUE_DISCRETIZATION,
     MAX_SUBSAMPLED_MU,
@@ -1175,9 +1176,10 @@ class PLDAccountant(Accountant):
         :mod:`~gaussdp.accounting._bounded_range`), one θ in (0, 1) for all of them. Each
         θ is a mechanism some ε-BR composition runs, so each value is a lower bound, and
         so is their maximum. The best θ depends on the query (far from ½ at large ε): a
-        scan of 9 values, then a golden-section refinement of the best (8 more), on the
+        scan of 13 values, then a golden-section refinement of the best (8 more), on the
         current grid; the other events are composed once, the runs of W_{θε} exactly
-        (binomial), so each θ costs one composition per direction, lower side only."""
+        (binomial), so each θ costs one composition per direction, lower side only.
+        Where some leaf's runs reach the loss cap (ε·count > 64), only θ = ½."""
         grid = self._adaptive
         if grid is None:  # pragma: no cover - the caller has just queried the grid
             return 0.0
@@ -1207,6 +1209,10 @@ class PLDAccountant(Accountant):
             found[theta] = value
             return value
 
+        if any(e.epsilon * c > _LOSS_CAP for e, c in ranges):
+            # Runs whose losses reach the grid's cap span the whole capped grid: each θ
+            # would cost a full-width build, so only the symmetric pair is used there.
+            return at(0.5)
         # The best pair can sit near either end (3 × EM(5) at δ = 1e-6: θ ≈ 0.005).
         scan = [0.005, 0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97, 0.99, 0.995]
         best = max(range(len(scan)), key=lambda i: at(scan[i]))
