@@ -389,11 +389,13 @@ def test_a_custom_sampler_is_refused() -> None:
 
 def test_steps_per_epoch_is_the_clis_too() -> None:
     # Regression: `gaussdp dpsgd --epochs E` counted ceil(E*N/B) steps (17 for N=100,
-    # B=60, E=10) while make_private runs E*round(N/B) (20): its sigma under-covered.
+    # B=60, E=10) while make_private runs E*round(N/B) (20): its sigma under-covered. It
+    # counts the larger of the two (the usual ceil(E*N/B) where that is more).
     from gaussdp.cli.account import dpsgd_steps
 
     assert dpsgd_steps(60, 100, 10) == (0.6, 20)
-    assert dpsgd_steps(384, 60000, 10) == (384 / 60000, 1560)
+    assert dpsgd_steps(384, 60000, 10) == (384 / 60000, 1563)
+    assert dpsgd_steps(256, 60000, 60)[1] == 14063  # the DP-SGD reference
     assert steps_per_epoch(0.6) * 10 == 20
     assert len(PoissonBatchSampler(100, 0.6, rng=ChaCha20Random(0))) == steps_per_epoch(0.6)
 

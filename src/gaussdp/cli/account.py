@@ -208,7 +208,9 @@ def account_rows(
 def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[float, int]:
     """Sampling rate q = B/N and the steps of ``epochs`` epochs of Poisson-sampled DP-SGD.
 
-    ⌈epochs · steps_per_epoch(q)⌉, the steps make_private runs (one rule, no drift).
+    The larger of ⌈epochs · steps_per_epoch(q)⌉, the steps make_private runs, and
+    ⌈epochs/q⌉, the usual count (60 epochs of B = 256 from N = 60,000: 14,063), so that
+    the ε or σ shown covers training with either rule.
     """
     from gaussdp.accounting.calibration import steps_per_epoch
 
@@ -219,7 +221,7 @@ def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[floa
     if not (epochs > 0 and math.isfinite(epochs)):
         raise ValueError(invalid("epochs", "a finite number > 0", epochs))
     q = batch_size / dataset_size
-    return q, max(1, math.ceil(epochs * steps_per_epoch(q)))
+    return q, max(1, math.ceil(epochs * steps_per_epoch(q)), math.ceil(epochs / q))
 
 
 def dpsgd_rows(
