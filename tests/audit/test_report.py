@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gaussdp._validation import format_bound
 from gaussdp.accounting.filter import budget_accountant
 from gaussdp.audit.report import html_report, release_curve
 from gaussdp.privacy import gdp_tradeoff
@@ -59,6 +60,8 @@ def test_report_content_is_self_contained(result: ReleaseResult) -> None:
     assert "no membership-inference attack exceeds a true-positive rate of" in page
     for value in result.frame["value"]:
         assert f"{value:.6g}" in page
+    # Bounds are shown rounded outward (an upper bound up), never to nearest.
+    assert f"ε = {format_bound(result.report.epsilon, up=True, digits=4)}, δ" in page
 
 
 def test_release_curve_is_g_mu_without_slack_and_safe_with_it() -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gaussdp._validation import format_bound
 from gaussdp.accounting.filter import budget_accountant, left_text
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import gdp_delta_with_slack
@@ -116,7 +117,10 @@ def _pld_curve(accountant: Accountant, delta: float | None) -> TradeoffCurve:
     """The curve of a PLD-mode release: :meth:`TradeoffCurve.from_delta_profile` over
     its default δ grid and the budget's δ (certified pairs: on the safe side)."""
     deltas = [*PROFILE_DELTAS, *([] if delta is None else [delta])]
-    at = "" if delta is None else f": ε ≤ {accountant.epsilon(delta).upper:.4g} at δ = {delta:.3g}"
+    at = ""
+    if delta is not None:
+        bound = format_bound(accountant.epsilon(delta).upper, up=True, digits=4)
+        at = f": ε ≤ {bound} at δ = {delta:.3g}"
     return TradeoffCurve.from_delta_profile(
         accountant, deltas=deltas, description=f"PLD (release){at}"
     )
@@ -314,7 +318,8 @@ def _attacker_section(curve: TradeoffCurve, fpr: float) -> str:
     return (
         "<section id='attacker'><h2>What an attacker can and cannot learn</h2>"
         f"<p class='headline'>At a false-positive rate of {e.fpr:g}, no membership-inference "
-        f"attack exceeds a true-positive rate of <strong>{e.max_tpr:.4g}</strong>.</p>"
+        "attack exceeds a true-positive rate of "
+        f"<strong>{format_bound(e.max_tpr, up=True, digits=4)}</strong>.</p>"
         "<p>Someone who sees these results and tries to tell whether one person's data was "
         "used is running a statistical test. Whatever the test, its error rates lie on or "
         "above the trade-off curve below (Dong, Roth, Su, <em>Gaussian Differential "
@@ -322,7 +327,7 @@ def _attacker_section(curve: TradeoffCurve, fpr: float) -> str:
         "guessing. Reference curves G_μ: μ = 0.5 very private, μ = 1 reasonably private, "
         "μ = 3 basically non-private, μ = 6 no privacy.</p>"
         f"<ul><li>No attack's true-positive rate exceeds its false-positive rate by more than "
-        f"{e.advantage:.4g} (the maximal advantage).</li>"
+        f"{format_bound(e.advantage, up=True, digits=4)} (the maximal advantage).</li>"
         f"<li>No attack has both error rates below {e.equal_error_rate:.4g}.</li>"
         "<li>What the results do reveal, by design, is the aggregate statistics themselves, up "
         "to the stated noise: population-level facts are not protected.</li></ul>"
@@ -340,23 +345,24 @@ def _release_privacy_section(report: PrivacyReport, privacy_unit: str | None) ->
         else "one privacy unit, with all of its rows"
     )
     eps = (
-        f"(ε = {report.epsilon:.4g}, δ = {report.delta:.3g})"
+        f"(ε = {format_bound(report.epsilon, up=True, digits=4)}, δ = {report.delta:.3g})"
         if report.epsilon is not None and report.delta is not None
         else "no (ε, δ) target"
     )
-    mu = f"μ = {report.mu:.4g} (GDP), " if report.mu is not None else ""
+    mu = "" if report.mu is None else f"μ = {format_bound(report.mu, up=True, digits=4)} (GDP), "
     return (
         "<section id='privacy'><h2>Privacy report</h2>"
         f"<p><strong>What is protected:</strong> {unit}. Adding or removing it changes what "
         "is released only within the guarantee below (add/remove neighbours).</p>"
         f"<p><strong>What was spent:</strong> {eps}-differential privacy; {mu}ρ = "
-        f"{report.rho:.4g} (zCDP); partition selection δ = {report.selection_delta:.3g}. "
+        f"{format_bound(report.rho, up=True, digits=4)} (zCDP); partition selection δ = "
+        f"{format_bound(report.selection_delta, up=True, digits=3)}. "
         f"Budget of this release: {_e(report.budget)}.</p></section>"
     )
 
 
 def _budget_section_release(report: PrivacyReport) -> str:
-    used = f"{report.epsilon:.6g}" if report.epsilon is not None else "—"
+    used = format_bound(report.epsilon, up=True) if report.epsilon is not None else "—"
     total = report.budget.as_dict()
     return (
         "<section id='budget'><h2>Budget</h2><table class='small'><tbody>"
@@ -381,8 +387,14 @@ def _ledger_sections(ledger: Ledger) -> tuple[str, TradeoffCurve | None]:
     section = (
         "<section id='budget'><h2>Budget used and left</h2><table class='small'><tbody>"
         f"<tr><td>total</td><td>{_e(summary.total)}</td></tr>"
-        f"<tr><td>spent</td><td>{unit} = {summary.spent:.6g}{at} (lower bound "
-        f"{summary.spent_lower:.6g}); partition selection δ = {summary.selection_delta:.3g}"
+        f"<tr><td>spent</td><td>{unit} = {format_bound(summary.spent, up=True)}{at} ("
+        + (
+            "no lower bound computed"
+            if summary.lower is None
+            else f"lower bound {format_bound(summary.lower, up=False)}"
+        )
+        + "); partition selection δ = "
+        f"{format_bound(summary.selection_delta, up=True, digits=3)}"
         f"</td></tr><tr><td>left</td><td>"
         f"{_e(left_text(summary.total, summary.spent, summary.selection_delta, summary.note))}"
         "</td></tr>"

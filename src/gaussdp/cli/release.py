@@ -786,30 +786,16 @@ def ledger_show(
     screen.print(ledger_table(f"ledger {path}", summary, screen.width))
 
 
-def _spent_lower(summary: LedgerSummary) -> float | None:
-    """The history's lower bound, or ``None`` where the accountant computes none.
-
-    The accountants give 0 where they have no lower bound: after partition
-    selection (its δ-close argument gives none: the selecting mechanism may be more
-    private than the noise it thresholds), with a ρ budget, or with no PLD. A 0
-    below a positive spend is such a placeholder, never an informative bound, so
-    it is shown as "no lower bound computed" rather than as 0.
-    """
-    if summary.spent_lower == 0.0 and summary.spent > 0.0:
-        return None
-    return summary.spent_lower
-
-
 def ledger_json(summary: LedgerSummary) -> dict[str, object]:
     """A ledger's entries and totals as JSON values (``gaussdp ledger show --json``,
     ``gaussdp explain --ledger --json``); NaN and infinities become null, and so
-    does ``spent_lower`` where no lower bound is computed (:func:`_spent_lower`)."""
+    does ``spent_lower`` where no lower bound is computed (:attr:`LedgerSummary.lower`)."""
     return {
         "total": {key: json_number(value) for key, value in summary.total.as_dict().items()},
         "unit": summary.unit,
         "delta": json_number(summary.delta),
         "spent": json_number(summary.spent),
-        "spent_lower": json_number(_spent_lower(summary)),
+        "spent_lower": json_number(summary.lower),
         "remaining": json_number(summary.remaining),
         "selection_delta": json_number(summary.selection_delta),
         "slack": json_number(summary.slack),
@@ -856,7 +842,7 @@ def ledger_table(title: str, summary: LedgerSummary, width: int) -> Table:
     ]
     table = fit_table(title, header, rows, width, separator="\n")
     at = f" at δ = {ceil_text(summary.delta, 3)}" if summary.unit == "epsilon" else ""
-    lower = _spent_lower(summary)
+    lower = summary.lower
     shown = "no lower bound computed" if lower is None else f"lower bound {floor_text(lower)}"
     table.caption = (
         f"total {summary.total}; spent {unit} = {ceil_text(summary.spent)}{at} (certified upper "

@@ -182,6 +182,20 @@ class LedgerSummary:
         """The unit's symbol: ``"ε"``, ``"ρ"`` or ``"μ"``."""
         return {"epsilon": "ε", "rho": "ρ", "mu": "μ"}[self.unit]
 
+    @property
+    def lower(self) -> float | None:
+        """:attr:`spent_lower`, or ``None`` where the accountant computes no lower bound.
+
+        The accountants give 0 where they have none: after partition selection (its
+        δ-close argument gives none: the selecting mechanism may be more private than
+        the noise it thresholds), with a ρ budget, or with no PLD. A 0 below a positive
+        spend is such a placeholder, never an informative bound, so displays show "no
+        lower bound computed" rather than 0.
+        """
+        if self.spent_lower == 0.0 and self.spent > 0.0:
+            return None
+        return self.spent_lower
+
 
 class Ledger:
     """A persistent privacy filter (one SQLite file, WAL mode).
