@@ -100,6 +100,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         "got 1e+308",
     ),
     (
+        "calibrate: an ε beyond max/√2 (the μ search's start overflowed) names ε too",
+        lambda _: ["calibrate", "--epsilon", "1.5e308", "--delta", "0.5"],
+        2,
+        "error: epsilon must be small enough that ρ = μ²/2 is a finite float (ε ≤ 1e307 is), "
+        "got 1.5e+308",
+    ),
+    (
         "convert: two views at once",
         lambda _: ["convert", "--mu", "1", "--rho", "1"],
         2,

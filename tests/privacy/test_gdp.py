@@ -9,6 +9,7 @@ next to each tolerance.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 import mpmath as mp
@@ -579,3 +580,12 @@ def test_root_finder_meets_delta_and_is_tight(epsilon: float, delta: float) -> N
     mu = gdp_mu(epsilon, delta)
     assert gdp_delta(mu, epsilon) <= delta
     assert gdp_delta(mu * (1 + 1e-12), epsilon) > delta * (1 - 2e-10)
+
+
+@pytest.mark.parametrize("epsilon", [1.5e308, sys.float_info.max])
+def test_mu_for_an_epsilon_near_the_largest_float(epsilon: float) -> None:
+    # Regression: √2·ε overflowed in the search's start above max/√2 ("bracket must be
+    # finite"). The μ returned still meets the target.
+    mu = gdp_mu(epsilon, 0.5)
+    assert 0 < mu < math.inf
+    assert gdp_delta(mu, epsilon) <= 0.5

@@ -494,7 +494,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     # Two feasible (smaller) μ: the standard zCDP conversion with ρ = μ²/2, and
     # the μ meeting δ at ε = 0, δ(0) = erf(μ/(2√2)) (DRS Cor 2.13; δ decreases in ε).
     lo = max(
-        _SQRT2 * epsilon / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv)),
+        _SQRT2 * (epsilon / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv))),  # no overflow
         2.0 * _SQRT2 * float(erfinv(delta)),
     )
     while lo > 0.0 and excess(lo) > 0.0:
