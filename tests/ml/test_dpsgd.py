@@ -60,15 +60,14 @@ def _blobs(n: int = 300, d: int = 10, classes: int = 3, seed: int = 0) -> Tensor
 
 
 def _private(model: nn.Module, data: TensorDataset, batch_size: int, **kwargs: object):  # type: ignore[no-untyped-def]
+    return _private_loader(model, DataLoader(data, batch_size=batch_size), **kwargs)
+
+
+def _private_loader(model: nn.Module, loader: DataLoader, **kwargs: object):  # type: ignore[no-untyped-def,type-arg]
     optimizer = torch.optim.SGD(model.parameters(), lr=kwargs.pop("lr", 0.1))  # type: ignore[arg-type]
     options = {"loss_fn": nnf.cross_entropy, "delta": 1e-5, "max_grad_norm": 1.0}
     options.update(kwargs)
-    return make_private(
-        model,
-        optimizer,
-        DataLoader(data, batch_size=batch_size),
-        **options,  # type: ignore[arg-type]
-    )
+    return make_private(model, optimizer, loader, **options)  # type: ignore[arg-type]
 
 
 # -- per-example gradients and clipping --------------------------------------------------
@@ -356,15 +355,7 @@ def test_loader_without_length_is_refused() -> None:
     model = _mlp()
     loader = DataLoader(_Stream(), batch_size=2)
     with pytest.raises(TypeError, match="data_loader.dataset must be a map-style dataset"):
-        make_private(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            loader,
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=1.0,
-            delta=1e-5,
-            max_grad_norm=1.0,
-        )
+        _private_loader(model, loader, noise_multiplier=1.0)
 
 
 def test_a_custom_sampler_is_refused() -> None:
@@ -376,15 +367,7 @@ def test_a_custom_sampler_is_refused() -> None:
         loader = DataLoader(data, batch_size=10, sampler=sampler)
         name = type(sampler).__name__
         with pytest.raises(ValueError, match=f"data_loader.sampler must be the default.*{name}"):
-            make_private(
-                model,
-                torch.optim.SGD(model.parameters(), lr=0.1),
-                loader,
-                loss_fn=nnf.cross_entropy,
-                noise_multiplier=1.0,
-                delta=1e-5,
-                max_grad_norm=1.0,
-            )
+            _private_loader(model, loader, noise_multiplier=1.0)
 
 
 def test_steps_per_epoch_is_the_clis_too() -> None:
