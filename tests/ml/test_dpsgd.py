@@ -583,7 +583,7 @@ def test_torch_kernels_give_the_numpy_kernels_draws(monkeypatch: pytest.MonkeyPa
 def test_default_prefetch_uses_a_worker_for_large_models_only() -> None:
     from gaussdp.ml import SumNoiser
     from gaussdp.ml.noise import PREFETCH_MIN_DIM
-    from gaussdp.sampling.background import TORCH_KERNELS_MIN_DIM
+    from gaussdp.sampling.background import FAST_KERNELS_MIN_DIM
 
     small = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM - 1, rng=ChaCha20Random(0))
     large = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM, rng=ChaCha20Random(0))
@@ -591,9 +591,9 @@ def test_default_prefetch_uses_a_worker_for_large_models_only() -> None:
     assert not small._stream.background
     assert large._stream is not None
     assert large._stream.background
-    # Such a worker computes log and exp with torch (TORCH_KERNELS_MIN_DIM <= 2**15); the
+    # Such a worker uses the fast kernels (FAST_KERNELS_MIN_DIM <= 2**15); the
     # values are those drawn in place with numpy's kernels.
-    assert PREFETCH_MIN_DIM >= TORCH_KERNELS_MIN_DIM
+    assert PREFETCH_MIN_DIM >= FAST_KERNELS_MIN_DIM
     assert large._stream._worker is not None
     assert large._stream._worker._proc.args[-1] == "torch"
     in_place = SumNoiser(1.0, 1.0, dim=PREFETCH_MIN_DIM, rng=ChaCha20Random(0), prefetch=False)

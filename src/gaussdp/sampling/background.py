@@ -80,7 +80,6 @@ _OK = b"\x01"
 #: of CPU once (torch: ≈ 2.4 s; numba's first run on a machine compiles, ≈ 5 s, and
 #: caches), and each saves ≈ 10-30 ns per coordinate on every vector.
 FAST_KERNELS_MIN_DIM = 2**15
-TORCH_KERNELS_MIN_DIM = FAST_KERNELS_MIN_DIM  # the former name (tests/ml use it)
 # Vectors are int64, which discrete_gaussian guarantees up to this sigma2.
 _INT64_SIGMA2_MAX = _INT64_SCALE_MAX**2
 
