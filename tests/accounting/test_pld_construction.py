@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 from fractions import Fraction
 
@@ -183,3 +184,34 @@ def test_every_route_of_the_lower_hull_finds_the_hull(
     assert np.allclose(
         np.interp(x, x[hull], y[hull]), np.interp(x, x[reference], y[reference]), atol=1e-14
     )
+
+
+@pytest.mark.parametrize(
+    ("sigma", "q", "h"), [(1.1, 256 / 60000, 1e-4), (0.6, 1e-5, 1e-4), (0.3, 0.9, 2e-3)]
+)
+def test_subsampled_gaussian_add_side_equals_its_own_cdfs(sigma: float, q: float, h: float) -> None:
+    # The add direction takes the remove direction's CDF values on the part of its grid
+    # they share: the PMFs are those built from the add direction's own CDFs, evaluated
+    # here independently (the loss of N(0, 1) against the mixture, y = y(−t)).
+    from scipy.special import ndtr
+
+    pld = PrivacyLossDistribution.from_subsampled_gaussian(sigma, q, value_discretization=h)
+    d = 1.0 / sigma
+
+    def cdfs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        arg = np.expm1(-t) + q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = 1.0 / d * (np.log(np.where(arg > 0, arg, 1.0)) - math.log(q)) + d / 2
+        y = np.where(arg > 0, y, -np.inf)
+        n_le, n_gt = ndtr(y), ndtr(-y)
+        cdf = (1 - q) * n_le + q * ndtr(y - d)
+        sf = (1 - q) * n_gt + q * ndtr(d - y)
+        return n_gt, n_le, sf, cdf
+
+    lo = (pld.upper_add.start + 0.5) * h  # inside the first bin: the same grid
+    hi = (pld.upper_add.start + pld.upper_add.probs.size - 1.5) * h
+    upper, lower = pld_module._from_continuous(h, lo, hi, cdfs)
+    for built, fresh in ((pld.upper_add, upper), (pld.lower_add, lower)):
+        assert built.start == fresh.start
+        np.testing.assert_array_equal(built.probs, fresh.probs)
+        assert built.inf_mass == fresh.inf_mass

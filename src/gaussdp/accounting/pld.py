@@ -1713,11 +1713,29 @@ class PrivacyLossDistribution:
             sf = (1 - q) * n_gt + q * ndtr((d - y) / sigma)
             return cdf, sf, n_le, n_gt
 
+        # Both grids are multiples of h and (−i)·h = −(i·h) exactly, so the add
+        # direction's −t is (mostly) a stretch of the remove direction's t, reversed: the
+        # remove direction's values there are taken (t checked point by point), not
+        # evaluated again (normal CDFs: about 3 % of the DP-SGD reference).
+        removed: list[tuple[int, tuple[FloatArray, FloatArray, FloatArray, FloatArray]]] = []
+
         def cdfs_remove(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-            return mixture(y_of_loss(t))
+            out = mixture(y_of_loss(t))
+            removed.append((round(float(t[0]) / h), out))
+            return out
 
         def cdfs_add(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
             # Loss of N(0,σ²) against the mixture is −L(y): ≤ t  ⇔  y ≥ y(−t).
+            neg = -t[::-1]
+            first = round(float(neg[0]) / h)
+            if removed:
+                i0, values = removed[0]
+                a = first - i0
+                if a >= 0 and a + neg.size <= values[0].size:
+                    grid = np.arange(first, first + neg.size, dtype=np.float64) * h
+                    if np.array_equal(grid, neg):
+                        cdf, sf, n_le, n_gt = (v[a : a + neg.size][::-1] for v in values)
+                        return n_gt, n_le, sf, cdf
             q_gt, q_le, p_gt, p_le = mixture(y_of_loss(-t))
             return p_le, p_gt, q_le, q_gt
 
