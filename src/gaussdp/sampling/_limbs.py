@@ -8,6 +8,7 @@ are wanted.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,15 @@ import numpy.typing as npt
 from gaussdp.errors import invalid
 
 __all__ = ["BigIntArray"]
+
+# Values converted to Python ints per pickle stream (the stream is at most ~35 bytes each).
+_PICKLE_BLOCK = 1 << 14
+# Pickle opcodes (protocol 2, Lib/pickletools.py): PROTO 2, EMPTY_LIST, MARK; per value
+# LONG1 and a one-byte length (LONG4 and four bytes past 255 bytes); APPENDS, STOP.
+_PICKLE_HEAD = b"\x80\x02]("
+_PICKLE_LONG1 = b"\x8a"
+_PICKLE_LONG4 = b"\x8b"
+_PICKLE_TAIL = b"e."
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -122,6 +132,13 @@ class BigIntArray:
     def to_object(self) -> npt.NDArray[np.object_]:
         """The entries as a numpy object array of Python ints, of the same shape.
 
+        The ints are built in C, a block at a time, by :func:`pickle.loads` of a stream
+        that this method writes itself: a list of ``LONG1`` records, each the value's
+        two's complement in little-endian bytes, as wide as the block's largest value
+        needs (pickle protocol 2; no other opcode, and nothing from outside is read).
+        About twice as fast as one :meth:`int.from_bytes` call per value, which cost
+        more than drawing the value.
+
         Examples
         --------
         >>> import numpy as np
@@ -129,13 +146,12 @@ class BigIntArray:
         array(-7, dtype=object)
         """
         limbs = self.limbs
-        # Each entry's limbs, most significant first, as one big-endian byte string.
-        flat = np.ascontiguousarray(self.magnitude.reshape(-1, limbs)[:, ::-1], dtype=">u8")
-        raw = flat.view(np.dtype((np.void, 8 * limbs))).ravel().tolist()
-        out = np.empty(len(raw), dtype=object)
-        out[:] = list(map(int.from_bytes, raw))  # big-endian, unsigned
-        negative = np.flatnonzero(self.negative.ravel())
-        out[negative] = -out[negative]
+        magnitude = self.magnitude.reshape(-1, limbs)
+        negative = self.negative.ravel()
+        out = np.empty(len(negative), dtype=object)
+        for start in range(0, len(out), _PICKLE_BLOCK):
+            stop = min(start + _PICKLE_BLOCK, len(out))
+            out[start:stop] = _ints(negative[start:stop], magnitude[start:stop])
         return out.reshape(self.shape)
 
     def tolist(self) -> object:
@@ -162,3 +178,39 @@ def _freeze(
     magnitude.flags.writeable = False
     object.__setattr__(big, "negative", negative)
     object.__setattr__(big, "magnitude", magnitude)
+
+
+def _ints(negative: npt.NDArray[np.bool_], magnitude: npt.NDArray[np.uint64]) -> list[int]:
+    """The values ``(-1)**negative * magnitude`` (limbs little-endian) as Python ints.
+
+    Each value is written as a pickle ``LONG1`` (``LONG4`` past 255 bytes) record: its
+    two's complement, ``width`` bytes little-endian, where ``width`` bytes hold the
+    largest magnitude of the block and a sign bit. For a negative value that is
+    ``~x + 1`` over the limbs (the carry reaches limb ``j`` when limbs ``0..j-1`` of
+    ``x`` are all 0) with all-ones above.
+    """
+    count, limbs = magnitude.shape
+    used = np.flatnonzero(magnitude.any(axis=0))
+    top = int(used[-1]) if used.size else 0
+    bits = 64 * top + int(magnitude[:, top].max(initial=0)).bit_length()
+    width = bits // 8 + 1  # the bits and a sign bit: at most 8 limbs + 1 bytes
+    head = (
+        _PICKLE_LONG1 + bytes([width])
+        if width < 256
+        else _PICKLE_LONG4 + width.to_bytes(4, "little")
+    )
+    words = np.zeros((count, limbs + 1), dtype="<u8")  # the last word: sign extension
+    words[:, :limbs] = magnitude
+    minus = np.flatnonzero(negative)
+    if minus.size:
+        flipped = ~words[minus]  # the sign word becomes all ones
+        carry = np.ones(minus.size, dtype=np.bool_)
+        for j in range(limbs):
+            flipped[:, j] += carry
+            carry &= flipped[:, j] == 0
+        words[minus] = flipped
+    records = np.empty((count, len(head) + width), dtype=np.uint8)
+    records[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+    records[:, len(head) :] = words.view(np.uint8).reshape(count, -1)[:, :width]
+    values: list[int] = pickle.loads(_PICKLE_HEAD + records.tobytes() + _PICKLE_TAIL)
+    return values
