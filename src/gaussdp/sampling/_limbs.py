@@ -185,32 +185,38 @@ def _ints(negative: npt.NDArray[np.bool_], magnitude: npt.NDArray[np.uint64]) ->
 
     Each value is written as a pickle ``LONG1`` (``LONG4`` past 255 bytes) record: its
     two's complement, ``width`` bytes little-endian, where ``width`` bytes hold the
-    largest magnitude of the block and a sign bit. For a negative value that is
-    ``~x + 1`` over the limbs (the carry reaches limb ``j`` when limbs ``0..j-1`` of
-    ``x`` are all 0) with all-ones above.
+    largest magnitude of the block and a sign bit. The two's complement of ``x`` with
+    sign word ``s`` (0, or all ones when negative) is ``(x XOR s) + (s AND 1)`` over
+    the limbs and ``s`` above them: the carry of the ``+ 1`` goes past limb ``j`` only
+    where limbs ``0..j`` of ``x`` are all 0.
     """
     count, limbs = magnitude.shape
-    used = np.flatnonzero(magnitude.any(axis=0))
-    top = int(used[-1]) if used.size else 0
+    top = limbs - 1  # the highest limb in use (columns: reductions along rows are slow)
+    while top and not magnitude[:, top].any():
+        top -= 1
     bits = 64 * top + int(magnitude[:, top].max(initial=0)).bit_length()
-    width = bits // 8 + 1  # the bits and a sign bit: at most 8 limbs + 1 bytes
+    width = bits // 8 + 1  # the bits of the largest value and a sign bit
     head = (
         _PICKLE_LONG1 + bytes([width])
         if width < 256
         else _PICKLE_LONG4 + width.to_bytes(4, "little")
     )
-    words = np.zeros((count, limbs + 1), dtype="<u8")  # the last word: sign extension
-    words[:, :limbs] = magnitude
-    minus = np.flatnonzero(negative)
-    if minus.size:
-        flipped = ~words[minus]  # the sign word becomes all ones
-        carry = np.ones(minus.size, dtype=np.bool_)
-        for j in range(limbs):
-            flipped[:, j] += carry
-            carry &= flipped[:, j] == 0
-        words[minus] = flipped
-    records = np.empty((count, len(head) + width), dtype=np.uint8)
+    words = np.empty((count, limbs + 1), dtype="<u8")
+    sign = words[:, limbs]
+    np.negative(negative, out=sign, dtype=np.uint64, casting="unsafe")  # 0 or all ones
+    for j in range(limbs):  # limb by limb: faster than one broadcast over the rows
+        np.bitwise_xor(magnitude[:, j], sign, out=words[:, j])
+    words[:, 0] += negative
+    carried = np.flatnonzero(negative & (magnitude[:, 0] == 0))  # rarely any
+    for j in range(1, limbs):
+        words[carried, j] += np.uint64(1)
+        carried = carried[words[carried, j] == 0]
+    record = len(head) + width
+    stream = np.empty(len(_PICKLE_HEAD) + count * record + len(_PICKLE_TAIL), dtype=np.uint8)
+    stream[: len(_PICKLE_HEAD)] = np.frombuffer(_PICKLE_HEAD, dtype=np.uint8)
+    stream[len(stream) - len(_PICKLE_TAIL) :] = np.frombuffer(_PICKLE_TAIL, dtype=np.uint8)
+    records = stream[len(_PICKLE_HEAD) : len(stream) - len(_PICKLE_TAIL)].reshape(count, record)
     records[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
     records[:, len(head) :] = words.view(np.uint8).reshape(count, -1)[:, :width]
-    values: list[int] = pickle.loads(_PICKLE_HEAD + records.tobytes() + _PICKLE_TAIL)
+    values: list[int] = pickle.loads(stream.data)
     return values
