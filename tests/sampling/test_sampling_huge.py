@@ -175,8 +175,8 @@ def test_big_int_array_round_trips_python_ints() -> None:
 @pytest.mark.parametrize("limbs", [1, 2, 4, 33])
 def test_big_int_array_builds_every_width_sign_and_carry(limbs: int) -> None:
     """to_object's pickled two's complement, checked against sums of shifted limbs: the
-    carry of ~x + 1 across zero limbs, the extremes of each width, blocks of values of
-    different widths (one block per _PICKLE_BLOCK values) and LONG4 past 255 bytes."""
+    carry of ~x + 1 across zero limbs, the extremes of each width, more than one block
+    (_PICKLE_BLOCK values each) and LONG4 records past 255 bytes (33 limbs)."""
     top = 2 ** (64 * limbs) - 1
     edges = [0, 1, -1, 2**63, -(2**63), 2**64 - 1, -(2**64 - 1), top, -top, -(top // 2 + 1)]
     edges += [sign * 2 ** (64 * j) for j in range(limbs) for sign in (1, -1)]

@@ -184,18 +184,14 @@ def _ints(negative: npt.NDArray[np.bool_], magnitude: npt.NDArray[np.uint64]) ->
     """The values ``(-1)**negative * magnitude`` (limbs little-endian) as Python ints.
 
     Each value is written as a pickle ``LONG1`` (``LONG4`` past 255 bytes) record: its
-    two's complement, ``width`` bytes little-endian, where ``width`` bytes hold the
-    largest magnitude of the block and a sign bit. The two's complement of ``x`` with
-    sign word ``s`` (0, or all ones when negative) is ``(x XOR s) + (s AND 1)`` over
-    the limbs and ``s`` above them: the carry of the ``+ 1`` goes past limb ``j`` only
-    where limbs ``0..j`` of ``x`` are all 0.
+    two's complement in ``8 limbs + 1`` bytes, little-endian (a width set by the number
+    of limbs, not by the values). The two's complement of ``x`` with sign word ``s``
+    (0, or all ones when negative) is ``(x XOR s) + (s AND 1)`` over the limbs and ``s``
+    above them: the carry of the ``+ 1`` goes past limb ``j`` only where limbs ``0..j``
+    of ``x`` are all 0.
     """
     count, limbs = magnitude.shape
-    top = limbs - 1  # the highest limb in use (columns: reductions along rows are slow)
-    while top and not magnitude[:, top].any():
-        top -= 1
-    bits = 64 * top + int(magnitude[:, top].max(initial=0)).bit_length()
-    width = bits // 8 + 1  # the bits of the largest value and a sign bit
+    width = 8 * limbs + 1  # the limbs and a sign byte
     head = (
         _PICKLE_LONG1 + bytes([width])
         if width < 256
