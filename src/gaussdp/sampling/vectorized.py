@@ -728,7 +728,8 @@ def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSo
     Python floats (``math.log`` is the platform libm, covered by assumption 3).
     """
     if m:
-        v = math.log(m * 2.0**-bits + 2.0 ** -(bits + 1)) * -tau_f
+        # U's midpoint (m + 1/2) 2**-bits, exact as in the block (2m + 1 < 2**53).
+        v = math.log(math.ldexp(2 * m + 1, -(bits + 1))) * -tau_f
         eta = tau_f / m + v * _ETA_REL
         low = math.floor(v - eta)
         if low == math.floor(v + eta):
@@ -741,8 +742,9 @@ def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSo
 
 def _accept_one(x: float, m: int, bits: int) -> bool | None:
     """:func:`_bernoulli_exp_fast` for one lane (§2.2): True, False, or None if undecided."""
-    delta = _BRACKET_REL * 2.0**bits
-    scaled = math.exp(-x) * 2.0**bits
+    two_bits = 2.0**bits
+    delta = _BRACKET_REL * two_bits
+    scaled = math.exp(-x) * two_bits
     if m <= scaled - (1.0 + delta):
         return True
     if m < scaled + delta:
