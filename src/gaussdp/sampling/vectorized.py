@@ -1174,8 +1174,11 @@ def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
     )
 
 
-def _draw_few(plan: Plan, n: int, rng: RandomSource) -> IntArray | ObjectArray:
-    """:func:`_draw` without fixed work, one candidate at a time (§4.1), by ``plan.few``.
+def _draw_few(
+    plan: Plan, shape: tuple[int, ...], n: int, rng: RandomSource
+) -> IntArray | ObjectArray:
+    """:func:`_draw` without fixed work, one candidate at a time (§4.1), by ``plan.few``;
+    the ``n`` outputs in ``shape``.
 
     The blocks of candidates are those :func:`_draw` would draw; each stops once the
     outputs are complete, where :func:`_draw` would finish the block and discard the rest.
@@ -1184,11 +1187,13 @@ def _draw_few(plan: Plan, n: int, rng: RandomSource) -> IntArray | ObjectArray:
     while len(out) < n:
         want = math.ceil((n - len(out)) / plan.acceptance * 1.02) + 16
         out += plan.few(min(want, _CHUNK), n - len(out), rng)
-    if plan.int64:
-        return np.array(out, dtype=np.int64)
-    values = np.empty(n, dtype=object)
-    values[:] = out
-    return values
+    if not plan.int64:
+        values = np.empty(n, dtype=object)
+        values[:] = out
+        return values.reshape(shape)
+    if not shape:  # a scalar draw: the 0-d array at once
+        return np.array(out[0], dtype=np.int64)
+    return np.array(out, dtype=np.int64).reshape(shape)
 
 
 Plan = _GaussianPlan | _LaplacePlan
@@ -1245,7 +1250,7 @@ def _sample(
     if plan is None:
         return _tiny(lambda: scalar(exact, rng=source), n, work, name, exact).reshape(shape)
     if work is None and n <= _FEW_MAX:
-        values = _draw_few(plan, n, source).reshape(shape)
+        values = _draw_few(plan, shape, n, source)
         if not plan.int64 and big_ints == "limbs":
             assert isinstance(plan, _GaussianPlan)
             assert plan.huge is not None  # not int64: the huge path (limbs: Gaussian only)
@@ -1325,12 +1330,11 @@ def discrete_gaussian(
     big_ints : {"object", "limbs"}, optional
         How values are returned when ``sigma2 > 2**80`` (they can exceed the
         int64 range): ``"object"`` (default), a numpy object array of Python
-        ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs, the
-        same exact values for the same random words), several times faster to
-        produce because no Python int is built: at ``sigma2 = 10**100`` only
-        ``"limbs"`` reaches 5·10⁶ samples/s; building one Python int per value
-        caps ``"object"`` near 2·10⁶/s (``docs/sampling.md``). Ignored for
-        ``sigma2 <= 2**80``.
+        ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs). Both
+        come from the same draw, with the same exact values for the same random
+        words; ``"limbs"`` only skips building the Python ints, about 3× faster
+        again (``"object"`` is above 5·10⁶ samples/s at ``sigma2 = 10**100``,
+        ``docs/sampling.md``). Ignored for ``sigma2 <= 2**80``.
 
     Returns
     -------
