@@ -22,7 +22,10 @@ on the machine disturb it less. Measurements are interleaved: each round measure
 rounds and the range (min-max) across them. Cells are microseconds per call for
 batches of 1 and 10, and samples per second for 10**3 and 10**6. A second table gives
 each peer's median time over gaussdp's (default source): above 1 gaussdp is faster,
-below 1 (marked "loses") the peer is. Numbers are only comparable within one run.
+below 1 (marked "loses") the peer is. Last come issue 10's two figures against their
+targets: a scalar draw with the default source (n = 1, every sigma**2; <= 30 us) and
+n = 10**6 at sigma**2 = 10**100 (object and limb output; >= 5e6 samples/s). Numbers
+are only comparable within one run.
 ``--laplace`` measures the discrete Laplace sampler instead (scales 10**3, 10**9 and
 10**50/7, gaussdp only). ``--worker`` measures instead the draw of DP-SGD's noise
 worker (``NoiseStream``: one vector of 101,770 coordinates at the lattice sigma**2 of
