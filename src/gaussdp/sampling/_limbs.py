@@ -123,11 +123,9 @@ class BigIntArray:
         """Python ints (each below 2**(64 limbs) in magnitude) as a BigIntArray; for a few."""
         flat = values.ravel().tolist()
         negative = np.array([v < 0 for v in flat], dtype=np.bool_).reshape(values.shape)
-        mask = (1 << 64) - 1
-        magnitude = np.array(
-            [[(abs(v) >> (64 * j)) & mask for j in range(limbs)] for v in flat], dtype=np.uint64
-        ).reshape((*values.shape, limbs))
-        return cls._owned(negative, magnitude)
+        raw = b"".join([abs(v).to_bytes(8 * limbs, "little") for v in flat])
+        magnitude = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+        return cls._owned(negative, magnitude.reshape((*values.shape, limbs)))
 
     def to_object(self) -> npt.NDArray[np.object_]:
         """The entries as a numpy object array of Python ints, of the same shape.
