@@ -65,6 +65,22 @@ def test_huge_path_matches_exact_pmf(
     assert abs(odd - n / 2) / math.sqrt(n / 4) < Z_CRIT
 
 
+def test_default_object_output_at_sigma2_1e100_matches_exact_pmf() -> None:
+    # The default output at sigma2 = 10**100: Python ints built by to_object's pickled
+    # two's complement. Chi-square on 80 bins against the exact cdf, and z-tests of the
+    # sign and of the lowest bit (the ends of the conversion), alpha = 1e-6 each.
+    sigma2, n = 10**100, 60_000
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(209))
+    assert sample.dtype == object
+    assert all(type(v) is int for v in sample.tolist())
+    stat, crit = _chi2_at(sigma2, sample)
+    assert stat < crit, (stat, crit)
+    negative = sum(v < 0 for v in sample.tolist())
+    odd = sum(v & 1 for v in sample.tolist())
+    for count in (negative, odd):
+        assert abs(count - n / 2) / math.sqrt(n / 4) < Z_CRIT, count
+
+
 def test_huge_path_one_draw_at_a_time(monkeypatch: pytest.MonkeyPatch, fresh_plans: None) -> None:
     # Single draws take the few-outputs form (§4.1); tau ~ 3 exercises its Lo rejection loop.
     monkeypatch.setattr(vec, "_HUGE_TAU_BITS", 2)
