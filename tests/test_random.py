@@ -121,6 +121,20 @@ def test_words_continue_the_byte_stream_across_buffer_and_direct_fills() -> None
     assert [int(w) for w in ChaCha20Random(2**64 + 5).words(30000)] == expected
 
 
+def test_word_tuples_continue_the_stream_in_and_across_the_buffer() -> None:
+    # _word_tuple (the few-values samplers) reads the buffer in place when it holds the
+    # words and the general path across a refill: the words must be those of words().
+    sizes = (1, 17, 500, 3, 511, 600, 2, 9000, 40)
+    for make in (lambda: ChaCha20Random(12), lambda: _Counter(), lambda: _NaiveCounter()):
+        a, b = make(), make()
+        for n in sizes:
+            got = a._word_tuple(n)
+            assert type(got) is tuple
+            assert all(type(w) is int for w in got)
+            assert list(got) == b.words(n).tolist()
+            assert a.random_bytes(5) == b.random_bytes(5)
+
+
 def test_chacha20_is_reproducible_and_seed_sensitive() -> None:
     a, b = ChaCha20Random(7), ChaCha20Random(7)
     assert np.array_equal(a.words(100), b.words(100))
@@ -358,11 +372,13 @@ def _draw_in_threads(source: RandomSource, threads: int, words_each: int) -> np.
         try:
             while total < words_each:
                 n = min(_THREAD_SIZES[k % len(_THREAD_SIZES)], words_each - total)
-                path = k % 3
+                path = k % 4
                 if path == 0:
                     got.append(source.words(n))
                 elif path == 1:  # the byte path (LazyUniform, randbits, bits) in whole words
                     got.append(np.frombuffer(source.random_bytes(8 * n), dtype="<u8"))
+                elif path == 2:  # the few-values samplers' words, read in place
+                    got.append(np.array(source._word_tuple(min(n, 600)), dtype="u8"))
                 else:
                     got.append(np.array([source.randbits(64) for _ in range(min(n, 8))], "u8"))
                 total += got[-1].size

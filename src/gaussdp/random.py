@@ -45,6 +45,7 @@ import abc
 import functools
 import hashlib
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Callable
@@ -124,6 +125,13 @@ class RandomSource(abc.ABC):
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
         raw = np.frombuffer(self.random_bytes(_WORD_BYTES * n), dtype="<u8")
         return raw.astype(np.uint64, copy=True)
+
+    def _word_tuple(self, n: int) -> tuple[int, ...]:
+        """The words of ``words(n)`` as a tuple of Python ints, for samplers of a few values.
+
+        Reads the source with one :meth:`random_bytes` call, as :meth:`words` does.
+        """
+        return struct.unpack(f"<{n}Q", self.random_bytes(_WORD_BYTES * n))
 
     def randbits(self, k: int) -> int:
         """Return a uniform integer in ``[0, 2**k)`` as a Python ``int``."""
@@ -269,6 +277,21 @@ class _BufferedSource(RandomSource):
         out = bytearray(n)
         self._read_into(memoryview(out))
         return bytes(out)
+
+    def _word_tuple(self, n: int) -> tuple[int, ...]:
+        """The next ``n`` words as Python ints, read in place when the buffer holds them.
+
+        The same words as :meth:`words` (the next ``8n`` bytes of the stream, handed out
+        once); a scalar draw then costs no intermediate bytes object or array.
+        """
+        need = _WORD_BYTES * n
+        with self._lock:
+            self._discard_if_stale()
+            if self._pos + need <= _CHUNK_BYTES:
+                words = struct.unpack_from(f"<{n}Q", self._buffer, self._pos)
+                self._pos += need
+                return words
+        return super()._word_tuple(n)  # across a refill: the general path
 
 
 class SystemRandom(_BufferedSource):

@@ -17,6 +17,7 @@ from sampling_stats import Z_CRIT, bin_counts, chi2_gof, make_bins, moment_z_sco
 from gaussdp.privacy import DiscreteGaussianDistribution
 from gaussdp.random import ChaCha20Random
 from gaussdp.sampling import BigIntArray, FixedWork, discrete_gaussian
+from gaussdp.sampling import _limbs as vec_limbs
 from gaussdp.sampling import vectorized as vec
 
 
@@ -62,6 +63,22 @@ def test_huge_path_matches_exact_pmf(
     # The low bits (Lo) are uniform to the eye of a parity test, |z| < 4.89 (alpha = 1e-6).
     odd = int(np.count_nonzero(sample & 1))
     assert abs(odd - n / 2) / math.sqrt(n / 4) < Z_CRIT
+
+
+def test_default_object_output_at_sigma2_1e100_matches_exact_pmf() -> None:
+    # The default output at sigma2 = 10**100: Python ints built by to_object's pickled
+    # two's complement. Chi-square on 80 bins against the exact cdf, and z-tests of the
+    # sign and of the lowest bit (the ends of the conversion), alpha = 1e-6 each.
+    sigma2, n = 10**100, 60_000
+    sample = discrete_gaussian(sigma2, n, rng=ChaCha20Random(209))
+    assert sample.dtype == object
+    assert all(type(v) is int for v in sample.tolist())
+    stat, crit = _chi2_at(sigma2, sample)
+    assert stat < crit, (stat, crit)
+    negative = sum(v < 0 for v in sample.tolist())
+    odd = sum(v & 1 for v in sample.tolist())
+    for count in (negative, odd):
+        assert abs(count - n / 2) / math.sqrt(n / 4) < Z_CRIT, count
 
 
 def test_huge_path_one_draw_at_a_time(monkeypatch: pytest.MonkeyPatch, fresh_plans: None) -> None:
@@ -169,6 +186,30 @@ def test_big_int_array_round_trips_python_ints() -> None:
         np.zeros((2, 3), dtype=np.bool_), np.arange(6, dtype=np.uint64).reshape(2, 3, 1)
     )
     assert grid.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("limbs", [1, 2, 4, 33])
+def test_big_int_array_builds_every_width_sign_and_carry(limbs: int) -> None:
+    """to_object's pickled two's complement, checked against sums of shifted limbs: the
+    carry of ~x + 1 across zero limbs, the extremes of each width, more than one block
+    (_PICKLE_BLOCK values each) and LONG4 records past 255 bytes (33 limbs)."""
+    top = 2 ** (64 * limbs) - 1
+    edges = [0, 1, -1, 2**63, -(2**63), 2**64 - 1, -(2**64 - 1), top, -top, -(top // 2 + 1)]
+    edges += [sign * 2 ** (64 * j) for j in range(limbs) for sign in (1, -1)]
+    rng = ChaCha20Random(208)
+    bits = [1 + rng.randbelow(64 * limbs) for _ in range(300)]
+    values = edges + [rng.randbits(b) * (-1) ** rng.randbits(1) for b in bits]
+    values += [0] * vec_limbs._PICKLE_BLOCK + [-5]  # a block of zeros, then a small one
+    big = _from_ints(values, limbs)
+    expected = [
+        (-1) ** int(sign) * sum(int(word) << (64 * j) for j, word in enumerate(row))
+        for sign, row in zip(big.negative.tolist(), big.magnitude, strict=True)
+    ]
+    assert expected == values
+    objects = big.to_object()
+    assert objects.dtype == object
+    assert all(type(v) is int for v in objects.tolist())
+    assert objects.tolist() == values
 
 
 def test_big_int_array_is_immutable_and_copies_its_input() -> None:

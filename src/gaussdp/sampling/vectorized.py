@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -410,6 +409,12 @@ class _GaussianPlan:
         """CKS Alg 3: gamma = (|Y| - sigma^2/t)^2 / (2 sigma^2), exactly."""
         return (magnitude - self.c) ** 2 / (2 * self.sigma2)
 
+    def few(self, n: int, need: int, rng: RandomSource) -> list[int]:
+        """Up to ``need`` outputs of ``n`` candidates, one candidate at a time (§4.1)."""
+        if self.huge is None:
+            return _gaussian_small_few(self, n, need, rng)
+        return _gaussian_huge_few(self, self.huge, n, need, rng)
+
 
 class _HugeScale:
     """The geometric ``X = floor(scale E)`` for ``scale > 2**26``: X = S G + Lo (docs §2.3).
@@ -457,6 +462,12 @@ class _LaplacePlan:
         else:  # rejected: B = 1 and Y = 0, probability (1 - e^{-1/scale})/2 < 2**-27
             self.huge = _HugeScale(scale)
             self.acceptance = (1.0 - 2.0**-27) * (1 - 1e-9)
+
+    def few(self, n: int, need: int, rng: RandomSource) -> list[int]:
+        """Up to ``need`` outputs of ``n`` candidates, one candidate at a time (§4.1)."""
+        if self.huge is None:
+            return _laplace_small_few(self, n, need, rng)
+        return _laplace_huge_few(self.huge, n, need, rng)
 
 
 # ---------------------------------------------------------------------------
@@ -707,7 +718,7 @@ def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
 
 def _word_list(rng: RandomSource, count: int) -> tuple[int, ...]:
     """``rng.words(count)`` as Python ints: the same little-endian words, without numpy."""
-    return struct.unpack(f"<{count}Q", rng.random_bytes(8 * count))
+    return rng._word_tuple(count)
 
 
 def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSource) -> int:
@@ -717,7 +728,8 @@ def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSo
     Python floats (``math.log`` is the platform libm, covered by assumption 3).
     """
     if m:
-        v = math.log(m * 2.0**-bits + 2.0 ** -(bits + 1)) * -tau_f
+        # U's midpoint (m + 1/2) 2**-bits, exact as in the block (2m + 1 < 2**53).
+        v = math.log(math.ldexp(2 * m + 1, -(bits + 1))) * -tau_f
         eta = tau_f / m + v * _ETA_REL
         low = math.floor(v - eta)
         if low == math.floor(v + eta):
@@ -730,8 +742,9 @@ def _geometric_one(m: int, bits: int, tau: Fraction, tau_f: float, rng: RandomSo
 
 def _accept_one(x: float, m: int, bits: int) -> bool | None:
     """:func:`_bernoulli_exp_fast` for one lane (§2.2): True, False, or None if undecided."""
-    delta = _BRACKET_REL * 2.0**bits
-    scaled = math.exp(-x) * 2.0**bits
+    two_bits = 2.0**bits
+    delta = _BRACKET_REL * two_bits
+    scaled = math.exp(-x) * two_bits
     if m <= scaled - (1.0 + delta):
         return True
     if m < scaled + delta:
@@ -992,17 +1005,22 @@ def _gaussian_huge_few(
 # ---------------------------------------------------------------------------
 
 
+# numpy refuses larger shapes with its own message.
+_SHAPE_LIMIT = int(np.iinfo(np.intp).max)
+
+
 def _check_size(size: object) -> tuple[int, ...]:
     """Normalise ``size`` (an int or a tuple of ints, each ``>= 0``) to a shape."""
+    if type(size) is tuple and not size:  # a scalar draw, the common case
+        return ()
     if isinstance(size, tuple):
         shape = tuple(check_int("size", s, minimum=0) for s in size)
     elif isinstance(size, list):
         raise TypeError(invalid("size", "an integer >= 0 or a tuple of them", size))
     else:
         shape = (check_int("size", size, minimum=0),)
-    limit = int(np.iinfo(np.intp).max)  # numpy refuses larger shapes with its own message
-    if max(shape, default=0) > limit or math.prod(shape) > limit:
-        raise ValueError(invalid("size", f"a shape of at most {limit} values", size))
+    if max(shape, default=0) > _SHAPE_LIMIT or math.prod(shape) > _SHAPE_LIMIT:
+        raise ValueError(invalid("size", f"a shape of at most {_SHAPE_LIMIT} values", size))
     return shape
 
 
@@ -1084,7 +1102,6 @@ _laplace_plan = functools.lru_cache(maxsize=256)(_LaplacePlan)
 
 BigInts = Literal["object", "limbs"]
 Output = IntArray | ObjectArray | BigIntArray
-Few = Callable[[int, int], list[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -1095,8 +1112,6 @@ class _Drawer:
     acceptance: float  # lower bound on the acceptance per candidate (docs §4)
     empty: Callable[[int], Rows]  # the output buffer of n rows
     finish: Callable[[Rows, tuple[int, ...], BigInts], Output]
-    few: Few | None  # the one-candidate-at-a-time path for a few outputs (§4.1)
-    few_ints: bool = False  # the few path gives Python ints (an object array)
 
 
 def _empty_values(dtype: type) -> Callable[[int], npt.NDArray[np.generic]]:
@@ -1131,15 +1146,12 @@ def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
             plan.acceptance,
             _empty_values(np.int64),
             _reshaped,
-            lambda m, need: _gaussian_small_few(plan, m, need, source),
         )
     return _Drawer(
         lambda m: _gaussian_huge(plan, huge, m, source),
         plan.acceptance,
         lambda n: _LimbRows(n, huge.limbs),
         functools.partial(_finish_limbs, plan),
-        lambda m, need: _gaussian_huge_few(plan, huge, m, need, source),
-        not plan.int64,
     )
 
 
@@ -1153,33 +1165,35 @@ def _laplace_drawer(plan: Plan, source: RandomSource) -> _Drawer:
             plan.acceptance,
             _empty_values(np.int64),
             _reshaped,
-            lambda m, need: _laplace_small_few(plan, m, need, source),
         )
     return _Drawer(
         lambda m: _laplace_huge(huge, m, source),
         plan.acceptance,
         lambda n: _LimbRows(n, huge.limbs),
         functools.partial(_finish_limbs, plan),
-        lambda m, need: _laplace_huge_few(huge, m, need, source),
-        not plan.int64,
     )
 
 
-def _draw_few(few: Few, n: int, acceptance: float, ints: bool) -> IntArray | ObjectArray:
-    """:func:`_draw` without fixed work, one candidate at a time (§4.1).
+def _draw_few(
+    plan: Plan, shape: tuple[int, ...], n: int, rng: RandomSource
+) -> IntArray | ObjectArray:
+    """:func:`_draw` without fixed work, one candidate at a time (§4.1), by ``plan.few``;
+    the ``n`` outputs in ``shape``.
 
     The blocks of candidates are those :func:`_draw` would draw; each stops once the
     outputs are complete, where :func:`_draw` would finish the block and discard the rest.
     """
     out: list[int] = []
     while len(out) < n:
-        want = math.ceil((n - len(out)) / acceptance * 1.02) + 16
-        out += few(min(want, _CHUNK), n - len(out))
-    if not ints:
-        return np.array(out, dtype=np.int64)
-    values = np.empty(n, dtype=object)
-    values[:] = out
-    return values
+        want = math.ceil((n - len(out)) / plan.acceptance * 1.02) + 16
+        out += plan.few(min(want, _CHUNK), n - len(out), rng)
+    if not plan.int64:
+        values = np.empty(n, dtype=object)
+        values[:] = out
+        return values.reshape(shape)
+    if not shape:  # a scalar draw: the 0-d array at once
+        return np.array(out[0], dtype=np.int64)
+    return np.array(out, dtype=np.int64).reshape(shape)
 
 
 Plan = _GaussianPlan | _LaplacePlan
@@ -1235,14 +1249,14 @@ def _sample(
     n = math.prod(shape)
     if plan is None:
         return _tiny(lambda: scalar(exact, rng=source), n, work, name, exact).reshape(shape)
-    draw = drawer(plan, source)
-    if draw.few is not None and work is None and n <= _FEW_MAX:
-        values = _draw_few(draw.few, n, draw.acceptance, draw.few_ints).reshape(shape)
-        if draw.few_ints and big_ints == "limbs":
+    if work is None and n <= _FEW_MAX:
+        values = _draw_few(plan, shape, n, source)
+        if not plan.int64 and big_ints == "limbs":
             assert isinstance(plan, _GaussianPlan)
-            assert plan.huge is not None  # few_ints: the huge path (limbs: Gaussian only)
+            assert plan.huge is not None  # not int64: the huge path (limbs: Gaussian only)
             return BigIntArray._from_ints(values, plan.huge.limbs)
         return values
+    draw = drawer(plan, source)
     return draw.finish(_draw(draw.batch, n, draw.acceptance, draw.empty, work), shape, big_ints)
 
 
@@ -1316,12 +1330,11 @@ def discrete_gaussian(
     big_ints : {"object", "limbs"}, optional
         How values are returned when ``sigma2 > 2**80`` (they can exceed the
         int64 range): ``"object"`` (default), a numpy object array of Python
-        ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs, the
-        same exact values for the same random words), several times faster to
-        produce because no Python int is built: at ``sigma2 = 10**100`` only
-        ``"limbs"`` reaches 5·10⁶ samples/s; building one Python int per value
-        caps ``"object"`` near 2·10⁶/s (``docs/sampling.md``). Ignored for
-        ``sigma2 <= 2**80``.
+        ints; ``"limbs"``, a :class:`BigIntArray` (sign and 64-bit limbs). Both
+        come from the same draw, with the same exact values for the same random
+        words; ``"limbs"`` only skips building the Python ints, about 3× faster
+        again (``"object"`` is above 5·10⁶ samples/s at ``sigma2 = 10**100``,
+        ``docs/sampling.md``). Ignored for ``sigma2 <= 2**80``.
 
     Returns
     -------
