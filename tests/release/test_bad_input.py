@@ -66,11 +66,18 @@ def test_empty_binary_and_corrupt_files(tmp_path: Path) -> None:
 
 
 def chained(error: BaseException | None) -> str:
-    """Every message of an exception's __cause__/__context__ chain, notes included."""
-    seen = []
-    while error is not None:
-        seen += [repr(error), *getattr(error, "__notes__", [])]
-        error = error.__cause__ or error.__context__
+    """Every text of an exception's chain: each exception reached through __cause__ or
+    __context__ (suppressed or not), its repr, str, args and notes."""
+    seen: list[str] = []
+    todo, done = [error], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in done:
+            continue
+        done.add(id(current))
+        seen += [repr(current), str(current), *map(repr, current.args)]
+        seen += getattr(current, "__notes__", [])
+        todo += [current.__cause__, current.__context__]
     return "\n".join(seen)
 
 
@@ -162,6 +169,7 @@ def test_engine_error_after_reservation_is_one_line(
     assert "ConversionException" in message
     assert caught.value.__cause__ is None
     assert "abc" not in chained(caught.value)
+    assert "ConversionException" in chained(caught.value)  # the stand-in names the class
     (entry,) = book.entries()
     assert entry.status == "reserved"
 

@@ -161,3 +161,25 @@ def test_new_statistics_agree_on_duckdb_and_spark(spark: Any, tmp_path: Path) ->
     assert normalise(on_spark) == normalise(duck)
     assert len(duck) == 4  # four SQL passes …
     assert all(duck)  # … none empty
+
+
+def test_no_part_of_a_row_in_a_spark_errors_chain(spark: Any, tmp_path: Path) -> None:
+    # Regression: PySpark's exception kept the JVM's message (which quotes the value) as
+    # the __context__ of EngineError, and its own __context__ was the Py4JJavaError.
+    from test_bad_input import chained
+
+    from gaussdp.errors import EngineError
+    from gaussdp.release.engines import SparkEngine
+
+    path = tmp_path / "t.csv"
+    path.write_text("user,minutes\n1,3\n")
+    engine = SparkEngine(str(path))
+    try:
+        with pytest.raises(EngineError) as caught:  # ANSI mode: the cast raises, quoting it
+            engine.query("SELECT CAST('7-secret-unit' AS INT) AS x")
+    finally:
+        engine.close()
+    text = chained(caught.value)
+    assert "secret" not in text
+    assert "\n" not in str(caught.value)
+    assert "message withheld" in text

@@ -22,7 +22,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -38,6 +38,7 @@ __all__ = [
     "failure_message",
     "is_glob",
     "open_engine",
+    "raise_detached",
 ]
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
@@ -185,13 +186,41 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
             if action.startswith("opening")
             else "the engine reported an error"
         )
-    error.args = (f"{kind} (message withheld: it may quote data values)",)
+    error.args = (_withheld(kind),)
     if hasattr(error, "__notes__"):
         del error.__notes__
+    error.__cause__ = error.__context__ = None  # PySpark's: the Py4JJavaError and its message
     return (
         f"{engine} failed {action}: {explanation} "
         f"({kind}; data values and line numbers are not shown)"
     )
+
+
+def _withheld(kind: str) -> str:
+    return f"{kind} (message withheld: it may quote data values)"
+
+
+class _WithheldError(Exception):
+    """Stands in for an engine's exception in a chain: its class name, nothing it said."""
+
+
+def raise_detached(error: BaseException, engine_error: BaseException) -> NoReturn:
+    """Raise ``error`` (its message from :func:`failure_message`) while ``engine_error``
+    is being handled, with no link to ``engine_error``.
+
+    ``raise … from None`` still keeps the handled exception as ``__context__``, and
+    scrubbing its ``args`` is not enough for PySpark's: their text comes from the
+    JVM (the description, its stack trace, the ``Py4JJavaError``), which quotes
+    malformed records. The raised error's ``__context__`` is a stand-in that names
+    only the engine exception's class, with no context of its own.
+    """
+    stand_in = _WithheldError(_withheld(type(engine_error).__name__))
+    del engine_error
+    try:
+        raise stand_in
+    except _WithheldError as withheld:
+        withheld.__context__ = None  # it was raised while the engine's error was handled
+        raise error from None
 
 
 class Engine(ABC):
@@ -228,7 +257,7 @@ class Engine(ABC):
         try:
             yield
         except self._errors() as error:
-            raise EngineError(failure_message(self.name, action, error)) from None
+            raise_detached(EngineError(failure_message(self.name, action, error)), error)
 
     def declare(self, types: Mapping[str, str]) -> None:
         """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;

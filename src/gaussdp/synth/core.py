@@ -613,7 +613,7 @@ class Synthesizer:
                 raise FileNotFoundError(
                     invalid("data", "an existing CSV or Parquet file", str(path))
                 )
-            from gaussdp.release.engines import failure_message
+            from gaussdp.release.engines import failure_message, raise_detached
 
             with duckdb.connect() as con:
                 try:
@@ -627,7 +627,7 @@ class Synthesizer:
                         frame = con.read_csv(str(path), all_varchar=True).df()
                 except duckdb.Error as error:  # its message quotes the record and line number
                     message = failure_message("duckdb", "reading the data", error)
-                    raise ValueError(message) from None  # its message quotes rows
+                    raise_detached(ValueError(message), error)  # its message quotes rows
                 if not isinstance(frame, pd.DataFrame):  # pragma: no cover - duckdb's contract
                     raise TypeError(invalid("data", "read as a table", str(path)))
                 return frame
