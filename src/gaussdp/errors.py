@@ -29,8 +29,10 @@ class EngineError(RuntimeError):
     """The query engine (DuckDB, Spark) failed while reading or aggregating data.
 
     The message is one line that never repeats data values (no raw records, no
-    privacy-unit identifiers); the engine's own error is kept as ``__cause__``
-    for debugging. The command line exits with status 4 on it.
+    privacy-unit identifiers). The engine's own error is not kept: engine
+    messages quote raw records, so the chain (``__cause__``, ``__context__``)
+    holds only a stand-in naming its class. The command line exits with status 4
+    on it.
     """
 
 

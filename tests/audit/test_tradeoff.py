@@ -212,3 +212,23 @@ def test_delta_profile_curve_is_the_max_over_certified_pairs() -> None:
     np.testing.assert_allclose(below(ALPHAS), tradeoff_epsilon_delta(*pairs[0], ALPHAS))
     with pytest.raises(ValueError, match="deltas must be"):
         TradeoffCurve.from_delta_profile(acc, deltas=[0.0])
+
+
+def test_descriptions_round_privacy_parameters_outward() -> None:
+    # Each of these rounds *down* to nearest at 4 (δ: 3) significant digits; the displayed
+    # guarantee must not be stronger than the true one (regression: `{mu:.4g}`).
+    from gaussdp.audit.report import release_curve
+    from gaussdp.plot import tradeoff_figure
+
+    mu, eps, delta, rho = 1.00004, 2.00001, 1.0001e-6, 0.500001
+    assert TradeoffCurve.from_gdp(mu).description == "1.001-GDP"
+    assert TradeoffCurve.from_epsilon_delta(eps, delta).description == "(2.001, 1.01e-06)-DP"
+    assert TradeoffCurve.from_rho(rho).description == "0.5001-zCDP"
+    dpsgd = TradeoffCurve.from_dpsgd(noise_multiplier=1.0000004, sample_rate=0.0100000004, steps=3)
+    assert dpsgd.description == "DP-SGD σ=1, q=0.0100001, 3 steps"  # less noise shown, not more
+    gdp = release_curve("gdp", mu=mu, rho=mu**2 / 2, slack=1e-9, selection_delta=0.0)
+    assert gdp.description == "1.001-GDP (release)"
+    zcdp = release_curve("zcdp", mu=None, rho=rho, slack=0.0, selection_delta=0.0)
+    assert zcdp.description == "0.5001-zCDP (release)"
+    fig, _ = tradeoff_figure([TradeoffCurve.from_gdp(mu)], mus=())
+    assert "1.001-GDP" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -66,12 +66,13 @@ def test_duckdb_matches_reference(kind: str, tmp_path: Path) -> None:
     )
     got = outputs_by_kind(release)
     gamma = grid_step(100.0)
+    if kind == "csv":
+        # A CSV's `inf` is not a number (docs/release.md, "Reading a CSV"): missing, like
+        # NaN and NULL (pandas cannot tell NaN from NULL either; both are ignored).
+        rows = [{**r, "minutes": None if r["minutes"] == math.inf else r["minutes"]} for r in rows]
     want = bounded_aggregates(
         rows, unit="user", by=("page",), value="minutes", bounds=(0.0, 100.0), linf=2, gamma=gamma
     )
-    if kind in ("pandas", "csv"):
-        # pandas/CSV cannot tell NaN from NULL; both are ignored, and inf is a value either way.
-        pass
     assert got == want
 
 

@@ -161,3 +161,70 @@ def test_new_statistics_agree_on_duckdb_and_spark(spark: Any, tmp_path: Path) ->
     assert normalise(on_spark) == normalise(duck)
     assert len(duck) == 4  # four SQL passes …
     assert all(duck)  # … none empty
+
+
+def test_no_part_of_a_row_in_a_spark_errors_chain(spark: Any, tmp_path: Path) -> None:
+    # Regression: PySpark's exception kept the JVM's message (which quotes the value) as
+    # the __context__ of EngineError, and its own __context__ was the Py4JJavaError.
+    from test_bad_input import chained
+
+    from gaussdp.errors import EngineError
+    from gaussdp.release.engines import SparkEngine
+
+    path = tmp_path / "t.csv"
+    path.write_text("user,minutes\n1,3\n")
+    engine = SparkEngine(str(path))
+    try:
+        with pytest.raises(EngineError) as caught:  # ANSI mode: the cast raises, quoting it
+            engine.query("SELECT CAST('7-secret-unit' AS INT) AS x")
+    finally:
+        engine.close()
+    text = chained(caught.value)
+    assert "secret" not in text
+    assert "\n" not in str(caught.value)
+    assert "message withheld" in text
+
+
+def write_messy_csv(path: Path) -> Path:
+    """make_rows as a CSV, plus numbers the engines' own casts read differently and
+    malformed lines (each for a unit of its own, one row: bounding stays deterministic)."""
+    lines = ["user,page,minutes,score"]
+    for r in make_rows():
+        cells = [r["user"], r["page"], r["minutes"], r["score"]]
+        lines.append(",".join("" if c is None else str(c) for c in cells))
+    odd = ["1_000", '"1,000"', " 12 ", "+5", "1e3", "0x10", "inf", "nan", "Infinity", "1e999"]
+    odd += [".5", "5.", "1d", "1f", "٣", "12abc", '" 7"', "-0", "1e-999", '"3\n4"']
+    lines += [f"{1000 + i},a,{v},{v}" for i, v in enumerate(odd)]
+    lines += ["2000,a,1,2,3", "2001,a", "2002,\ufffd,1,1"]  # ragged lines; U+FFFD
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with path.open("ab") as handle:
+        handle.write(b"2003,\xff,1,1\n")  # invalid UTF-8
+        handle.write(b'2004,"a,1,1\n2005,b,1,1\n')  # a quote that never closes: to the end
+    return path
+
+
+def test_duckdb_and_spark_read_a_messy_csv_alike(spark: Any, tmp_path: Path) -> None:
+    # One reading of a CSV on both engines: the same dialect, malformed lines dropped
+    # (not refused), one rule for numbers (docs/release.md, "Reading a CSV").
+    path = write_messy_csv(tmp_path / "messy.csv")
+    _, duck = _aggregate(build(str(path), "duckdb"))
+    _, spark_rows = _aggregate(build(str(path), "spark"))
+    assert normalise(spark_rows) == normalise(duck)
+    assert any(rows for rows in duck)
+
+
+def test_spark_reads_csv_numbers_as_duckdb(spark: Any, tmp_path: Path) -> None:
+    from test_bad_input import CSV_READ, CSV_VALUES
+
+    from gaussdp.release.engines import SparkEngine
+
+    path = tmp_path / "t.csv"
+    path.write_text("user,minutes\n" + "".join(f"{i},{v}\n" for i, v in enumerate(CSV_VALUES)))
+    engine = SparkEngine(str(path))
+    try:
+        engine.declare({"minutes": "DOUBLE"})
+        view = engine.register({"i": "user", "v": "minutes"})
+        got = [row[1] for row in sorted(engine.query(f"SELECT CAST(i AS INT), v FROM {view}"))]
+    finally:
+        engine.close()
+    assert got == CSV_READ

@@ -96,12 +96,16 @@ def release_curve(
         def delta_mu(e: float) -> float:
             return min(1.0, gdp_delta_with_slack(mu, e, slack) + selection_delta)
 
-        return TradeoffCurve.from_profile(delta_mu, description=f"{mu:.4g}-GDP (release)")
+        return TradeoffCurve.from_profile(
+            delta_mu, description=f"{format_bound(mu, up=True, digits=4)}-GDP (release)"
+        )
 
     def delta_rho(e: float) -> float:
         return min(1.0, zcdp_delta(rho, e) + selection_delta)
 
-    return TradeoffCurve.from_profile(delta_rho, description=f"{rho:.4g}-zCDP (release)")
+    return TradeoffCurve.from_profile(
+        delta_rho, description=f"{format_bound(rho, up=True, digits=4)}-zCDP (release)"
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -120,7 +124,7 @@ def _pld_curve(accountant: Accountant, delta: float | None) -> TradeoffCurve:
     at = ""
     if delta is not None:
         bound = format_bound(accountant.epsilon(delta).upper, up=True, digits=4)
-        at = f": ε ≤ {bound} at δ = {delta:.3g}"
+        at = f": ε ≤ {bound} at δ = {format_bound(delta, up=True, digits=3)}"
     return TradeoffCurve.from_delta_profile(
         accountant, deltas=deltas, description=f"PLD (release){at}"
     )
@@ -345,7 +349,8 @@ def _release_privacy_section(report: PrivacyReport, privacy_unit: str | None) ->
         else "one privacy unit, with all of its rows"
     )
     eps = (
-        f"(ε = {format_bound(report.epsilon, up=True, digits=4)}, δ = {report.delta:.3g})"
+        f"(ε = {format_bound(report.epsilon, up=True, digits=4)}, "
+        f"δ = {format_bound(report.delta, up=True, digits=3)})"
         if report.epsilon is not None and report.delta is not None
         else "no (ε, δ) target"
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp.cli._output import console, handle_errors
+from gaussdp.cli._output import console, fail, handle_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,10 +43,22 @@ def _plot_module() -> Any:
 def _save(
     result: tuple[Figure, pd.DataFrame], out: Path, table: Path | None, as_json: bool
 ) -> None:
+    from gaussdp.cli.release import check_distinct, check_writable, write_failure
+
+    check_distinct({"--out": out, "--table": table}, {})
+    for option, path in (("--out", out), ("--table", table)):
+        if path is not None:
+            check_writable(path, option)
     fig, frame = result
-    fig.savefig(out, dpi=120)
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as error:  # checked above; the disk may still fail
+        fail(write_failure("--out", out, error))
     if table is not None:
-        frame.to_csv(table, index=False)
+        try:
+            frame.to_csv(table, index=False)
+        except OSError as error:
+            fail(write_failure("--table", table, error))
     if as_json:
         typer.echo(json.dumps({"figure": str(out), "table": None if table is None else str(table)}))
         return

@@ -100,8 +100,13 @@ def check_writable(path: Path, option: str) -> None:
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".gaussdp-check-"):
                 pass
     except OSError as error:
-        reason = error.strerror or type(error).__name__
-        fail(f"{option} must be writable, got {str(path)!r} ({reason})")
+        fail(write_failure(option, path, error))
+
+
+def write_failure(option: str, path: Path, error: OSError) -> str:
+    """The one line for a write to ``path`` (the value of ``option``) that failed."""
+    reason = error.strerror or type(error).__name__
+    return f"{option} must be writable, got {str(path)!r} ({reason})"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -773,12 +778,19 @@ def ledger_show(
     Example: gaussdp ledger show budget.db
     """
 
+    if report_file is not None:
+        check_distinct({"--report": report_file}, {"ledger": path})
+        check_writable(report_file, "--report")
     book = open_ledger(path)
     summary = book.summary()
     if report_file is not None:
         from gaussdp.audit.report import html_report
 
-        report_file.write_text(html_report(ledger=book), encoding="utf-8")
+        page = html_report(ledger=book)
+        try:
+            report_file.write_text(page, encoding="utf-8")
+        except OSError as error:  # checked above; the disk may still fail
+            fail(write_failure("--report", report_file, error))
     if as_json:
         typer.echo(json.dumps(ledger_json(summary), indent=2, allow_nan=False))
         return

@@ -183,6 +183,12 @@ def _pmf_curve(side: LossMasses) -> tuple[Curve, float]:
     return _interp_curve(cum_p, beta), slack + (0.0 if side.upper else deficit)
 
 
+def _up(value: float, digits: int = 4) -> str:
+    """A privacy parameter in a curve's description, rounded up: the displayed guarantee
+    must never be stronger than the true one."""
+    return format_bound(value, up=True, digits=digits)
+
+
 @dataclass(frozen=True, slots=True)
 class TradeoffCurve:
     r"""The f-DP curve of a guarantee: certified :meth:`lower`, and :meth:`upper`.
@@ -256,7 +262,7 @@ class TradeoffCurve:
         def g(a: FloatArray) -> FloatArray:
             return gdp_tradeoff(mu, a)
 
-        return cls(f"{mu:.4g}-GDP", True, mia_advantage(mu), g, g)
+        return cls(f"{_up(mu)}-GDP", True, mia_advantage(mu), g, g)
 
     @classmethod
     def from_epsilon_delta(cls, epsilon: float, delta: float) -> TradeoffCurve:
@@ -273,7 +279,7 @@ class TradeoffCurve:
 
         # DRS Prop 2.4 at its kink.
         adv = min(1.0, (math.expm1(epsilon) + 2.0 * delta) / (math.exp(epsilon) + 1.0))
-        return cls(f"({epsilon:.4g}, {delta:.3g})-DP", True, adv, f, f)
+        return cls(f"({_up(epsilon)}, {_up(delta, 3)})-DP", True, adv, f, f)
 
     @classmethod
     def from_discrete_gaussian(cls, sigma2: object, sensitivity: int = 1) -> TradeoffCurve:
@@ -370,7 +376,7 @@ class TradeoffCurve:
     def from_rho(cls, rho: float) -> TradeoffCurve:
         """ρ-zCDP through its (ε, δ(ε)) profile (CKS Cor 13) and DRS Prop 2.12."""
         rho = check_epsilon("rho", rho)
-        return cls.from_profile(lambda e: zcdp_delta(rho, e), description=f"{rho:.4g}-zCDP")
+        return cls.from_profile(lambda e: zcdp_delta(rho, e), description=f"{_up(rho)}-zCDP")
 
     @classmethod
     def from_pld(cls, pld: PrivacyLossDistribution) -> TradeoffCurve:
@@ -452,7 +458,9 @@ class TradeoffCurve:
         steps = check_count("steps", steps)
         event = Subsampled(Gaussian(sigma=noise_multiplier), sample_rate=sample_rate)
         curve = cls.from_accountant(PLDAccountant().compose(event, count=steps))
-        desc = f"DP-SGD σ={noise_multiplier:g}, q={sample_rate:g}, {steps} steps"
+        # Less noise and a larger rate than shown would be less privacy: σ down, q up.
+        sigma, rate = format_bound(noise_multiplier, up=False), format_bound(sample_rate, up=True)
+        desc = f"DP-SGD σ={sigma}, q={rate}, {steps} steps"
         return cls(desc, curve.exact, curve.advantage, curve._lower, curve._upper)
 
 

@@ -964,14 +964,14 @@ def _prepare(
                 )
         engine.check_columns(dict.fromkeys(needs, False))  # they exist
         converted: dict[str, str] = {}
-        if engine.types_from_data:
-            # A CSV's inferred type depends on the rows (one 'SSN-…' makes a column
-            # VARCHAR): refusing it would tell neighbouring tables apart, so a needed
-            # numeric column is converted instead; a value that does not convert is NULL.
+        if engine.text_columns:
+            # A CSV's columns are text (a type inferred from the rows would tell
+            # neighbouring tables apart): a needed numeric column is read as a number by
+            # the engines' one rule; a value that does not convert is NULL.
             converted = {
                 c: "DOUBLE"
                 for c, numeric in needs.items()
-                if numeric and c not in release.column_types and not engine.is_numeric(c)
+                if numeric and c not in release.column_types
             }
             # Likewise the unit's and the keys' types: the unit is text, a key column takes
             # the type of its public keys (text without them), whatever the rows look like.
@@ -993,7 +993,7 @@ def _prepare(
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
         unit_type = schema[release.privacy_unit].lower()
         unit_nan = "float" if unit_type in ("float", "double", "real") else ""
-        if engine.types_from_data and release.privacy_unit not in release.column_types:
+        if engine.text_columns and release.privacy_unit not in release.column_types:
             unit_nan = "text"  # read as text (_csv_key_type): 'nan' is NaN
         return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:

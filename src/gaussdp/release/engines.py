@@ -11,8 +11,12 @@ Python tuples. The privacy-relevant logic is all in that one SQL text.
 from __future__ import annotations
 
 import contextlib
+import csv
+import functools
 import glob
+import gzip
 import logging
+import operator
 import os
 import re
 import shutil
@@ -22,7 +26,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -38,6 +42,7 @@ __all__ = [
     "failure_message",
     "is_glob",
     "open_engine",
+    "raise_detached",
 ]
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".txt")
@@ -100,6 +105,73 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
         if p.stat().st_size == 0:
             raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
     return kinds.pop(), [str(p) for p in names]
+
+
+#: The one reading of a CSV, the same on both engines (docs/release.md, "Reading a CSV").
+#: A number: optional sign, decimal digits with an optional point, an optional
+#: exponent, nothing else (spaces around it ignored); ``1_000``, ``1,000``, ``0x10``,
+#: ``inf``, ``nan`` are not numbers. Anchored with ``\\z`` (RE2 and Java agree: ``$``
+#: in Java also matches before a final newline).
+CSV_NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?\z"
+CSV_INTEGER = r"^[+-]?[0-9]+\z"
+#: Longest CSV line DuckDB reads (Spark has no limit): 1 GiB.
+_CSV_MAX_LINE = 2**30
+_MAX_FINITE = 1.7976931348623157e308  # the largest double
+#: Most fields Spark's CSV parser allows on a line (its default is 20480): a longer
+#: (ragged) line would fail the read instead of being dropped as malformed.
+_CSV_MAX_FIELDS = 1_000_000
+
+
+def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
+    """The field separator and the column names of CSV ``files``: their schema only.
+
+    ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
+    are each file's first line (RFC 4180 quoting), which must be the same in every
+    file. Nothing is sniffed from the rows, so no row changes how the others are read.
+
+    Raises
+    ------
+    ValueError
+        Files with different separators or headers, or a header that is not UTF-8.
+    """
+    seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
+    if len(seps) > 1:
+        raise ValueError(
+            invalid("data", "CSV files of one kind (.tsv or not)", Path(files[0]).name)
+        )
+    sep = seps.pop()
+    headers = []
+    for name in files:
+        opener: Any = gzip.open if name.lower().endswith(".gz") else open
+        try:
+            with opener(name, "rt", encoding="utf-8", newline="") as handle:
+                headers.append(next(csv.reader(handle, delimiter=sep), []))
+        except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+            raise ValueError(
+                invalid("data", "a CSV whose first line is a UTF-8 header", Path(name).name)
+            ) from None
+    if any(h != headers[0] for h in headers) or not headers[0]:
+        raise ValueError(
+            invalid("data", "CSV files with one and the same header", Path(files[0]).name)
+        )
+    return sep, headers[0]
+
+
+def read_csv_text(con: Any, files: Sequence[str]) -> Any:
+    """CSV ``files`` as a DuckDB relation of text columns, read as :func:`csv_layout`
+    says (the fixed dialect; a malformed line dropped, never an error)."""
+    sep, names = csv_layout(files)
+    return con.read_csv(
+        list(files),
+        header=True,
+        auto_detect=False,
+        columns=dict.fromkeys(names, "VARCHAR"),
+        delimiter=sep,
+        quotechar='"',
+        escapechar='"',
+        ignore_errors=True,
+        max_line_size=_CSV_MAX_LINE,
+    )
 
 
 def is_glob(text: str) -> bool:
@@ -185,13 +257,41 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
             if action.startswith("opening")
             else "the engine reported an error"
         )
-    error.args = (f"{kind} (message withheld: it may quote data values)",)
+    error.args = (_withheld(kind),)
     if hasattr(error, "__notes__"):
         del error.__notes__
+    error.__cause__ = error.__context__ = None  # PySpark's: the Py4JJavaError and its message
     return (
         f"{engine} failed {action}: {explanation} "
         f"({kind}; data values and line numbers are not shown)"
     )
+
+
+def _withheld(kind: str) -> str:
+    return f"{kind} (message withheld: it may quote data values)"
+
+
+class _WithheldError(Exception):
+    """Stands in for an engine's exception in a chain: its class name, nothing it said."""
+
+
+def raise_detached(error: BaseException, engine_error: BaseException) -> NoReturn:
+    """Raise ``error`` (its message from :func:`failure_message`) while ``engine_error``
+    is being handled, with no link to ``engine_error``.
+
+    ``raise … from None`` still keeps the handled exception as ``__context__``, and
+    scrubbing its ``args`` is not enough for PySpark's: their text comes from the
+    JVM (the description, its stack trace, the ``Py4JJavaError``), which quotes
+    malformed records. The raised error's ``__context__`` is a stand-in that names
+    only the engine exception's class, with no context of its own.
+    """
+    stand_in = _WithheldError(_withheld(type(engine_error).__name__))
+    del engine_error
+    try:
+        raise stand_in
+    except _WithheldError as withheld:
+        withheld.__context__ = None  # it was raised while the engine's error was handled
+        raise error from None
 
 
 class Engine(ABC):
@@ -205,9 +305,9 @@ class Engine(ABC):
     name: str
     _declared: dict[str, str]
     on_progress: Callable[[float], None] | None = None
-    #: The column types were inferred from the values (a CSV): a type is then a
-    #: function of the rows, so a needed numeric column is converted, never refused.
-    types_from_data: bool = False
+    #: Every column is text (a CSV): each needed column is converted by the one
+    #: reading of :func:`csv_layout`'s docs (a value that does not convert is NULL).
+    text_columns: bool = False
 
     @property
     def schema(self) -> dict[str, str]:
@@ -228,7 +328,7 @@ class Engine(ABC):
         try:
             yield
         except self._errors() as error:
-            raise EngineError(failure_message(self.name, action, error)) from None
+            raise_detached(EngineError(failure_message(self.name, action, error)), error)
 
     def declare(self, types: Mapping[str, str]) -> None:
         """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;
@@ -414,10 +514,10 @@ class DuckDBEngine(Engine):
                     if kind == "parquet":
                         self._rel = con.read_parquet(files)
                     else:
-                        # Types from every row, not a sample: a string after the sample rows
-                        # makes the column VARCHAR (refused before spending), not a query error.
-                        self._rel = con.read_csv(files, header=True, sample_size=-1)
-                        self.types_from_data = True
+                        # Text, read by a fixed dialect (nothing sniffed from the rows); a
+                        # malformed line is dropped, never an error (docs/release.md).
+                        self._rel = read_csv_text(con, files)
+                        self.text_columns = True
             elif _module(source) == "pandas":
                 self._rel = con.from_df(source)  # type: ignore[arg-type]
             elif _module(source) == "polars":
@@ -463,21 +563,42 @@ class DuckDBEngine(Engine):
 
     def register(self, columns: dict[str, str]) -> str:
         view = f"gdp_src_{uuid.uuid4().hex}"
-        col = self._duckdb.ColumnExpression
+        duck = self._duckdb
+        const, fn = duck.ConstantExpression, duck.FunctionExpression
         selected = []
         for internal, user in columns.items():
-            expr = col(user)
-            if user in self._declared:
-                if self.types_from_data and self._declared[user] != "VARCHAR":
+            expr = duck.ColumnExpression(user)
+            kind = self._declared.get(user)
+            if kind is not None and self.text_columns and kind in ("BIGINT", "DOUBLE"):
+                text = fn("trim", expr)
+                pattern = CSV_INTEGER if kind == "BIGINT" else CSV_NUMBER
+                value = text.try_cast(duck.sqltype(kind))
+                if kind == "DOUBLE":  # '1e999' reads as inf here, as in Spark: not a number
+                    finite = fn("abs", value) <= const(_MAX_FINITE)
+                    value = duck.CaseExpression(finite, value)
+                expr = duck.CaseExpression(fn("regexp_full_match", text, const(pattern)), value)
+            elif kind is not None:
+                if self.text_columns and kind != "VARCHAR":
                     # DuckDB pushes a cast into its CSV reader, where a value that does not
                     # convert fails the scan even under TRY_CAST (duckdb 1.x and 2.0); going
                     # through the text (concat with '') keeps TRY_CAST's NULL.
-                    empty = self._duckdb.ConstantExpression("")
-                    expr = self._duckdb.FunctionExpression("concat", expr, empty)
-                expr = expr.try_cast(self._duckdb.sqltype(self._declared[user]))
+                    expr = fn("concat", expr, const(""))
+                expr = expr.try_cast(duck.sqltype(kind))
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
-            self._rel.select(*selected).create_view(view)
+            relation = self._rel
+            if self.text_columns:  # a line with invalid UTF-8 is dropped by the reader
+                # (concat reads NULL as '': a NULL field is not U+FFFD)
+                clean = [
+                    fn(
+                        "contains",
+                        fn("concat", duck.ColumnExpression(u), const("")),
+                        const("\ufffd"),
+                    )
+                    for u in columns.values()
+                ]
+                relation = relation.filter(~functools.reduce(operator.or_, clean))
+            relation.select(*selected).create_view(view)
         self._views.append(view)
         return view
 
@@ -591,8 +712,24 @@ class SparkEngine(Engine):
                     if kind == "parquet":
                         self._df = reader.parquet(*files)
                     else:
-                        self._df = reader.csv(files, header=True, inferSchema=True)
-                        self.types_from_data = True
+                        from pyspark.sql.types import StringType, StructField, StructType
+
+                        sep, names = csv_layout(files)
+                        text = StructType([StructField(n, StringType()) for n in names])
+                        # The dialect DuckDB reads (RFC 4180, quoted newlines included);
+                        # a malformed line is dropped (with column pruning off: _collect).
+                        self._df = reader.schema(text).csv(
+                            files,
+                            header=True,
+                            sep=sep,
+                            quote='"',
+                            escape='"',
+                            multiLine=True,
+                            mode="DROPMALFORMED",
+                            encoding="UTF-8",
+                            maxColumns=_CSV_MAX_FIELDS,
+                        )
+                        self.text_columns = True
             elif isinstance(source, str) and _spark_table_exists(spark, source):
                 self._df = spark.table(source)
             else:
@@ -633,13 +770,32 @@ class SparkEngine(Engine):
 
         view = f"gdp_src_{uuid.uuid4().hex}"
         selected = []
+
+        def column(user: str) -> Any:
+            return F.col("`" + user.replace("`", "``") + "`")
+
         for internal, user in columns.items():
-            expr = F.col("`" + user.replace("`", "``") + "`")
-            if user in self._declared:
-                expr = expr.try_cast(self._declared[user])
+            expr = column(user)
+            kind = self._declared.get(user)
+            if kind is not None and self.text_columns and kind in ("bigint", "double"):
+                text = F.trim(expr)  # spaces only, as DuckDB's trim
+                value = text.try_cast(kind)
+                if kind == "double":
+                    value = F.when(F.abs(value) <= F.lit(_MAX_FINITE), value)
+                expr = F.when(text.rlike(CSV_INTEGER if kind == "bigint" else CSV_NUMBER), value)
+            elif kind is not None:
+                expr = expr.try_cast(kind)
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
-            self._df.select(*selected).createOrReplaceTempView(view)
+            frame = self._df
+            if self.text_columns:
+                # Spark reads invalid UTF-8 as U+FFFD where DuckDB drops the line: a line
+                # with U+FFFD in a column read is dropped on both.
+                clean = [
+                    F.coalesce(column(u).contains("\ufffd"), F.lit(False)) for u in columns.values()
+                ]
+                frame = frame.filter(~functools.reduce(operator.or_, clean))
+            frame.select(*selected).createOrReplaceTempView(view)
         self._views.append(view)
         return view
 
@@ -657,18 +813,26 @@ class SparkEngine(Engine):
     def _collect(self, sql: str, action: str) -> tuple[list[Any], int]:
         """The result's rows (collected to the driver: the small per-group result) and width."""
         # ANSI mode: an integer overflow in the bounding raises instead of wrapping.
+        # Column pruning off: with it, Spark checks a CSV line's field count only over the
+        # columns a query reads, so a ragged line would be dropped by one query, not another.
+        settings = {
+            "spark.sql.ansi.enabled": "true",
+            "spark.sql.csv.parser.columnPruning.enabled": "false",
+        }
         conf = self._spark.conf
-        before = conf.get("spark.sql.ansi.enabled", None)
-        conf.set("spark.sql.ansi.enabled", "true")
+        before = {key: conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            conf.set(key, value)
         try:
             with self.failures(action):
                 frame = self._spark.sql(sql)
                 return frame.collect(), len(frame.columns)
         finally:
-            if before is None:
-                conf.unset("spark.sql.ansi.enabled")
-            else:
-                conf.set("spark.sql.ansi.enabled", before)
+            for key, old in before.items():
+                if old is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, old)
 
     def close(self) -> None:
         for view in self._views:

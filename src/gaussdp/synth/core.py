@@ -613,7 +613,7 @@ class Synthesizer:
                 raise FileNotFoundError(
                     invalid("data", "an existing CSV or Parquet file", str(path))
                 )
-            from gaussdp.release.engines import failure_message
+            from gaussdp.release.engines import failure_message, raise_detached, read_csv_text
 
             with duckdb.connect() as con:
                 try:
@@ -621,13 +621,13 @@ class Synthesizer:
                         frame = con.read_parquet(str(path)).df()
                     else:
                         # Text, not types inferred from the rows (a late string would fail
-                        # the read: a refusal that depends on one row); each column's
-                        # domain converts its values (a value that does not convert is
-                        # outside the domain).
-                        frame = con.read_csv(str(path), all_varchar=True).df()
+                        # the read: a refusal that depends on one row), a malformed line
+                        # dropped (docs/release.md, "Reading a CSV"); each column's domain
+                        # converts its values (one that does not convert is outside it).
+                        frame = read_csv_text(con, [str(path)]).df()
                 except duckdb.Error as error:  # its message quotes the record and line number
                     message = failure_message("duckdb", "reading the data", error)
-                    raise ValueError(message) from None  # its message quotes rows
+                    raise_detached(ValueError(message), error)  # its message quotes rows
                 if not isinstance(frame, pd.DataFrame):  # pragma: no cover - duckdb's contract
                     raise TypeError(invalid("data", "read as a table", str(path)))
                 return frame
