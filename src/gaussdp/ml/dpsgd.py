@@ -657,8 +657,8 @@ class _Engine:
                 self.inside = False
             if ghost is not None:
                 by_id, ghost_losses, squared, layer_records = ghost
-                drew = _rng_moved(rng_state, self.device)  # the batched pass drew dropout masks
                 if self._verify_now(signature(layer_records, inputs.shape[0])):
+                    drew = _rng_moved(rng_state, self.device)  # the pass drew dropout masks
                     # Dropout masks depend on how many examples one pass draws them for:
                     # a batch that drew random numbers is checked at once (every example
                     # whose clipped gradient is used is compared), at the memory of the
