@@ -138,6 +138,12 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = (
 # Unit round-off of float64.
 _UNIT = 2.0**-53
 _MAX_DL_SCALE = 3.0e4
+# The largest first grid step at the default tolerance (scaled by √(τ/1e-4)), where the
+# loss spread would allow a coarser one (large sampling rates): half the common default
+# h = 1e-4 (dp_accounting's), so that the certified upper bound, whose allowances an
+# uncertified connect-the-dots PLD does not carry, is at least as tight as that one
+# (its O(h²) error is a quarter). See docs/accounting.md §1, "Choosing h".
+_STEP_CAP = 5e-5
 
 
 class UnsupportedEventError(ValueError):
@@ -1053,18 +1059,29 @@ class PLDAccountant(Accountant):
             return self._h
         if self._adaptive is not None:
             return self._adaptive.value_discretization
-        # The connect-the-dots upper bound inflates each run's loss variance by at most
-        # h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
-        # h = 1.6√τ·s, and at most 1e-4·√(τ/1e-4). (1.6 rather than 2: the bracket must
-        # be within τ, and at 2 the sweep's first brackets were 1.1–1.5τ wide, asking
-        # for a second, finer grid.) Refined per query (see _adaptive).
+        return self._first_step()[0]
+
+    def _first_step(self) -> tuple[float, float]:
+        """The first grid step h and the relative accuracy in ε it aims at.
+
+        The connect-the-dots upper bound inflates each run's loss variance by at most
+        h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
+        h = 1.6√τ·s aims at τ. (1.6 rather than 2: the bracket must be within τ, and at
+        2 the sweep's first brackets were 1.1–1.5τ wide, asking for a second, finer
+        grid.) Where the loss is wide (large q) that step is capped at
+        :data:`_STEP_CAP`·√(τ/1e-4), and the grid then aims at the finer accuracy
+        τ·(h/(1.6√τ·s))² of the same model: the truncations are sized to it
+        (:meth:`_tail_for`), so that they do not dominate its error. Refined per query
+        (see _adaptive)."""
         tol = self._tolerance
         if len(self._leaves) > 1:
-            return _pooled_step(self._leaves, tol)
-        h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
-        for event in self._leaves:
-            h = min(h, 1.6 * math.sqrt(tol) * _loss_spread(event))
-        return self._snap(max(h, MIN_STEP))
+            h, free = _pooled_step(self._leaves, tol)
+            return h, tol * min(1.0, (h / free) ** 2)
+        cap = _STEP_CAP * math.sqrt(tol / DEFAULT_TOLERANCE)
+        spread = min((_loss_spread(event) for event in self._leaves), default=math.inf)
+        free = max(1.6 * math.sqrt(tol) * spread, MIN_STEP)
+        h = self._snap(max(min(cap, free), MIN_STEP))
+        return h, tol * min(1.0, (h / free) ** 2)
 
     def _snap(self, h: float) -> float:
         """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
@@ -1099,7 +1116,10 @@ class PLDAccountant(Accountant):
             return self._tail_mass
         if delta is None:
             return self._adaptive_tail if self._adaptive is not None else DEFAULT_TAIL_MASS
-        want = tail_mass_for(delta, self._tolerance, len(self._leaves))
+        # Sized to the accuracy the first grid aims at (at most τ; finer where the grid
+        # step is capped), so that truncation does not dominate that grid's error.
+        aim = self._tolerance if self._h is not None else self._first_step()[1]
+        want = tail_mass_for(delta, aim, len(self._leaves))
         if self._adaptive is not None and self._adaptive_tail <= want:
             return self._adaptive_tail
         return want
@@ -1469,8 +1489,9 @@ def _loss_lattice(event: Event) -> float | None:
     return None
 
 
-def _pooled_step(leaves: Counter[Event], tolerance: float) -> float:
-    """The first grid step for a composition of several distinct events.
+def _pooled_step(leaves: Counter[Event], tolerance: float) -> tuple[float, float]:
+    """The first grid step for a composition of several distinct events, and the step
+    the tolerance alone would ask for (before the cap).
 
     Connect the dots inflates the variance of each run's loss by at most h²/4, so that
     of the whole composition by n·h²/4 (n runs in all) against its variance
@@ -1483,7 +1504,7 @@ def _pooled_step(leaves: Counter[Event], tolerance: float) -> float:
     mean_square = sum(c * _loss_spread(e) ** 2 for e, c in leaves.items()) / runs
     h = 2.0 * math.sqrt(tolerance * mean_square)
     cap = 10 * DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tolerance / DEFAULT_TOLERANCE)
-    return max(min(h, cap), MIN_STEP)
+    return max(min(h, cap), MIN_STEP), max(h, MIN_STEP)
 
 
 def _lattice_grid(event: Event) -> float | None:
