@@ -90,7 +90,7 @@ def test_a_capped_step_aims_finer_and_sizes_the_truncation_to_it() -> None:
     free = 1.6 * math.sqrt(1e-4) * accountants._loss_spread(WIDE)
     assert h == accountants._STEP_CAP < free
     assert aim == pytest.approx(1e-4 * (h / free) ** 2)
-    assert aim < 1e-6
+    assert aim < 1e-5
     b = acc.epsilon(1e-5)
     # The truncation is sized to the finer accuracy, not to τ.
     assert acc._adaptive_tail == tail_mass_for(1e-5, aim, 1) < tail_mass_for(1e-5, 1e-4, 1)

@@ -139,11 +139,13 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = (
 _UNIT = 2.0**-53
 _MAX_DL_SCALE = 3.0e4
 # The largest first grid step at the default tolerance (scaled by √(τ/1e-4)), where the
-# loss spread would allow a coarser one (large sampling rates): half the common default
-# h = 1e-4 (dp_accounting's), so that the certified upper bound, whose allowances an
-# uncertified connect-the-dots PLD does not carry, is at least as tight as that one
-# (its O(h²) error is a quarter). See docs/accounting.md §1, "Choosing h".
-_STEP_CAP = 5e-5
+# loss spread would allow a coarser one (large sampling rates, large ε). A tenth below
+# the common default h = 1e-4 (dp_accounting's): the certified upper bound carries
+# allowances (round-off, truncation) that an uncertified connect-the-dots PLD on the same
+# step does not, about 1e-9 relative at the cap once the truncation is sized to the
+# accuracy aimed at, while 0.9·h takes about a fifth off the O(h²) discretisation.
+# See docs/accounting.md §1, "Choosing h".
+_STEP_CAP = 9e-5
 
 
 class UnsupportedEventError(ValueError):
@@ -1075,9 +1077,11 @@ class PLDAccountant(Accountant):
         (see _adaptive)."""
         tol = self._tolerance
         if len(self._leaves) > 1:
-            h, free = _pooled_step(self._leaves, tol)
-            return h, tol * min(1.0, (h / free) ** 2)
-        cap = _STEP_CAP * math.sqrt(tol / DEFAULT_TOLERANCE)
+            # Several distinct events aim at τ: their lattice parts, moved to h, add an
+            # O(h) error that the variance model does not cover.
+            return _pooled_step(self._leaves, tol), tol
+        cap = min((_step_cap(event) for event in self._leaves), default=_STEP_CAP)
+        cap *= math.sqrt(tol / DEFAULT_TOLERANCE)
         spread = min((_loss_spread(event) for event in self._leaves), default=math.inf)
         free = max(1.6 * math.sqrt(tol) * spread, MIN_STEP)
         h = self._snap(max(min(cap, free), MIN_STEP))
@@ -1489,9 +1493,8 @@ def _loss_lattice(event: Event) -> float | None:
     return None
 
 
-def _pooled_step(leaves: Counter[Event], tolerance: float) -> tuple[float, float]:
-    """The first grid step for a composition of several distinct events, and the step
-    the tolerance alone would ask for (before the cap).
+def _pooled_step(leaves: Counter[Event], tolerance: float) -> float:
+    """The first grid step for a composition of several distinct events.
 
     Connect the dots inflates the variance of each run's loss by at most h²/4, so that
     of the whole composition by n·h²/4 (n runs in all) against its variance
@@ -1504,7 +1507,7 @@ def _pooled_step(leaves: Counter[Event], tolerance: float) -> tuple[float, float
     mean_square = sum(c * _loss_spread(e) ** 2 for e, c in leaves.items()) / runs
     h = 2.0 * math.sqrt(tolerance * mean_square)
     cap = 10 * DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tolerance / DEFAULT_TOLERANCE)
-    return max(min(h, cap), MIN_STEP), max(h, MIN_STEP)
+    return max(min(h, cap), MIN_STEP)
 
 
 def _lattice_grid(event: Event) -> float | None:
@@ -1577,6 +1580,18 @@ def _composed_event_pld(
             run = replace(run, tail_mass=max(run.tail_mass, power_tail))
         return run.self_compose(count, extended_precision=extended)
     return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
+
+
+def _step_cap(event: Event) -> float:
+    """The cap on the first grid step of ``event`` alone (at τ = 1e-4): :data:`_STEP_CAP`,
+    but 1e-4 for the events whose runs are composed on their own loss lattice and moved
+    to h once (pure and approximate DP steps, sensitivity-1 subsampled discrete Laplace;
+    :func:`_composed_event_pld`): their composition on the lattice is exact, so a finer
+    step does not tighten it as it does a composition on h, and decimal lattices such
+    as ε₀ = 0.3 are multiples of 1e-4, where the move is exact."""
+    if isinstance(event, (PureDP, ApproxDP)) or _two_point_laplace(event) is not None:
+        return DEFAULT_VALUE_DISCRETIZATION
+    return _STEP_CAP
 
 
 def _two_point_laplace(event: Event) -> DiscreteLaplace | None:
