@@ -62,11 +62,6 @@ EXTENDED_COST = np.dtype(np.longdouble).itemsize / np.dtype(np.float64).itemsize
 # refinement may build (refining is for accuracy; it stops where it gets expensive).
 _MAX_REFINEMENTS = 4
 _REFINE_POINTS = 1_500_000
-# A grid that does not fit is coarsened by the factor it is over the memory bound, times
-# this margin (the grid sizes are known before allocating, in proportion to 1/h up to a
-# few points; the loop tries again if one still does not fit). It was 1.25, which left
-# grids a fifth coarser (and looser) than the memory bound allows.
-_COARSEN_MARGIN = 1.02
 # The bracket's relative width that is accepted, in units of the tolerance: 1 for ε, so
 # that an accepted bracket proves the tolerance (it was 10 while the lower bound's error
 # was ten times the upper's; docs/accounting.md §1, "Choosing h"). A δ(ε) query's bracket
@@ -249,7 +244,7 @@ class AdaptivePLD:
                             h,
                         )
                     ) from None
-                h = self._snap(h * exc.points / MAX_GRID_POINTS * _COARSEN_MARGIN)
+                h = self._snap(h * exc.points / MAX_GRID_POINTS * 1.25)
                 self._coarsened = True
                 if h > 1.0:  # grid steps are at most 1 nat: a huge count fits no grid
                     break
