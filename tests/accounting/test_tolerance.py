@@ -74,6 +74,46 @@ def test_small_q_upper_is_proven_within_the_tolerance() -> None:
     assert b.upper - b.lower <= 1e-4 * b.upper
 
 
+# σ = 0.6, q = 0.01, 1000 steps, δ = 1e-5 (ε ≈ 7.43): a wide loss, so the first step is
+# capped below what τ = 1e-4 asks for. Independent answer: dp_accounting 0.6's
+# connect-the-dots PLD (error O(h²)) gives 7.4336141870 at h = 4e-5 and 7.4336139158 at
+# h = 2e-5; Richardson extrapolation 7.4336138253. At its default h = 1e-4 it gives
+# 7.4336161002 (no round-off or truncation allowance).
+WIDE = Subsampled(Gaussian(0.6), 0.01)
+WIDE_TRUTH = 7.4336138253
+WIDE_DP_ACCOUNTING = 7.4336161002
+
+
+def test_a_capped_step_aims_finer_and_sizes_the_truncation_to_it() -> None:
+    acc = PLDAccountant().compose(WIDE, 1000)
+    h, aim = acc._first_step()
+    free = 1.6 * math.sqrt(1e-4) * accountants._loss_spread(WIDE)
+    assert h == accountants._STEP_CAP < free
+    assert aim == pytest.approx(1e-4 * (h / free) ** 2)
+    assert aim < 1e-5
+    b = acc.epsilon(1e-5)
+    # The truncation is sized to the finer accuracy, not to τ.
+    assert acc._adaptive_tail == tail_mass_for(1e-5, aim, 1) < tail_mass_for(1e-5, 1e-4, 1)
+    assert b.method == "pld"
+    assert b.note == ""
+    assert b.lower <= WIDE_TRUTH * (1 + 1e-9) <= b.upper * (1 + 2e-9)
+    # Within the accuracy aimed at of the independent answer (and so within τ), and at
+    # least as tight as the uncertified PLD at the common default step.
+    assert b.upper - WIDE_TRUTH <= aim * WIDE_TRUTH
+    assert b.upper <= WIDE_DP_ACCOUNTING
+
+
+def test_an_uncapped_step_keeps_the_truncation_of_the_tolerance() -> None:
+    # Small q: the step the tolerance asks for is below the cap, the grid aims at τ and
+    # its truncation is the tolerance's (no window grows where the cap does not bind).
+    acc = PLDAccountant().compose(SMALL_Q, 1000)
+    h, aim = acc._first_step()
+    assert h < accountants._STEP_CAP
+    assert aim == 1e-4
+    acc.epsilon(1e-6)
+    assert acc._adaptive_tail == tail_mass_for(1e-6, 1e-4, 1)
+
+
 def test_tail_mass_follows_delta_and_the_tolerance() -> None:
     # All truncations of a query at δ together move at most τ·δ (four per event), in
     # powers of ten within [1e-15, 1e-10].

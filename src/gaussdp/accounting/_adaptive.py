@@ -130,6 +130,11 @@ def check_tolerance(value: object) -> float:
 def tail_mass_for(delta: float, tolerance: float, events: int) -> float:
     r"""The mass each truncation or wrap-around may move, for a query at ``delta``.
 
+    ``tolerance`` is the relative accuracy on ε that the grid aims at: the accountant's
+    tolerance τ, or less where its first grid step is capped below what τ asks for
+    (``PLDAccountant._first_step``), so that truncation does not dominate that grid's
+    error.
+
     What truncation moves is never lost on the upper side: mass cut above a window goes
     to +∞ (δ(ε) counts it in full), mass cut below is rounded up to the window's first
     point, and the Chernoff bound on what wraps around is added to δ

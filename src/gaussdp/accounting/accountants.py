@@ -138,6 +138,14 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = (
 # Unit round-off of float64.
 _UNIT = 2.0**-53
 _MAX_DL_SCALE = 3.0e4
+# The largest first grid step at the default tolerance (scaled by √(τ/1e-4)), where the
+# loss spread would allow a coarser one (large sampling rates, large ε). A tenth below
+# the common default h = 1e-4 (dp_accounting's): the certified upper bound carries
+# allowances (round-off, truncation) that an uncertified connect-the-dots PLD on the same
+# step does not, about 1e-9 relative at the cap once the truncation is sized to the
+# accuracy aimed at, while 0.9·h takes about a fifth off the O(h²) discretisation.
+# See docs/accounting.md §1, "Choosing h".
+_STEP_CAP = 9e-5
 
 
 class UnsupportedEventError(ValueError):
@@ -1053,18 +1061,31 @@ class PLDAccountant(Accountant):
             return self._h
         if self._adaptive is not None:
             return self._adaptive.value_discretization
-        # The connect-the-dots upper bound inflates each run's loss variance by at most
-        # h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
-        # h = 1.6√τ·s, and at most 1e-4·√(τ/1e-4). (1.6 rather than 2: the bracket must
-        # be within τ, and at 2 the sweep's first brackets were 1.1–1.5τ wide, asking
-        # for a second, finer grid.) Refined per query (see _adaptive).
+        return self._first_step()[0]
+
+    def _first_step(self) -> tuple[float, float]:
+        """The first grid step h and the relative accuracy in ε it aims at.
+
+        The connect-the-dots upper bound inflates each run's loss variance by at most
+        h²/4, a relative error of about (h/s)²/8 in ε (s the spread of one run's loss):
+        h = 1.6√τ·s aims at τ. (1.6 rather than 2: the bracket must be within τ, and at
+        2 the sweep's first brackets were 1.1–1.5τ wide, asking for a second, finer
+        grid.) Where the loss is wide (large q) that step is capped at
+        :data:`_STEP_CAP`·√(τ/1e-4), and the grid then aims at the finer accuracy
+        τ·(h/(1.6√τ·s))² of the same model: the truncations are sized to it
+        (:meth:`_tail_for`), so that they do not dominate its error. Refined per query
+        (see _adaptive)."""
         tol = self._tolerance
         if len(self._leaves) > 1:
-            return _pooled_step(self._leaves, tol)
-        h = DEFAULT_VALUE_DISCRETIZATION * math.sqrt(tol / DEFAULT_TOLERANCE)
-        for event in self._leaves:
-            h = min(h, 1.6 * math.sqrt(tol) * _loss_spread(event))
-        return self._snap(max(h, MIN_STEP))
+            # Several distinct events aim at τ: their lattice parts, moved to h, add an
+            # O(h) error that the variance model does not cover.
+            return _pooled_step(self._leaves, tol), tol
+        cap = min((_step_cap(event) for event in self._leaves), default=_STEP_CAP)
+        cap *= math.sqrt(tol / DEFAULT_TOLERANCE)
+        spread = min((_loss_spread(event) for event in self._leaves), default=math.inf)
+        free = max(1.6 * math.sqrt(tol) * spread, MIN_STEP)
+        h = self._snap(max(min(cap, free), MIN_STEP))
+        return h, tol * min(1.0, (h / free) ** 2)
 
     def _snap(self, h: float) -> float:
         """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
@@ -1099,7 +1120,10 @@ class PLDAccountant(Accountant):
             return self._tail_mass
         if delta is None:
             return self._adaptive_tail if self._adaptive is not None else DEFAULT_TAIL_MASS
-        want = tail_mass_for(delta, self._tolerance, len(self._leaves))
+        # Sized to the accuracy the first grid aims at (at most τ; finer where the grid
+        # step is capped), so that truncation does not dominate that grid's error.
+        aim = self._tolerance if self._h is not None else self._first_step()[1]
+        want = tail_mass_for(delta, aim, len(self._leaves))
         if self._adaptive is not None and self._adaptive_tail <= want:
             return self._adaptive_tail
         return want
@@ -1556,6 +1580,18 @@ def _composed_event_pld(
             run = replace(run, tail_mass=max(run.tail_mass, power_tail))
         return run.self_compose(count, extended_precision=extended)
     return on_lattice.self_compose(count, extended_precision=extended).regridded(h)
+
+
+def _step_cap(event: Event) -> float:
+    """The cap on the first grid step of ``event`` alone (at τ = 1e-4): :data:`_STEP_CAP`,
+    but 1e-4 for the events whose runs are composed on their own loss lattice and moved
+    to h once (pure and approximate DP steps, sensitivity-1 subsampled discrete Laplace;
+    :func:`_composed_event_pld`): their composition on the lattice is exact, so a finer
+    step does not tighten it as it does a composition on h, and decimal lattices such
+    as ε₀ = 0.3 are multiples of 1e-4, where the move is exact."""
+    if isinstance(event, (PureDP, ApproxDP)) or _two_point_laplace(event) is not None:
+        return DEFAULT_VALUE_DISCRETIZATION
+    return _STEP_CAP
 
 
 def _two_point_laplace(event: Event) -> DiscreteLaplace | None:
