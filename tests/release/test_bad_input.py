@@ -174,6 +174,15 @@ def test_a_malformed_line_is_dropped_not_refused(
     assert [e.status for e in book.entries()] == ["committed"]
 
 
+def test_a_csv_header_of_two_lines_is_refused(tmp_path: Path) -> None:
+    # Lines are read one by one: a quoted newline in a column name is a schema fact
+    # refused up front, not a half-header read as a row.
+    path = tmp_path / "t.csv"
+    path.write_text('user,"min\nutes"\n1,2\n')
+    with pytest.raises(ValueError, match="a CSV whose header is one line"):
+        DuckDBEngine(str(path))
+
+
 def test_a_malformed_line_drops_itself_only(tmp_path: Path) -> None:
     # Its neighbours stay: a ragged line between two rows of the same unit.
     path = tmp_path / "t.csv"

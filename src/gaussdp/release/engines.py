@@ -127,7 +127,8 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     Raises
     ------
     ValueError
-        Files with different separators or headers, or a header that is not UTF-8.
+        Files with different separators or headers, a header that is not UTF-8 or
+        that spans lines (a quoted newline in a name).
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -149,6 +150,8 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
         raise ValueError(
             invalid("data", "CSV files with one and the same header", Path(files[0]).name)
         )
+    if any("\n" in name or "\r" in name for name in headers[0]):  # read line by line
+        raise ValueError(invalid("data", "a CSV whose header is one line", Path(files[0]).name))
     return sep, headers[0]
 
 
