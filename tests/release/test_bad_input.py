@@ -138,10 +138,16 @@ def aggregates(release: Release) -> list[list[tuple[Any, ...]]]:
     [
         (b"7,8,9", None),  # one field too many (regression: refused the run at row 60,002)
         (b"7", None),  # one too few
-        (b'7,"8', None),  # a quote that never closes: the rest of the file, here the line
+        (b'7,"8', None),  # a quote that never closes: its own line only (one record a line)
+        (b'7,"8,9', None),
+        (b'7,8"', None),  # a quote inside an unquoted field
+        (b'7,"8"9', None),  # text after a closing quote
         (b"\xff7,8", None),  # invalid UTF-8 (DuckDB drops it; Spark would read U+FFFD)
         ("7\ufffd,8".encode(), None),  # U+FFFD: dropped on both engines alike
-        (b'7,"8\n9"', b"7,"),  # a quoted newline is a field: a value that is not a number
+        (b'7,"8\n9"', None),  # a quoted newline is not read: both halves are malformed
+        (b'7,"8"', b"7,8"),  # quotes around a value are not part of it
+        (b'"7","1""2"', b"7,"),  # "" in quotes is one " (here: not a number)
+        (b"7,8\r", b"7,8"),  # \r\n ends a line as \n does
         (b"7," + b"1" * 3_000_000, b"7,"),  # an over-long field (DuckDB's default max: 2 MB)
         (b"7,1_000", b"7,"),  # numbers that are not numbers: NULL, like an empty field
         (b"7,0x10", b"7,"),
@@ -155,15 +161,26 @@ def test_a_malformed_line_is_dropped_not_refused(
     # A refusal that depends on one line tells neighbouring tables apart ("refused" vs
     # "released"). Each malformed line is dropped (its unit's other rows stay), each
     # unparsable value is NULL, the same rule on both engines (docs/release.md).
-    rows = b"user,minutes\n" + b"".join(b"%d,%d\n" % (i, i % 60) for i in range(60_000))
+    # The line is in the middle of 60,000 rows: the rows after it are read as before.
+    rows = [b"%d,%d\n" % (i, i % 60) for i in range(60_000)]
+    head, tail = b"user,minutes\n" + b"".join(rows[:30_000]), b"".join(rows[30_000:])
     with_bad = tmp_path / "with_bad.csv"
-    with_bad.write_bytes(rows + bad + b"\n")
+    with_bad.write_bytes(head + bad + b"\n" + tail)
     without = tmp_path / "without.csv"
-    without.write_bytes(rows + (b"" if like is None else like + b"\n"))
+    without.write_bytes(head + (b"" if like is None else like + b"\n") + tail)
     assert aggregates(summing(with_bad)) == aggregates(summing(without))
     book = ledger(tmp_path)
     summing(with_bad).run(ledger=book)  # released, not refused
     assert [e.status for e in book.entries()] == ["committed"]
+
+
+def test_a_csv_header_of_two_lines_is_refused(tmp_path: Path) -> None:
+    # Lines are read one by one: a quoted newline in a column name is a schema fact
+    # refused up front, not a half-header read as a row.
+    path = tmp_path / "t.csv"
+    path.write_text('user,"min\nutes"\n1,2\n')
+    with pytest.raises(ValueError, match="a CSV whose header is one line"):
+        DuckDBEngine(str(path))
 
 
 def test_a_malformed_line_drops_itself_only(tmp_path: Path) -> None:

@@ -196,10 +196,11 @@ def write_messy_csv(path: Path) -> Path:
     odd += [".5", "5.", "1d", "1f", "٣", "12abc", '" 7"', "-0", "1e-999", '"3\n4"']
     lines += [f"{1000 + i},a,{v},{v}" for i, v in enumerate(odd)]
     lines += ["2000,a,1,2,3", "2001,a", "2002,\ufffd,1,1"]  # ragged lines; U+FFFD
+    lines += ['2006,"a,1,1', "2007,b,1,1", '2008,a"b,1,1', '"2009","a",1,"1"']  # quotes'
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with path.open("ab") as handle:
         handle.write(b"2003,\xff,1,1\n")  # invalid UTF-8
-        handle.write(b'2004,"a,1,1\n2005,b,1,1\n')  # a quote that never closes: to the end
+        handle.write(b'2004,"a,1,1\n2005,b,1,1\r\n2010,b,1,1\r')  # an unclosed quote; \r
     return path
 
 
@@ -211,6 +212,19 @@ def test_duckdb_and_spark_read_a_messy_csv_alike(spark: Any, tmp_path: Path) -> 
     _, spark_rows = _aggregate(build(str(path), "spark"))
     assert normalise(spark_rows) == normalise(duck)
     assert any(rows for rows in duck)
+
+
+def test_an_unclosed_quote_drops_its_own_line_on_spark(spark: Any, tmp_path: Path) -> None:
+    # Neighbouring tables: 60,000 rows with and without one line whose quote never
+    # closes, in the middle: the same pre-noise aggregates (one record a line).
+    rows = ["user,page,minutes,score"] + [f"{i},a,{i % 60},1" for i in range(60_000)]
+    without = tmp_path / "without.csv"
+    without.write_text("\n".join(rows) + "\n")
+    with_bad = tmp_path / "with_bad.csv"
+    with_bad.write_text("\n".join([*rows[:30_001], '7,"a,1,1', *rows[30_001:]]) + "\n")
+    _, plain = _aggregate(build(str(without), "spark"))
+    _, bad = _aggregate(build(str(with_bad), "spark"))
+    assert normalise(bad) == normalise(plain)
 
 
 def test_spark_reads_csv_numbers_as_duckdb(spark: Any, tmp_path: Path) -> None:

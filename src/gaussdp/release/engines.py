@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import functools
 import glob
 import gzip
 import logging
-import operator
 import os
 import re
 import shutil
@@ -117,9 +115,6 @@ CSV_INTEGER = r"^[+-]?[0-9]+\z"
 #: Longest CSV line DuckDB reads (Spark has no limit): 1 GiB.
 _CSV_MAX_LINE = 2**30
 _MAX_FINITE = 1.7976931348623157e308  # the largest double
-#: Most fields Spark's CSV parser allows on a line (its default is 20480): a longer
-#: (ragged) line would fail the read instead of being dropped as malformed.
-_CSV_MAX_FIELDS = 1_000_000
 
 
 def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
@@ -132,7 +127,8 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     Raises
     ------
     ValueError
-        Files with different separators or headers, or a header that is not UTF-8.
+        Files with different separators or headers, a header that is not UTF-8 or
+        that spans lines (a quoted newline in a name).
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -154,24 +150,104 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
         raise ValueError(
             invalid("data", "CSV files with one and the same header", Path(files[0]).name)
         )
+    if any("\n" in name or "\r" in name for name in headers[0]):  # read line by line
+        raise ValueError(invalid("data", "a CSV whose header is one line", Path(files[0]).name))
     return sep, headers[0]
+
+
+def csv_header_lines(files: Sequence[str]) -> list[str]:
+    """The first line of each CSV file, as text (the lines that are read as a header)."""
+    lines = set()
+    for name in files:
+        opener: Any = gzip.open if name.lower().endswith(".gz") else open
+        with opener(name, "rb") as handle:
+            first = handle.readline().split(b"\r")[0].rstrip(b"\n")
+        lines.add(first.decode("utf-8"))  # csv_layout has checked it is UTF-8
+    return sorted(lines)
+
+
+def csv_line_pattern(sep: str, count: int, *, java: bool) -> str:
+    """A regex that matches a CSV line of ``count`` fields whole, one group a field.
+
+    A field is unquoted (no separator, no ``"``) or quoted (``"`` … ``"``, with ``""``
+    for a ``"`` inside and no newline, since the line has none). RE2 (DuckDB) and Java
+    (Spark) read it alike; Java's loop is possessive (``*+``), which it runs without
+    recursion (a greedy group loop recurses once per pair and overflows the stack on a
+    field of many ``""``), and which matches the same lines since a field's end is
+    never ambiguous.
+    """
+    loop = "*+" if java else "*"
+    field = f'("(?:[^"]|""){loop}"|[^{sep}"]*)'
+    return "^" + sep.join([field] * count) + r"\z"
 
 
 def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     """CSV ``files`` as a DuckDB relation of text columns, read as :func:`csv_layout`
-    says (the fixed dialect; a malformed line dropped, never an error)."""
+    says (the fixed dialect, one record a line; a malformed line dropped, never an error).
+
+    DuckDB's own CSV parser lets a quoted field span lines (an unclosed quote then takes
+    every later line with it), so the lines are read raw (no quote; the separator is
+    U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
+    """
     sep, names = csv_layout(files)
-    return con.read_csv(
+    raw = con.read_csv(
         list(files),
         header=True,
         auto_detect=False,
-        columns=dict.fromkeys(names, "VARCHAR"),
-        delimiter=sep,
-        quotechar='"',
-        escapechar='"',
+        columns={"line": "VARCHAR", "rest": "VARCHAR"},
+        delimiter="\x01",
+        quotechar="",
+        escapechar="",
+        strict_mode=False,
+        null_padding=True,
         ignore_errors=True,
         max_line_size=_CSV_MAX_LINE,
     )
+    pattern = csv_line_pattern(sep, len(names), java=False)
+    headers = ", ".join(_sql_text(h) for h in csv_header_lines(files))
+    keep = (
+        f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({headers}) "
+        f"AND NOT contains(line, '\ufffd') AND regexp_full_match(line, {_sql_text(pattern)})"
+    )
+    groups = ", ".join(f"'c{i}'" for i in range(len(names)))
+    split = raw.filter(keep).select(f"regexp_extract(line, {_sql_text(pattern)}, [{groups}]) AS f")
+    fields = []
+    for i, name in enumerate(names):
+        v = f"f.c{i}"
+        fields.append(
+            f"CASE WHEN starts_with({v}, '\"') "
+            f"THEN replace({v}[2:-2], '\"\"', '\"') ELSE nullif({v}, '') END "
+            f'AS "{name.replace(chr(34), chr(34) * 2)}"'
+        )
+    return split.select(", ".join(fields))
+
+
+def _sql_text(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
+    r"""CSV ``files`` as a Spark DataFrame of text columns, read as :func:`read_csv_text`
+    reads them on DuckDB: each line (``\n``, ``\r\n`` or ``\r`` ends it) split by
+    :func:`csv_line_pattern`, a line that does not match it dropped."""
+    from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
+
+    sep, names = csv_layout(files)
+    line = F.col("value")
+    pattern = csv_line_pattern(sep, len(names), java=True)
+    # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
+    bad = line.isin(csv_header_lines(files)) | line.contains("\x01") | line.contains("\ufffd")
+    bad = bad | ~F.is_valid_utf8(line)
+    lines = spark.read.text(list(files)).filter(~bad & line.rlike(pattern))
+    fields = []
+    for i, name in enumerate(names):
+        v = F.regexp_extract(line, pattern, i + 1)
+        inner = F.replace(v.substr(F.lit(2), F.length(v) - 2), F.lit('""'), F.lit('"'))
+        fields.append(
+            F.when(v.startswith('"'), inner).otherwise(F.nullif(v, F.lit(""))).alias(name)
+        )
+    return lines.select(*fields)
 
 
 def is_glob(text: str) -> bool:
@@ -586,19 +662,7 @@ class DuckDBEngine(Engine):
                 expr = expr.try_cast(duck.sqltype(kind))
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
-            relation = self._rel
-            if self.text_columns:  # a line with invalid UTF-8 is dropped by the reader
-                # (concat reads NULL as '': a NULL field is not U+FFFD)
-                clean = [
-                    fn(
-                        "contains",
-                        fn("concat", duck.ColumnExpression(u), const("")),
-                        const("\ufffd"),
-                    )
-                    for u in columns.values()
-                ]
-                relation = relation.filter(~functools.reduce(operator.or_, clean))
-            relation.select(*selected).create_view(view)
+            self._rel.select(*selected).create_view(view)
         self._views.append(view)
         return view
 
@@ -712,23 +776,7 @@ class SparkEngine(Engine):
                     if kind == "parquet":
                         self._df = reader.parquet(*files)
                     else:
-                        from pyspark.sql.types import StringType, StructField, StructType
-
-                        sep, names = csv_layout(files)
-                        text = StructType([StructField(n, StringType()) for n in names])
-                        # The dialect DuckDB reads (RFC 4180, quoted newlines included);
-                        # a malformed line is dropped (with column pruning off: _collect).
-                        self._df = reader.schema(text).csv(
-                            files,
-                            header=True,
-                            sep=sep,
-                            quote='"',
-                            escape='"',
-                            multiLine=True,
-                            mode="DROPMALFORMED",
-                            encoding="UTF-8",
-                            maxColumns=_CSV_MAX_FIELDS,
-                        )
+                        self._df = _spark_csv_text(spark, files)
                         self.text_columns = True
             elif isinstance(source, str) and _spark_table_exists(spark, source):
                 self._df = spark.table(source)
@@ -787,15 +835,7 @@ class SparkEngine(Engine):
                 expr = expr.try_cast(kind)
             selected.append(expr.alias(internal))
         with self.failures("preparing the data"):
-            frame = self._df
-            if self.text_columns:
-                # Spark reads invalid UTF-8 as U+FFFD where DuckDB drops the line: a line
-                # with U+FFFD in a column read is dropped on both.
-                clean = [
-                    F.coalesce(column(u).contains("\ufffd"), F.lit(False)) for u in columns.values()
-                ]
-                frame = frame.filter(~functools.reduce(operator.or_, clean))
-            frame.select(*selected).createOrReplaceTempView(view)
+            self._df.select(*selected).createOrReplaceTempView(view)
         self._views.append(view)
         return view
 
@@ -813,12 +853,7 @@ class SparkEngine(Engine):
     def _collect(self, sql: str, action: str) -> tuple[list[Any], int]:
         """The result's rows (collected to the driver: the small per-group result) and width."""
         # ANSI mode: an integer overflow in the bounding raises instead of wrapping.
-        # Column pruning off: with it, Spark checks a CSV line's field count only over the
-        # columns a query reads, so a ragged line would be dropped by one query, not another.
-        settings = {
-            "spark.sql.ansi.enabled": "true",
-            "spark.sql.csv.parser.columnPruning.enabled": "false",
-        }
+        settings = {"spark.sql.ansi.enabled": "true"}
         conf = self._spark.conf
         before = {key: conf.get(key, None) for key in settings}
         for key, value in settings.items():
