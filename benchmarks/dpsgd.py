@@ -30,7 +30,8 @@ gaussdp checks its batched path against the per-example one on calls 1, 2, 4, â€
 the medians leave them out). Per method and step: the median and the range over
 the rounds of the wall time and of the CPU time of every process involved â€” this
 process (all its threads) and its child processes (gaussdp's noise worker), read
-from ``time.process_time`` and ``/proc/<pid>/schedstat`` (Linux); a method's
+from ``time.process_time`` and ``/proc/<pid>/stat`` (utime + stime of all the
+child's threads, Linux); a method's
 child processes are those started while it was built (``make_private`` starts the
 noise worker) or during its warm-up. A worker's CPU
 time is counted from the start of its method's block to the start of its next
@@ -158,15 +159,21 @@ def child_pids() -> set[int]:
 
 
 def cpu_of(pids: set[int]) -> float:
-    """CPU seconds the processes ``pids`` have run (``/proc/<pid>/schedstat``, ns)."""
-    total = 0
+    """CPU seconds the processes ``pids`` have run, all their threads (``/proc/<pid>/stat``).
+
+    utime + stime, in clock ticks: the whole thread group, threads that have exited
+    included (``/proc/<pid>/schedstat`` is the main thread's alone, and missed the
+    noise worker's other threads).
+    """
+    ticks = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                total += int(f.read().split()[0])
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-    return total / 1e9
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
+from gaussdp._validation import format_bound
 from gaussdp.audit.mia import (
     MIAResult,
     confidence_logits,
@@ -120,7 +121,11 @@ def run(
         spent = trained[0].epsilon
         print(
             f"{setting}: "
-            + (f"certified ε ≤ {spent:.3f}" if spent is not None else "no DP")
+            + (
+                f"certified ε ≤ {format_bound(spent, up=True, digits=4)}"
+                if spent is not None
+                else "no DP"
+            )
             + f" ({models} models, {time.process_time() - start:.0f} s CPU)",
             flush=True,
         )

@@ -16,6 +16,11 @@ total, before any data is read or noise drawn:
 
 The ledger's total is the PLD accountant's ε of all the events together, which
 is less than the sum of the parts' ε.
+
+The noise comes from the operating system's CSPRNG (no ``rng=``): a release
+charged to a real ledger must not be seeded. A seeded ``rng=`` is for tests and
+replays only: anyone who knows the seed regenerates the noise and subtracts it,
+whatever the ledger says was spent.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from torch.nn import functional as nnf
 from torch.utils.data import DataLoader, TensorDataset
 
 from gaussdp import Budget, Ledger, Release
+from gaussdp._validation import format_bound
 from gaussdp.ml import DPAggregator, make_private
-from gaussdp.random import ChaCha20Random
 
 EXAMPLES = Path(__file__).resolve().parent
 DELTA = 1e-6
@@ -47,7 +52,7 @@ def table_release(ledger: Ledger) -> None:
         max_groups_per_unit=3,
         max_rows_per_group=2,
     ).count(by="page", keys=pages)
-    result = release.run(ledger=ledger, label="visits per page", rng=ChaCha20Random(1))
+    result = release.run(ledger=ledger, label="visits per page")
     print(result.frame[["page", "value"]].to_string(index=False))
 
 
@@ -65,7 +70,6 @@ def dpsgd_run(ledger: Ledger) -> None:
         max_grad_norm=1.0,
         noise_multiplier=1.5,
         delta=DELTA,
-        rng=ChaCha20Random(2),
         ledger=ledger,  # each pass of 10 steps is one ledger entry
     )
     for _ in range(2):
@@ -75,14 +79,13 @@ def dpsgd_run(ledger: Ledger) -> None:
             loss.backward()
             optimizer.step()
     optimizer.close()
-    print(f"DP-SGD: {optimizer.steps} steps, ε ≤ {optimizer.privacy_spent(DELTA).upper:.3f}")
+    spent = format_bound(optimizer.privacy_spent(DELTA).upper, up=True, digits=4)
+    print(f"DP-SGD: {optimizer.steps} steps, ε ≤ {spent}")
 
 
 def federated_round(ledger: Ledger) -> None:
     """One round of 50 clients sampled at q = 0.5, central noise σ = 2 on the sum."""
-    aggregator = DPAggregator(
-        1.0, 2.0, dim=2, client_rate=0.5, rng=ChaCha20Random(3), ledger=ledger
-    )
+    aggregator = DPAggregator(1.0, 2.0, dim=2, client_rate=0.5, ledger=ledger)
     gen = torch.Generator().manual_seed(1)
     updates = [0.1 * torch.randn(2, generator=gen) for _ in range(50)]
     chosen = aggregator.sample_clients(len(updates))

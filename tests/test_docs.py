@@ -176,3 +176,52 @@ def test_every_public_name_is_documented() -> None:
             obj = getattr(module, name)
             if inspect.isclass(obj) or inspect.isfunction(obj):
                 assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
+
+
+def _shown_output(block: Block) -> list[str]:
+    """The output lines a console block shows (the lines that are not ``$ `` commands)."""
+    lines = block.code.splitlines()
+    shown, continued = [], False
+    for line in lines:
+        if line.startswith("$ ") or continued:
+            continued = line.endswith("\\")
+            continue
+        if line.strip():
+            shown.append(line)
+    return shown
+
+
+@pytest.mark.slow
+def test_the_getting_started_ledger_refuses_the_third_release_as_shown(tmp_path: Path) -> None:
+    # Once: the text said the third release was refused, but the ledger of ε = 2.5
+    # admitted it (three releases composed to ε = 1.58) and the block showed nothing.
+    (block,) = [
+        b for b in blocks("docs/getting-started.md") if "ledger init tutorial-budget" in b.code
+    ]
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(
+        _script(block), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = _shown_output(block)
+    assert "exit status 3: refused" in shown
+    printed = (proc.stdout + proc.stderr).splitlines()
+    assert all(line in printed for line in shown), (shown, printed)
+
+
+def test_no_example_or_doc_releases_on_a_ledger_with_a_written_seed() -> None:
+    # Once: examples/one_ledger.py spent a real ledger on noise from ChaCha20Random(1),
+    # (2), (3): anyone with the source regenerates the noise and subtracts it.
+    texts = {str(p.relative_to(ROOT)): p.read_text("utf-8") for p in ROOT.glob("examples/*.py")}
+    for doc in (*CHECKED, *NOT_CHECKED):
+        for block in blocks(doc):
+            texts[f"{doc}:{block.line}"] = block.code
+    seeded = [
+        where
+        for where, text in texts.items()
+        if "ChaCha20Random(" in text and re.search(r"\b(ledger|filter)\s*=", text)
+    ]
+    assert seeded == []
+    for example in ("one_ledger.py", "federated.py"):
+        assert "ChaCha20Random" not in (ROOT / "examples" / example).read_text("utf-8")

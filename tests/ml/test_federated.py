@@ -160,13 +160,13 @@ def test_ddg_secure_sum_is_the_modular_sum() -> None:
         1.0, 1.0, num_clients=4, dim=30, bits=12, rng=ChaCha20Random(4)
     )
     gen = torch.Generator().manual_seed(0)
-    messages = [ddg.encode(torch.randn(30, generator=gen)) for _ in range(4)]
+    messages = [ddg._encode(torch.randn(30, generator=gen)) for _ in range(4)]
     for m in messages:
         assert m.dtype == np.int64
         assert int(m.min()) >= 0
         assert int(m.max()) < ddg.modulus
     exact = [sum(int(m[j]) for m in messages) % ddg.modulus for j in range(messages[0].size)]
-    assert ddg.secure_sum(messages).tolist() == exact
+    assert ddg._secure_sum(messages).tolist() == exact
 
 
 def test_ddg_decodes_the_sum_with_the_stated_noise() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import math
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,7 +30,7 @@ from gaussdp.accounting import (  # noqa: E402
 from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
 from gaussdp.ml._budget import Charger  # noqa: E402
-from gaussdp.random import ChaCha20Random  # noqa: E402
+from gaussdp.random import ChaCha20Random, RandomSource  # noqa: E402
 
 DELTA = 1e-5
 
@@ -447,3 +449,143 @@ def test_an_in_memory_filter_refuses_in_a_forked_child() -> None:
     assert _in_child(child) == 0
     agg.aggregate([torch.ones(4)])  # the parent's own filter still pays
     assert agg.rounds == spend.accountant.count == 2
+
+
+def test_ddg_releases_only_through_aggregate_which_charges_every_round() -> None:
+    # Once: the public encode / secure_sum / decode released 50 noisy sums with nothing
+    # charged and rounds == 0, and secure_sum took a single client's message (1/n of
+    # the noise variance the round's rho assumes).
+    spend = PrivacyFilter(Budget(rho=1000.0))
+    ddg = DistributedDiscreteGaussian(
+        1.0, 1.0, num_clients=3, dim=8, rng=ChaCha20Random(0), filter=spend
+    )
+    assert not any(hasattr(ddg, name) for name in ("encode", "secure_sum", "decode"))
+    for _ in range(4):
+        ddg.aggregate([torch.full((8,), 0.1) for _ in range(3)])
+    assert ddg.rounds == spend.accountant.count == 4
+    with pytest.raises(ValueError, match="len\\(updates\\) must be at least num_clients = 3"):
+        ddg.aggregate([torch.full((8,), 0.1)])
+    assert ddg.rounds == spend.accountant.count == 4
+
+
+class _Deterministic(RandomSource):
+    """A user-defined source that is deterministic but not marked reproducible."""
+
+    def __init__(self, seed: int) -> None:
+        self._generator = np.random.default_rng(seed)
+
+    def random_bytes(self, n: int) -> bytes:
+        return self._generator.bytes(n)
+
+
+def _child_output(work, path: Path) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The float32 vector ``work()`` returns in a forked child (written to ``path``)."""
+    assert _in_child(lambda: path.write_bytes(work().numpy().tobytes())) == 0
+    return np.frombuffer(path.read_bytes(), np.float32)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_ddg_siblings_forked_with_a_deterministic_user_source_draw_different_noise(
+    tmp_path: Path,
+) -> None:
+    # Once: the clients' keys were read from the user's source itself, in the same
+    # state in both children: the same noise, which cancels in their difference.
+    ddg = DistributedDiscreteGaussian(
+        1.0, 1.0, num_clients=2, dim=4, bits=16, rng=_Deterministic(1)
+    )
+    zeros = [torch.zeros(4), torch.zeros(4)]
+    first, second = (
+        _child_output(lambda: ddg.aggregate(zeros), tmp_path / f"{i}.bin") for i in range(2)
+    )
+    assert first.size == second.size == 4
+    assert not np.array_equal(first, second)
+    assert not np.array_equal(ddg.aggregate(zeros).numpy(), first)
+
+
+def _seeded_runs(kind: str, ledger: Ledger):  # type: ignore[no-untyped-def]
+    """Under ChaCha20Random(7): what to do before a release, a charged release, its count.
+
+    The DP-SGD step's backward pass runs before it, in the parent (torch's thread pool
+    does not survive a fork).
+    """
+    if kind == "central":
+        agg = DPAggregator(1.0, 1.0, dim=4, rng=ChaCha20Random(7), ledger=ledger)
+        return lambda: None, lambda: agg.aggregate([torch.ones(4)]), lambda: agg.rounds
+    if kind == "distributed":
+        ddg = DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=2, dim=4, bits=16, rng=ChaCha20Random(7), ledger=ledger
+        )
+        return lambda: None, lambda: ddg.aggregate([torch.ones(4)] * 2), lambda: ddg.rounds
+    model, optimizer, loader = _setup(seed=7, ledger=ledger, reserve_steps=1)
+    x, y = next(iter(loader))
+
+    def backward() -> None:
+        optimizer.zero_grad()
+        model.backward(x, y)
+
+    return backward, optimizer.step, lambda: optimizer.steps
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["central", "distributed", "dpsgd"])
+def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
+    kind: str, tmp_path: Path
+) -> None:
+    # Once: parent and child each released one round of the same noise on different
+    # data, and the ledger charged two independent rounds (their difference was exact).
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=1000.0, delta=DELTA))
+    prepare, release, runs = _seeded_runs(kind, ledger)
+    prepare()
+    release()
+    spent = ledger.spent
+    prepare()
+
+    def child() -> None:
+        with pytest.raises(
+            RuntimeError,
+            match="rng must be a source that is not seeded .* in a forked process .*, "
+            "got _?\\w*\\(?ChaCha20Random\\(7\\)",
+        ):
+            release()
+        assert runs() == 1
+        assert ledger.spent == spent
+
+    assert _in_child(child) == 0
+    assert ledger.spent == spent
+    release()  # the parent, which the seed belongs to, still releases
+    assert runs() == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_a_thread_is_inside_a_round_can_aggregate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once: the child inherited the charger's lock held by a thread that does not
+    # exist in the child; its first aggregate() waited forever.
+    import gaussdp.ml.federated as federated
+
+    agg = DPAggregator(1.0, 1.0, dim=4)
+    inside, leave = threading.Event(), threading.Event()
+    clip = federated._clip_factor_rows
+
+    def slow(rows: torch.Tensor, norm: float) -> torch.Tensor:
+        inside.set()
+        leave.wait()
+        return clip(rows, norm)
+
+    monkeypatch.setattr(federated, "_clip_factor_rows", slow)
+    thread = threading.Thread(target=lambda: agg.aggregate([torch.ones(4)]))
+    thread.start()
+    inside.wait()
+    try:
+
+        def child() -> None:
+            signal.alarm(20)  # the child dies of SIGALRM if the round blocks
+            federated._clip_factor_rows = clip
+            assert agg.aggregate([torch.ones(4)]).shape == (4,)
+
+        assert _in_child(child) == 0
+    finally:
+        leave.set()
+        thread.join()
+    assert agg.rounds == 1

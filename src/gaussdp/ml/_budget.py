@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,12 @@ from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
 from gaussdp.errors import BudgetExceededError, invalid
 
 if TYPE_CHECKING:
+    from gaussdp.random import RandomSource
     from gaussdp.release.ledger import Ledger, Reservation
+
+# Every live charger, so that a forked child can replace their locks (a lock held by
+# another thread of the parent at the fork would stay held in the child forever).
+_LIVE_CHARGERS: weakref.WeakSet[Charger] = weakref.WeakSet()
 
 
 def check_spender(ledger: object, filter: object) -> None:
@@ -75,6 +81,12 @@ class Charger:
         The ledger entry's label; ``what`` names one run in refusals.
     detail : dict
         JSON-ready description stored with each ledger entry.
+    rng : RandomSource, optional
+        The source of the runs' noise. A reproducible one (a seeded
+        :class:`~gaussdp.random.ChaCha20Random`, or a stream derived from one) gives
+        the same noise in every process forked from the one that built the charger,
+        while the ledger would charge their runs as independent: charged runs in a
+        forked process are then refused.
 
     Raises
     ------
@@ -93,6 +105,7 @@ class Charger:
         label: str,
         what: str,
         detail: dict[str, Any],
+        rng: RandomSource | None = None,
     ) -> None:
         check_spender(ledger, filter)
         self.event = event
@@ -105,6 +118,9 @@ class Charger:
         self._lock = threading.RLock()
         self._running = 0  # runs in progress: the lock's owner is inside run()
         self._pid = os.getpid()  # the process that owns the open block
+        self._home = self._pid  # the process that built the charger
+        self._rng = rng
+        _LIVE_CHARGERS.add(self)
         budget = None if ledger is None and filter is None else self.budget
         if budget is not None:
             # Fails now (UnsupportedEventError) rather than at the first run.
@@ -176,8 +192,33 @@ class Charger:
         self._left = self._charged = 0
         self._pid = os.getpid()
 
+    def _after_fork_in_child(self) -> None:
+        """Run first in a forked child: a fresh lock, and no run in progress.
+
+        A thread of the parent inside :meth:`run` at the fork held the lock; that
+        thread does not exist in the child, whose first run would wait for it forever.
+        """
+        self._lock = threading.RLock()
+        self._running = 0
+
+    def _check_reproducible(self) -> None:
+        """Refuse a charged run of seeded noise in a process forked from the builder's."""
+        rng = self._rng
+        if self.active and rng is not None and rng._reproducible and os.getpid() != self._home:
+            raise RuntimeError(
+                invalid(
+                    "rng",
+                    f"a source that is not seeded (e.g. None, the operating system's) for "
+                    f"a charged {self._what} in a forked process (a seeded stream repeats "
+                    f"the parent's noise there, which the budget would pay for as "
+                    f"independent)",
+                    rng,
+                )
+            )
+
     def _before(self) -> None:
         """Make sure the next run is paid for; raise ``BudgetExceededError`` if it cannot be."""
+        self._check_reproducible()
         self._forked()
         if not self.active or self._left > 0:
             return
@@ -241,3 +282,12 @@ class Charger:
     def unused(self) -> int:
         """Runs paid for but not taken yet."""
         return self._left
+
+
+def _after_fork_in_child() -> None:
+    for charger in list(_LIVE_CHARGERS):
+        charger._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1516,6 +1516,7 @@ class DPOptimizer(torch.optim.Optimizer):
                     "sample_rate": engine.sample_rate,
                     "noise": engine.noiser.noise,
                 },
+                rng=engine.noiser.rng,
             )
         self._grads: torch.Tensor | None = None  # one float32 buffer behind every param.grad
 
@@ -2127,7 +2128,10 @@ def make_private(
         ChaCha20 streams keyed from it drive the loader and the noise; when ``rng``
         is not a seeded stream, a forked process re-keys them from it (it never
         repeats the parent's noise), while under a seed a forked process continues
-        the parent's streams: give each process its own seed.
+        the parent's streams: give each process its own seed. With a ``ledger`` or
+        ``filter``, a step in a forked process under a seeded ``rng`` is refused
+        (``RuntimeError``, before the charge): the ledger would pay twice for noise
+        drawn once. A seed is for tests and replays, not for releases.
     ledger : gaussdp.Ledger, optional
         Charge every step to this persistent filter: blocks of ``reserve_steps``
         steps (``SelfComposed(optimizer.step_event, k)``) are reserved before their

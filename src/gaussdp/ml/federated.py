@@ -122,7 +122,9 @@ class DPAggregator:
         ``None`` is the operating system's CSPRNG. Client sampling and noise use
         ChaCha20 streams keyed from it; when ``rng`` is not a seeded stream, a forked
         process re-keys them from it (it never repeats the parent's noise), while
-        under a seed a forked process continues the parent's streams.
+        under a seed a forked process continues the parent's streams — so with a
+        ``ledger`` or ``filter`` a seeded ``rng`` is refused in a forked process
+        (``RuntimeError``, before the charge): a seed is for tests, not for releases.
     ledger : gaussdp.Ledger, optional
         Charge every round (:attr:`round_event`) to this persistent filter: reserved
         before the round reads an update or draws noise, committed after; a
@@ -185,6 +187,7 @@ class DPAggregator:
                 "noise_multiplier": self._sigma,
                 "client_rate": self._rate,
             },
+            rng=source,
         )
 
     @property
@@ -336,8 +339,16 @@ class DistributedDiscreteGaussian:
     scale by 1/γ, round each coordinate randomly (floor + Bernoulli(fraction),
     unbiased up to 2⁻⁵³), redrawn until ‖x̃‖₂ ≤ Δ₂ — the *conditional* randomised
     rounding of KLS21 with bias parameter β — then add N_Z(0, σ_Z²)^d and reduce
-    modulo 2^b. The server (:meth:`secure_sum`, :meth:`decode`) only sees the sum
-    modulo 2^b, maps it to [−2^{b−1}, 2^{b−1}), multiplies by γ and rotates back.
+    modulo 2^b. The server only sees the sum modulo 2^b, maps it to
+    [−2^{b−1}, 2^{b−1}), multiplies by γ and rotates back.
+
+    :meth:`aggregate` simulates one whole round (every client and the secure sum) in
+    this process, and it is the only way to a release: every round is counted and
+    charged. The client and server steps are not public, since a separate client or
+    server API could release sums that are not accounted for (a sum of fewer than
+    n messages, or a client's message used in two sums, repeats or lacks noise the
+    round's ρ assumes) and a library cannot check that without the secure
+    aggregation protocol's own bookkeeping.
 
     Norm bound used (KLS21 Thm 1, eq. 2, in lattice units, c' = c/γ):
     Δ₂² = min{ c'² + d/4 + √(2 ln(1/β))·(c' + √d/2),  (c' + √d)² }; with β = 0 the
@@ -365,8 +376,12 @@ class DistributedDiscreteGaussian:
         γ is the smallest power of two with k·(n·c/√d + z·c)/γ + n < 2^{b−1}, so the
         modular sum wraps only if some coordinate exceeds k standard deviations.
     rng : RandomSource, optional
-        ``None`` is the operating system's CSPRNG. Each client's rounding and noise
-        draw on a ChaCha20 stream keyed from it.
+        ``None`` is the operating system's CSPRNG. The shared signs are read from it;
+        each client's rounding and noise draw on a ChaCha20 stream keyed from a
+        stream derived from it, which a forked process re-keys (as
+        :class:`DPAggregator`'s), unless ``rng`` is seeded: then, with a ``ledger``
+        or ``filter``, a round in a forked process is refused (``RuntimeError``,
+        before the charge).
     ledger, filter : gaussdp.Ledger or gaussdp.accounting.PrivacyFilter, optional
         Charge every round (:attr:`round_event`, a ρ-zCDP certificate) before it
         encodes an update; at most one. A ρ budget adds the ρ's; an (ε, δ) budget
@@ -413,11 +428,13 @@ class DistributedDiscreteGaussian:
         if self._beta >= 1:
             raise ValueError(invalid("beta", "in [0, 1)", beta))
         k = check_positive("k_stddevs", k_stddevs)
-        self._rng = check_rng(rng)
+        source = check_rng(rng)
         self._pad = 1 << (self._dim - 1).bit_length()
         d = self._pad
-        signs = self._rng.bits(d)
+        signs = source.bits(d)
         self._signs = np.where(signs, -1.0, 1.0)
+        # The clients' keys: a stream of its own, re-keyed in a forked child (gaussdp.random).
+        self._client_rng = _DerivedStream(source)
         # Largest coordinate of the rotated sum, with k standard deviations of signal and noise.
         bound = k * (self._n * self._clip / math.sqrt(d) + self._z * self._clip)
         self._modulus = 1 << self._bits
@@ -460,6 +477,7 @@ class DistributedDiscreteGaussian:
                 "num_clients": self._n,
                 "dim": self._dim,
             },
+            rng=source,
         )
 
     @property
@@ -511,19 +529,18 @@ class DistributedDiscreteGaussian:
         result: npt.NDArray[np.float64] = (self._signs * _fwht(y))[: self._dim]
         return result
 
-    def encode(self, update: torch.Tensor, *, rng: RandomSource | None = None) -> IntArray:
+    def _encode(self, update: torch.Tensor) -> IntArray:
         """One client's message: its clipped, rotated, rounded and noised update mod 2^b.
 
-        ``rng`` is the client's own randomness (default: a stream keyed from the
-        mechanism's ``rng``). An update with an inf or NaN entry (or a norm beyond
-        the float64 range) counts as the zero vector, a valid clipping decided from
-        that update alone (see :func:`~gaussdp.ml.clip_factors`). An update on another
-        device than the CPU (CUDA) is copied to the CPU, where the clients' arithmetic
-        is simulated; a ``meta`` tensor (no data) is refused.
+        The client's randomness is a ChaCha20 stream keyed from the mechanism's
+        derived stream. An update with an inf or NaN entry (or a norm beyond the
+        float64 range) counts as the zero vector, a valid clipping decided from that
+        update alone (see :func:`~gaussdp.ml.clip_factors`). An update on another
+        device than the CPU (CUDA) is copied to the CPU, where the clients'
+        arithmetic is simulated.
         """
         flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy(force=True)
-        source = self._rng if rng is None else check_rng(rng)
-        stream = ChaCha20Random(source.random_bytes(32))
+        stream = ChaCha20Random(self._client_rng.random_bytes(32))
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
             rotated = self._rotate(flat)
             norm = float(np.linalg.norm(rotated))
@@ -544,14 +561,14 @@ class DistributedDiscreteGaussian:
         message: IntArray = np.mod(rounded + noise, self._modulus)
         return message
 
-    def secure_sum(self, messages: Sequence[IntArray]) -> IntArray:
+    def _secure_sum(self, messages: Sequence[IntArray]) -> IntArray:
         """The sum of the messages modulo 2^b: all the server learns under secure aggregation."""
         total = np.zeros(self._pad, dtype=np.int64)
         for message in messages:
             total = np.mod(total + message, self._modulus)
         return total
 
-    def decode(self, modular_sum: IntArray) -> torch.Tensor:
+    def _decode(self, modular_sum: IntArray) -> torch.Tensor:
         """Map a modular sum to [−2^{b−1}, 2^{b−1}), scale by γ and rotate back (float32)."""
         half = self._modulus // 2
         signed = np.where(modular_sum >= half, modular_sum - self._modulus, modular_sum)
@@ -582,8 +599,8 @@ class DistributedDiscreteGaussian:
         # BudgetExceededError here: nothing encoded or drawn. Rounds take turns.
         with self._charger.run():
             self._rounds += 1  # counted first, as the charger counts a run whose body raises
-            messages = [self.encode(u) for u in updates]
-        return self.decode(self.secure_sum(messages))
+            messages = [self._encode(u) for u in updates]
+        return self._decode(self._secure_sum(messages))
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
         """ε at ``delta`` after the rounds so far: ρ·rounds through CKS Cor 13.

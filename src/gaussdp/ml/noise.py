@@ -227,6 +227,11 @@ class SumNoiser:
         return self._noise
 
     @property
+    def rng(self) -> RandomSource:
+        """The source of the noise."""
+        return self._rng
+
+    @property
     def lattice(self) -> LatticeGaussian | None:
         """The lattice mechanism of the secure path (None for σ = 0 or float noise)."""
         return self._lattice
