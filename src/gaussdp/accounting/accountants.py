@@ -1151,6 +1151,15 @@ class PLDAccountant(Accountant):
             key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1]),
         ):
             tail = tail_mass / count if _subsampled(event) else tail_mass
+            if tail == 0:  # tail_mass/count underflows: each run's share must stay > 0
+                raise ValueError(
+                    invalid(
+                        "tail_mass",
+                        f"at least {count} * 5e-324 (a positive share for each of the "
+                        f"{count} runs of a subsampled event)",
+                        tail_mass,
+                    )
+                )
             part = _composed_event_pld(
                 event, count, h, tail, extended, self._one_run, power_tail=tail_mass
             )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp._validation import MAX_COUNT
+from gaussdp._validation import MAX_COUNT, check_positive
 from gaussdp.cli._output import Shown, emit, fail, handle_errors, progress
 from gaussdp.errors import invalid
 
@@ -221,7 +221,11 @@ def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[floa
     if not (epochs > 0 and math.isfinite(epochs)):
         raise ValueError(invalid("epochs", "a finite number > 0", epochs))
     q = batch_size / dataset_size
-    return q, max(1, math.ceil(epochs * steps_per_epoch(q)), math.ceil(epochs / q))
+    steps = max(1, math.ceil(epochs * steps_per_epoch(q)), math.ceil(epochs / q))
+    if steps > MAX_COUNT:
+        constraint = f"a finite number > 0 giving at most 2**53 steps at q = {q:g}"
+        raise ValueError(invalid("epochs", constraint, epochs))
+    return q, steps
 
 
 def dpsgd_rows(
@@ -256,7 +260,7 @@ def dpsgd_rows(
             invalid("noise_multiplier", "given unless --target-epsilon is", noise_multiplier)
         )
     else:
-        sigma = noise_multiplier
+        sigma = check_positive("noise_multiplier", noise_multiplier)
         rows.append(("noise multiplier σ", "noise_multiplier", sigma))
     event = Subsampled(Gaussian(sigma), q)
     bounds = PLDAccountant().compose(event, steps).epsilon(delta)
