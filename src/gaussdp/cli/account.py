@@ -177,13 +177,15 @@ def account_rows(
                 f"{type(error).__name__}: {error}",
             )
         ) from error
+    exact = isinstance(pld, PLDAccountant) and pld.is_exact
     rows: list[tuple[str, str, object]] = [
         ("events", "events", len(events)),
         ("mechanism runs", "runs", sum(c for _, c in events)),
         ("δ", "delta", delta),
         (_upper_label(bounds), "epsilon_upper", bounds.upper),
         ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
-        ("exact (plain Gaussians only)", "exact", isinstance(pld, PLDAccountant) and pld.is_exact),
+        # Exact: plain Gaussians whose ε is in the float range (else only bracketed).
+        ("exact (plain Gaussians only)", "exact", exact and math.isfinite(bounds.upper)),
     ]
     if compare:
         rdp = RDPAccountant()
