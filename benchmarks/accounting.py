@@ -3,8 +3,10 @@
 Every measurement runs in a fresh child process, which reports its CPU time
 (``time.process_time``, not wall time: the machine may be shared) and its peak RSS;
 rounds are interleaved (round 1 of every case and method, then round 2, ...) and the
-table shows the median CPU time with its range. Children are limited to 4 GB of address
-space and ``--timeout`` seconds of CPU time; a child over either is reported as failed.
+table shows the median CPU time with its range, and gaussdp's CPU time over
+dp_accounting's, round by round (median and range; "loses" where gaussdp is slower).
+Children are limited to 4 GB of address space and ``--timeout`` seconds of CPU time; a
+child over either is reported as failed.
 
 Tables:
 
@@ -192,10 +194,16 @@ def _table(
     results: dict[tuple[str, str], list[dict[str, Any]]],
 ) -> None:
     print(f"\n{title}")
-    head = f"{'case':34} {'method':14} {'CPU s median [range]':24} {'peak RSS':>9} "
-    print(head + f"{'upper ε':>12} {'lower ε':>12} {'vs dp_acc':>10}  label")
+    print(
+        "CPU ×dp_acc: gaussdp's CPU time / dp_accounting's, per interleaved round, median "
+        "[range]; 'loses' where gaussdp is slower (median > 1). ε/dp_acc: upper ε / "
+        "dp_accounting's ε."
+    )
+    head = f"{'case':34} {'method':14} {'CPU s median [range]':24} {'CPU ×dp_acc':>24} "
+    print(head + f"{'peak RSS':>9} {'upper ε':>12} {'lower ε':>12} {'ε/dp_acc':>10}  label")
     for name, _ in cases:
-        ref = results.get((name, "dp_accounting"), [{}])[-1].get("eps")
+        peer = results.get((name, "dp_accounting"), [{}])
+        ref = peer[-1].get("eps")
         for method in methods:
             if (name, method) not in results:
                 continue
@@ -213,10 +221,24 @@ def _table(
             low = "" if r["lower"] is None else f"{r['lower']:.6g}"
             ratio = f"{r['eps'] / ref:.5f}" if ref and math.isfinite(r["eps"]) else ""
             label = r["label"] + (f" τ={r['tolerance']:.2g}" if "tolerance" in r else "")
+            speed = _cpu_ratio(cpu, peer) if method == "gaussdp" else ""
             print(
-                f"{name:34} {method:14} {spread:24} {rss:7.0f}MB "
+                f"{name:34} {method:14} {spread:24} {speed:>24} {rss:7.0f}MB "
                 f"{r['eps']:12.6g} {low:>12} {ratio:>10}  {label}"
             )
+
+
+def _cpu_ratio(cpu: list[float], peer: list[dict[str, Any]]) -> str:
+    """gaussdp's CPU time over dp_accounting's, round by round (the rounds are
+    interleaved, so each pair ran under the same load): median [range], and "loses"
+    where the median is above 1. Empty without a peer that finished every round."""
+    theirs = [r.get("cpu") for r in peer]
+    if len(theirs) != len(cpu) or not all(isinstance(t, float) and t > 0 for t in theirs):
+        return ""
+    ratios = [mine / t for mine, t in zip(cpu, theirs, strict=True)]
+    median = statistics.median(ratios)
+    text = f"{median:.3g} [{min(ratios):.3g}, {max(ratios):.3g}]"
+    return text + (" loses" if median > 1 else "")
 
 
 def _totals(

@@ -157,6 +157,18 @@ def test_account_json_holds_numbers_or_null(tmp_path: Path) -> None:
     assert "Gaussians only" in table
 
 
+def test_account_past_the_float_range_claims_neither_zero_nor_exact(tmp_path: Path) -> None:
+    # σ = 1e-160: the exact ε ≈ 5e319 is past the float range. Not "[0, ∞], exact".
+    events = tmp_path / "events.toml"
+    events.write_text('[[event]]\nmechanism = "gaussian"\nsigma = 1e-160\n', encoding="utf-8")
+    out = _json("account", str(events))
+    assert out["epsilon_upper"] is None  # ∞
+    assert out["epsilon_lower"] == sys.float_info.max
+    assert out["exact"] is False
+    events.write_text('[[event]]\nmechanism = "gaussian"\nsigma = 2.0\n', encoding="utf-8")
+    assert _json("account", str(events))["exact"] is True
+
+
 def test_quiet_prints_results_only(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["release", str(EXAMPLES / "visits.toml"), "--data", str(EXAMPLES / "visits.csv")]

@@ -47,6 +47,25 @@ def _events(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+def _spec(tmp_path: Path, head: str) -> str:
+    """A one-query spec (a sum of visits' minutes) under ``head`` (top-level keys)."""
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        f"{head}\nmax_groups_per_unit = 1\nmax_rows_per_group = 1\n"
+        "[budget]\nepsilon = 1.0\ndelta = 1e-6\n"
+        '[[query]]\nstatistic = "sum"\ncolumn = "minutes"\nbounds = [0, 60]\n',
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def _big_csv(tmp_path: Path) -> str:
+    """70,000 rows: more than DuckDB reads within a 1 KB memory limit."""
+    path = tmp_path / "big.csv"
+    path.write_text("user,minutes\n" + "".join(f"{i},{i % 60}\n" for i in range(70_000)))
+    return str(path)
+
+
 def _ledger(tmp_path: Path, epsilon: str = "3") -> Path:
     path = tmp_path / "budget.db"
     assert (
@@ -156,6 +175,66 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
         lambda _: ["dpsgd", "--noise-multiplier", "1", "--batch-size", "10", "--dataset-size", "5"],
         2,
         "batch_size must be an integer in [1, dataset_size=5], got 10",
+    ),
+    (
+        "dpsgd: a zero noise multiplier names the flag, not sigma",
+        lambda _: ["dpsgd", "--noise-multiplier", "0"],
+        2,
+        "noise_multiplier must be a finite positive real number, got 0.0",
+    ),
+    (
+        "dpsgd: epochs beyond 2**53 steps names epochs, not a count",
+        lambda _: ["dpsgd", "--noise-multiplier", "1", "--epochs", "1e300"],
+        2,
+        "epochs must be a finite number > 0 giving at most 2**53 steps at q = 0.00426667, "
+        "got 1e+300",
+    ),
+    (
+        "dpsgd: a flag that is not a number is one template line",
+        lambda _: ["dpsgd", "--noise-multiplier", "abc"],
+        2,
+        "--noise-multiplier must be a number, got 'abc' (see gaussdp dpsgd --help)",
+    ),
+    (
+        "dpsgd: a flag that is not an integer is one template line",
+        lambda _: ["dpsgd", "--batch-size=1.5"],
+        2,
+        "--batch-size must be an integer, got '1.5'",
+    ),
+    (
+        "dpsgd: an unknown option is one line",
+        lambda _: ["dpsgd", "--nope"],
+        2,
+        "No such option: --nope (see gaussdp dpsgd --help)",
+    ),
+    (
+        "calibrate: a sensitivity whose σ overflows names the sensitivity",
+        lambda _: ["calibrate", "-e", "1", "-d", "1e-6", "-s", "1e308"],
+        2,
+        "sensitivity must be small enough for a finite σ at epsilon=1.0, delta=1e-06, got 1e+308",
+    ),
+    (
+        "convert: a sensitivity whose σ overflows names the sensitivity",
+        lambda _: ["convert", "--mu", "1e-10", "-s", "1e308"],
+        2,
+        "sensitivity must be small enough for a finite σ at mu=1e-10, got 1e+308",
+    ),
+    (
+        "release: a missing privacy-unit column names privacy_unit",
+        lambda p: ["release", _spec(p, 'privacy_unit = "nobody"'), "--data", DATA],
+        2,
+        "privacy_unit must be a column among",
+    ),
+    (
+        "release: DuckDB out of memory exits 4, as --help says memory failures do",
+        lambda p: [
+            "release",
+            _spec(p, 'privacy_unit = "user"\nmemory_limit = "1KB"'),
+            "--data",
+            _big_csv(p),
+        ],
+        4,
+        "duckdb failed reading the data: it ran out of memory (raise memory_limit)",
     ),
     (
         "release: no such spec",

@@ -418,21 +418,31 @@ class Gaussian:
             sigma = classic_gaussian_sigma(epsilon, delta, sensitivity)
         else:
             raise ValueError(invalid("method", "'analytic' or 'classic'", method))
-        return cls(sigma=sigma, sensitivity=sensitivity)
+        return cls._overflow_checked(sigma, sensitivity, f"epsilon={epsilon}, delta={delta}")
 
     @classmethod
     def from_mu(cls, mu: float, sensitivity: float = 1.0) -> Gaussian:
         """The Gaussian mechanism that is exactly μ-GDP: σ = Δ/μ (DRS Thm 2.7)."""
         mu = check_positive("mu", mu)
         sensitivity = check_positive("sensitivity", sensitivity)
-        return cls(sigma=sensitivity / mu, sensitivity=sensitivity)
+        return cls._overflow_checked(sensitivity / mu, sensitivity, f"mu={mu}")
 
     @classmethod
     def from_rho(cls, rho: float, sensitivity: float = 1.0) -> Gaussian:
         """The Gaussian mechanism that is exactly ρ-zCDP: σ = Δ/√(2ρ) (Bun & Steinke 2016)."""
         rho = check_positive("rho", rho)
         sensitivity = check_positive("sensitivity", sensitivity)
-        return cls(sigma=sensitivity / math.sqrt(2 * rho), sensitivity=sensitivity)
+        return cls._overflow_checked(sensitivity / math.sqrt(2 * rho), sensitivity, f"rho={rho}")
+
+    @classmethod
+    def _overflow_checked(cls, sigma: float, sensitivity: float, given: str) -> Gaussian:
+        """The mechanism with this σ; a σ past the float range names ``sensitivity``
+        (the argument that scales it), not a ``sigma`` the caller never gave."""
+        if math.isinf(sigma):
+            raise ValueError(
+                invalid("sensitivity", f"small enough for a finite σ at {given}", sensitivity)
+            )
+        return cls(sigma=sigma, sensitivity=sensitivity)
 
     # -- privacy views ----------------------------------------------------------------
     @property

@@ -247,6 +247,20 @@ def test_a_gaussian_with_huge_mu_in_a_mix_gets_an_answer(sigma: float) -> None:
         assert mu > 1e100
 
 
+@pytest.mark.parametrize("accountant", [GDPAccountant, PLDAccountant])
+def test_a_gaussian_epsilon_past_the_float_range_keeps_a_certified_lower_bound(
+    accountant: Callable[[], Accountant],
+) -> None:
+    # μ = 1e160: μ² overflows, and the exact ε ≈ μ²/2 = 5e319 is past the float range.
+    # The upper bound is ∞; the lower bound is not the trivial 0 but the largest float
+    # (ε grows with μ, and μ is at least the largest one run's), and δ(1) is about 1.
+    composed = accountant().compose(Gaussian(1e-160))
+    bounds = composed.epsilon(1e-5)
+    assert bounds.upper == math.inf
+    assert bounds.lower == sys.float_info.max
+    assert composed.delta(1.0).lower > 0.99
+
+
 def test_an_rdp_delta_below_the_smallest_float_is_not_reported_as_zero() -> None:
     # Ten ε = 1 steps and a far-off Gaussian, ε just past 10: CKS Prop 12 gives
     # δ = e^{(α−1)(τ−ε)}/α·(1 − 1/α)^{α−1} > 0 at every order, around e^{-1250} at the best

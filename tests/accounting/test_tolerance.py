@@ -168,6 +168,17 @@ def test_tail_mass_validates(bad: float) -> None:
         PLDAccountant(tail_mass=bad)
 
 
+def test_a_tail_mass_too_small_to_share_names_the_value_given() -> None:
+    # 1e-320 / 14063 runs underflows to 0: the message names tail_mass=1e-320, not 0.0.
+    accountant = PLDAccountant(tail_mass=1e-320).compose(
+        Subsampled(Gaussian(1.1), 256 / 60000), count=14063
+    )
+    with pytest.raises(
+        ValueError, match=r"^tail_mass must be at least 14063 \* 5e-324 .*got 1e-320$"
+    ):
+        accountant.epsilon(1e-5)
+
+
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:
     """Both directions of Poisson-subsampled DLap(t), Δ = 1, k-fold, in 40 digits: the
     loss takes two values per run (y ≤ 0 or y ≥ 1), so the k-fold loss is binomial."""

@@ -254,7 +254,7 @@ def test_raw_counts_are_the_unclamped_noisy_integers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "error", "match"),
     [
-        (lambda r: r.count(by="nope"), ValueError, "column must be one of"),
+        (lambda r: r.count(by="nope"), ValueError, "by must be a column among"),
         (lambda r: r.sum("page", bounds=(0, 1)), ValueError, "numeric"),
         (lambda r: r.sum("minutes", bounds=None), ValueError, "bounds"),
         (lambda r: r.sum("minutes", bounds=(5, 1)), ValueError, "bounds"),

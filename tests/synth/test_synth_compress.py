@@ -23,7 +23,7 @@ def test_recode_and_expand_are_inverse_up_to_the_merged_cell() -> None:
     assert model["b"].tolist() == coded["b"].tolist()
     gen = np.random.default_rng(0)
     codes = {"a": np.repeat(np.arange(4), 3000), "b": np.zeros(12000, np.int64)}
-    back = expand(codes, sizes, merged, gen)
+    back = expand(codes, sizes, merged, rng=gen)
     assert back["a"][:9000:3000].tolist() == [0, 2, 3]  # kept cells map back one to one
     assert (back["a"][:9000] == np.repeat([0, 2, 3], 3000)).all()
     rare = back["a"][9000:]

@@ -28,11 +28,13 @@ def _mbi_fit(ms: list[Measurement], iters: int) -> object:
     linear = []
     for m in ms:
         if m.cells is None:
-            linear.append(mbi.LinearMeasurement(m.values, m.clique, stddev=m.std))
+            linear.append(mbi.LinearMeasurement(m.values, m.clique, stddev=m.sigma))
         else:
             w = 1.0 / np.sqrt(m.cells)
             query = mbi.WeightedQuery(w)
-            linear.append(mbi.LinearMeasurement(m.values * w, m.clique, stddev=m.std, query=query))
+            linear.append(
+                mbi.LinearMeasurement(m.values * w, m.clique, stddev=m.sigma, query=query)
+            )
     return mbi.estimation.MirrorDescent().estimate(
         domain, linear, known_total=estimate_total(ms), iters=iters
     )

@@ -200,7 +200,7 @@ def test_a_unit_with_many_rows_is_bounded() -> None:
     assert one_way_k.clique == ("k",)
     # The unit counts once: z's noisy count is 1 + N_Z(0, σ²) with σ² = 1.5 (ρ/3 over two
     # columns, Δ = 1); 20 is > 15σ away, where 2000 would be without bounding.
-    assert one_way_k.std < 1.25
+    assert one_way_k.sigma < 1.25
     assert one_way_k.values[2] < 20
 
 

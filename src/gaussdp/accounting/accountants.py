@@ -412,6 +412,14 @@ def _gaussian_mu(leaves: Counter[Event]) -> float:
     return math.inf if math.isinf(total) else sqrt_up(Fraction(total))
 
 
+def _gaussian_mu_floor(leaves: Counter[Event]) -> float:
+    """A lower bound on √Σ cᵢμᵢ²: the largest μᵢ, two ulps down (μᵢ = Δᵢ/σᵢ is rounded
+    to nearest). Finite where :func:`_gaussian_mu` overflows, so that the lower bounds
+    of an overflowing composition still say something (ε and δ grow with μ)."""
+    largest = max((e.mu for e in leaves if isinstance(e, Gaussian)), default=0.0)
+    return max(0.0, math.nextafter(math.nextafter(largest, 0.0), 0.0))
+
+
 # --------------------------------------------------------------------------------------
 class FallbackAccountant(Accountant):
     r"""The first of several accountants that can account for the whole history.
@@ -558,30 +566,40 @@ class GDPAccountant(Accountant):
         return type(self)()
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
-        return _gdp_epsilon_bounds(self.mu, delta)
+        return _gdp_epsilon_bounds(self.mu, delta, mu_floor=_gaussian_mu_floor(self._leaves))
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
-        return _gdp_delta_bounds(self.mu, epsilon)
+        return _gdp_delta_bounds(self.mu, epsilon, mu_floor=_gaussian_mu_floor(self._leaves))
 
 
-def _gdp_epsilon_bounds(mu: float, delta: float, method: str = "") -> EpsilonBounds:
+def _gdp_epsilon_bounds(
+    mu: float, delta: float, method: str = "", mu_floor: float = 0.0
+) -> EpsilonBounds:
     """ε of μ-GDP at ``delta`` (DRS Cor 2.13): the exact ε, bracketed within about
-    1e-10 relative (:func:`gdp_epsilon` rounds it up, :func:`gdp_epsilon_lower` down)."""
-    if math.isinf(mu):  # Σμᵢ² past the float range: no finite bound (lower: trivial)
-        return EpsilonBounds(lower=0.0, upper=math.inf, method=method)
+    1e-10 relative (:func:`gdp_epsilon` rounds it up, :func:`gdp_epsilon_lower` down).
+
+    Where μ overflowed, ``mu_floor`` (a finite lower bound on μ) gives the lower bound.
+    """
+    if math.isinf(mu):  # Σμᵢ² past the float range: no finite upper bound
+        lower = gdp_epsilon_lower(mu_floor, delta) if mu_floor > 0 else 0.0
+        return EpsilonBounds(lower=lower, upper=math.inf, method=method)
     upper = gdp_epsilon(mu, delta)
     lower = min(gdp_epsilon_lower(mu, delta), upper)
     return EpsilonBounds(lower=lower, upper=upper, method=method)
 
 
-def _gdp_delta_bounds(mu: float, epsilon: float, method: str = "") -> DeltaBounds:
+def _gdp_delta_bounds(
+    mu: float, epsilon: float, method: str = "", mu_floor: float = 0.0
+) -> DeltaBounds:
     """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13), bracketed within about 1e-11 relative.
 
     :func:`gdp_delta` is rounded up by ``DELTA_ROUND_UP`` (10x its measured evaluation
     error), so it is the upper bound and twice that margin below it is the lower one.
+    Where μ overflowed, ``mu_floor`` (a finite lower bound on μ) gives the lower bound.
     """
     if math.isinf(mu):
-        return DeltaBounds(lower=0.0, upper=1.0, method=method)
+        lower = gdp_delta(mu_floor, epsilon) * (1.0 - 2.0 * DELTA_ROUND_UP) if mu_floor else 0.0
+        return DeltaBounds(lower=lower, upper=1.0, method=method)
     d = gdp_delta(mu, epsilon)
     return DeltaBounds(lower=d * (1.0 - 2.0 * DELTA_ROUND_UP), upper=d, method=method)
 
@@ -1175,6 +1193,15 @@ class PLDAccountant(Accountant):
             key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1]),
         ):
             tail = tail_mass / count if _subsampled(event) else tail_mass
+            if tail == 0:  # tail_mass/count underflows: each run's share must stay > 0
+                raise ValueError(
+                    invalid(
+                        "tail_mass",
+                        f"at least {count} * 5e-324 (a positive share for each of the "
+                        f"{count} runs of a subsampled event)",
+                        tail_mass,
+                    )
+                )
             part = _composed_event_pld(
                 event, count, h, tail, extended, self._one_run, power_tail=tail_mass
             )
@@ -1267,7 +1294,8 @@ class PLDAccountant(Accountant):
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
         if self.is_exact:
             # DRS Cor 2.13 / 3.3, rounded up
-            return _gdp_epsilon_bounds(_gaussian_mu(self._leaves), delta, "gdp")
+            mu, floor = _gaussian_mu(self._leaves), _gaussian_mu_floor(self._leaves)
+            return _gdp_epsilon_bounds(mu, delta, "gdp", floor)
         single = self._single_l2_run()
         if single is not None:
             # One run: the max over the worst-case vectors (no composition involved).
@@ -1291,7 +1319,8 @@ class PLDAccountant(Accountant):
     def _base_delta(self, epsilon: float) -> DeltaBounds:
         if self.is_exact:
             # DRS Cor 2.13 / Cor 3.3
-            return _gdp_delta_bounds(_gaussian_mu(self._leaves), epsilon, "gdp")
+            mu, floor = _gaussian_mu(self._leaves), _gaussian_mu_floor(self._leaves)
+            return _gdp_delta_bounds(mu, epsilon, "gdp", floor)
         single = self._single_l2_run()
         if single is not None:
             return max_delta_bounds(single, epsilon)

@@ -34,7 +34,7 @@ from gaussdp._validation import (
 )
 from gaussdp.audit.stats import AuditResult, epsilon_lower_bound
 from gaussdp.errors import invalid
-from gaussdp.random import ChaCha20Random, RandomSource, check_rng
+from gaussdp.random import RandomSource, check_rng
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,7 +174,7 @@ def audit_dpsgd(
     max_grad_norm: float = 1.0,
     delta: float = 1e-5,
     alpha: float = 0.05,
-    seed: int = 0,
+    rng: RandomSource | None = None,
 ) -> AuditResult:
     r"""Many-run audit of DP-SGD with a canary gradient (white box).
 
@@ -186,6 +186,8 @@ def audit_dpsgd(
     gradient touches it. The statistic is the difference of the two classes' weights
     on that feature after training: in the world without the canary it is pure
     noise, with it every step that samples the canary adds ≈ C√2.
+    ``rng`` (``None``: the OS CSPRNG) draws the random data, the batches and the
+    noise of every run; pass ``ChaCha20Random(seed)`` to replay an audit.
     Needs the ``torch`` extra.
     """
     import torch
@@ -201,7 +203,8 @@ def audit_dpsgd(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     features = check_int("features", features, minimum=1)
     delta = check_delta("delta", delta)
-    generator = torch.Generator().manual_seed(seed)
+    source = check_rng(rng)
+    generator = torch.Generator().manual_seed(int(source.words(1)[0] >> 1))
     x = torch.cat(
         [torch.randn(examples, features, generator=generator), torch.zeros(examples, 1)], 1
     )
@@ -209,7 +212,6 @@ def audit_dpsgd(
     canary_x = torch.zeros(1, features + 1)
     canary_x[0, -1] = 1e4
     canary_y = torch.zeros(1, dtype=torch.long)
-    keys = iter(range(2 * runs))
     certified: list[float] = []
 
     def train(with_canary: bool) -> float:
@@ -229,7 +231,7 @@ def audit_dpsgd(
             max_grad_norm=max_grad_norm,
             delta=delta,
             noise_multiplier=noise_multiplier,
-            rng=ChaCha20Random(seed * 1_000_003 + next(keys)),
+            rng=source,
         )
         wrapped, opt, data_loader = private
         done = 0

@@ -10,16 +10,40 @@ stderr and a documented exit status.
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer._click.core import Context
+from typer._click.exceptions import UsageError
+from typer.core import TyperGroup
 
 from gaussdp.cli import account, calibrate, explain, plot, release, synth
-from gaussdp.cli._output import EXIT_CODES_HELP, OPTIONS
+from gaussdp.cli._output import EXIT_CODES_HELP, OPTIONS, one_line_usage
 
 __all__ = ["app"]
 
+
+class _OneLineUsageGroup(TyperGroup):
+    """The command group, its parse errors (a flag's value of the wrong type, an
+    unknown option) turned into one template line with exit status 2."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as error:
+            raise one_line_usage(error) from None
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as error:
+            raise one_line_usage(error) from None
+
+
 app = typer.Typer(
+    cls=_OneLineUsageGroup,
     name="gaussdp",
     help=(
         "The Gaussian mechanism of differential privacy, exact from calibration to release.\n\n"

@@ -26,11 +26,13 @@ import math
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, get_args
 
 import typer
+from typer._click.exceptions import BadParameter, ClickException
 
 from gaussdp._validation import format_bound
+from gaussdp.errors import invalid
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -160,6 +162,41 @@ def classify(error: BaseException, *, oom_hint: str) -> tuple[int, str, str]:
         f"{type(error).__name__}: {error} (a bug in gaussdp: rerun with --verbose "
         "and report the traceback)",
     )
+
+
+class _OneLineUsageError(ClickException):
+    """A usage error shown as one template line (the contract), not click's usage block."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        _say_error("error:", self.message)
+
+
+def one_line_usage(error: Exception) -> Exception:
+    """The one-line form of a command-line parsing error (click's ``UsageError``).
+
+    A value of the wrong type reads ``--batch-size must be an integer, got '1.5'``;
+    other parse errors (an unknown option, a missing value) keep click's one-line
+    text, followed by where to look for help.
+    """
+    param = getattr(error, "param", None)
+    problems: list[dict[str, Any]] = getattr(
+        error.__cause__, "errors", list
+    )()  # typer's pydantic ValidationError
+    if isinstance(error, BadParameter) and param is not None and problems:
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        types = set(get_args(annotation)) or {annotation}
+        kind = "an integer" if int in types else "a number" if float in types else None
+        name = max(getattr(param, "opts", None) or [str(param.name)], key=len)
+        value = problems[0].get("input")
+        message = invalid(name, kind or f"a valid value ({error.message})", value)
+    else:
+        message = error.format_message() if isinstance(error, ClickException) else str(error)
+    ctx = getattr(error, "ctx", None)
+    where = f"{ctx.command_path} --help" if ctx is not None else "gaussdp --help"
+    result = _OneLineUsageError(f"{message.rstrip('.')} (see {where})")
+    return result
 
 
 def handle_errors(

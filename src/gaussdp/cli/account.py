@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gaussdp._validation import MAX_COUNT
+from gaussdp._validation import MAX_COUNT, check_positive
 from gaussdp.cli._output import Shown, emit, fail, handle_errors, progress
 from gaussdp.errors import invalid
 
@@ -177,13 +177,15 @@ def account_rows(
                 f"{type(error).__name__}: {error}",
             )
         ) from error
+    exact = isinstance(pld, PLDAccountant) and pld.is_exact
     rows: list[tuple[str, str, object]] = [
         ("events", "events", len(events)),
         ("mechanism runs", "runs", sum(c for _, c in events)),
         ("δ", "delta", delta),
         (_upper_label(bounds), "epsilon_upper", bounds.upper),
         ("ε lower bound (PLD)", "epsilon_lower", bounds.lower),
-        ("exact (plain Gaussians only)", "exact", isinstance(pld, PLDAccountant) and pld.is_exact),
+        # Exact: plain Gaussians whose ε is in the float range (else only bracketed).
+        ("exact (plain Gaussians only)", "exact", exact and math.isfinite(bounds.upper)),
     ]
     if compare:
         rdp = RDPAccountant()
@@ -221,7 +223,11 @@ def dpsgd_steps(batch_size: int, dataset_size: int, epochs: float) -> tuple[floa
     if not (epochs > 0 and math.isfinite(epochs)):
         raise ValueError(invalid("epochs", "a finite number > 0", epochs))
     q = batch_size / dataset_size
-    return q, max(1, math.ceil(epochs * steps_per_epoch(q)), math.ceil(epochs / q))
+    steps = max(1, math.ceil(epochs * steps_per_epoch(q)), math.ceil(epochs / q))
+    if steps > MAX_COUNT:
+        constraint = f"a finite number > 0 giving at most 2**53 steps at q = {q:g}"
+        raise ValueError(invalid("epochs", constraint, epochs))
+    return q, steps
 
 
 def dpsgd_rows(
@@ -256,7 +262,7 @@ def dpsgd_rows(
             invalid("noise_multiplier", "given unless --target-epsilon is", noise_multiplier)
         )
     else:
-        sigma = noise_multiplier
+        sigma = check_positive("noise_multiplier", noise_multiplier)
         rows.append(("noise multiplier σ", "noise_multiplier", sigma))
     event = Subsampled(Gaussian(sigma), q)
     bounds = PLDAccountant().compose(event, steps).epsilon(delta)

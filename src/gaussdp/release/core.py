@@ -962,7 +962,9 @@ def _prepare(
                 raise ValueError(
                     invalid("column_types", f"keyed by columns among {sorted(inferred)}", column)
                 )
-        engine.check_columns(dict.fromkeys(needs, False))  # they exist
+        for key, column in _named_columns(release):
+            if column not in inferred:
+                raise ValueError(invalid(key, f"a column among {sorted(inferred)}", column))
         converted: dict[str, str] = {}
         if engine.text_columns:
             # A CSV's columns are text (a type inferred from the rows would tell
@@ -997,7 +999,18 @@ def _prepare(
             unit_nan = "text"  # read as text (_csv_key_type): 'nan' is NaN
         return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:
+        if "(OutOfMemoryException;" in str(error):
+            raise  # not the input's fault: an engine failure (exit status 4), as is memory
         raise ValueError(str(error)) from None  # the engine's message quotes rows
+
+
+def _named_columns(release: Release) -> list[tuple[str, str]]:
+    """Each column the release reads, with the spec key that names it (for messages)."""
+    named = [("privacy_unit", release.privacy_unit)]
+    for i, q in enumerate(release.queries):
+        named += [(f"query[{i}].by", c) for c in q.by]
+        named += [(f"query[{i}].columns", c) for c in q.columns]
+    return named
 
 
 def _csv_key_type(column: str, plan: Plan) -> str:

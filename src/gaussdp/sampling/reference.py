@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def bernoulli(p: Fraction, rng: RandomSource) -> bool:
+def bernoulli(p: Fraction, *, rng: RandomSource) -> bool:
     """Return ``True`` with probability ``p``, a rational in ``[0, 1]``.
 
     A uniform integer in ``[0, denominator)`` is compared with the numerator
@@ -90,7 +90,7 @@ def bernoulli_exp(gamma: Fraction | int, *, rng: RandomSource | None = None) -> 
 def _bernoulli_exp_at_most_one(gamma: Fraction, rng: RandomSource) -> bool:
     """CKS Alg 1 for ``0 <= gamma <= 1``: the parity of the first failing K."""
     k = 1  # CKS Alg 1: K <- 1
-    while bernoulli(gamma / k, rng):  # while Bernoulli(gamma / K) succeeds:
+    while bernoulli(gamma / k, rng=rng):  # while Bernoulli(gamma / K) succeeds:
         k += 1  #                           K <- K + 1
     return k % 2 == 1  # return 1 iff K is odd
 

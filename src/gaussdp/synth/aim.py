@@ -209,7 +209,7 @@ def run_rounds(
         measurements.append(measurement)
         model = fit(measurements, model)
         moved = float(np.abs(model_marginal(model, chosen).ravel() - before).sum())
-        annealed = not last and moved <= bias_factor * measurement.std * cells[chosen]
+        annealed = not last and moved <= bias_factor * measurement.sigma * cells[chosen]
         done.append(Round(chosen, epsilon, sensitivity, measurement, release, annealed))
         if last:
             return done, model

@@ -47,7 +47,7 @@ def compress(
     merged: dict[str, tuple[int, ...]] = {}
     out: list[Any] = []
     for m in measurements:
-        rare = np.flatnonzero(~(m.values >= threshold * m.std))
+        rare = np.flatnonzero(~(m.values >= threshold * m.sigma))
         if len(m.clique) != 1 or len(rare) < 2:
             out.append(m)
             continue
@@ -55,7 +55,7 @@ def compress(
         values = np.append(m.values[keep], m.values[rare].sum())
         cells = np.append(np.ones(len(keep), dtype=np.int64), len(rare))
         merged[m.clique[0]] = tuple(int(i) for i in rare)
-        out.append(Measurement(m.clique, values, m.std, cells))
+        out.append(Measurement(m.clique, values, m.sigma, cells))
     return merged, out
 
 
@@ -91,6 +91,7 @@ def expand(
     codes: Mapping[str, npt.NDArray[np.int64]],
     sizes: Mapping[str, int],
     merged: Mapping[str, tuple[int, ...]],
+    *,
     rng: np.random.Generator,
 ) -> dict[str, npt.NDArray[np.int64]]:
     """Model cells → domain cells; a merged cell becomes one of its cells uniformly."""

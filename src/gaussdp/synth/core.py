@@ -740,8 +740,8 @@ class Synthesizer:
         model = fit_model(cells, measurements, iters=self.iters, warm_start=model)
         n_out = rows if rows is not None else max(round(float(model.total)), 0)
         gen = np.random.default_rng(int.from_bytes(source.random_bytes(32), "little"))
-        model_codes = sample_codes(model, n_out, gen)
-        codes = expand(model_codes, sizes, merged, gen)
+        model_codes = sample_codes(model, n_out, rng=gen)
+        codes = expand(model_codes, sizes, merged, rng=gen)
         frame = pd.DataFrame({c.name: c.decode(codes[c.name], rng=gen) for c in self.columns})
         quality = _quality(model_codes, cells, measurements, codes, sizes, truth)
         return SynthResult(

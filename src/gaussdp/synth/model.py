@@ -26,22 +26,22 @@ __all__ = ["Measurement", "estimate_total", "fit_model", "sample_codes"]
 
 @dataclass(frozen=True)
 class Measurement:
-    """A noisy marginal: counts over the cells of ``clique`` (C order), noise std ``std``.
+    """A noisy marginal: counts over the cells of ``clique`` (C order), noise std ``sigma``.
 
     ``cells`` (after domain compression) gives the number of domain cells
-    summed in each value, whose noise std is then ``std``·√cells.
+    summed in each value, whose noise std is then ``sigma``·√cells.
     """
 
     clique: tuple[str, ...]
     values: npt.NDArray[np.float64]
-    std: float
+    sigma: float
     cells: npt.NDArray[np.int64] | None = None
 
 
 def estimate_total(measurements: Sequence[Measurement]) -> float:
     """The minimum-variance unbiased combination of the measurements' totals (≥ 1).
 
-    Each measurement's Σ values estimates the total with variance std²·(its
+    Each measurement's Σ values estimates the total with variance σ²·(its
     domain cells); the inverse-variance weighted mean is the minimum-variance
     unbiased combination (as ``mbi.estimation.minimum_variance_unbiased_total``,
     which does not count compressed measurements).
@@ -49,7 +49,7 @@ def estimate_total(measurements: Sequence[Measurement]) -> float:
     estimates = np.array([float(m.values.sum()) for m in measurements])
     variances = np.array(
         [
-            m.std**2 * (m.values.size if m.cells is None else float(m.cells.sum()))
+            m.sigma**2 * (m.values.size if m.cells is None else float(m.cells.sum()))
             for m in measurements
         ]
     )
@@ -160,7 +160,7 @@ def fit_model(
     target = {r: np.zeros_like(weight[r]) for r in slots}
     for m in measurements:
         q2 = 1.0 if m.cells is None else 1.0 / m.cells.astype(np.float64)
-        w = q2 / m.std**2 * np.ones_like(weight[m.clique])
+        w = q2 / m.sigma**2 * np.ones_like(weight[m.clique])
         weight[m.clique] += w
         target[m.clique] += w * np.asarray(m.values, dtype=np.float64)
     data = tuple(
@@ -209,7 +209,7 @@ def model_marginal(model: Any, clique: Sequence[str]) -> npt.NDArray[np.float64]
 
 
 def sample_codes(
-    model: Any, rows: int, rng: np.random.Generator
+    model: Any, rows: int, *, rng: np.random.Generator
 ) -> dict[str, npt.NDArray[np.int64]]:
     """Draw ``rows`` i.i.d. records (cell codes per attribute) from ``model``.
 
