@@ -284,6 +284,8 @@ class _BufferedSource(RandomSource):
         The same words as :meth:`words` (the next ``8n`` bytes of the stream, handed out
         once); a scalar draw then costs no intermediate bytes object or array.
         """
+        if type(self).random_bytes is not _BufferedSource.random_bytes:
+            return super()._word_tuple(n)  # a subclass's own bytes: through its override
         need = _WORD_BYTES * n
         with self._lock:
             self._discard_if_stale()

@@ -215,3 +215,19 @@ def test_subsampled_gaussian_add_side_equals_its_own_cdfs(sigma: float, q: float
         assert built.start == fresh.start
         np.testing.assert_array_equal(built.probs, fresh.probs)
         assert built.inf_mass == fresh.inf_mass
+
+
+def test_subsampled_gaussian_cdf_reuse_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Grids above _CDF_REUSE_MAX points evaluate the add direction's CDFs afresh (the
+    # reuse would hold four more arrays at the build's peak): both ways give the same PLD.
+    reused = PrivacyLossDistribution.from_subsampled_gaussian(0.9, 0.02, value_discretization=1e-3)
+    monkeypatch.setattr(pld_module, "_CDF_REUSE_MAX", 0)
+    fresh = PrivacyLossDistribution.from_subsampled_gaussian(0.9, 0.02, value_discretization=1e-3)
+    for a, b in (
+        (reused.upper_add, fresh.upper_add),
+        (reused.lower_add, fresh.lower_add),
+        (reused.upper_remove, fresh.upper_remove),
+    ):
+        assert a.start == b.start
+        np.testing.assert_array_equal(a.probs, b.probs)
+        assert a.inf_mass == b.inf_mass

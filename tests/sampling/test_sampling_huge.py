@@ -212,6 +212,16 @@ def test_big_int_array_builds_every_width_sign_and_carry(limbs: int) -> None:
     assert objects.tolist() == values
 
 
+@pytest.mark.parametrize("limbs", [1, 3])
+def test_big_int_array_negative_zero_is_zero(limbs: int) -> None:
+    # A negative zero (sign set, magnitude 0; only _owned can build one): the carry of
+    # ~0 + 1 runs through every limb into the sign word, giving 0, not -2**(64*limbs).
+    magnitude = np.zeros((2, limbs), dtype=np.uint64)
+    magnitude[1, 0] = 1
+    big = BigIntArray._owned(np.array([True, True]), magnitude)
+    assert big.to_object().tolist() == [0, -1]
+
+
 def test_big_int_array_is_immutable_and_copies_its_input() -> None:
     negative = np.array([False])
     magnitude = np.array([[3]], dtype=np.uint64)

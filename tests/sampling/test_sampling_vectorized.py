@@ -326,6 +326,26 @@ def test_bad_input_is_refused_before_drawing(kwargs, error, message) -> None:  #
     assert rng.calls == 0
 
 
+def test_sigma2_beyond_the_plans_doubles_is_refused_before_drawing() -> None:
+    # 2**2047 is the largest sigma2 whose plan constants are finite doubles; above it the
+    # plan raised a bare OverflowError (int too large to convert to float).
+    rng = _CountingSource()
+    with pytest.raises(ValueError, match=r"sigma2 must be a number <= 2\*\*2047, got"):
+        discrete_gaussian(2**2047 + 1, rng=rng)
+    assert rng.calls == 0
+    assert abs(int(discrete_gaussian(2**2047, rng=rng))) < 2**1100
+
+
+def test_scalar_draws_go_through_a_subclass_random_bytes() -> None:
+    # A subclass that overrides random_bytes sees every request of the few-values path
+    # (the in-place read of the buffer is only for the sources' own random_bytes).
+    rng = _CountingSource(3)
+    for _ in range(3):
+        discrete_gaussian(10, rng=rng)
+        discrete_laplace(3, size=5, rng=rng)
+    assert rng.calls >= 6
+
+
 @pytest.mark.parametrize("bad_rng", [42, 1.5, np.random.default_rng(0)])
 def test_bad_rng_is_refused(bad_rng: object) -> None:
     with pytest.raises(TypeError, match=r"ChaCha20Random\(seed\)"):

@@ -158,6 +158,8 @@ _CHAIN_POINTS = 1 << 17
 
 # Bytes of the block that :func:`_heap_for_temporaries` allocates and frees.
 _HEAP_BLOCK = 1 << 22
+# Grid points up to which the add direction reuses the remove direction's CDFs.
+_CDF_REUSE_MAX = 1 << 18
 
 
 @functools.cache
@@ -1721,7 +1723,8 @@ class PrivacyLossDistribution:
 
         def cdfs_remove(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
             out = mixture(y_of_loss(t))
-            removed.append((round(float(t[0]) / h), out))
+            if t.size <= _CDF_REUSE_MAX:  # larger grids: memory, not CPU, is what limits them
+                removed.append((round(float(t[0]) / h), out))
             return out
 
         def cdfs_add(t: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:

@@ -202,7 +202,7 @@ def _ints(negative: npt.NDArray[np.bool_], magnitude: npt.NDArray[np.uint64]) ->
         np.bitwise_xor(magnitude[:, j], sign, out=words[:, j])
     words[:, 0] += negative
     carried = np.flatnonzero(negative & (magnitude[:, 0] == 0))  # rarely any
-    for j in range(1, limbs):
+    for j in range(1, limbs + 1):  # into the sign word too: a negative zero is 0
         words[carried, j] += np.uint64(1)
         carried = carried[words[carried, j] == 0]
     record = len(head) + width

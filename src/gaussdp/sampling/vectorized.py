@@ -1200,8 +1200,15 @@ Plan = _GaussianPlan | _LaplacePlan
 _PLANS: dict[str, Callable[[Fraction], Plan]] = {"sigma2": _gaussian_plan, "scale": _laplace_plan}
 
 
+#: Largest sigma2 accepted: the Gaussian plan's constants t = floor(sigma) + 1 and
+#: sigma2 / t must be finite doubles (at sigma2 = 2**2048, t = 2**1024 + 1 is not).
+_SIGMA2_MAX = 2**2047
+
+
 def _prepared(name: str, exact: Fraction) -> tuple[Fraction, Plan | None]:
     """The parameter and its plan (None below 2**-60: the scalar reference is used)."""
+    if name == "sigma2" and exact > _SIGMA2_MAX:
+        raise ValueError(invalid("sigma2", "a number <= 2**2047", exact))
     return exact, None if exact < _TINY_PARAM else _PLANS[name](exact)
 
 
@@ -1314,8 +1321,8 @@ def discrete_gaussian(
     Parameters
     ----------
     sigma2 : int, Fraction, float or str
-        The scale parameter sigma^2 > 0, taken as an exact rational (a float
-        at its exact binary value, ``"p/q"`` strings allowed).
+        The scale parameter 0 < sigma^2 <= 2**2047, taken as an exact rational (a
+        float at its exact binary value, ``"p/q"`` strings allowed).
     size : int or tuple of int, optional
         Output shape; ``()`` (the default) gives a 0-d array.
     rng : RandomSource, optional
