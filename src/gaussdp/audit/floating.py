@@ -80,9 +80,19 @@ def naive_float_gaussian(
 
 
 # Samplers as the attacker models them: u ↦ η (bit-exact), and η ↦ u (approximate).
+# numpy's C samplers call the C library's log; the ufunc np.log may use a SIMD
+# implementation that differs from it by an ulp (153 of 50,000 uniforms on an AVX-512
+# machine), so the bit-exact model takes the C library's value, one at a time.
+_libm_log = np.frompyfunc(lambda x: math.log(x) if x > 0.0 else -math.inf, 1, 1)
+
+
+def _log(x: FloatArray) -> FloatArray:
+    return np.asarray(_libm_log(x), dtype=np.float64)
+
+
 def _laplace_forward(u: FloatArray, b: float) -> FloatArray:
     # numpy's random_laplace: U ≥ ½ → −b·ln(2 − U − U), else b·ln(U + U)
-    return np.where(u >= 0.5, 0.0 - b * np.log(2.0 - u - u), 0.0 + b * np.log(u + u))
+    return np.where(u >= 0.5, 0.0 - b * _log(2.0 - u - u), 0.0 + b * _log(u + u))
 
 
 def _laplace_inverse(eta: FloatArray, b: float) -> FloatArray:
