@@ -228,3 +228,14 @@ def test_spark_reads_csv_numbers_as_duckdb(spark: Any, tmp_path: Path) -> None:
     finally:
         engine.close()
     assert got == CSV_READ
+
+
+def test_spark_reads_parquet_files_that_disagree_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import mixed_parquet, mixed_sums
+
+    parts = mixed_parquet(tmp_path / "parts")
+    assert mixed_sums(parts, "spark") == mixed_sums(parts, "duckdb") == [84.5, 7.0]
+    glob = str(parts / "[ac].parquet")
+    assert mixed_sums(glob, "spark") == mixed_sums(glob, "duckdb") == [77.5, 4.0]
