@@ -176,3 +176,22 @@ def test_every_public_name_is_documented() -> None:
             obj = getattr(module, name)
             if inspect.isclass(obj) or inspect.isfunction(obj):
                 assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
+
+
+def _megabytes(size: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([mg])", size.lower()).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "g" else 1)
+
+
+def test_the_spark_cluster_recipe_fits_the_scripts_workers() -> None:
+    # An executor larger than every worker is never scheduled: the release waits forever,
+    # silently (Spark's default executor memory is 1g).
+    script = (ROOT / "scripts" / "spark-cluster").read_text()
+    (worker,) = re.findall(r"^memory=(\S+)$", script, re.MULTILINE)
+    docs = (ROOT / "docs" / "release.md").read_text()
+    recipes = re.findall(r'PYSPARK_SUBMIT_ARGS="--master spark://127\.0\.0\.1[^"]*"', docs)
+    assert recipes
+    for recipe in recipes:
+        executor = re.search(r"--executor-memory (\S+)", recipe)
+        assert executor is not None, recipe
+        assert _megabytes(executor.group(1)) <= _megabytes(worker), recipe
