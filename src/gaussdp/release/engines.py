@@ -901,14 +901,17 @@ class SparkEngine(Engine):
         self._views.clear()
 
 
+#: Spark's own log lines below ERROR off. The root logger stays at WARN, the level Spark
+#: gives an interactive (PySpark) driver: at another level Spark prints "Setting default
+#: log level to ..." itself; the appender's threshold drops the warnings instead.
 _QUIET_LOG4J = """\
-rootLogger.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
 appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 """
