@@ -195,3 +195,29 @@ def test_the_spark_cluster_recipe_fits_the_scripts_workers() -> None:
         executor = re.search(r"--executor-memory (\S+)", recipe)
         assert executor is not None, recipe
         assert _megabytes(executor.group(1)) <= _megabytes(worker), recipe
+
+
+def test_the_readme_cli_block_needs_only_the_base_install(tmp_path: Path) -> None:
+    # After `make demo` (the base install) the README's command-line block must run: the
+    # dev venv has pyarrow, so it is hidden here (--out visits.parquet once needed it).
+    import gaussdp
+
+    (block,) = [b for b in blocks("README.md") if "--out visits.parquet" in b.code]
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    hidden = tmp_path / "hidden" / "pyarrow"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('not in the base install')\n")
+    path = [str(hidden.parent), str(Path(gaussdp.__file__).parents[1])]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(path),
+    }
+    proc = subprocess.run(
+        _script(block), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import duckdb
+
+    ((rows,),) = duckdb.sql(f"SELECT COUNT(*) FROM '{tmp_path / 'visits.parquet'}'").fetchall()
+    assert rows == 36
