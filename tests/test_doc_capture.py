@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import gaussdp
+
+ROOT = Path(__file__).parents[1]
 DOC = Path(__file__).parents[1] / "docs" / "release.md"
 
 
@@ -24,3 +30,35 @@ def test_every_line_of_the_80_column_capture_fits_80_columns() -> None:
     assert len(bottom) == 24
     for line in top + bottom:
         assert len(line) <= 80, (len(line), line)
+
+
+def _masked(line: str) -> str:
+    """A line of the release table with what depends on the noise masked: every value and
+    interval, and a mean's std (its denominator is noisy); a count's std is σ."""
+    if not line.startswith("│"):
+        return line.rstrip()
+    cells = [c.strip() for c in line.strip("│").split("│")]
+    page, day, bin_, statistic, _value, std, _low, _high = cells
+    return " | ".join([page, day, bin_, statistic, std if statistic == "count" else "*"])
+
+
+def test_the_80_column_capture_is_todays_output() -> None:
+    # The capture went stale once (σ=33.3 printed as σ=33.3001 since, δ=3.06e-07): what
+    # the release computes without noise (sensitivity, σ, ρ, selection δ, τ, the
+    # report's layout) must be as printed; the noisy values are masked.
+    env = {**os.environ, "COLUMNS": "80", "LINES": "24"}
+    env["PYTHONPATH"] = str(Path(gaussdp.__file__).parents[1])
+    demo = ["release", "examples/visits.toml", "--data", "examples/visits.csv"]
+    run = subprocess.run(
+        [sys.executable, "-m", "gaussdp", *demo],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    now = [line.rstrip() for line in run.stdout.rstrip("\n").split("\n")]
+    top, bottom = _capture_blocks()
+    assert [_masked(x) for x in now[: len(top)]] == [_masked(x) for x in top]
+    assert now[-len(bottom) :] == [x.rstrip() for x in bottom]

@@ -178,6 +178,51 @@ def test_every_public_name_is_documented() -> None:
                 assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
 
 
+def _megabytes(size: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([mg])", size.lower()).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "g" else 1)
+
+
+def test_the_spark_cluster_recipe_fits_the_scripts_workers() -> None:
+    # An executor larger than every worker is never scheduled: the release waits forever,
+    # silently (Spark's default executor memory is 1g).
+    script = (ROOT / "scripts" / "spark-cluster").read_text()
+    (worker,) = re.findall(r"^memory=(\S+)$", script, re.MULTILINE)
+    docs = (ROOT / "docs" / "release.md").read_text()
+    recipes = re.findall(r'PYSPARK_SUBMIT_ARGS="--master spark://127\.0\.0\.1[^"]*"', docs)
+    assert recipes
+    for recipe in recipes:
+        executor = re.search(r"--executor-memory (\S+)", recipe)
+        assert executor is not None, recipe
+        assert _megabytes(executor.group(1)) <= _megabytes(worker), recipe
+
+
+def test_the_readme_cli_block_needs_only_the_base_install(tmp_path: Path) -> None:
+    # After `make demo` (the base install) the README's command-line block must run: the
+    # dev venv has pyarrow, so it is hidden here (--out visits.parquet once needed it).
+    import gaussdp
+
+    (block,) = [b for b in blocks("README.md") if "--out visits.parquet" in b.code]
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    hidden = tmp_path / "hidden" / "pyarrow"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('not in the base install')\n")
+    path = [str(hidden.parent), str(Path(gaussdp.__file__).parents[1])]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(path),
+    }
+    proc = subprocess.run(
+        _script(block), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import duckdb
+
+    ((rows,),) = duckdb.sql(f"SELECT COUNT(*) FROM '{tmp_path / 'visits.parquet'}'").fetchall()
+    assert rows == 36
+
+
 def _shown_output(block: Block) -> list[str]:
     """The output lines a console block shows (the lines that are not ``$ `` commands)."""
     lines = block.code.splitlines()

@@ -106,3 +106,49 @@ def test_the_specs_duckdb_settings_reach_the_connection(tmp_path: Path) -> None:
     assert made.is_dir()
     default.close()
     assert not made.exists()
+
+
+def mixed_parquet(directory: Path) -> Path:
+    """Parquet files that disagree: ``minutes`` text in one, ``user`` text in another, one
+    file without ``minutes``; the same rows as :data:`MIXED_CSV` (text)."""
+    directory.mkdir()
+    pd.DataFrame({"user": [1, 2], "minutes": [10.0, 2.5]}).to_parquet(directory / "a.parquet")
+    pd.DataFrame({"user": [3, 4], "minutes": ["abc", "7"]}).to_parquet(directory / "b.parquet")
+    pd.DataFrame({"user": ["x", "5"], "minutes": [5.0, 1e30]}).to_parquet(directory / "c.parquet")
+    pd.DataFrame({"user": [6]}).to_parquet(directory / "d.parquet")
+    return directory
+
+
+MIXED_CSV = "user,minutes\n1,10.0\n2,2.5\n3,abc\n4,7\nx,5.0\n5,1e30\n6,\n"
+
+
+def mixed_sums(source: object, engine: str = "duckdb") -> list[float]:
+    return (
+        Release(
+            source,
+            privacy_unit="user",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+            engine=engine,
+        )
+        .sum("minutes", bounds=(0, 60))
+        .count()
+        .run()
+        .frame["value"]
+        .tolist()
+    )
+
+
+def test_parquet_files_that_disagree_are_read_value_by_value(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # Whether one unit's file exists must not decide refusal or release: a value that
+    # does not convert to the column's type is NULL, as in a CSV (docs/release.md).
+    parts = mixed_parquet(tmp_path / "parts")
+    (tmp_path / "t.csv").write_text(MIXED_CSV)
+    want = mixed_sums(tmp_path / "t.csv")
+    assert want == [10.0 + 2.5 + 7 + 5 + 60, 7.0]
+    assert mixed_sums(parts) == want
+    assert mixed_sums(str(parts / "[ab].parquet")) == [19.5, 4.0]
+    assert mixed_sums(str(parts / "[ac].parquet")) == [77.5, 4.0]

@@ -242,3 +242,43 @@ def test_spark_reads_csv_numbers_as_duckdb(spark: Any, tmp_path: Path) -> None:
     finally:
         engine.close()
     assert got == CSV_READ
+
+
+def test_spark_reads_parquet_files_that_disagree_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import mixed_parquet, mixed_sums
+
+    parts = mixed_parquet(tmp_path / "parts")
+    assert mixed_sums(parts, "spark") == mixed_sums(parts, "duckdb") == [84.5, 7.0]
+    glob = str(parts / "[ac].parquet")
+    assert mixed_sums(glob, "spark") == mixed_sums(glob, "duckdb") == [77.5, 4.0]
+
+
+def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
+    # Issue 12 item 9: without --verbose the CLI's session keeps Spark's own log lines
+    # (log4j warnings, "Setting default log level ...") off the terminal.
+    import os
+    import subprocess
+    import sys
+
+    import gaussdp
+
+    examples = Path(__file__).parents[2] / "examples"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env["PYTHONPATH"] = str(Path(gaussdp.__file__).parents[1])
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    command = [sys.executable, "-m", "gaussdp", "--quiet", "release"]
+    command += [str(examples / "visits.toml"), "--data", str(examples / "visits.csv")]
+    run = subprocess.run(
+        [*command, "--engine", "spark", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    # The JVM's module system prints its incubator warning before any logging starts.
+    lines = [x for x in run.stderr.splitlines() if "Using incubator modules" not in x]
+    assert lines == []

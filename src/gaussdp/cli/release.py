@@ -222,22 +222,14 @@ def check_distinct(outputs: dict[str, Path | None], inputs: dict[str, Path | str
 def check_output(out: Path) -> str:
     """The format of ``out`` (by suffix), after checking it can be written; before any spend.
 
-    Raises :class:`CliError` (exit status 2) for an unknown suffix, a missing
-    Parquet writer, a missing or read-only folder, or a path that is a folder.
+    Raises :class:`CliError` (exit status 2) for an unknown suffix, a missing or
+    read-only folder, or a path that is a folder.
     """
     if out.is_dir():
         fail(f"--out must be a file path, got {str(out)!r} (a folder)")
     fmt = OUTPUT_FORMATS.get(out.suffix.lower())
     if fmt is None:
         fail(f"--out must end in .csv, .parquet or .json, got {str(out)!r}")
-    if fmt == "parquet":
-        import importlib.util
-
-        if importlib.util.find_spec("pyarrow") is None:
-            fail(
-                f"--out {str(out)!r} needs pyarrow to write Parquet: pip install pyarrow "
-                "(or write .csv/.json)"
-            )
     check_writable(out, "--out")
     return fmt
 
@@ -255,7 +247,11 @@ def write_output(result: ReleaseResult, out: Path, fmt: str) -> None:
     if fmt == "csv":
         result.frame.to_csv(out, index=False)
     elif fmt == "parquet":
-        result.frame.to_parquet(out, index=False)
+        # DuckDB (a core dependency) writes Parquet itself: the base install needs no pyarrow.
+        import duckdb
+
+        with duckdb.connect() as con:
+            con.from_df(result.frame).write_parquet(str(out))
     else:
         out.write_text(json.dumps(_payload(result), indent=2, default=str), encoding="utf-8")
 

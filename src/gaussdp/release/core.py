@@ -966,20 +966,16 @@ def _prepare(
             if column not in inferred:
                 raise ValueError(invalid(key, f"a column among {sorted(inferred)}", column))
         converted: dict[str, str] = {}
-        if engine.text_columns:
-            # A CSV's columns are text (a type inferred from the rows would tell
-            # neighbouring tables apart): a needed numeric column is read as a number by
-            # the engines' one rule; a value that does not convert is NULL.
-            converted = {
-                c: "DOUBLE"
-                for c, numeric in needs.items()
-                if numeric and c not in release.column_types
-            }
-            # Likewise the unit's and the keys' types: the unit is text, a key column takes
-            # the type of its public keys (text without them), whatever the rows look like.
-            for c, numeric in needs.items():
-                if not numeric and c not in release.column_types:
-                    converted[c] = _csv_key_type(c, plan)
+        # A CSV's columns are text (a type inferred from the rows would tell neighbouring
+        # tables apart), and so is a Parquet directory's column whose files disagree
+        # (text in one, a number in another): a needed numeric column is read as a
+        # number by the engines' one rule; a value that does not convert is NULL.
+        text = [c for c in needs if engine.text_columns or c in engine.mixed_columns]
+        for c in text:
+            if c not in release.column_types:
+                # Likewise the unit's and the keys' types: the unit is text, a key column
+                # takes the type of its public keys (text without them).
+                converted[c] = "DOUBLE" if needs[c] else _csv_key_type(c, plan)
         engine.declare({**converted, **release.column_types})
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))
@@ -995,7 +991,7 @@ def _prepare(
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
         unit_type = schema[release.privacy_unit].lower()
         unit_nan = "float" if unit_type in ("float", "double", "real") else ""
-        if engine.text_columns and release.privacy_unit not in release.column_types:
+        if release.privacy_unit in text and release.privacy_unit not in release.column_types:
             unit_nan = "text"  # read as text (_csv_key_type): 'nan' is NaN
         return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
     except EngineError as error:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import glob
 import gzip
 import logging
@@ -103,6 +104,34 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
         if p.stat().st_size == 0:
             raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
     return kinds.pop(), [str(p) for p in names]
+
+
+def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
+    """The columns of Parquet ``files`` read together by name, and those that are mixed.
+
+    A column missing from a file is NULL there; integers of different widths,
+    dates and timestamps widen to one type (DuckDB's union by name). A column
+    that is text in one file and not in another (``minutes`` a string in one
+    file, a number in the others) is *mixed*: it is read as text and converted
+    by the spec as a CSV's column is, so a value that does not convert is NULL
+    (refusing it would make the refusal depend on which files, hence which
+    units, exist). Only the files' footers are read.
+    """
+    import duckdb
+
+    with duckdb.connect() as con:
+        union = con.read_parquet(list(files), union_by_name=True)
+        text = {c for c, t in zip(union.columns, union.types, strict=True) if str(t) == "VARCHAR"}
+        mixed: set[str] = set()
+        if text and len(files) > 1:
+            for f in files:
+                rel = con.read_parquet(f)
+                mixed |= {
+                    c
+                    for c, t in zip(rel.columns, rel.types, strict=True)
+                    if c in text and str(t) != "VARCHAR"
+                }
+        return list(union.columns), frozenset(mixed)
 
 
 #: The one reading of a CSV, the same on both engines (docs/release.md, "Reading a CSV").
@@ -384,6 +413,10 @@ class Engine(ABC):
     #: Every column is text (a CSV): each needed column is converted by the one
     #: reading of :func:`csv_layout`'s docs (a value that does not convert is NULL).
     text_columns: bool = False
+    #: Columns of a Parquet directory or glob whose files disagree on the type in a way
+    #: that only text holds (a number in one file, text in another): read as text and
+    #: converted as a CSV's column is, value by value (:func:`parquet_layout`).
+    mixed_columns: frozenset[str] = frozenset()
 
     @property
     def schema(self) -> dict[str, str]:
@@ -588,7 +621,9 @@ class DuckDBEngine(Engine):
                 kind, files = _files(source)
                 with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
-                        self._rel = con.read_parquet(files)
+                        # By name, so that files may differ (parquet_layout)
+                        self._rel = con.read_parquet(files, union_by_name=True)
+                        self.mixed_columns = parquet_layout(files)[1]
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -645,7 +680,8 @@ class DuckDBEngine(Engine):
         for internal, user in columns.items():
             expr = duck.ColumnExpression(user)
             kind = self._declared.get(user)
-            if kind is not None and self.text_columns and kind in ("BIGINT", "DOUBLE"):
+            text_read = self.text_columns or user in self.mixed_columns
+            if kind is not None and text_read and kind in ("BIGINT", "DOUBLE"):
                 text = fn("trim", expr)
                 pattern = CSV_INTEGER if kind == "BIGINT" else CSV_NUMBER
                 value = text.try_cast(duck.sqltype(kind))
@@ -752,6 +788,31 @@ class DuckDBEngine(Engine):
             self._tmp = None
 
 
+def _spark_parquet(reader: Any, files: list[str]) -> tuple[Any, frozenset[str]]:
+    """Parquet ``files`` as one Spark DataFrame, read as DuckDB reads them (parquet_layout):
+    by name, a missing column NULL, a mixed column text."""
+    from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
+
+    names, mixed = parquet_layout(files)
+    if len(files) == 1:
+        return reader.parquet(*files), mixed
+    frames = []
+    for f in files:
+        frame = reader.parquet(f)
+        frames.append(
+            frame.select(
+                *(
+                    F.col("`" + c.replace("`", "``") + "`").cast("string").alias(c)
+                    if c in mixed
+                    else F.col("`" + c.replace("`", "``") + "`")
+                    for c in frame.columns
+                )
+            )
+        )
+    union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    return union.select(*(F.col("`" + c.replace("`", "``") + "`") for c in names)), mixed
+
+
 class SparkEngine(Engine):
     """PySpark: a Spark DataFrame, a table name, a CSV/Parquet path, or a local frame."""
 
@@ -774,7 +835,7 @@ class SparkEngine(Engine):
                 reader = spark.read
                 with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
-                        self._df = reader.parquet(*files)
+                        self._df, self.mixed_columns = _spark_parquet(reader, files)
                     else:
                         self._df = _spark_csv_text(spark, files)
                         self.text_columns = True
@@ -825,7 +886,8 @@ class SparkEngine(Engine):
         for internal, user in columns.items():
             expr = column(user)
             kind = self._declared.get(user)
-            if kind is not None and self.text_columns and kind in ("bigint", "double"):
+            text_read = self.text_columns or user in self.mixed_columns
+            if kind is not None and text_read and kind in ("bigint", "double"):
                 text = F.trim(expr)  # spaces only, as DuckDB's trim
                 value = text.try_cast(kind)
                 if kind == "double":
@@ -875,14 +937,17 @@ class SparkEngine(Engine):
         self._views.clear()
 
 
+#: Spark's own log lines below ERROR off. The root logger stays at WARN, the level Spark
+#: gives an interactive (PySpark) driver: at another level Spark prints "Setting default
+#: log level to ..." itself; the appender's threshold drops the warnings instead.
 _QUIET_LOG4J = """\
-rootLogger.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
 appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 """
