@@ -30,7 +30,7 @@ from gaussdp.accounting import (  # noqa: E402
 from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
 from gaussdp.ml._budget import Charger  # noqa: E402
-from gaussdp.random import ChaCha20Random, RandomSource  # noqa: E402
+from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream  # noqa: E402
 
 DELTA = 1e-5
 
@@ -554,6 +554,64 @@ def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
     assert ledger.spent == spent
     release()  # the parent, which the seed belongs to, still releases
     assert runs() == 2
+
+
+def _built_in_child(kind: str, rng: ChaCha20Random, ledger: Ledger):  # type: ignore[no-untyped-def]
+    """A charged release of an object built now (in the child) on the parent's ``rng``.
+
+    "dpsgd" is the charger make_private builds, on a stream derived from ``rng`` (a
+    backward pass does not survive a fork after the parent's).
+    """
+    if kind == "central":
+        agg = DPAggregator(1.0, 1.0, dim=4, rng=rng, ledger=ledger)
+        return lambda: agg.aggregate([torch.ones(4)])
+    if kind == "distributed":
+        ddg = DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=2, dim=4, bits=16, rng=rng, ledger=ledger
+        )
+        return lambda: ddg.aggregate([torch.ones(4)] * 2)
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event,
+        ledger=ledger,
+        filter=None,
+        block=1,
+        label="test",
+        what="DP-SGD step",
+        detail={},
+        rng=_DerivedStream(rng),
+    )
+
+    def step() -> None:
+        with charger.run():
+            pass
+
+    return step
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["central", "distributed", "dpsgd"])
+def test_a_seeded_release_built_in_a_forked_child_on_the_parents_stream_is_refused(
+    kind: str, tmp_path: Path
+) -> None:
+    # Once: only the process that built the aggregator was checked, so two children
+    # forked from a parent holding ChaCha20Random(7) each built one on it and released
+    # the same noise on neighbouring data, both charged (the difference was exact).
+    path, total = tmp_path / "budget.db", Budget(epsilon=1000.0, delta=DELTA)
+    ledger = Ledger(path, total=total)
+    rng = ChaCha20Random(7)
+
+    def child() -> None:
+        release = _built_in_child(kind, rng, Ledger(path, total=total))
+        with pytest.raises(
+            RuntimeError, match="rng must be a source that is not seeded .* in a forked process"
+        ):
+            release()
+
+    assert [_in_child(child) for _ in range(2)] == [0, 0]
+    assert ledger.spent == 0
+    _built_in_child(kind, rng, ledger)()  # the process that made the stream releases
+    assert ledger.spent > 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -84,9 +84,12 @@ class Charger:
     rng : RandomSource, optional
         The source of the runs' noise. A reproducible one (a seeded
         :class:`~gaussdp.random.ChaCha20Random`, or a stream derived from one) gives
-        the same noise in every process forked from the one that built the charger,
+        the same noise in every process forked from the one that made the stream,
         while the ledger would charge their runs as independent: charged runs in a
-        forked process are then refused.
+        process other than the one that made the stream (and the charger) are then
+        refused. The same seed given to ``ChaCha20Random`` separately in two processes
+        cannot be detected: that is the caller's responsibility (seeds are for tests
+        and replays).
 
     Raises
     ------
@@ -202,9 +205,17 @@ class Charger:
         self._running = 0
 
     def _check_reproducible(self) -> None:
-        """Refuse a charged run of seeded noise in a process forked from the builder's."""
+        """Refuse a charged run of seeded noise outside the process that made the stream.
+
+        The stream's process (``rng._home``) and the charger's are both checked: a
+        charger built in a forked child from a stream the parent made repeats the
+        noise of every sibling that does the same.
+        """
         rng = self._rng
-        if self.active and rng is not None and rng._reproducible and os.getpid() != self._home:
+        if not (self.active and rng is not None and rng._reproducible):
+            return
+        pid = os.getpid()
+        if pid != self._home or pid != (self._home if rng._home is None else rng._home):
             raise RuntimeError(
                 invalid(
                     "rng",
