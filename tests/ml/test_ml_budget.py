@@ -435,6 +435,40 @@ def test_a_forked_child_reserves_its_own_block_not_the_parents(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_from_inside_a_run_can_close_after_it(tmp_path: Path) -> None:
+    # Once: the at-fork hook cleared the count of runs in progress although the forking
+    # thread was inside one; leaving it made the count -1 in the child, and close()
+    # was refused there for good.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event, ledger=ledger, filter=None, block=4, label="test", what="run", detail={}
+    )
+    pid = -1
+    with charger.run():
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            try:
+                with pytest.raises(RuntimeError, match="cannot be called during a run"):
+                    charger.close()
+            except BaseException:
+                os._exit(1)
+    if pid == 0:  # pragma: no cover
+        try:
+            charger.close()
+            with charger.run():
+                pass
+            charger.close()
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    charger.close()
+    assert ledger.spent == pytest.approx(0.01 * 2, rel=1e-12)  # the parent's run, the child's
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_an_in_memory_filter_refuses_in_a_forked_child() -> None:
     # A filter is process memory: a child's spends would not reach the parent's copy.
     spend = PrivacyFilter(Budget(mu=1000.0))

@@ -120,6 +120,7 @@ class Charger:
         self._open: Reservation | None = None
         self._lock = threading.RLock()
         self._running = 0  # runs in progress: the lock's owner is inside run()
+        self._owner: int | None = None  # the thread inside run() (runs nest in one thread)
         self._pid = os.getpid()  # the process that owns the open block
         self._home = self._pid  # the process that built the charger
         self._rng = rng
@@ -170,6 +171,7 @@ class Charger:
         with self._lock:
             self._before()
             self._running += 1
+            self._owner = threading.get_ident()
             try:
                 yield
             finally:
@@ -200,7 +202,12 @@ class Charger:
 
         A thread of the parent inside :meth:`run` at the fork held the lock; that
         thread does not exist in the child, whose first run would wait for it forever.
+        If the forking thread itself is inside :meth:`run`, it continues there in the
+        child: it keeps the lock and its runs (with none left, its exit from the run
+        once left the count at -1, and :meth:`close` was refused for good).
         """
+        if self._running and self._owner == threading.get_ident():
+            return
         self._lock = threading.RLock()
         self._running = 0
 
