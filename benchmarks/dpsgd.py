@@ -45,7 +45,8 @@ the worker. Numbers are only comparable within one run.
 ``--calibration N`` (N rounds; 0 skips it) times ``make_private(target_epsilon=3,
 delta=1e-6, epochs=10)`` on a dataset of 10^6 examples with batch 256 (39,063 steps:
 the noise multiplier is calibrated and certified by the PLD accountant), each round
-in a fresh child process that imports torch first: CPU (its noise worker's included)
+in a fresh child process that imports torch first: CPU (a noise worker's included,
+if one starts: this model's 22 parameters are below ``PREFETCH_MIN_DIM``, so none does)
 and wall time of the call, and the child's own peak RSS (``VmHWM``) before and after
 it (issue 13's target: at most 10 s and 500 MB). Not ``ru_maxrss``: a child started by
 ``subprocess`` inherits its parent's (this process, Opacus and the trained models
@@ -164,7 +165,8 @@ def cpu_of(pids: set[int]) -> float:
 
     utime + stime, in clock ticks: the whole thread group, threads that have exited
     included (``/proc/<pid>/schedstat`` is the main thread's alone, and missed the
-    noise worker's other threads).
+    noise worker's other threads). The resolution is one tick (``SC_CLK_TCK``, 100
+    per second on Linux: 10 ms per process read).
     """
     ticks = 0
     for pid in pids:
@@ -404,7 +406,7 @@ def calibration_child() -> None:
         epochs=10,
     )
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    cpu += cpu_of(child_pids() - workers)  # the noise worker make_private started
+    cpu += cpu_of(child_pids() - workers)  # a noise worker, if make_private started one
     peak = own_peak_mb()
     print(
         json.dumps(

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from gaussdp._validation import format_bound
+from gaussdp.accounting import format_bound
 from gaussdp.audit.mia import (
     MIAResult,
     confidence_logits,

@@ -34,7 +34,7 @@ from torch.nn import functional as nnf
 from torch.utils.data import DataLoader, TensorDataset
 
 from gaussdp import Budget, Ledger, Release
-from gaussdp._validation import format_bound
+from gaussdp.accounting import format_bound
 from gaussdp.ml import DPAggregator, make_private
 
 EXAMPLES = Path(__file__).resolve().parent

@@ -255,6 +255,17 @@ def test_the_getting_started_ledger_refuses_the_third_release_as_shown(tmp_path:
     assert all(line in printed for line in shown), (shown, printed)
 
 
+def test_no_example_or_doc_imports_private_api() -> None:
+    # Once: two examples and getting-started imported gaussdp._validation.format_bound
+    # (now gaussdp.accounting.format_bound); what users copy must be public.
+    texts = {str(p.relative_to(ROOT)): p.read_text("utf-8") for p in ROOT.glob("examples/*.py")}
+    for doc in (*CHECKED, *NOT_CHECKED):
+        for block in blocks(doc):
+            texts[f"{doc}:{block.line}"] = block.code
+    private = re.compile(r"\b(from|import)\s+gaussdp(\.\w+)*\._")
+    assert [where for where, text in texts.items() if private.search(text)] == []
+
+
 def test_no_example_or_doc_releases_on_a_ledger_with_a_written_seed() -> None:
     # Once: examples/one_ledger.py spent a real ledger on noise from ChaCha20Random(1),
     # (2), (3): anyone with the source regenerates the noise and subtracts it.

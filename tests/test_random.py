@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,6 +144,24 @@ def test_chacha20_is_reproducible_and_seed_sensitive() -> None:
     assert not np.array_equal(ChaCha20Random(7).words(4), ChaCha20Random(8).words(4))
     # The type tag keeps int and bytes seeds apart.
     assert not np.array_equal(ChaCha20Random(0).words(4), ChaCha20Random(b"").words(4))
+
+
+def test_no_word_is_shifted_by_a_python_int() -> None:
+    # Once: audit_dpsgd seeded its data with ``int(source.words(1)[0] >> 1)``, a
+    # TypeError on numpy 1.26 (which pyproject allows): there a uint64 scalar and a
+    # Python int promote to float64. Seeds are read as ``randbits(63)``, the same value.
+    mixed = re.compile(r"\.words\([^)]*\)(\[[^\]]*\])?\s*(>>|<<|&|\||\^)\s*\(?\s*(\d|0x)")
+    src = Path(random_module.__file__).parent
+    found = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if mixed.search(line)
+    ]
+    assert found == []
+    for seed in range(4):
+        word = ChaCha20Random(seed).words(1)[0]
+        assert ChaCha20Random(seed).randbits(63) == int(word >> np.uint64(1))
 
 
 @pytest.mark.parametrize("seed", [1.0, -1, True, None, "7", np.random.default_rng(0)])

@@ -208,9 +208,27 @@ def test_rdp_orders_accept_any_iterable_of_reals() -> None:
     assert RDPAccountant(orders=(Fraction(5, 2),)).orders == (2.5,)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"value": "1", "up": True}, TypeError, "value must be a real number, got '1'"),
+        ({"value": 1.0, "up": 1}, TypeError, "up must be True or False, got 1"),
+        ({"value": 1.0, "up": True, "digits": 16}, ValueError, "digits must be an integer from"),
+        ({"value": 1.0, "up": True, "digits": 2.0}, ValueError, "digits must be an integer from"),
+    ],
+)
+def test_format_bound_refuses_bad_arguments(
+    arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    from gaussdp.accounting import format_bound
+
+    with pytest.raises(error, match=re.escape(message)):
+        format_bound(**arguments)  # type: ignore[arg-type]
+
+
 def test_displayed_bounds_round_outward() -> None:
     # Regression: displays rounded bounds to nearest (ε upper 3.566680272 shown 3.56668).
-    from gaussdp._validation import format_bound
+    from gaussdp.accounting import format_bound
     from gaussdp.cli._output import format_value
     from gaussdp.privacy.tradeoff import TradeoffCurve, explain
 

@@ -46,14 +46,51 @@ class _Redacted:
 
 
 def format_bound(value: float, *, up: bool, digits: int = 6) -> str:
-    """``value`` to ``digits`` significant digits, rounded outward: up for an upper bound, down
-    for a lower bound (a displayed bound must still be a bound).
+    """A bound as text, rounded outward so that the text is still a bound.
 
+    Public as :func:`gaussdp.accounting.format_bound`. ``f"{eps:.3g}"`` rounds to
+    nearest, so a printed ε can be below the certified one (2.38174 shown as 2.38).
+
+    Parameters
+    ----------
+    value : float
+        The bound (an ε, δ, ρ, μ, σ ...). Infinities, NaN and 0 are shown as they are.
+    up : bool
+        True for an upper bound (rounded towards +∞), False for a lower bound
+        (rounded towards −∞).
+    digits : int
+        Significant digits, 1 to 15 (default 6).
+
+    Returns
+    -------
+    str
+        The shortest ``g``-format text of the outward-rounded value: read back as a
+        float it is ≥ ``value`` when ``up`` (≤ when not).
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a real number, or ``up`` is not a bool.
+    ValueError
+        If ``digits`` is not an integer from 1 to 15.
+
+    Examples
+    --------
     >>> format_bound(3.566680272, up=True), format_bound(3.566680272, up=False)
     ('3.56669', '3.56668')
     >>> format_bound(0.9999996, up=True), format_bound(2.0, up=True, digits=3)
     ('1', '2')
     """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(invalid("value", "a real number", value))
+    if not isinstance(up, bool):
+        raise TypeError(invalid("up", "True or False", up))
+    if (
+        isinstance(digits, bool)
+        or not isinstance(digits, numbers.Integral)
+        or not 1 <= digits <= 15
+    ):
+        raise ValueError(invalid("digits", "an integer from 1 to 15", digits))
     if not math.isfinite(value) or value == 0:
         return f"{value:.{digits}g}"
     # The shortest decimal that reads back as this float (0.1, not 0.1000000000000000055…).

@@ -106,6 +106,10 @@ class RandomSource(abc.ABC):
     #: repeats its parent's words by design. False unless a class says otherwise, so that
     #: a stream derived from an unknown source is re-keyed in a forked child.
     _reproducible = False
+    #: For a reproducible source: the id of the process that created the stream (for a
+    #: derived stream, its reproducible parent's). Every process forked from it repeats
+    #: its words, so a budget refuses to pay for them anywhere else. None otherwise.
+    _home: int | None = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -465,6 +469,7 @@ class ChaCha20Random(_BufferedSource):
             raise ValueError(f"seed must be an int >= 0 or bytes, got {seed!r}")
         super().__init__()
         self._seed = seed
+        self._home = os.getpid()
         self._encryptor = _chacha20(_chacha_key(seed))
 
     def _fill_into(self, out: memoryview) -> None:
@@ -492,6 +497,7 @@ class _DerivedStream(_BufferedSource):
         super().__init__()
         self._parent = parent
         self._reproducible = parent._reproducible
+        self._home = parent._home if parent._reproducible else None
         self._pid = os.getpid()
         self._encryptor = self._new_key(forked=forked)
 

@@ -30,7 +30,7 @@ from gaussdp.accounting import (  # noqa: E402
 from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
 from gaussdp.ml._budget import Charger  # noqa: E402
-from gaussdp.random import ChaCha20Random, RandomSource  # noqa: E402
+from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream  # noqa: E402
 
 DELTA = 1e-5
 
@@ -435,6 +435,40 @@ def test_a_forked_child_reserves_its_own_block_not_the_parents(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_from_inside_a_run_can_close_after_it(tmp_path: Path) -> None:
+    # Once: the at-fork hook cleared the count of runs in progress although the forking
+    # thread was inside one; leaving it made the count -1 in the child, and close()
+    # was refused there for good.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event, ledger=ledger, filter=None, block=4, label="test", what="run", detail={}
+    )
+    pid = -1
+    with charger.run():
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            try:
+                with pytest.raises(RuntimeError, match="cannot be called during a run"):
+                    charger.close()
+            except BaseException:
+                os._exit(1)
+    if pid == 0:  # pragma: no cover
+        try:
+            charger.close()
+            with charger.run():
+                pass
+            charger.close()
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    charger.close()
+    assert ledger.spent == pytest.approx(0.01 * 2, rel=1e-12)  # the parent's run, the child's
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_an_in_memory_filter_refuses_in_a_forked_child() -> None:
     # A filter is process memory: a child's spends would not reach the parent's copy.
     spend = PrivacyFilter(Budget(mu=1000.0))
@@ -554,6 +588,64 @@ def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
     assert ledger.spent == spent
     release()  # the parent, which the seed belongs to, still releases
     assert runs() == 2
+
+
+def _built_in_child(kind: str, rng: ChaCha20Random, ledger: Ledger):  # type: ignore[no-untyped-def]
+    """A charged release of an object built now (in the child) on the parent's ``rng``.
+
+    "dpsgd" is the charger make_private builds, on a stream derived from ``rng`` (a
+    backward pass does not survive a fork after the parent's).
+    """
+    if kind == "central":
+        agg = DPAggregator(1.0, 1.0, dim=4, rng=rng, ledger=ledger)
+        return lambda: agg.aggregate([torch.ones(4)])
+    if kind == "distributed":
+        ddg = DistributedDiscreteGaussian(
+            1.0, 1.0, num_clients=2, dim=4, bits=16, rng=rng, ledger=ledger
+        )
+        return lambda: ddg.aggregate([torch.ones(4)] * 2)
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    charger = Charger(
+        event,
+        ledger=ledger,
+        filter=None,
+        block=1,
+        label="test",
+        what="DP-SGD step",
+        detail={},
+        rng=_DerivedStream(rng),
+    )
+
+    def step() -> None:
+        with charger.run():
+            pass
+
+    return step
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["central", "distributed", "dpsgd"])
+def test_a_seeded_release_built_in_a_forked_child_on_the_parents_stream_is_refused(
+    kind: str, tmp_path: Path
+) -> None:
+    # Once: only the process that built the aggregator was checked, so two children
+    # forked from a parent holding ChaCha20Random(7) each built one on it and released
+    # the same noise on neighbouring data, both charged (the difference was exact).
+    path, total = tmp_path / "budget.db", Budget(epsilon=1000.0, delta=DELTA)
+    ledger = Ledger(path, total=total)
+    rng = ChaCha20Random(7)
+
+    def child() -> None:
+        release = _built_in_child(kind, rng, Ledger(path, total=total))
+        with pytest.raises(
+            RuntimeError, match="rng must be a source that is not seeded .* in a forked process"
+        ):
+            release()
+
+    assert [_in_child(child) for _ in range(2)] == [0, 0]
+    assert ledger.spent == 0
+    _built_in_child(kind, rng, ledger)()  # the process that made the stream releases
+    assert ledger.spent > 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -19,7 +19,7 @@ from gaussdp.accounting.accountants import (
     UnsupportedEventError,
     ZCDPAccountant,
 )
-from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses
+from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds, LossMasses, format_bound
 from gaussdp.accounting.calibration import calibrate_noise, calibrate_noise_multiplier
 from gaussdp.accounting.compare import MechanismComparison, compare_discrete_mechanisms
 from gaussdp.accounting.events import (
@@ -77,4 +77,5 @@ __all__ = [
     "describe",
     "event_from_json",
     "event_to_json",
+    "format_bound",
 ]

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DeltaBounds", "EpsilonBounds", "LossMasses"]
+from gaussdp._validation import format_bound
+
+__all__ = ["DeltaBounds", "EpsilonBounds", "LossMasses", "format_bound"]
 
 
 @dataclass(frozen=True, slots=True)

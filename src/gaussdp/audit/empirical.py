@@ -204,7 +204,7 @@ def audit_dpsgd(
     features = check_int("features", features, minimum=1)
     delta = check_delta("delta", delta)
     source = check_rng(rng)
-    generator = torch.Generator().manual_seed(int(source.words(1)[0] >> 1))
+    generator = torch.Generator().manual_seed(source.randbits(63))
     x = torch.cat(
         [torch.randn(examples, features, generator=generator), torch.zeros(examples, 1)], 1
     )

@@ -84,9 +84,12 @@ class Charger:
     rng : RandomSource, optional
         The source of the runs' noise. A reproducible one (a seeded
         :class:`~gaussdp.random.ChaCha20Random`, or a stream derived from one) gives
-        the same noise in every process forked from the one that built the charger,
+        the same noise in every process forked from the one that made the stream,
         while the ledger would charge their runs as independent: charged runs in a
-        forked process are then refused.
+        process other than the one that made the stream (and the charger) are then
+        refused. The same seed given to ``ChaCha20Random`` separately in two processes
+        cannot be detected: that is the caller's responsibility (seeds are for tests
+        and replays).
 
     Raises
     ------
@@ -117,6 +120,7 @@ class Charger:
         self._open: Reservation | None = None
         self._lock = threading.RLock()
         self._running = 0  # runs in progress: the lock's owner is inside run()
+        self._owner: int | None = None  # the thread inside run() (runs nest in one thread)
         self._pid = os.getpid()  # the process that owns the open block
         self._home = self._pid  # the process that built the charger
         self._rng = rng
@@ -167,6 +171,7 @@ class Charger:
         with self._lock:
             self._before()
             self._running += 1
+            self._owner = threading.get_ident()
             try:
                 yield
             finally:
@@ -197,14 +202,27 @@ class Charger:
 
         A thread of the parent inside :meth:`run` at the fork held the lock; that
         thread does not exist in the child, whose first run would wait for it forever.
+        If the forking thread itself is inside :meth:`run`, it continues there in the
+        child: it keeps the lock and its runs (with none left, its exit from the run
+        once left the count at -1, and :meth:`close` was refused for good).
         """
+        if self._running and self._owner == threading.get_ident():
+            return
         self._lock = threading.RLock()
         self._running = 0
 
     def _check_reproducible(self) -> None:
-        """Refuse a charged run of seeded noise in a process forked from the builder's."""
+        """Refuse a charged run of seeded noise outside the process that made the stream.
+
+        The stream's process (``rng._home``) and the charger's are both checked: a
+        charger built in a forked child from a stream the parent made repeats the
+        noise of every sibling that does the same.
+        """
         rng = self._rng
-        if self.active and rng is not None and rng._reproducible and os.getpid() != self._home:
+        if not (self.active and rng is not None and rng._reproducible):
+            return
+        pid = os.getpid()
+        if pid != self._home or pid != (self._home if rng._home is None else rng._home):
             raise RuntimeError(
                 invalid(
                     "rng",

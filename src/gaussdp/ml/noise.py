@@ -311,7 +311,7 @@ class SumNoiser:
         # copies the result back; the noise never leaves the exact integer path before).
         flat = torch.cat([s.reshape(-1).to("cpu", torch.float64) for s in sums])
         if self._sigma > 0 and self._lattice is None:  # insecure-float
-            generator = torch.Generator().manual_seed(int(self._rng.words(1)[0] >> np.uint64(1)))
+            generator = torch.Generator().manual_seed(self._rng.randbits(63))
             flat += torch.normal(0.0, self._sigma * self._clip, flat.shape, generator=generator)
         elif self._sigma > 0:
             assert self._stream is not None
