@@ -30,8 +30,8 @@ gaussdp checks its batched path against the per-example one on calls 1, 2, 4, â€
 the medians leave them out). Per method and step: the median and the range over
 the rounds of the wall time and of the CPU time of every process involved â€” this
 process (all its threads) and its child processes (gaussdp's noise worker), read
-from ``time.process_time`` and ``/proc/<pid>/stat`` (utime + stime of all the
-child's threads, Linux); a method's
+from ``time.process_time`` and ``/proc/<pid>/task/*/schedstat`` (nanoseconds on a
+CPU of all the child's threads, Linux); a method's
 child processes are those started while it was built (``make_private`` starts the
 noise worker) or during its warm-up. A worker's CPU
 time is counted from the start of its method's block to the start of its next
@@ -161,22 +161,27 @@ def child_pids() -> set[int]:
 
 
 def cpu_of(pids: set[int]) -> float:
-    """CPU seconds the processes ``pids`` have run, all their threads (``/proc/<pid>/stat``).
+    """CPU seconds the processes ``pids`` have run, all their live threads, in nanoseconds.
 
-    utime + stime, in clock ticks: the whole thread group, threads that have exited
-    included (``/proc/<pid>/schedstat`` is the main thread's alone, and missed the
-    noise worker's other threads). The resolution is one tick (``SC_CLK_TCK``, 100
-    per second on Linux: 10 ms per process read).
+    The sum over ``/proc/<pid>/task/<tid>/schedstat`` (time on a CPU, ns): every thread,
+    where ``/proc/<pid>/schedstat`` is the main thread's alone, at a resolution that a
+    block of five MLP steps needs (``/proc/<pid>/stat``'s utime + stime count 10 ms
+    ticks: one block's ~5 ms of noise read as 0 or 10 ms). Threads that have exited are
+    not counted; the noise worker's threads live as long as it does.
     """
-    ticks = 0
+    nanoseconds = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    nanoseconds += int(f.read().split()[0])
+            except OSError:
+                continue
+    return nanoseconds / 1e9
 
 
 @dataclass
