@@ -291,12 +291,17 @@ def test_an_aggregator_shared_by_threads_charges_every_round() -> None:
     assert len(released) == agg.rounds == spend.accountant.count == 400
 
 
+def _charger(ledger: Ledger, block: int) -> Charger:
+    """A charger of runs of ρ = 0.01 each on ``ledger``, reserving ``block`` runs at once."""
+    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
+    return Charger(
+        event, ledger=ledger, filter=None, block=block, label="test", what="run", detail={}
+    )
+
+
 def test_a_charger_shared_by_threads_commits_every_run_to_the_ledger(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
-    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
-    charger = Charger(
-        event, ledger=ledger, filter=None, block=3, label="test", what="run", detail={}
-    )
+    charger = _charger(ledger, block=3)
     taken: list[int] = []
 
     def work() -> None:
@@ -343,10 +348,7 @@ def test_a_step_whose_wrapped_optimizer_raises_after_the_noise_is_charged(tmp_pa
 
 def test_a_run_whose_body_raises_is_counted_and_a_refusal_is_not(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=0.025))
-    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
-    charger = Charger(
-        event, ledger=ledger, filter=None, block=1, label="test", what="run", detail={}
-    )
+    charger = _charger(ledger, block=1)
     for _ in range(2):
         with pytest.raises(KeyError), charger.run():
             raise KeyError("after the draw")
@@ -414,10 +416,7 @@ def test_a_forked_child_reserves_its_own_block_not_the_parents(tmp_path: Path) -
     # Once: the child took 5 runs on the parent's reserved block of 10 and committed it
     # (6 runs), the parent took 5 more on it and its close() failed: 11 runs, 6 charged.
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
-    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
-    charger = Charger(
-        event, ledger=ledger, filter=None, block=10, label="test", what="run", detail={}
-    )
+    charger = _charger(ledger, block=10)
 
     def runs(count: int) -> None:
         for _ in range(count):
@@ -440,10 +439,7 @@ def test_a_child_forked_from_inside_a_run_can_close_after_it(tmp_path: Path) -> 
     # thread was inside one; leaving it made the count -1 in the child, and close()
     # was refused there for good.
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
-    event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
-    charger = Charger(
-        event, ledger=ledger, filter=None, block=4, label="test", what="run", detail={}
-    )
+    charger = _charger(ledger, block=4)
     pid = -1
     with charger.run():
         pid = os.fork()
