@@ -43,6 +43,7 @@ Neighbouring datasets are add/remove-one; both directions are accounted.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -594,14 +595,29 @@ def _gdp_delta_bounds(
     """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13), bracketed within about 1e-11 relative.
 
     :func:`gdp_delta` is rounded up by ``DELTA_ROUND_UP`` (10x its measured evaluation
-    error), so it is the upper bound and twice that margin below it is the lower one.
-    Where μ overflowed, ``mu_floor`` (a finite lower bound on μ) gives the lower bound.
+    error), so it is the upper bound and twice that margin below it is the lower one
+    (:func:`_gdp_delta_lower`). Where μ overflowed, ``mu_floor`` (a finite lower bound
+    on μ) gives the lower bound.
     """
     if math.isinf(mu):
-        lower = gdp_delta(mu_floor, epsilon) * (1.0 - 2.0 * DELTA_ROUND_UP) if mu_floor else 0.0
+        lower = _gdp_delta_lower(gdp_delta(mu_floor, epsilon)) if mu_floor else 0.0
         return DeltaBounds(lower=lower, upper=1.0, method=method)
     d = gdp_delta(mu, epsilon)
-    return DeltaBounds(lower=d * (1.0 - 2.0 * DELTA_ROUND_UP), upper=d, method=method)
+    return DeltaBounds(lower=_gdp_delta_lower(d), upper=d, method=method)
+
+
+def _gdp_delta_lower(d: float) -> float:
+    """A lower bound on the exact δ whose rounded-up value :func:`gdp_delta` gave as ``d``.
+
+    Among normal floats, ``d·(1 − 2·DELTA_ROUND_UP)``. Among subnormals the rounding of
+    exp, of the product by 1 + DELTA_ROUND_UP and the step up move ``d`` by up to two
+    units of 5e-324 above the exact δ (each rounding is absolute there, not relative),
+    so three units come off first, and the product is rounded down: 0 where ``d`` is
+    the smallest subnormal, which :func:`gdp_delta` returns for any δ below it, down to
+    10^(−3e306) (the lower bound must not exceed such a δ)."""
+    if d >= sys.float_info.min:
+        return d * (1.0 - 2.0 * DELTA_ROUND_UP)
+    return max(0.0, math.nextafter((d - 3 * math.ulp(0.0)) * (1.0 - 2.0 * DELTA_ROUND_UP), 0.0))
 
 
 # --------------------------------------------------------------------------------------
