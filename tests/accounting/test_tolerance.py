@@ -30,7 +30,7 @@ from gaussdp.accounting._adaptive import (
     tail_mass_for,
 )
 from gaussdp.accounting.events import DiscreteGaussianVector
-from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
+from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
 
@@ -459,3 +459,18 @@ def test_a_copy_answers_as_a_fresh_accountant_whatever_was_asked_before() -> Non
     fresh = PLDAccountant().compose(event, 200)
     assert acc.copy().epsilon(1e-5) == fresh.epsilon(1e-5)
     assert acc.copy().delta(0.0) == fresh.copy().delta(0.0)
+
+
+@pytest.mark.parametrize("e0", [0.05, 0.3, 1.0, 1 / 3, 2.7])
+def test_a_laplace_run_upper_bound_is_tight_at_its_atom(e0: float) -> None:
+    """Laplace's loss has atoms at ±ε₀; off the grid the upper bound rounded them up,
+    above ε₀ itself (ε₀ = 1 on step 9e-5: 1.0000620 at δ = 1e-6), and at two runs above
+    basic composition's 2ε₀. Reference: one run's δ(ε) = 1 − e^{(ε − ε₀)/2} for ε < ε₀
+    (unit sensitivity, Koskela et al. 2021), so ε(δ) = ε₀ + 2 ln(1 − δ)."""
+    for delta in (1e-3, 1e-6):
+        exact = e0 + 2 * math.log1p(-delta)
+        b = PLDAccountant().compose(Laplace(1 / e0)).epsilon(delta)
+        assert b.lower <= exact <= b.upper <= exact * (1 + 1e-8)
+        assert b.upper - b.lower <= 1e-4 * b.upper
+    for count in (2, 10):
+        assert PLDAccountant().compose(Laplace(1 / e0), count).epsilon(1e-6).upper < count * e0
