@@ -57,7 +57,13 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
-from gaussdp._validation import check_count, check_delta, check_epsilon, check_finite
+from gaussdp._validation import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_finite,
+    format_bound,
+)
 from gaussdp.accounting._adaptive import (
     _DELTA_GAP_FACTOR,
     _GAP_FACTOR,
@@ -65,6 +71,7 @@ from gaussdp.accounting._adaptive import (
     MAX_GRID_POINTS,
     MIN_STEP,
     AdaptivePLD,
+    GridTooLargeError,
     MemoryBoundError,
     check_tolerance,
     tail_mass_for,
@@ -1038,8 +1045,13 @@ class PLDAccountant(Accountant):
         self._tolerance_given = tolerance is not None
         self._tolerance = check_tolerance(DEFAULT_TOLERANCE if tolerance is None else tolerance)
         self._adaptive: AdaptivePLD | None = None
-        # The tail mass the current grid (``_adaptive``) is built with.
+        # The tail mass the current grid (``_adaptive``) is built with, at steps up to
+        # ``_coarse_above``; above it (coarsened to fit the memory bound), one sized to
+        # the step (at least ``_coarse_step``) for a query at ``_coarse_delta``.
         self._adaptive_tail = DEFAULT_TAIL_MASS
+        self._coarse_above = math.inf
+        self._coarse_step = 0.0
+        self._coarse_delta = 0.0
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = None if tail_mass is None else check_tail_mass(tail_mass)
         self._single_cache: list[PrivacyLossDistribution] | None = None
@@ -1058,6 +1070,19 @@ class PLDAccountant(Accountant):
             tail_mass=self._tail_mass,
             tolerance=self._tolerance if self._tolerance_given else None,
         )
+
+    def compose(self, event: Event, count: int = 1) -> Self:
+        """As :meth:`Accountant.compose`; with an explicit ``tail_mass``, also refuses
+        (recording nothing) a subsampled event of more runs than it can be shared
+        between: each run's truncation may move tail_mass/runs, which must not be 0."""
+        if self._tail_mass is not None:
+            check_event(event)
+            found = _Reduction()
+            self._walk(event, check_count("count", count), (), found)
+            for leaf, runs in found.leaves.items():
+                if _subsampled(leaf):
+                    _check_tail_share(self._tail_mass, self._leaves[leaf] + runs)
+        return super().compose(event, count)
 
     def _invalidate(self) -> None:
         self._adaptive = None
@@ -1116,10 +1141,19 @@ class PLDAccountant(Accountant):
             return _pooled_step(self._leaves, tol), tol
         cap = min((_step_cap(event) for event in self._leaves), default=_STEP_CAP)
         cap *= math.sqrt(tol / DEFAULT_TOLERANCE)
+        h = self._snap(max(min(cap, self._free_step()), MIN_STEP))
+        return h, self._aim(h)
+
+    def _free_step(self) -> float:
+        """The step 1.6√τ·s that aims at τ (s: one run's loss spread; one event)."""
         spread = min((_loss_spread(event) for event in self._leaves), default=math.inf)
-        free = max(1.6 * math.sqrt(tol) * spread, MIN_STEP)
-        h = self._snap(max(min(cap, free), MIN_STEP))
-        return h, tol * min(1.0, (h / free) ** 2)
+        return max(1.6 * math.sqrt(self._tolerance) * spread, MIN_STEP)
+
+    def _aim(self, h: float) -> float:
+        """The relative accuracy in ε a grid of step ``h`` aims at (see _first_step)."""
+        if len(self._leaves) > 1:
+            return self._tolerance
+        return self._tolerance * min(1.0, (h / self._free_step()) ** 2)
 
     def _snap(self, h: float) -> float:
         """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
@@ -1165,6 +1199,21 @@ class PLDAccountant(Accountant):
             return self._adaptive_tail
         return want
 
+    def _tail_at(self, h: float) -> float:
+        """The tail mass of the current grid's builds at step ``h``. Where the grid is
+        coarsened to fit the memory bound (a step above the first one, or once the
+        first grid did not fit), it no longer aims at the capped step's finer accuracy,
+        and the truncations are sized to τ: a smaller tail mass only widens the windows,
+        and the grid then coarsens further (an explicit τ = 2.35e-6 for 10⁵ runs of
+        Subsampled(Gaussian(2), 0.5) at δ = 1e-5 was refused; 10⁷ of them at the
+        default τ read 325438.89 instead of 325433.58). Sized to the accuracy the step
+        actually used aims at (:meth:`_aim`), and never smaller than the first grid's."""
+        if h <= self._coarse_above:
+            return self._adaptive_tail
+        aim = self._aim(max(h, self._coarse_step))
+        want = tail_mass_for(self._coarse_delta, aim, len(self._leaves))
+        return max(self._adaptive_tail, want)
+
     def _grid(self, delta: float | None) -> AdaptivePLD:
         """The adaptive grid for a query at ``delta``: the current one, or a new one
         (from the current step) where the query needs a smaller tail mass."""
@@ -1172,6 +1221,9 @@ class PLDAccountant(Accountant):
         if self._adaptive is None or tail != self._adaptive_tail:
             h0 = self.value_discretization
             self._adaptive_tail = tail
+            self._coarse_above, self._coarse_step = math.inf, 0.0
+            if delta is not None and self._tail_mass is None and self._h is None:
+                self._coarse_above, self._coarse_delta = self._first_step()[0], delta
             # The grid reaches back to this accountant through a weak reference: bound
             # methods would close a reference cycle, and the accountant with its PLDs
             # (tens of MB on a long DP-SGD run) would then wait for the cyclic collector
@@ -1179,7 +1231,23 @@ class PLDAccountant(Accountant):
             owner = weakref.ref(self)
 
             def build(h: float, extended: bool = False) -> PrivacyLossDistribution:
-                return _owner(owner)._build(h, extended, tail)
+                acc = _owner(owner)
+                tail = acc._tail_at(h)
+                try:
+                    return acc._build(h, extended, tail)
+                except GridTooLargeError as exc:
+                    if extended or h < h0 or acc._coarse_above == 0.0:
+                        raise
+                    # The first grid does not fit and will be coarsened to about
+                    # h·points/MAX_GRID_POINTS (AdaptivePLD): every step of it takes
+                    # the tail for that step, this one too, so that the coarsening is
+                    # sized from a grid with that tail (the smaller one would widen the
+                    # windows and coarsen it further).
+                    acc._coarse_above = 0.0
+                    acc._coarse_step = h * exc.points / MAX_GRID_POINTS
+                    if acc._tail_at(h) == tail:
+                        raise
+                return acc._build(h, extended, acc._tail_at(h))
 
             def snap(h: float) -> float:
                 return _owner(owner)._snap(h)
@@ -1211,16 +1279,8 @@ class PLDAccountant(Accountant):
             (self._leaves if leaves is None else leaves).items(),
             key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1]),
         ):
+            # Positive: compose refuses a tail mass the runs cannot share.
             tail = tail_mass / count if _subsampled(event) else tail_mass
-            if tail == 0:  # tail_mass/count underflows: each run's share must stay > 0
-                raise ValueError(
-                    invalid(
-                        "tail_mass",
-                        f"at least {count} * 5e-324 (a positive share for each of the "
-                        f"{count} runs of a subsampled event)",
-                        tail_mass,
-                    )
-                )
             part = _composed_event_pld(
                 event, count, h, tail, extended, self._one_run, power_tail=tail_mass
             )
@@ -1253,7 +1313,8 @@ class PLDAccountant(Accountant):
         grid = self._adaptive
         if grid is None:  # pragma: no cover - the caller has just queried the grid
             return 0.0
-        h, tail = grid.value_discretization, self._adaptive_tail
+        h = grid.value_discretization
+        tail = self._tail_at(h)
         others: Counter[Event] = Counter(
             {e: c for e, c in self._leaves.items() if not isinstance(e, ExponentialMechanism)}
         )
@@ -1656,6 +1717,21 @@ def _atoms_on_grid(eps0: float, h: float) -> float:
         if n * step == eps0:
             return step if step >= MIN_STEP else h
     return h  # pragma: no cover - some n near ε₀/h divides ε₀ exactly in floats
+
+
+def _check_tail_share(tail_mass: float, runs: int) -> None:
+    """Refuse a tail mass whose share per run, tail_mass/runs, may not be a positive
+    float: below runs·5e-324 (exact in floats for runs ≤ 2**53), shown rounded up."""
+    need = runs * math.ulp(0.0)
+    if tail_mass < need:
+        raise ValueError(
+            invalid(
+                "tail_mass",
+                f"at least {format_bound(need, up=True, digits=3)} (a share of at least "
+                f"5e-324 for each of the {runs} runs of a subsampled event)",
+                tail_mass,
+            )
+        )
 
 
 def _two_point_laplace(event: Event) -> DiscreteLaplace | None:
