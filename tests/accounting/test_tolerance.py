@@ -13,6 +13,7 @@ import pytest
 from gaussdp.accounting import (
     DeltaBounds,
     EpsilonBounds,
+    FallbackAccountant,
     PLDAccountant,
     PrivacyLossDistribution,
     RDPAccountant,
@@ -215,6 +216,13 @@ def test_a_tail_mass_too_small_to_share_is_refused_by_compose() -> None:
     PLDAccountant(tail_mass=exact).compose(event, 16063)
     with pytest.raises(ValueError, match=r"^tail_mass must be at least 7\.94e-320 "):
         PLDAccountant(tail_mass=math.nextafter(exact, 0.0)).compose(event, 16063)
+    # In a fallback, no member records the event another refuses.
+    rdp = RDPAccountant()
+    both = FallbackAccountant([rdp, PLDAccountant(tail_mass=1e-320)])
+    with pytest.raises(ValueError, match=r"^tail_mass must be at least 4\.95e-317 "):
+        both.compose(event, 10**7)
+    assert rdp.count == 0
+    assert both.count == 0
 
 
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:

@@ -254,6 +254,7 @@ class Accountant(ABC):
         count = check_count("count", count)
         found = _Reduction()
         self._walk(event, count, (), found)
+        self._check_leaves(found.leaves)
         self._leaves.update(found.leaves)
         if found.slack:
             self._slack = add_up(self._slack, *found.slack)
@@ -332,6 +333,10 @@ class Accountant(ABC):
     def _refusal_reason(self, event: Event) -> str | None:
         """What to tell the user about a refused leaf (``None``: nothing beyond its name)."""
         return None
+
+    def _check_leaves(self, leaves: Counter[Event]) -> None:  # noqa: B027 - optional hook
+        """Refuse, before anything is recorded, leaves (with their counts) that
+        :meth:`compose` would add but the accountant cannot take (no-op by default)."""
 
     def _invalidate(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached results after a composition."""
@@ -481,6 +486,11 @@ class FallbackAccountant(Accountant):
         ]
         if not any(ok):
             self._live()[0].copy().compose(event, count)  # raises its UnsupportedEventError
+        for member, take in zip(self._members, ok, strict=True):
+            if take:  # every member's refusal before any member records the event
+                found = _Reduction()
+                member._walk(event, count, (), found)
+                member._check_leaves(found.leaves)
         for member, take in zip(self._members, ok, strict=True):
             if take:
                 member.compose(event, count)
@@ -1071,18 +1081,14 @@ class PLDAccountant(Accountant):
             tolerance=self._tolerance if self._tolerance_given else None,
         )
 
-    def compose(self, event: Event, count: int = 1) -> Self:
-        """As :meth:`Accountant.compose`; with an explicit ``tail_mass``, also refuses
-        (recording nothing) a subsampled event of more runs than it can be shared
-        between: each run's truncation may move tail_mass/runs, which must not be 0."""
+    def _check_leaves(self, leaves: Counter[Event]) -> None:
+        """With an explicit ``tail_mass``, refuse a subsampled event of more runs in all
+        than it can be shared between: each run's truncation may move tail_mass/runs,
+        which must not be 0."""
         if self._tail_mass is not None:
-            check_event(event)
-            found = _Reduction()
-            self._walk(event, check_count("count", count), (), found)
-            for leaf, runs in found.leaves.items():
+            for leaf, runs in leaves.items():
                 if _subsampled(leaf):
                     _check_tail_share(self._tail_mass, self._leaves[leaf] + runs)
-        return super().compose(event, count)
 
     def _invalidate(self) -> None:
         self._adaptive = None
