@@ -269,3 +269,41 @@ def test_an_rdp_delta_below_the_smallest_float_is_not_reported_as_zero() -> None
         composed = accountant.compose(PureDP(1.0), 10).compose(Gaussian(50.0))
         bounds = composed.delta(11.01)
         assert 0.0 < bounds.upper < 1e-300
+
+
+@pytest.mark.parametrize("accountant", [GDPAccountant, PLDAccountant])
+@pytest.mark.parametrize(
+    ("sigma", "count", "epsilon"), [(1e-100, 1, 1e300), (1 / 1.5e154, 1, 1.7e308)]
+)
+def test_a_gaussian_delta_below_the_smallest_float_has_lower_bound_zero(
+    accountant: Callable[[], Accountant], sigma: float, count: int, epsilon: float
+) -> None:
+    # The exact δ (about 10^(−3e306) at the second) is below 5e-324, the upper bound
+    # gdp_delta rounds it to (μ² overflows at the second: the upper bound is then 1);
+    # the lower bound was 5e-324, above the truth. Independent bound:
+    # δ = Φ(−x) − e^ε·Φ(−ε/μ − μ/2) < Φ(−x) < φ(x)/x, x = ε/μ − μ/2 > 0 (Mills).
+    mp = pytest.importorskip("mpmath")
+    mu = mp.sqrt(count) / mp.mpf(sigma)
+    x = mp.mpf(epsilon) / mu - mu / 2
+    assert x > 0
+    assert mp.npdf(x) / x < 5e-324
+    bounds = accountant().compose(Gaussian(sigma), count).delta(epsilon)
+    assert bounds.lower == 0.0 < bounds.upper
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0, 3.0])
+def test_a_subnormal_gdp_delta_is_bracketed(mu: float) -> None:
+    # ε where δ(ε) runs through the subnormal floats (and below): there gdp_delta's
+    # roundings are absolute, one unit of 5e-324 each, and d·(1 − 1e-11) rounded back to
+    # d, above the exact δ (mpmath, 50 digits).
+    mp = pytest.importorskip("mpmath")
+    inside = 0
+    # ln δ ≈ −t²/2 at ε = μ(t + μ/2): t in [37, 39.5] runs ln δ across [−745, −708].
+    for epsilon in mu * (np.linspace(37.0, 39.5, 80) + mu / 2):
+        m, e = mp.mpf(mu), mp.mpf(float(epsilon))
+        with mp.workdps(50):
+            exact = mp.ncdf(-e / m + m / 2) - mp.exp(e) * mp.ncdf(-e / m - m / 2)
+        bounds = GDPAccountant().compose(Gaussian(1 / mu)).delta(float(epsilon))
+        assert mp.mpf(bounds.lower) <= exact <= mp.mpf(bounds.upper)
+        inside += 0.0 < bounds.lower < sys.float_info.min
+    assert inside > 5  # the subnormal range itself was crossed

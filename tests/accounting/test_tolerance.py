@@ -13,9 +13,11 @@ import pytest
 from gaussdp.accounting import (
     DeltaBounds,
     EpsilonBounds,
+    FallbackAccountant,
     PLDAccountant,
     PrivacyLossDistribution,
     RDPAccountant,
+    SelfComposed,
     Subsampled,
     _adaptive,
     accountants,
@@ -30,7 +32,7 @@ from gaussdp.accounting._adaptive import (
     tail_mass_for,
 )
 from gaussdp.accounting.events import DiscreteGaussianVector
-from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian
+from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
 
@@ -114,6 +116,28 @@ def test_an_uncapped_step_keeps_the_truncation_of_the_tolerance() -> None:
     assert acc._adaptive_tail == tail_mass_for(1e-6, 1e-4, 1)
 
 
+def test_a_coarsened_grid_sizes_the_truncation_to_the_tolerance() -> None:
+    # 10⁵ runs of q = 0.5, σ = 2 at δ = 1e-5 (ε ≈ 3571): an explicit τ = 2.35e-6 caps the
+    # first step at 1.4e-5, which aims at about 1e-9 with truncations of 1e-15; the grid
+    # does not fit and is coarsened some 40-fold. Sized to that aim, the truncation
+    # widened the windows, coarsened the grid further (6.1e-4) and τ was refused, though
+    # the grid with τ's truncation (1e-12, coarsened to 5.6e-4) meets it.
+    event = Subsampled(Gaussian(2.0), 0.5)
+    acc = PLDAccountant(tolerance=2.35e-6).compose(event, 10**5)
+    h, aim = acc._first_step()
+    assert aim < 1e-8
+    b = acc.epsilon(1e-5)
+    assert acc.value_discretization > 10 * h
+    assert acc._tail_at(acc.value_discretization) == tail_mass_for(1e-5, 2.35e-6, 1)
+    assert b.method == "pld"
+    assert b.upper - b.lower <= 2.35e-6 * b.upper
+    # A second method: the brackets at the default τ (another grid) and the RDP bound.
+    other = PLDAccountant().compose(event, 10**5).epsilon(1e-5)
+    assert b.lower <= other.upper
+    assert other.lower <= b.upper
+    assert b.lower <= RDPAccountant().compose(event, 10**5).epsilon(1e-5).upper
+
+
 def test_tail_mass_follows_delta_and_the_tolerance() -> None:
     # All truncations of a query at δ together move at most τ·δ (four per event), in
     # powers of ten within [1e-15, 1e-10].
@@ -168,15 +192,37 @@ def test_tail_mass_validates(bad: float) -> None:
         PLDAccountant(tail_mass=bad)
 
 
-def test_a_tail_mass_too_small_to_share_names_the_value_given() -> None:
-    # 1e-320 / 14063 runs underflows to 0: the message names tail_mass=1e-320, not 0.0.
-    accountant = PLDAccountant(tail_mass=1e-320).compose(
-        Subsampled(Gaussian(1.1), 256 / 60000), count=14063
+def test_a_tail_mass_too_small_to_share_is_refused_by_compose() -> None:
+    # 1e-320 / 14063 runs underflows to 0. Refused when composed, not at the first query,
+    # with nothing recorded; the message names tail_mass=1e-320 (not 0.0) and the least
+    # tail mass, 16063·2^-1074 = 7.9362e-320 exactly, rounded up (it was the unevaluated
+    # product "16063 * 5e-324").
+    event = Subsampled(Gaussian(1.1), 256 / 60000)
+    accountant = PLDAccountant(tail_mass=1e-320).compose(event, count=2000)
+    assert accountant.supports(event)
+    message = (
+        r"^tail_mass must be at least 7\.94e-320 \(a share of at least 5e-324 for each "
+        r"of the 16063 runs of a subsampled event\), got 1e-320$"
     )
-    with pytest.raises(
-        ValueError, match=r"^tail_mass must be at least 14063 \* 5e-324 .*got 1e-320$"
-    ):
-        accountant.epsilon(1e-5)
+    with pytest.raises(ValueError, match=message):
+        accountant.compose(SelfComposed(event, 14063))
+    assert accountant.count == 2000
+    assert accountant.events == ((event, 2000),)
+    # The boundary: runs·5e-324 is accepted (each share is then 5e-324), one float below
+    # it is not.
+    need = Fraction(16063, 2**1074)
+    assert Fraction(7.94e-320) >= need > Fraction(7.93e-320)
+    exact = float(need)
+    PLDAccountant(tail_mass=exact).compose(event, 16063)
+    with pytest.raises(ValueError, match=r"^tail_mass must be at least 7\.94e-320 "):
+        PLDAccountant(tail_mass=math.nextafter(exact, 0.0)).compose(event, 16063)
+    # In a fallback, no member records the event another refuses.
+    rdp = RDPAccountant()
+    both = FallbackAccountant([rdp, PLDAccountant(tail_mass=1e-320)])
+    with pytest.raises(ValueError, match=r"^tail_mass must be at least 4\.95e-317 "):
+        both.compose(event, 10**7)
+    assert rdp.count == 0
+    assert both.count == 0
 
 
 def _subsampled_discrete_laplace_delta(t: int, q: float, k: int, eps: float) -> float:
@@ -459,3 +505,18 @@ def test_a_copy_answers_as_a_fresh_accountant_whatever_was_asked_before() -> Non
     fresh = PLDAccountant().compose(event, 200)
     assert acc.copy().epsilon(1e-5) == fresh.epsilon(1e-5)
     assert acc.copy().delta(0.0) == fresh.copy().delta(0.0)
+
+
+@pytest.mark.parametrize("e0", [0.05, 0.3, 1.0, 1 / 3, 2.7])
+def test_a_laplace_run_upper_bound_is_tight_at_its_atom(e0: float) -> None:
+    """Laplace's loss has atoms at ±ε₀; off the grid the upper bound rounded them up,
+    above ε₀ itself (ε₀ = 1 on step 9e-5: 1.0000620 at δ = 1e-6), and at two runs above
+    basic composition's 2ε₀. Reference: one run's δ(ε) = 1 − e^{(ε − ε₀)/2} for ε < ε₀
+    (unit sensitivity, Koskela et al. 2021), so ε(δ) = ε₀ + 2 ln(1 − δ)."""
+    for delta in (1e-3, 1e-6):
+        exact = e0 + 2 * math.log1p(-delta)
+        b = PLDAccountant().compose(Laplace(1 / e0)).epsilon(delta)
+        assert b.lower <= exact <= b.upper <= exact * (1 + 1e-8)
+        assert b.upper - b.lower <= 1e-4 * b.upper
+    for count in (2, 10):
+        assert PLDAccountant().compose(Laplace(1 / e0), count).epsilon(1e-6).upper < count * e0

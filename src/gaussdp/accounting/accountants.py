@@ -43,6 +43,7 @@ Neighbouring datasets are add/remove-one; both directions are accounted.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -56,7 +57,13 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from gaussdp._search import add_up, down, mul_up, sqrt_up, up
-from gaussdp._validation import check_count, check_delta, check_epsilon, check_finite
+from gaussdp._validation import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_finite,
+    format_bound,
+)
 from gaussdp.accounting._adaptive import (
     _DELTA_GAP_FACTOR,
     _GAP_FACTOR,
@@ -64,6 +71,7 @@ from gaussdp.accounting._adaptive import (
     MAX_GRID_POINTS,
     MIN_STEP,
     AdaptivePLD,
+    GridTooLargeError,
     MemoryBoundError,
     check_tolerance,
     tail_mass_for,
@@ -246,6 +254,7 @@ class Accountant(ABC):
         count = check_count("count", count)
         found = _Reduction()
         self._walk(event, count, (), found)
+        self._check_leaves(found.leaves)
         self._leaves.update(found.leaves)
         if found.slack:
             self._slack = add_up(self._slack, *found.slack)
@@ -324,6 +333,10 @@ class Accountant(ABC):
     def _refusal_reason(self, event: Event) -> str | None:
         """What to tell the user about a refused leaf (``None``: nothing beyond its name)."""
         return None
+
+    def _check_leaves(self, leaves: Counter[Event]) -> None:  # noqa: B027 - optional hook
+        """Refuse, before anything is recorded, leaves (with their counts) that
+        :meth:`compose` would add but the accountant cannot take (no-op by default)."""
 
     def _invalidate(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Drop cached results after a composition."""
@@ -474,6 +487,11 @@ class FallbackAccountant(Accountant):
         if not any(ok):
             self._live()[0].copy().compose(event, count)  # raises its UnsupportedEventError
         for member, take in zip(self._members, ok, strict=True):
+            if take:  # every member's refusal before any member records the event
+                found = _Reduction()
+                member._walk(event, count, (), found)
+                member._check_leaves(found.leaves)
+        for member, take in zip(self._members, ok, strict=True):
             if take:
                 member.compose(event, count)
         self._valid = ok
@@ -594,14 +612,29 @@ def _gdp_delta_bounds(
     """δ of μ-GDP at ``epsilon`` (DRS Cor 2.13), bracketed within about 1e-11 relative.
 
     :func:`gdp_delta` is rounded up by ``DELTA_ROUND_UP`` (10x its measured evaluation
-    error), so it is the upper bound and twice that margin below it is the lower one.
-    Where μ overflowed, ``mu_floor`` (a finite lower bound on μ) gives the lower bound.
+    error), so it is the upper bound and twice that margin below it is the lower one
+    (:func:`_gdp_delta_lower`). Where μ overflowed, ``mu_floor`` (a finite lower bound
+    on μ) gives the lower bound.
     """
     if math.isinf(mu):
-        lower = gdp_delta(mu_floor, epsilon) * (1.0 - 2.0 * DELTA_ROUND_UP) if mu_floor else 0.0
+        lower = _gdp_delta_lower(gdp_delta(mu_floor, epsilon)) if mu_floor else 0.0
         return DeltaBounds(lower=lower, upper=1.0, method=method)
     d = gdp_delta(mu, epsilon)
-    return DeltaBounds(lower=d * (1.0 - 2.0 * DELTA_ROUND_UP), upper=d, method=method)
+    return DeltaBounds(lower=_gdp_delta_lower(d), upper=d, method=method)
+
+
+def _gdp_delta_lower(d: float) -> float:
+    """A lower bound on the exact δ whose rounded-up value :func:`gdp_delta` gave as ``d``.
+
+    Among normal floats, ``d·(1 − 2·DELTA_ROUND_UP)``. Among subnormals the rounding of
+    exp, of the product by 1 + DELTA_ROUND_UP and the step up move ``d`` by up to two
+    units of 5e-324 above the exact δ (each rounding is absolute there, not relative),
+    so three units come off first, and the product is rounded down: 0 where ``d`` is
+    the smallest subnormal, which :func:`gdp_delta` returns for any δ below it, down to
+    10^(−3e306) (the lower bound must not exceed such a δ)."""
+    if d >= sys.float_info.min:
+        return d * (1.0 - 2.0 * DELTA_ROUND_UP)
+    return max(0.0, math.nextafter((d - 3 * math.ulp(0.0)) * (1.0 - 2.0 * DELTA_ROUND_UP), 0.0))
 
 
 # --------------------------------------------------------------------------------------
@@ -1022,8 +1055,13 @@ class PLDAccountant(Accountant):
         self._tolerance_given = tolerance is not None
         self._tolerance = check_tolerance(DEFAULT_TOLERANCE if tolerance is None else tolerance)
         self._adaptive: AdaptivePLD | None = None
-        # The tail mass the current grid (``_adaptive``) is built with.
+        # The tail mass the current grid (``_adaptive``) is built with, at steps up to
+        # ``_coarse_above``; above it (coarsened to fit the memory bound), one sized to
+        # the step (at least ``_coarse_step``) for a query at ``_coarse_delta``.
         self._adaptive_tail = DEFAULT_TAIL_MASS
+        self._coarse_above = math.inf
+        self._coarse_step = 0.0
+        self._coarse_delta = 0.0
         self._exact_gaussian = bool(exact_gaussian)
         self._tail_mass = None if tail_mass is None else check_tail_mass(tail_mass)
         self._single_cache: list[PrivacyLossDistribution] | None = None
@@ -1042,6 +1080,15 @@ class PLDAccountant(Accountant):
             tail_mass=self._tail_mass,
             tolerance=self._tolerance if self._tolerance_given else None,
         )
+
+    def _check_leaves(self, leaves: Counter[Event]) -> None:
+        """With an explicit ``tail_mass``, refuse a subsampled event of more runs in all
+        than it can be shared between: each run's truncation may move tail_mass/runs,
+        which must not be 0."""
+        if self._tail_mass is not None:
+            for leaf, runs in leaves.items():
+                if _subsampled(leaf):
+                    _check_tail_share(self._tail_mass, self._leaves[leaf] + runs)
 
     def _invalidate(self) -> None:
         self._adaptive = None
@@ -1100,20 +1147,32 @@ class PLDAccountant(Accountant):
             return _pooled_step(self._leaves, tol), tol
         cap = min((_step_cap(event) for event in self._leaves), default=_STEP_CAP)
         cap *= math.sqrt(tol / DEFAULT_TOLERANCE)
+        h = self._snap(max(min(cap, self._free_step()), MIN_STEP))
+        return h, self._aim(h)
+
+    def _free_step(self) -> float:
+        """The step 1.6√τ·s that aims at τ (s: one run's loss spread; one event)."""
         spread = min((_loss_spread(event) for event in self._leaves), default=math.inf)
-        free = max(1.6 * math.sqrt(tol) * spread, MIN_STEP)
-        h = self._snap(max(min(cap, free), MIN_STEP))
-        return h, tol * min(1.0, (h / free) ** 2)
+        return max(1.6 * math.sqrt(self._tolerance) * spread, MIN_STEP)
+
+    def _aim(self, h: float) -> float:
+        """The relative accuracy in ε a grid of step ``h`` aims at (see _first_step)."""
+        if len(self._leaves) > 1:
+            return self._tolerance
+        return self._tolerance * min(1.0, (h / self._free_step()) ** 2)
 
     def _snap(self, h: float) -> float:
         """A lattice PLD (discrete Laplace, discrete Gaussian) alone is put on its own
         lattice: both bounds are then exact, on the fewest points (the FFT round-off
-        allowance grows with the number of points)."""
+        allowance grows with the number of points). A Laplace mechanism alone gets a
+        step at most ``h`` that divides its ε₀ (:func:`_atoms_on_grid`)."""
         if len(self._leaves) == 1:
             (event,) = self._leaves
             lattice = _lattice_grid(event)
             if lattice is not None:
                 return lattice
+            if isinstance(event, Laplace):
+                return _atoms_on_grid(event.pure_epsilon, h)
         return h
 
     @property
@@ -1146,6 +1205,21 @@ class PLDAccountant(Accountant):
             return self._adaptive_tail
         return want
 
+    def _tail_at(self, h: float) -> float:
+        """The tail mass of the current grid's builds at step ``h``. Where the grid is
+        coarsened to fit the memory bound (a step above the first one, or once the
+        first grid did not fit), it no longer aims at the capped step's finer accuracy,
+        and the truncations are sized to τ: a smaller tail mass only widens the windows,
+        and the grid then coarsens further (an explicit τ = 2.35e-6 for 10⁵ runs of
+        Subsampled(Gaussian(2), 0.5) at δ = 1e-5 was refused; 10⁷ of them at the
+        default τ read 325438.89 instead of 325433.58). Sized to the accuracy the step
+        actually used aims at (:meth:`_aim`), and never smaller than the first grid's."""
+        if h <= self._coarse_above:
+            return self._adaptive_tail
+        aim = self._aim(max(h, self._coarse_step))
+        want = tail_mass_for(self._coarse_delta, aim, len(self._leaves))
+        return max(self._adaptive_tail, want)
+
     def _grid(self, delta: float | None) -> AdaptivePLD:
         """The adaptive grid for a query at ``delta``: the current one, or a new one
         (from the current step) where the query needs a smaller tail mass."""
@@ -1153,6 +1227,9 @@ class PLDAccountant(Accountant):
         if self._adaptive is None or tail != self._adaptive_tail:
             h0 = self.value_discretization
             self._adaptive_tail = tail
+            self._coarse_above, self._coarse_step = math.inf, 0.0
+            if delta is not None and self._tail_mass is None and self._h is None:
+                self._coarse_above, self._coarse_delta = self._first_step()[0], delta
             # The grid reaches back to this accountant through a weak reference: bound
             # methods would close a reference cycle, and the accountant with its PLDs
             # (tens of MB on a long DP-SGD run) would then wait for the cyclic collector
@@ -1160,7 +1237,23 @@ class PLDAccountant(Accountant):
             owner = weakref.ref(self)
 
             def build(h: float, extended: bool = False) -> PrivacyLossDistribution:
-                return _owner(owner)._build(h, extended, tail)
+                acc = _owner(owner)
+                tail = acc._tail_at(h)
+                try:
+                    return acc._build(h, extended, tail)
+                except GridTooLargeError as exc:
+                    if extended or h < h0 or acc._coarse_above == 0.0:
+                        raise
+                    # The first grid does not fit and will be coarsened to about
+                    # h·points/MAX_GRID_POINTS (AdaptivePLD): every step of it takes
+                    # the tail for that step, this one too, so that the coarsening is
+                    # sized from a grid with that tail (the smaller one would widen the
+                    # windows and coarsen it further).
+                    acc._coarse_above = 0.0
+                    acc._coarse_step = h * exc.points / MAX_GRID_POINTS
+                    if acc._tail_at(h) == tail:
+                        raise
+                return acc._build(h, extended, acc._tail_at(h))
 
             def snap(h: float) -> float:
                 return _owner(owner)._snap(h)
@@ -1192,16 +1285,8 @@ class PLDAccountant(Accountant):
             (self._leaves if leaves is None else leaves).items(),
             key=lambda item: _loss_spread(item[0]) * math.sqrt(item[1]),
         ):
+            # Positive: compose refuses a tail mass the runs cannot share.
             tail = tail_mass / count if _subsampled(event) else tail_mass
-            if tail == 0:  # tail_mass/count underflows: each run's share must stay > 0
-                raise ValueError(
-                    invalid(
-                        "tail_mass",
-                        f"at least {count} * 5e-324 (a positive share for each of the "
-                        f"{count} runs of a subsampled event)",
-                        tail_mass,
-                    )
-                )
             part = _composed_event_pld(
                 event, count, h, tail, extended, self._one_run, power_tail=tail_mass
             )
@@ -1234,7 +1319,8 @@ class PLDAccountant(Accountant):
         grid = self._adaptive
         if grid is None:  # pragma: no cover - the caller has just queried the grid
             return 0.0
-        h, tail = grid.value_discretization, self._adaptive_tail
+        h = grid.value_discretization
+        tail = self._tail_at(h)
         others: Counter[Event] = Counter(
             {e: c for e, c in self._leaves.items() if not isinstance(e, ExponentialMechanism)}
         )
@@ -1621,6 +1707,37 @@ def _step_cap(event: Event) -> float:
     if isinstance(event, (PureDP, ApproxDP)) or _two_point_laplace(event) is not None:
         return DEFAULT_VALUE_DISCRETIZATION
     return _STEP_CAP
+
+
+def _atoms_on_grid(eps0: float, h: float) -> float:
+    """A grid step at most ``h`` with ε₀ = k·step exactly in floats (k an integer), else
+    ``h``: the Laplace mechanism's loss has atoms at ±ε₀ (mass about ½ each), which the
+    upper bound rounds up to the next grid point. Off the grid one run's ε is over by up
+    to h, and more than basic composition allows at a few runs (ε₀ = 1 on step 9e-5:
+    1.00006 at δ = 1e-6 for the exact 0.999998); on it, the atoms are exact."""
+    if not eps0 <= _LOSS_CAP:  # beyond the cap the loss is moved to ±∞ anyway
+        return h
+    k = max(math.ceil(eps0 / h), 1)
+    for n in range(k, k + 64):
+        step = eps0 / n
+        if n * step == eps0:
+            return step if step >= MIN_STEP else h
+    return h  # pragma: no cover - some n near ε₀/h divides ε₀ exactly in floats
+
+
+def _check_tail_share(tail_mass: float, runs: int) -> None:
+    """Refuse a tail mass whose share per run, tail_mass/runs, may not be a positive
+    float: below runs·5e-324 (exact in floats for runs ≤ 2**53), shown rounded up."""
+    need = runs * math.ulp(0.0)
+    if tail_mass < need:
+        raise ValueError(
+            invalid(
+                "tail_mass",
+                f"at least {format_bound(need, up=True, digits=3)} (a share of at least "
+                f"5e-324 for each of the {runs} runs of a subsampled event)",
+                tail_mass,
+            )
+        )
 
 
 def _two_point_laplace(event: Event) -> DiscreteLaplace | None:
