@@ -398,7 +398,7 @@ def test_header_only_csv_is_released_like_any_empty_table(tmp_path: Path) -> Non
         Release(
             path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
         )
-        .sum("minutes", bounds=(0, 60), by="page", keys=["a", 1])
+        .sum("minutes", bounds=(0, 60), by="page", keys=["a", "1"])  # text: the CSV key type
         .mean("minutes", bounds=(0, 60))
         .run(rng=ChaCha20Random(2))
     )
@@ -493,3 +493,37 @@ def test_a_csv_of_more_columns_than_the_cap_is_refused_by_its_header(tmp_path: P
         DuckDBEngine(str(path))
     path.write_text(",".join(names[:CSV_MAX_COLUMNS]) + "\n")
     DuckDBEngine(str(path)).close()
+
+
+def test_a_columns_type_is_refused_by_the_schema_whether_or_not_it_holds_values(
+    tmp_path: Path,
+) -> None:
+    # Regression: a column without a non-NULL value passed as numeric and its keys took
+    # no type, so a Parquet string column was summed while all NULL and refused once one
+    # unit had a value (and a BIGINT column took text keys): the schema alone decides.
+    def parquet(name: str, minutes: list[Any], pages: list[Any]) -> str:
+        schema = pa.schema([("user", pa.string()), ("minutes", pa.string()), ("page", pa.int64())])
+        users = [str(i) for i in range(len(minutes))]
+        table = pa.table({"user": users, "minutes": minutes, "page": pages}, schema=schema)
+        pq.write_table(table, tmp_path / name)
+        return str(tmp_path / name)
+
+    tables = [parquet("d.parquet", [None, None], [None, None])]
+    tables.append(parquet("d1.parquet", [None, None, "5"], [None, None, 3]))
+    for build, why in [
+        (lambda p: summing(p), "column 'minutes' must be numeric to be summed, got 'VARCHAR'"),
+        (
+            lambda p: Release(
+                p, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+            ).count(by="page", keys=["a"]),
+            "must be integers",
+        ),
+    ]:
+        messages = []
+        for path in tables:
+            book = ledger(tmp_path)
+            with pytest.raises((ValueError, TypeError), match=why) as caught:
+                build(path).run(ledger=book)
+            assert book.entries() == []
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1]

@@ -22,8 +22,9 @@ import shutil
 import tempfile
 import threading
 import uuid
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -64,6 +65,7 @@ _DUCKDB_NUMERIC = {
     "DOUBLE",
 }
 _SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+_NULL_TYPES = {"NULL", "void"}  # DuckDB's and Spark's type of a column that holds no value
 
 
 def _file_kind(path: Path) -> str:
@@ -197,7 +199,7 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     for name in files:
         try:
             line = _first_line(name).decode("utf-8")
-        except (OSError, UnicodeDecodeError, EOFError):
+        except (OSError, UnicodeDecodeError, EOFError, zlib.error):  # zlib: a corrupt .gz
             line = None
         if not line or not line_of_fields.fullmatch(line):
             what = (
@@ -553,12 +555,13 @@ class Engine(ABC):
     def close(self) -> None:
         """Release what :meth:`register` created."""
 
-    def check_columns(self, columns: dict[str, bool], empty: Set[str] = frozenset()) -> None:
+    def check_columns(self, columns: dict[str, bool]) -> None:
         """Check that each column exists and, where ``True`` is given, is numeric.
 
-        A column in ``empty`` (no non-NULL value, e.g. a header-only CSV whose
-        columns are read as strings) passes as numeric: it holds nothing to sum,
-        and refusing it would reveal that the table is empty.
+        By the schema alone: whether the column holds values, and which, never
+        matters (a string column with no value is refused as one with values, or an
+        empty table would be told apart from one with a row). A column whose type
+        is NULL (DuckDB; Spark's ``void``) holds no value in any table: it passes.
 
         Raises
         ------
@@ -569,7 +572,7 @@ class Engine(ABC):
         for column, numeric in columns.items():
             if column not in schema:
                 raise ValueError(invalid("column", f"one of {sorted(schema)}", column))
-            if numeric and not self.is_numeric(column) and column not in empty:
+            if numeric and not self.is_numeric(column) and schema[column] not in _NULL_TYPES:
                 raise ValueError(
                     invalid(f"column {column!r}", "numeric to be summed", schema[column])
                 )
