@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import os
+import traceback
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -28,6 +30,9 @@ CSV_VALUES = ["1_000", '"1,000"', " 12 ", "+5", "1e3", "0x10", "inf", "nan", "Na
 CSV_VALUES += [".5", "5.", "-0", "1e999", "1e-999", "1d", "٣", "0.1", "12abc", '" 7"']
 CSV_READ = [None, None, 12.0, 5.0, 1000.0, None, None, None, None, None]
 CSV_READ += [0.5, 5.0, 0.0, None, 0.0, None, None, 0.1, None, 7.0]
+# Only ' ' is a space around a number (regression: DuckDB's trim() also removed U+00A0).
+CSV_VALUES += ["\xa01", "1\u3000", "\t5", " \xa02 ", "  3  "]
+CSV_READ += [None, None, None, None, 3.0]
 
 
 def ledger(tmp_path: Path) -> Ledger:
@@ -86,6 +91,33 @@ def chained(error: BaseException | None) -> str:
         seen += [repr(current), str(current), *map(repr, current.args)]
         seen += getattr(current, "__notes__", [])
         todo += [current.__cause__, current.__context__]
+    return "\n".join(seen)
+
+
+def reachable(error: BaseException) -> str:
+    """Every text reachable from an exception: its chain (:func:`chained`), the locals of
+    every frame of its traceback (an exception among them, with its chain and frames, in
+    turn) and the traceback as ``traceback`` prints it with ``capture_locals=True`` (a
+    debugger's view)."""
+    seen = list(traceback.TracebackException.from_exception(error, capture_locals=True).format())
+    todo, done = [error], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in done:
+            continue
+        done.add(id(current))
+        seen.append(chained(current))
+        trace = current.__traceback__
+        while trace is not None:
+            for value in trace.tb_frame.f_locals.values():
+                if isinstance(value, BaseException):
+                    todo.append(value)
+                    continue
+                try:
+                    seen.append(repr(value))
+                except Exception:  # a closed connection's relation cannot say what it is
+                    seen.append(type(value).__name__)
+            trace = trace.tb_next
     return "\n".join(seen)
 
 
@@ -183,6 +215,55 @@ def test_a_csv_header_of_two_lines_is_refused(tmp_path: Path) -> None:
         DuckDBEngine(str(path))
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [b"caf\xe9,8", b"\xff\xfe,2", b'"7,8', b"7,8\xe9" * 5000],  # Latin-1; quotes; long
+)
+def test_a_bad_line_right_after_the_header_is_dropped_not_refused(
+    tmp_path: Path, bad: bytes
+) -> None:
+    # Regression: the header was read by decoding the file's first 8 KiB, so an invalid
+    # UTF-8 byte in any row there refused the run ("first line is a UTF-8 header"): a
+    # refusal that told neighbouring tables apart. Only the first line is decoded.
+    rows = b"".join(b"%d,%d\n" % (i, i % 60) for i in range(200))
+    with_bad = tmp_path / "with_bad.csv"
+    with_bad.write_bytes(b"user,minutes\n" + bad + b"\n" + rows)
+    without = tmp_path / "without.csv"
+    without.write_bytes(b"user,minutes\n" + rows)
+    assert aggregates(summing(with_bad)) == aggregates(summing(without))
+
+
+@pytest.mark.parametrize("rows", [b"", b"1,1\n", b"1,1\n" * 40_000, b"1,1\n\xff,2\n"])
+def test_a_bad_header_is_refused_by_the_header_alone(tmp_path: Path, rows: bytes) -> None:
+    # The refusal and its message are the same whatever rows follow the header.
+    path = tmp_path / "t.csv"
+    for header, why in [
+        (b'"user,minutes', "header is one line"),
+        (b"us\xe9r,minutes", "first line is a UTF-8 header"),
+        (b'us"e"r,minutes', "first line is a UTF-8 header"),
+        (b"", "first line is a UTF-8 header"),
+    ]:
+        path.write_bytes(header + b"\n" + rows)
+        with pytest.raises(ValueError, match=why):
+            DuckDBEngine(str(path))
+
+
+def write_excel_csv(path: Path, rows: list[str]) -> Path:
+    """An Excel "CSV UTF-8" file: a byte-order mark, CRLF line ends."""
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(r + "\r\n" for r in rows).encode())
+    return path
+
+
+def test_an_excel_csv_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    # Regression: the first column was named '\ufeffuser' (and refused as unknown).
+    # A repeated header mid-file (with or without a mark) is dropped, as documented.
+    rows = ["user,minutes", *(f"{i},{i % 60}" for i in range(100))]
+    excel = write_excel_csv(tmp_path / "excel.csv", [*rows, "user,minutes", "\ufeffuser,minutes"])
+    plain = tmp_path / "plain.csv"
+    plain.write_text("\n".join(rows) + "\n")
+    assert aggregates(summing(excel)) == aggregates(summing(plain))
+
+
 def test_a_malformed_line_drops_itself_only(tmp_path: Path) -> None:
     # Its neighbours stay: a ragged line between two rows of the same unit.
     path = tmp_path / "t.csv"
@@ -254,6 +335,28 @@ def test_engine_error_after_reservation_is_one_line(
     assert entry.status == "reserved"
 
 
+def test_no_engine_text_in_an_engine_errors_traceback() -> None:
+    # Regression: the engine's exception (its text quotes the value) was a local of
+    # contextlib's __exit__ frame, in EngineError's traceback (a debugger, or traceback
+    # with capture_locals=True, showed it). tests/release/test_spark.py checks Spark.
+    engine = DuckDBEngine(pd.DataFrame({"user": ["1"], "x": ["7-secret-unit"]}))
+    try:
+        view = engine.register({"x": "x"})
+        with pytest.raises(EngineError) as caught:  # the secret is in the data, not the SQL
+            engine.query(f"SELECT CAST(x AS INTEGER) FROM {view}")
+        text = reachable(caught.value)  # while the engine is open (its objects' repr)
+    finally:
+        engine.close()
+    assert "ConversionException" in text
+    assert "secret" not in text
+    # DuckDB's own text is its args (scrubbed): the exception must not be there at all.
+    trace, held = caught.value.__traceback__, []
+    while trace is not None:
+        held += [v for v in trace.tb_frame.f_locals.values() if isinstance(v, duckdb.Error)]
+        trace = trace.tb_next
+    assert held == []
+
+
 @pytest.mark.parametrize(
     "build",
     [
@@ -295,7 +398,7 @@ def test_header_only_csv_is_released_like_any_empty_table(tmp_path: Path) -> Non
         Release(
             path, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
         )
-        .sum("minutes", bounds=(0, 60), by="page", keys=["a", 1])
+        .sum("minutes", bounds=(0, 60), by="page", keys=["a", "1"])  # text: the CSV key type
         .mean("minutes", bounds=(0, 60))
         .run(rng=ChaCha20Random(2))
     )
@@ -352,3 +455,75 @@ def test_null_and_nan_privacy_units_are_dropped_for_every_input(
             .frame
         )
         assert frame["value"].tolist() == [3], source
+
+
+def test_lines_ending_in_0x01_and_empty_lines_are_dropped(tmp_path: Path) -> None:
+    # Regression: DuckDB kept '7,8\x01' (the raw reader's empty second field read as
+    # NULL, like a line without 0x01) where Spark dropped it. One column: an empty line
+    # is dropped, not a NULL row (tests/release/test_spark.py checks Spark alike).
+    rows = b"".join(b"%d,%d\n" % (i, i % 60) for i in range(100))
+    with_bad = tmp_path / "with_bad.csv"
+    with_bad.write_bytes(b"user,minutes\n" + rows + b"7,8\x01\n9,9\x01\x01\n\x01\n\n")
+    without = tmp_path / "without.csv"
+    without.write_bytes(b"user,minutes\n" + rows)
+    assert aggregates(summing(with_bad)) == aggregates(summing(without))
+    one = tmp_path / "one.csv"
+    one.write_bytes(b"user\n1\n\n2\n\r\n3\x01\n")
+    assert csv_users(DuckDBEngine(str(one))) == ["1", "2"]
+
+
+def csv_users(engine: Any) -> list[str]:
+    """The ``user`` column an engine reads, sorted."""
+    try:
+        view = engine.register({"u": "user"})
+        return sorted(str(row[0]) for row in engine.query(f"SELECT u FROM {view}"))
+    finally:
+        engine.close()
+
+
+def test_a_csv_of_more_columns_than_the_cap_is_refused_by_its_header(tmp_path: Path) -> None:
+    # A schema fact: Spark's split of a line of ~2,000 quoted fields overflowed the Java
+    # regex stack, so one unit's quoted row flipped a release into a failure.
+    from gaussdp.release.engines import CSV_MAX_COLUMNS
+
+    path = tmp_path / "wide.csv"
+    names = ["user", "minutes", *(f"c{i}" for i in range(CSV_MAX_COLUMNS - 1))]
+    path.write_text(",".join(names) + "\n")
+    with pytest.raises(ValueError, match=f"at most {CSV_MAX_COLUMNS} columns"):
+        DuckDBEngine(str(path))
+    path.write_text(",".join(names[:CSV_MAX_COLUMNS]) + "\n")
+    DuckDBEngine(str(path)).close()
+
+
+def test_a_columns_type_is_refused_by_the_schema_whether_or_not_it_holds_values(
+    tmp_path: Path,
+) -> None:
+    # Regression: a column without a non-NULL value passed as numeric and its keys took
+    # no type, so a Parquet string column was summed while all NULL and refused once one
+    # unit had a value (and a BIGINT column took text keys): the schema alone decides.
+    def parquet(name: str, minutes: list[Any], pages: list[Any]) -> str:
+        schema = pa.schema([("user", pa.string()), ("minutes", pa.string()), ("page", pa.int64())])
+        users = [str(i) for i in range(len(minutes))]
+        table = pa.table({"user": users, "minutes": minutes, "page": pages}, schema=schema)
+        pq.write_table(table, tmp_path / name)
+        return str(tmp_path / name)
+
+    tables = [parquet("d.parquet", [None, None], [None, None])]
+    tables.append(parquet("d1.parquet", [None, None, "5"], [None, None, 3]))
+    for build, why in [
+        (lambda p: summing(p), "column 'minutes' must be numeric to be summed, got 'VARCHAR'"),
+        (
+            lambda p: Release(
+                p, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+            ).count(by="page", keys=["a"]),
+            "must be integers",
+        ),
+    ]:
+        messages = []
+        for path in tables:
+            book = ledger(tmp_path)
+            with pytest.raises((ValueError, TypeError), match=why) as caught:
+                build(path).run(ledger=book)
+            assert book.entries() == []
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1]

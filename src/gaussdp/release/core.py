@@ -981,13 +981,13 @@ def _prepare(
         counts = engine.validate(view, list(plan.internal))
         if tracker is not None:
             tracker.state = replace(tracker.state, rows=counts.get("pu"))
-        empty = {plan.internal[c] for c, n in counts.items() if n == 0}
-        engine.check_columns(needs, empty)
+        # By the schema alone: whether a column holds a value must not change a refusal.
+        engine.check_columns(needs)
         schema = engine.schema
         typed: list[tuple[KeyTuple, ...] | None] = []
         for g in plan.groupings:
             columns = [plan.internal[k] for k in g.by]
-            types = ["NULL" if c in empty else schema[c] for c in columns]
+            types = [schema[c] for c in columns]
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
         unit_type = schema[release.privacy_unit].lower()
         unit_nan = "float" if unit_type in ("float", "double", "real") else ""

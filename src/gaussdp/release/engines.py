@@ -22,8 +22,9 @@ import shutil
 import tempfile
 import threading
 import uuid
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -64,6 +65,7 @@ _DUCKDB_NUMERIC = {
     "DOUBLE",
 }
 _SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+_NULL_TYPES = {"NULL", "void"}  # DuckDB's and Spark's type of a column that holds no value
 
 
 def _file_kind(path: Path) -> str:
@@ -144,20 +146,46 @@ CSV_INTEGER = r"^[+-]?[0-9]+\z"
 #: Longest CSV line DuckDB reads (Spark has no limit): 1 GiB.
 _CSV_MAX_LINE = 2**30
 _MAX_FINITE = 1.7976931348623157e308  # the largest double
+#: Most columns a CSV may have: Java's regex engine recurses per field, so Spark's split
+#: of a line of 2,000 quoted fields overflows the executor's stack (1,500 pass on a local
+#: session); a cap on the header makes that a refusal of the schema, never of one row.
+CSV_MAX_COLUMNS = 1000
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _first_line(name: str) -> bytes:
+    r"""A file's first line as bytes (up to its first ``\r`` or ``\n``), without a leading
+    UTF-8 byte-order mark (Excel's "CSV UTF-8"). Only this line is read: nothing after it
+    (no row) changes what it is."""
+    opener: Any = gzip.open if name.lower().endswith(".gz") else open
+    parts = []
+    with opener(name, "rb") as handle:
+        while chunk := handle.read(65536):
+            end = min((i for i in (chunk.find(b"\r"), chunk.find(b"\n")) if i >= 0), default=-1)
+            if end >= 0:
+                parts.append(chunk[:end])
+                break
+            parts.append(chunk)
+    return b"".join(parts).removeprefix(_BOM)
 
 
 def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     """The field separator and the column names of CSV ``files``: their schema only.
 
     ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
-    are each file's first line (RFC 4180 quoting), which must be the same in every
-    file. Nothing is sniffed from the rows, so no row changes how the others are read.
+    are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
+    data line is (:func:`csv_line_pattern`'s fields), which must be the same in every
+    file. Only the first line is read and decoded: nothing is sniffed from the rows,
+    so no row changes how the others are read or whether the files are refused.
 
     Raises
     ------
     ValueError
-        Files with different separators or headers, a header that is not UTF-8 or
-        that spans lines (a quoted newline in a name).
+        Files with different separators or headers, a first line that is not UTF-8
+        or not a line of fields (a quoted newline in a name: the header spans lines),
+        more than :data:`CSV_MAX_COLUMNS` columns.
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -165,34 +193,43 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
             invalid("data", "CSV files of one kind (.tsv or not)", Path(files[0]).name)
         )
     sep = seps.pop()
+    field = f'(?:"(?:[^"]|"")*"|[^{sep}"]*)'
+    line_of_fields = re.compile(f"{field}(?:{sep}{field})*")
     headers = []
     for name in files:
-        opener: Any = gzip.open if name.lower().endswith(".gz") else open
         try:
-            with opener(name, "rt", encoding="utf-8", newline="") as handle:
-                headers.append(next(csv.reader(handle, delimiter=sep), []))
-        except (OSError, UnicodeDecodeError, csv.Error, EOFError):
-            raise ValueError(
-                invalid("data", "a CSV whose first line is a UTF-8 header", Path(name).name)
-            ) from None
-    if any(h != headers[0] for h in headers) or not headers[0]:
+            line = _first_line(name).decode("utf-8")
+        except (OSError, UnicodeDecodeError, EOFError, zlib.error):  # zlib: a corrupt .gz
+            line = None
+        if not line or not line_of_fields.fullmatch(line):
+            what = (
+                "a CSV whose header is one line"
+                if line and line.count('"') % 2
+                else "a CSV whose first line is a UTF-8 header"
+            )
+            raise ValueError(invalid("data", what, Path(name).name))
+        headers.append(next(csv.reader([line], delimiter=sep)))
+    if any(h != headers[0] for h in headers):
         raise ValueError(
             invalid("data", "CSV files with one and the same header", Path(files[0]).name)
         )
-    if any("\n" in name or "\r" in name for name in headers[0]):  # read line by line
-        raise ValueError(invalid("data", "a CSV whose header is one line", Path(files[0]).name))
+    if len(headers[0]) > CSV_MAX_COLUMNS:
+        raise ValueError(
+            invalid(
+                "data",
+                f"a CSV of at most {CSV_MAX_COLUMNS} columns (Parquet has no limit)",
+                f"{len(headers[0])} columns in {Path(files[0]).name}",
+            )
+        )
     return sep, headers[0]
 
 
 def csv_header_lines(files: Sequence[str]) -> list[str]:
-    """The first line of each CSV file, as text (the lines that are read as a header)."""
-    lines = set()
-    for name in files:
-        opener: Any = gzip.open if name.lower().endswith(".gz") else open
-        with opener(name, "rb") as handle:
-            first = handle.readline().split(b"\r")[0].rstrip(b"\n")
-        lines.add(first.decode("utf-8"))  # csv_layout has checked it is UTF-8
-    return sorted(lines)
+    """The first line of each CSV file, as text, without a byte-order mark (the lines
+    read as a header; :func:`csv_layout` has checked they are UTF-8). A data line equal
+    to one, with or without a byte-order mark, is a repeated header and is dropped."""
+    lines = {_first_line(name).decode("utf-8") for name in files}
+    return sorted(lines | {"\ufeff" + line for line in lines})
 
 
 def csv_line_pattern(sep: str, count: int, *, java: bool) -> str:
@@ -231,6 +268,9 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
         null_padding=True,
         ignore_errors=True,
         max_line_size=_CSV_MAX_LINE,
+        # No field holds a newline: nothing reads as NULL but a missing ``rest`` (a line
+        # ending in 0x01 has an empty ``rest``, dropped as on Spark), not even ''.
+        na_values="\n",
     )
     pattern = csv_line_pattern(sep, len(names), java=False)
     headers = ", ".join(_sql_text(h) for h in csv_header_lines(files))
@@ -267,7 +307,7 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     pattern = csv_line_pattern(sep, len(names), java=True)
     # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
     bad = line.isin(csv_header_lines(files)) | line.contains("\x01") | line.contains("\ufffd")
-    bad = bad | ~F.is_valid_utf8(line)
+    bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
     lines = spark.read.text(list(files)).filter(~bad & line.rlike(pattern))
     fields = []
     for i, name in enumerate(names):
@@ -331,6 +371,11 @@ _REASONS = {
 }
 
 
+#: Attributes of PySpark's exceptions that hold the JVM's text (the description, its stack
+#: trace, the Java exception and its cause): blanked in an engine error that is dropped.
+_ENGINE_TEXT = {"_desc": "", "_stackTrace": "", "_origin": None, "_cause": None}
+
+
 def failure_message(engine: str, action: str, error: BaseException) -> str:
     """One line about an engine failure that never repeats data values.
 
@@ -338,9 +383,9 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
     quote raw records and values (``Original Line: 7,a,abc``), which may identify a
     privacy unit, and their line numbers tell the table's size or where a record
     sits (a malformed last line is at line n + 1) before any budget is spent.
-    The engine's exception is scrubbed too (its ``args`` replaced, its notes
-    dropped): it stays the ``__context__`` of the error raised while handling it,
-    which a debugger or ``traceback.format_exception`` could otherwise show.
+    The engine's exception is scrubbed too (its ``args`` replaced, its notes,
+    traceback and PySpark's JVM text dropped) in case something still holds it:
+    :func:`raise_detached` leaves it out of the chain of the error raised instead.
 
     Examples
     --------
@@ -366,6 +411,10 @@ def failure_message(engine: str, action: str, error: BaseException) -> str:
     if hasattr(error, "__notes__"):
         del error.__notes__
     error.__cause__ = error.__context__ = None  # PySpark's: the Py4JJavaError and its message
+    error.__traceback__ = None  # its frames' locals: the query's text, PySpark's objects
+    for name, blank in _ENGINE_TEXT.items():
+        if name in vars(error):
+            setattr(error, name, blank)
     return (
         f"{engine} failed {action}: {explanation} "
         f"({kind}; data values and line numbers are not shown)"
@@ -380,9 +429,9 @@ class _WithheldError(Exception):
     """Stands in for an engine's exception in a chain: its class name, nothing it said."""
 
 
-def raise_detached(error: BaseException, engine_error: BaseException) -> NoReturn:
-    """Raise ``error`` (its message from :func:`failure_message`) while ``engine_error``
-    is being handled, with no link to ``engine_error``.
+def raise_detached(error: BaseException, kind: str) -> NoReturn:
+    """Raise ``error`` (its message from :func:`failure_message`) while an engine's
+    exception (of class ``kind``) is being handled, with no link to it.
 
     ``raise … from None`` still keeps the handled exception as ``__context__``, and
     scrubbing its ``args`` is not enough for PySpark's: their text comes from the
@@ -390,13 +439,38 @@ def raise_detached(error: BaseException, engine_error: BaseException) -> NoRetur
     malformed records. The raised error's ``__context__`` is a stand-in that names
     only the engine exception's class, with no context of its own.
     """
-    stand_in = _WithheldError(_withheld(type(engine_error).__name__))
-    del engine_error
+    stand_in = _WithheldError(_withheld(kind))
     try:
         raise stand_in
     except _WithheldError as withheld:
         withheld.__context__ = None  # it was raised while the engine's error was handled
         raise error from None
+
+
+class _Failures:
+    """:meth:`Engine.failures`: an engine exception raised inside becomes :class:`EngineError`.
+
+    A class, not a ``contextlib.contextmanager``: the generator's ``__exit__`` frame keeps
+    the handled exception as a local, reachable from the raised error's traceback (a
+    debugger, ``traceback`` with ``capture_locals=True``), and PySpark's text comes from
+    the JVM, quoting records. Here the message is built first, then the engine exception
+    is scrubbed (:func:`failure_message`) and no frame of the raised error's traceback
+    holds it.
+    """
+
+    def __init__(self, engine: str, action: str, errors: tuple[type[BaseException], ...]):
+        self._engine, self._action, self._errors = engine, action, errors
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        if not isinstance(error, self._errors):
+            return
+        message = failure_message(self._engine, self._action, error)
+        kind = type(error).__name__
+        del error, trace  # this frame is in the raised error's traceback
+        raise_detached(EngineError(message), kind)
 
 
 class Engine(ABC):
@@ -431,13 +505,9 @@ class Engine(ABC):
     def _errors(self) -> tuple[type[BaseException], ...]:
         """The exception types the engine raises for bad data or failed queries."""
 
-    @contextlib.contextmanager
-    def failures(self, action: str) -> Iterator[None]:
+    def failures(self, action: str) -> _Failures:
         """Turn an engine exception into :class:`EngineError` (one line, no data-bearing cause)."""
-        try:
-            yield
-        except self._errors() as error:
-            raise_detached(EngineError(failure_message(self.name, action, error)), error)
+        return _Failures(self.name, action, self._errors())
 
     def declare(self, types: Mapping[str, str]) -> None:
         """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;
@@ -485,12 +555,13 @@ class Engine(ABC):
     def close(self) -> None:
         """Release what :meth:`register` created."""
 
-    def check_columns(self, columns: dict[str, bool], empty: Set[str] = frozenset()) -> None:
+    def check_columns(self, columns: dict[str, bool]) -> None:
         """Check that each column exists and, where ``True`` is given, is numeric.
 
-        A column in ``empty`` (no non-NULL value, e.g. a header-only CSV whose
-        columns are read as strings) passes as numeric: it holds nothing to sum,
-        and refusing it would reveal that the table is empty.
+        By the schema alone: whether the column holds values, and which, never
+        matters (a string column with no value is refused as one with values, or an
+        empty table would be told apart from one with a row). A column whose type
+        is NULL (DuckDB; Spark's ``void``) holds no value in any table: it passes.
 
         Raises
         ------
@@ -501,7 +572,7 @@ class Engine(ABC):
         for column, numeric in columns.items():
             if column not in schema:
                 raise ValueError(invalid("column", f"one of {sorted(schema)}", column))
-            if numeric and not self.is_numeric(column) and column not in empty:
+            if numeric and not self.is_numeric(column) and schema[column] not in _NULL_TYPES:
                 raise ValueError(
                     invalid(f"column {column!r}", "numeric to be summed", schema[column])
                 )
@@ -682,7 +753,7 @@ class DuckDBEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("BIGINT", "DOUBLE"):
-                text = fn("trim", expr)
+                text = fn("trim", expr, const(" "))  # spaces only, as Spark's (not U+00A0)
                 pattern = CSV_INTEGER if kind == "BIGINT" else CSV_NUMBER
                 value = text.try_cast(duck.sqltype(kind))
                 if kind == "DOUBLE":  # '1e999' reads as inf here, as in Spark: not a number
@@ -888,7 +959,7 @@ class SparkEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("bigint", "double"):
-                text = F.trim(expr)  # spaces only, as DuckDB's trim
+                text = F.trim(expr)  # spaces only, as DuckDB's trim(x, ' ')
                 value = text.try_cast(kind)
                 if kind == "double":
                     value = F.when(F.abs(value) <= F.lit(_MAX_FINITE), value)

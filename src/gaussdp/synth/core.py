@@ -627,7 +627,7 @@ class Synthesizer:
                         frame = read_csv_text(con, [str(path)]).df()
                 except duckdb.Error as error:  # its message quotes the record and line number
                     message = failure_message("duckdb", "reading the data", error)
-                    raise_detached(ValueError(message), error)  # its message quotes rows
+                    raise_detached(ValueError(message), type(error).__name__)  # quotes rows
                 if not isinstance(frame, pd.DataFrame):  # pragma: no cover - duckdb's contract
                     raise TypeError(invalid("data", "read as a table", str(path)))
                 return frame
