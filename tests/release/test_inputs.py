@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from gaussdp.budget import Budget
-from gaussdp.release import Release
+from gaussdp.release import Ledger, Release
 
 FRAME = pd.DataFrame(
     {"user": [1, 1, 2, 3, 4, 5], "page": ["a", "b", "a", "a", "b", "a"], "minutes": 1.0}
@@ -138,6 +138,42 @@ def mixed_sums(source: object, engine: str = "duckdb") -> list[float]:
         .frame["value"]
         .tolist()
     )
+
+
+@pytest.mark.parametrize(
+    ("minutes", "want"),
+    [
+        ([], [0.0, 0.0]),
+        ([None, None], [0.0, 2.0]),
+        ([None, 5], [5.0, 2.0]),
+        ([None, "5"], [5.0, 2.0]),
+        (["x", 5.5], [5.5, 2.0]),
+    ],
+)
+def test_a_pandas_object_column_is_typed_by_its_dtype_not_its_values(
+    minutes: list[object], want: list[float], no_noise: None, tmp_path: Path
+) -> None:
+    # DuckDB typed an object column from its values: a column of None (type NULL) was
+    # refused, one int made it BIGINT and released, one string made it VARCHAR and
+    # refused: one row decided refusal vs release. Now the dtype decides: summed, it is
+    # refused (nothing charged) unless declared, then converted value by value.
+    users = ["a", "b"][: len(minutes)]
+    frame = pd.DataFrame({"user": users, "minutes": pd.Series(minutes, dtype=object)})
+    ledger = Ledger(tmp_path / "b.db", total=Budget(rho=10.0))
+    bounded = {"max_groups_per_unit": 1, "max_rows_per_group": 1}
+    with pytest.raises(ValueError, match=r"^column 'minutes' must be numeric to be summed"):
+        Release(frame, privacy_unit="user", budget=Budget(rho=1.0), **bounded).sum(
+            "minutes", bounds=(0, 60)
+        ).run(ledger=ledger)
+    assert ledger.entries() == []
+    declared = Release(
+        frame,
+        privacy_unit="user",
+        budget=Budget(rho=1.0),
+        column_types={"minutes": "DOUBLE"},
+        **bounded,
+    )
+    assert declared.sum("minutes", bounds=(0, 60)).count().run().frame["value"].tolist() == want
 
 
 def test_parquet_files_that_disagree_are_read_value_by_value(

@@ -972,10 +972,13 @@ def _prepare(
         # number by the engines' one rule; a value that does not convert is NULL.
         text = [c for c in needs if engine.text_columns or c in engine.mixed_columns]
         for c in text:
-            if c not in release.column_types:
-                # Likewise the unit's and the keys' types: the unit is text, a key column
-                # takes the type of its public keys (text without them).
-                converted[c] = "DOUBLE" if needs[c] else _csv_key_type(c, plan)
+            if c in release.column_types:
+                continue
+            if needs[c] and c in engine.object_columns:
+                continue  # a pandas object column is summed only with a declared type
+            # Likewise the unit's and the keys' types: the unit is text, a key column
+            # takes the type of its public keys (text without them).
+            converted[c] = "DOUBLE" if needs[c] else _csv_key_type(c, plan)
         engine.declare({**converted, **release.column_types})
         view = engine.register(plan.internal)
         counts = engine.validate(view, list(plan.internal))

@@ -491,6 +491,9 @@ class Engine(ABC):
     #: that only text holds (a number in one file, text in another): read as text and
     #: converted as a CSV's column is, value by value (:func:`parquet_layout`).
     mixed_columns: frozenset[str] = frozenset()
+    #: A pandas frame's ``object`` columns (among ``mixed_columns``): read as text, and
+    #: summed only with a type declared in ``column_types`` (their values say nothing).
+    object_columns: frozenset[str] = frozenset()
 
     @property
     def schema(self) -> dict[str, str]:
@@ -572,7 +575,8 @@ class Engine(ABC):
         for column, numeric in columns.items():
             if column not in schema:
                 raise ValueError(invalid("column", f"one of {sorted(schema)}", column))
-            if numeric and not self.is_numeric(column) and schema[column] not in _NULL_TYPES:
+            kind = schema[column].strip('"')  # DuckDB quotes its NULL type: '"NULL"'
+            if numeric and not self.is_numeric(column) and kind not in _NULL_TYPES:
                 raise ValueError(
                     invalid(f"column {column!r}", "numeric to be summed", schema[column])
                 )
@@ -701,7 +705,9 @@ class DuckDBEngine(Engine):
                         self._rel = read_csv_text(con, files)
                         self.text_columns = True
             elif _module(source) == "pandas":
-                self._rel = con.from_df(source)  # type: ignore[arg-type]
+                frame, self.mixed_columns = _object_columns_as_text(source)
+                self.object_columns = self.mixed_columns
+                self._rel = con.from_df(frame)
             elif _module(source) == "polars":
                 # A DataFrame or a LazyFrame: DuckDB scans it through Arrow.
                 self._rel = con.from_arrow(source)
@@ -917,7 +923,8 @@ class SparkEngine(Engine):
                     invalid("data", "an existing file or Spark table", str(source))
                 )
         elif _module(source) in ("pandas", "polars", "pyarrow"):
-            frame = _to_pandas(source)
+            frame, self.mixed_columns = _object_columns_as_text(_to_pandas(source))
+            self.object_columns = self.mixed_columns
             self._df = spark.createDataFrame(frame)
         else:
             raise TypeError(
@@ -1048,6 +1055,22 @@ def _new_session(session: Any) -> Any:
         os.unlink(config)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _object_columns_as_text(frame: Any) -> tuple[Any, frozenset[str]]:
+    """A pandas frame with its ``object`` columns as text, and their names.
+
+    The ``object`` dtype says nothing of what a column holds, and DuckDB and Spark infer
+    its type from the values: one row could turn a summed column into VARCHAR and refuse
+    the release, or a column of ``None`` pass every check. These columns are read as
+    text: the unit and keys as a CSV's are, and a summed one is refused by its schema
+    unless ``column_types`` declares a type, then converted value by value
+    (docs/release.md).
+    """
+    objects = [c for c, kind in frame.dtypes.items() if kind == np.dtype(object)]
+    if not objects:
+        return frame, frozenset()
+    return frame.astype(dict.fromkeys(objects, "string")), frozenset(map(str, objects))
 
 
 def _to_pandas(source: Any) -> Any:
