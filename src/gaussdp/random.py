@@ -106,10 +106,11 @@ class RandomSource(abc.ABC):
     #: repeats its parent's words by design. False unless a class says otherwise, so that
     #: a stream derived from an unknown source is re-keyed in a forked child.
     _reproducible = False
-    #: For a reproducible source: the id of the process that created the stream (for a
-    #: derived stream, its reproducible parent's). Every process forked from it repeats
-    #: its words, so a budget refuses to pay for them anywhere else. None otherwise.
-    _home: int | None = None
+    #: For a reproducible source: :func:`_process_identity` of the process that created
+    #: the stream (for a derived stream, its reproducible parent's). Every process forked
+    #: from it repeats its words, so a budget refuses to pay for them anywhere else.
+    #: None otherwise (a reproducible source without one is refused by a budget).
+    _home: tuple[int, bytes] | None = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -469,7 +470,7 @@ class ChaCha20Random(_BufferedSource):
             raise ValueError(f"seed must be an int >= 0 or bytes, got {seed!r}")
         super().__init__()
         self._seed = seed
-        self._home = os.getpid()
+        self._home = _process_identity()
         self._encryptor = _chacha20(_chacha_key(seed))
 
     def _fill_into(self, out: memoryview) -> None:
@@ -534,8 +535,20 @@ def _fork_key(parent: RandomSource) -> bytes:
     return hashlib.sha256(parent.random_bytes(32) + os.urandom(32)).digest()
 
 
+# Drawn again in every forked child: a process id can be reused once its process exits,
+# this pair cannot (a child of a child may get the id of an exited ancestor).
+_PROCESS_TOKEN = os.urandom(16)
+
+
+def _process_identity() -> tuple[int, bytes]:
+    """This process: its id and a random token drawn again in every forked child."""
+    return os.getpid(), _PROCESS_TOKEN
+
+
 def _after_fork_in_child() -> None:
     """Fresh locks in a forked child, and no buffered bytes or keys of the parent's."""
+    global _PROCESS_TOKEN
+    _PROCESS_TOKEN = os.urandom(16)
     for cls in _CLASS_LOCKS:
         _CLASS_LOCKS[cls] = threading.RLock()
     for source in list(_LIVE_SOURCES):

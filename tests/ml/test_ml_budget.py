@@ -30,7 +30,15 @@ from gaussdp.accounting import (  # noqa: E402
 from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, make_private  # noqa: E402
 from gaussdp.ml._budget import Charger  # noqa: E402
-from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream  # noqa: E402
+from gaussdp.random import (  # noqa: E402
+    ChaCha20Random,
+    RandomSource,
+    _BufferedSource,
+    _chacha20,
+    _chacha_key,
+    _DerivedStream,
+    _process_identity,
+)
 
 DELTA = 1e-5
 
@@ -642,6 +650,45 @@ def test_a_seeded_release_built_in_a_forked_child_on_the_parents_stream_is_refus
     assert ledger.spent == 0
     _built_in_child(kind, rng, ledger)()  # the process that made the stream releases
     assert ledger.spent > 0
+
+
+class _NoHome(ChaCha20Random):
+    """A seeded stream whose __init__ skips ChaCha20Random's: it records no home."""
+
+    def __init__(self) -> None:
+        _BufferedSource.__init__(self)
+        self._seed = 7
+        self._encryptor = _chacha20(_chacha_key(7))
+
+
+@pytest.mark.parametrize("kind", ["central", "distributed", "dpsgd"])
+def test_a_seeded_stream_of_unknown_or_reused_origin_is_refused(kind: str, tmp_path: Path) -> None:
+    # A stream without a home fell back to the charger's process; a home compared by
+    # process id alone passed in a later process that reused an exited ancestor's id.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=1000.0, delta=DELTA))
+    reused = ChaCha20Random(7)
+    reused._home = (os.getpid(), b"an exited process")
+    for rng in (_NoHome(), reused):
+        with pytest.raises(RuntimeError, match="rng must be a source that is not seeded"):
+            _built_in_child(kind, rng, ledger)()
+    assert ledger.spent == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_another_process_even_with_its_parents_id() -> None:
+    parent = _process_identity()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        os.write(write, _process_identity()[1])
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_token = os.read(read, 64)
+    os.close(read)
+    os.close(write)
+    assert child_token != parent[1]
+    assert len(child_token) == len(parent[1])
+    assert _process_identity() == parent
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

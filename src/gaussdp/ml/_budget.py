@@ -44,6 +44,7 @@ from gaussdp._validation import check_int
 from gaussdp.accounting.events import Event, SelfComposed, describe
 from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
 from gaussdp.errors import BudgetExceededError, invalid
+from gaussdp.random import _process_identity
 
 if TYPE_CHECKING:
     from gaussdp.random import RandomSource
@@ -122,7 +123,7 @@ class Charger:
         self._running = 0  # runs in progress: the lock's owner is inside run()
         self._owner: int | None = None  # the thread inside run() (runs nest in one thread)
         self._pid = os.getpid()  # the process that owns the open block
-        self._home = self._pid  # the process that built the charger
+        self._home = _process_identity()  # the process that built the charger
         self._rng = rng
         _LIVE_CHARGERS.add(self)
         budget = None if ledger is None and filter is None else self.budget
@@ -216,18 +217,21 @@ class Charger:
 
         The stream's process (``rng._home``) and the charger's are both checked: a
         charger built in a forked child from a stream the parent made repeats the
-        noise of every sibling that does the same.
+        noise of every sibling that does the same. A process is its id and a token
+        drawn again at every fork (an id is reused once its process exits), and a
+        reproducible stream that does not say where it was made is refused.
         """
         rng = self._rng
         if not (self.active and rng is not None and rng._reproducible):
             return
-        pid = os.getpid()
-        if pid != self._home or pid != (self._home if rng._home is None else rng._home):
+        here = _process_identity()
+        if rng._home is None or here != self._home or here != rng._home:
             raise RuntimeError(
                 invalid(
                     "rng",
                     f"a source that is not seeded (e.g. None, the operating system's) for "
-                    f"a charged {self._what} in a forked process (a seeded stream repeats "
+                    f"a charged {self._what} in a forked process or from a seeded stream "
+                    f"that does not record where it was made (a seeded stream repeats "
                     f"the parent's noise there, which the budget would pay for as "
                     f"independent)",
                     rng,
