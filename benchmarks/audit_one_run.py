@@ -5,8 +5,8 @@ Run with ``python benchmarks/audit_one_run.py [--seed 1]``. The DP-SGD rows need
 group per canary unit (:func:`gaussdp.audit.one_run.audit_table_release_one_run`),
 or DP-SGD with gradient canaries (:func:`gaussdp.audit.one_run.audit_dpsgd_one_run`).
 The guesses (k₊ = k₋) are fixed per row before the run. It prints a markdown table
-with the wall time and the CPU time (this process and its children: the noise
-worker) of each row; docs/audit.md quotes it.
+with the wall time and the CPU time (this process and its children, the noise
+worker included while it runs) of each row; docs/audit.md quotes it.
 """
 
 from __future__ import annotations
@@ -37,10 +37,38 @@ DPSGD_ROWS = [
 ]
 
 
+def _live_children_cpu() -> float:
+    """CPU seconds of this process's children that have not been waited for (the noise
+    worker of a DP-SGD run lives as long as its model): ``utime + stime`` from
+    ``/proc/<pid>/stat`` (Linux; 0 elsewhere). ``os.times`` counts a child only once it
+    has been waited for, so the two parts never count the same child twice."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / ticks
+
+
 def _clock() -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process and its finished children)."""
+    """(wall seconds, CPU seconds of this process and of its children, live or waited for)."""
     t = os.times()
-    return time.perf_counter(), t.user + t.system + t.children_user + t.children_system
+    own = t.user + t.system + t.children_user + t.children_system
+    return time.perf_counter(), own + _live_children_cpu()
 
 
 def table_audit(epsilon: float, canaries: int, k: int, seed: int) -> OneRunAuditResult:
