@@ -18,6 +18,7 @@ import time
 
 import pandas as pd
 
+from gaussdp.accounting import format_bound
 from gaussdp.audit.one_run import (
     OneRunAuditResult,
     audit_dpsgd_one_run,
@@ -100,7 +101,8 @@ def main() -> None:
         wall, cpu = (b - a for a, b in zip(start, _clock(), strict=True))
         print(
             f"| {name} | {result.canaries} | {result.guesses} | {result.correct} | "
-            f"{result.epsilon_lower:.2f} | {result.epsilon_certified:.2f} | "
+            f"{format_bound(result.epsilon_lower, up=False, digits=3)} | "
+            f"{format_bound(result.epsilon_certified, up=True, digits=3)} | "
             f"{wall:.1f} s / {cpu:.1f} s |",
             flush=True,
         )

@@ -23,6 +23,7 @@ import pytest
 from scipy.stats import binom
 
 from gaussdp.audit.one_run import (
+    OneRunAuditResult,
     audit_dpsgd_one_run,
     audit_scores,
     audit_table_release_one_run,
@@ -236,3 +237,34 @@ def test_dpsgd_audit_checks_everything_before_training(
     with pytest.raises(ValueError, match=message):
         audit_dpsgd_one_run(rng=rng, **args)  # type: ignore[arg-type]
     assert rng.words(1)[0] == ChaCha20Random(8).words(1)[0]  # nothing drawn
+
+
+def test_printed_bounds_are_rounded_outward() -> None:
+    """A certified ε of 1.004 never prints as "≤ 1.00", an audited 0.996 never as "≥ 1.00"."""
+    from gaussdp.audit.stats import AuditResult
+
+    one = OneRunAuditResult(
+        epsilon_lower=0.9996,
+        epsilon_certified=1.004,
+        delta=1e-5,
+        confidence=0.95,
+        canaries=1000,
+        guesses=100,
+        correct=90,
+        method="test",
+    )
+    many = AuditResult(
+        epsilon_lower=0.9996,
+        epsilon_certified=1.004,
+        delta=1e-5,
+        confidence=0.95,
+        runs=10,
+        true_positives=5,
+        false_positives=1,
+        method="test",
+    )
+    for text in (str(one), str(many)):
+        lower = float(text.split("audited ε ≥ ")[1].split(",")[0])
+        upper = float(text.split("certified ε ≤ ")[1].split(" ")[0])
+        assert lower <= 0.9996
+        assert upper >= 1.004

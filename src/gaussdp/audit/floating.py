@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr, ndtri
 
-from gaussdp._validation import check_int, check_positive
+from gaussdp._validation import check_int, check_positive, format_bound
 from gaussdp.audit.stats import clopper_pearson
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian
@@ -142,8 +142,10 @@ class FloatAttackResult:
     def __str__(self) -> str:
         return (
             f"{self.mechanism}: attack accuracy {self.accuracy:.3f} "
-            f"[{self.accuracy_low:.3f}, {self.accuracy_high:.3f}] vs at most "
-            f"{self.certified_accuracy:.3f} under its claimed guarantee; "
+            f"[{format_bound(self.accuracy_low, up=False, digits=3)}, "
+            f"{format_bound(self.accuracy_high, up=True, digits=3)}] vs at most "
+            f"{format_bound(self.certified_accuracy, up=True, digits=3)} under its claimed "
+            "guarantee; "
             f"{self.support_decided:.0%} of outputs decided by support alone"
         )
 

@@ -51,6 +51,7 @@ from gaussdp._validation import (
     check_int,
     check_positive,
     check_probability,
+    format_bound,
 )
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, check_rng
@@ -280,7 +281,8 @@ class OneRunAuditResult:
 
     def __str__(self) -> str:
         return (
-            f"audited ε ≥ {self.epsilon_lower:.2f}, certified ε ≤ {self.epsilon_certified:.2f} "
+            f"audited ε ≥ {format_bound(self.epsilon_lower, up=False, digits=3)}, "
+            f"certified ε ≤ {format_bound(self.epsilon_certified, up=True, digits=3)} "
             f"(δ = {self.delta:g}, {self.confidence:.0%} confidence, one run, "
             f"{self.correct}/{self.guesses} guesses right of {self.canaries} canaries; "
             f"{self.method})"

@@ -57,6 +57,13 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _fmt_up(value: object) -> str:
+    """A cost (ρ, μ, ε) or other upper bound as text: floats rounded up (format_bound)."""
+    if isinstance(value, float) and not math.isnan(value):
+        return format_bound(value, up=True)
+    return _fmt(value)
+
+
 def _fmt(value: object) -> str:
     if value is None:
         return "—"
@@ -383,12 +390,16 @@ def _ledger_sections(ledger: Ledger) -> tuple[str, TradeoffCurve | None]:
     summary = ledger.summary()
     unit = summary.symbol
     rows = "".join(
-        f"<tr><td>{r.id}</td><td>{_e(r.status)}</td><td>{_e(_fmt(r.cost))}</td>"
+        f"<tr><td>{r.id}</td><td>{_e(r.status)}</td><td>{_e(_fmt_up(r.cost))}</td>"
         f"<td>{_e(r.what)}</td><td>{_e(r.event)}</td>"
         f"<td>{_e(r.who)}</td><td>{_e(r.when)}</td><td>{_e(r.committed_at or '—')}</td></tr>"
         for r in summary.rows
     )
-    at = f" at δ = {summary.delta:.3g}" if summary.unit == "epsilon" and summary.delta else ""
+    at = (
+        f" at δ = {format_bound(summary.delta, up=True, digits=3)}"
+        if summary.unit == "epsilon" and summary.delta
+        else ""
+    )
     section = (
         "<section id='budget'><h2>Budget used and left</h2><table class='small'><tbody>"
         f"<tr><td>total</td><td>{_e(summary.total)}</td></tr>"
@@ -422,8 +433,9 @@ def _method_section(report: PrivacyReport | None, sql: Sequence[str]) -> str:
         )
         costs = "".join(
             f"<tr><td>{_e(c.query)}</td><td>{_e(', '.join(c.by) or '—')}</td><td>{_e(c.part)}</td>"
-            f"<td>{c.sensitivity:.4g}</td><td>{c.sigma:.4g}</td><td>{_e(_fmt(c.mu))}</td>"
-            f"<td>{c.rho:.4g}</td></tr>"
+            f"<td>{format_bound(c.sensitivity, up=True, digits=4)}</td>"
+            f"<td>{format_bound(c.sigma, up=False, digits=4)}</td><td>{_e(_fmt_up(c.mu))}</td>"
+            f"<td>{format_bound(c.rho, up=True, digits=4)}</td></tr>"
             for c in report.costs
         )
         parts.append(

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import beta
 
-from gaussdp._validation import check_int, check_probability
+from gaussdp._validation import check_int, check_probability, format_bound
 from gaussdp.errors import invalid
 
 __all__ = ["AuditResult", "clopper_pearson", "epsilon_lower_bound"]
@@ -139,7 +139,8 @@ class AuditResult:
 
     def __str__(self) -> str:
         return (
-            f"audited ε ≥ {self.epsilon_lower:.2f}, certified ε ≤ {self.epsilon_certified:.2f} "
+            f"audited ε ≥ {format_bound(self.epsilon_lower, up=False, digits=3)}, "
+            f"certified ε ≤ {format_bound(self.epsilon_certified, up=True, digits=3)} "
             f"(δ = {self.delta:g}, {self.confidence:.0%} confidence, {self.runs} runs per world; "
             f"{self.method})"
         )
