@@ -222,3 +222,28 @@ def test_ledger_json_is_one_shape_with_nan_and_inf_as_null(
     assert entry["cost"] is None
     assert entry["what"] == "counts"
     assert ledger["spent"] == pytest.approx(book.spent)
+
+
+@pytest.mark.parametrize("width", [40, 80])
+def test_ledger_table_folds_a_word_wider_than_the_screen(tmp_path: Path, width: int) -> None:
+    # An event holding a 150-digit fraction: the table and its caption stay within the
+    # width; the fraction continues on the next lines, whole, and nothing is cut.
+    from fractions import Fraction
+
+    from gaussdp.mechanisms import DiscreteGaussian
+    from gaussdp.release import Budget, Ledger
+
+    book = Ledger(tmp_path / "long.db", total=Budget(epsilon=3.0, delta=1e-5))
+    book.charge(DiscreteGaussian(sigma2=Fraction(10**90 + 1, 3**120)), label="long")
+    summary = book.summary()
+    table = cli_release.ledger_table("ledger", summary, width)
+    text = io.StringIO()
+    Console(width=width, file=text, color_system=None).print(table)
+    output = text.getvalue()
+    assert max(len(line) for line in output.splitlines()) <= width
+    inside = "".join(
+        line.split("│")[1].strip() for line in output.splitlines() if line.count("│") >= 2
+    )
+    assert str(Fraction(10**90 + 1, 3**120)) in inside
+    flat = " ".join(output.split())
+    assert " ".join(str(table.caption).split()) in flat

@@ -342,7 +342,9 @@ def fit_table(
     fields stacked as ``name: value`` lines in one column; then also the numbers
     as ``name=value`` items in one column, wrapped between items. Numbers are
     never wrapped inside, and text is folded only where a single word is wider
-    than the whole column. Stacked text fields are joined by ``separator``.
+    than the whole column. Where even the last layout needs more than ``width`` (one
+    word wider than the screen), its columns share ``width`` and such a word is folded
+    onto the next lines, never cut. Stacked text fields are joined by ``separator``.
     """
     text = [i for i, (_, numeric) in enumerate(header) if not numeric]
     numbers = [i for i, (_, numeric) in enumerate(header) if numeric]
@@ -354,9 +356,22 @@ def fit_table(
         if needed <= width:
             break
     assert table is not None
+    flexible = [c for c in table.columns if not c.no_wrap]
+    if needed > width:
+        # One word wider than the screen (a long fraction in an event): the last layout's
+        # columns all fold. The narrow ones keep their least width, the widest gets what is
+        # left, and a word that does not fit continues on the next line, whole (rich would
+        # otherwise cut the table, and its caption, at the screen's edge).
+        left = width - 1 - 3 * len(table.columns)
+        by_width = sorted(flexible, key=lambda c: c.min_width or 1)
+        for k, column in enumerate(by_width):
+            others = len(by_width) - k - 1
+            fit = left - others if others else left
+            column.min_width = column.max_width = max(1, min(column.min_width or 1, fit))
+            left -= column.max_width
+        return table
     # Each wrapping column may grow to its least width plus an equal share of what is left,
     # so the columns always add up to at most `width` (rich then never cuts a cell).
-    flexible = [c for c in table.columns if not c.no_wrap]
     share = max(0, width - needed) // max(1, len(flexible))
     for column in flexible:
         column.max_width = (column.min_width or 1) + share
