@@ -126,8 +126,9 @@ def test_format_1_is_still_read() -> None:
 
 
 def test_bad_event_values_use_the_template() -> None:
-    with pytest.raises(ValueError, match=r"^delta must be a real number in \[0, 1\), got 1.0$"):
-        ApproxDP(1.0, 1.0)
+    for bad in (1.0, -1.0, math.nan, math.inf, 1.5):  # one message for every bad delta
+        with pytest.raises(ValueError, match=r"^delta must be a real number in \[0, 1\), got "):
+            ApproxDP(1.0, bad)
     with pytest.raises(ValueError, match="^epsilon must be"):
         PureDP(math.nan)
     with pytest.raises(ValueError, match="^scheme must be 'poisson' or 'without_replacement'"):

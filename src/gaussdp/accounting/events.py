@@ -562,9 +562,10 @@ class ApproxDP:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon("epsilon", self.epsilon))
-        delta = check_epsilon("delta", self.delta)
-        if delta >= 1.0:
-            raise ValueError(invalid("delta", "a real number in [0, 1)", self.delta))
+        allowed = "a real number in [0, 1)"  # one message for every bad delta
+        delta = _as_float("delta", self.delta, allowed)
+        if not 0.0 <= delta < 1.0:
+            raise ValueError(invalid("delta", allowed, self.delta))
         object.__setattr__(self, "delta", delta)
 
 
