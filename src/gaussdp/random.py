@@ -54,6 +54,8 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
 
+from gaussdp.errors import invalid
+
 __all__ = [
     "ChaCha20Random",
     "RandomSource",
@@ -119,6 +121,17 @@ class RandomSource(abc.ABC):
             return
         _CLASS_LOCKS[cls] = threading.RLock()  # reentrant: it may call super().random_bytes
         cls.random_bytes = _locked(cls, method)  # type: ignore[method-assign,assignment]
+
+    # A copy would hand out the bytes the source hands out next (the same buffer and key,
+    # or the same deterministic state): the same noise twice. Refused in every form.
+    def __copy__(self) -> RandomSource:
+        raise TypeError(_not_copied(self))
+
+    def __deepcopy__(self, memo: object) -> RandomSource:
+        raise TypeError(_not_copied(self))
+
+    def __reduce_ex__(self, protocol: object) -> str | tuple[object, ...]:
+        raise TypeError(_not_copied(self))
 
     @abc.abstractmethod
     def random_bytes(self, n: int) -> bytes:
@@ -192,6 +205,17 @@ class RandomSource(abc.ABC):
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
         raw = np.frombuffer(self.random_bytes(-(-n // 8)), dtype=np.uint8)
         return np.unpackbits(raw, bitorder="little")[:n].astype(np.bool_)
+
+
+def _not_copied(source: RandomSource) -> str:
+    """The refusal of a copy, deep copy or pickle of ``source``."""
+    return invalid(
+        "rng",
+        "used where it is, not copied or pickled (the copy would hand out the bytes the "
+        "source hands out next: the same noise twice); share the source itself, or make "
+        "a new one (ChaCha20Random(seed) for a reproducible stream)",
+        source,
+    )
 
 
 def _locked(
