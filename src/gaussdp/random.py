@@ -569,6 +569,43 @@ def _process_identity() -> tuple[int, bytes]:
     return os.getpid(), _PROCESS_TOKEN
 
 
+def _refuse_foreign_seed(
+    rng: RandomSource, what: str, *, owner: tuple[int, bytes] | None = None
+) -> None:
+    """Refuse a charged ``what`` drawn from a seeded stream outside the process that made it.
+
+    Every process forked from the stream's process (``rng._home``) repeats its words,
+    so a budget there would pay, as independent, for the noise the parent (or a
+    sibling) also releases: the difference of the two releases is the exact
+    difference of the private values. ``owner``, if given, is the process of the
+    object that charges (it must be this one too: an object built in a forked child
+    from a stream its parent made repeats every sibling's noise). A reproducible
+    stream that does not say where it was made is refused everywhere. Called by
+    every charged path before anything is charged or read (the ML charger,
+    :meth:`gaussdp.release.Release.run`, :meth:`gaussdp.synth.Synthesizer.run`).
+
+    Raises
+    ------
+    RuntimeError
+        As described; nothing has been drawn.
+    """
+    if not rng._reproducible:
+        return
+    here = _process_identity()
+    if rng._home is None or here != rng._home or (owner is not None and here != owner):
+        raise RuntimeError(
+            invalid(
+                "rng",
+                f"a source that is not seeded (e.g. None, the operating system's) for "
+                f"a charged {what} in a forked process or from a seeded stream "
+                f"that does not record where it was made (a seeded stream repeats "
+                f"the parent's noise there, which the budget would pay for as "
+                f"independent)",
+                rng,
+            )
+        )
+
+
 def _after_fork_in_child() -> None:
     """Fresh locks in a forked child, and no buffered bytes or keys of the parent's."""
     global _PROCESS_TOKEN

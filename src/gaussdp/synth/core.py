@@ -57,7 +57,7 @@ from gaussdp.accounting import (
 from gaussdp.accounting.filter import budget_accountant, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
-from gaussdp.random import RandomSource, check_rng
+from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
 from gaussdp.release import Release
 from gaussdp.synth.aim import ALPHA, Round, run_rounds, workload_cliques, workload_weights
 from gaussdp.synth.compress import compress, compressed_sizes, expand, recode
@@ -698,6 +698,10 @@ class Synthesizer:
             Bad input (a missing column or file; never a data value).
         BudgetExceededError
             The ledger cannot afford the run (nothing was drawn).
+        RuntimeError
+            A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
+            other than the one that made it (a forked child repeats the parent's noise,
+            which the budget would pay for as independent). Nothing was read or charged.
         """
         import pandas as pd
 
@@ -706,6 +710,7 @@ class Synthesizer:
         if rows is not None:
             rows = check_int("rows", rows, minimum=0)
         source = check_rng(rng)
+        _refuse_foreign_seed(source, "synthesizer run")
         coded = self.encode()
         sizes = self.sizes
         names = list(sizes)
