@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 
 from forking import in_child
+from gaussdp.accounting import PrivacyFilter
 from gaussdp.budget import Budget
+from gaussdp.errors import BudgetExceededError
 from gaussdp.random import (
     ChaCha20Random,
     RandomSource,
@@ -272,3 +274,24 @@ def test_a_seeded_release_or_synthesis_with_a_ledger_is_refused_in_a_forked_chil
     assert ledger.spent == 0  # nothing charged by the refusal
     run()  # the process that made the stream releases
     assert ledger.spent > 0
+
+
+@pytest.mark.parametrize("which", ["own", "shared"])
+def test_an_in_memory_filter_spends_nothing_in_a_forked_child(which: str) -> None:
+    # Once (priv25 #3): a release whose budget paid for one run answered in the parent
+    # and in each of 4 forked children, each spending its own copy of the filter.
+    data = pd.DataFrame({"id": range(30), "k": ["a"] * 30})
+    release = _count_release(data)
+    shared = PrivacyFilter(release.budget)
+    spend_to = release.filter if which == "own" else shared
+
+    def run() -> object:
+        return release.run(filter=None if which == "own" else shared)
+
+    got = [_in_child_refusal(run) for _ in range(2)]
+    assert all(g.startswith("filter must be the original, in the process") for g in got), got
+    assert spend_to.spent == 0
+    run()  # the filter's own process runs it, once
+    assert spend_to.spent > 0
+    with pytest.raises(BudgetExceededError):
+        run()

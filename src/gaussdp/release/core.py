@@ -785,8 +785,10 @@ class Release:
         RuntimeError
             A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
             other than the one that made it (a forked child repeats the parent's noise,
-            which the budget would pay for as independent). Nothing was read or
-            charged.
+            which the budget would pay for as independent), or a filter used outside
+            the process that made it or copied (a forked child, a pickled or copied
+            release: see :class:`~gaussdp.accounting.PrivacyFilter`). Nothing was
+            read or charged.
         FileNotFoundError
             A path that does not exist.
         BudgetExceededError
