@@ -9,13 +9,20 @@ ChaCha20Random the child continues the parent's stream, as the seed says.
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from forking import in_child
+from gaussdp.accounting import PrivacyFilter
+from gaussdp.budget import Budget
+from gaussdp.errors import BudgetExceededError
 from gaussdp.random import (
     ChaCha20Random,
     RandomSource,
@@ -23,7 +30,9 @@ from gaussdp.random import (
     _DerivedStream,
     check_rng,
 )
+from gaussdp.release import Ledger, Release
 from gaussdp.sampling.background import NoiseStream
+from gaussdp.synth import Categorical, Synthesizer
 
 if TYPE_CHECKING:
     from gaussdp.ml.noise import SumNoiser
@@ -200,3 +209,89 @@ def test_a_forked_child_that_never_draws_does_not_hold_the_parents_worker(owner:
         os.close(release)
         os.waitpid(pid, 0)
     assert proc.returncode >= 0  # it ended by itself on end of input (killed: -9)
+
+
+def _in_child_refusal(run: Callable[[], object]) -> str:
+    """Run ``run`` in a forked child: "ran", or the message of the RuntimeError it raised."""
+
+    def action() -> bytes:
+        try:
+            run()
+        except RuntimeError as error:
+            return str(error).encode()
+        return b"ran"
+
+    return in_child(action).decode()
+
+
+def _count_release(data: pd.DataFrame) -> Release:
+    return Release(
+        data,
+        privacy_unit="id",
+        budget=Budget(epsilon=1.0, delta=1e-6),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    ).count(by="k", keys=["a"])
+
+
+def _one_way_synth(data: pd.DataFrame) -> Synthesizer:
+    return Synthesizer(
+        data,
+        columns=[Categorical("k", ["a", "b"])],
+        privacy_unit="id",
+        budget=Budget(epsilon=1.0, delta=1e-6),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        iters=5,
+        compress=False,
+    )
+
+
+@pytest.mark.parametrize("kind", ["release", "synth"])
+def test_a_seeded_release_or_synthesis_with_a_ledger_is_refused_in_a_forked_child(
+    kind: str, tmp_path: Path
+) -> None:
+    # Once (priv25 #1): parent and child drew the same L0 salt and noise from one
+    # ChaCha20Random on neighbouring tables, both charged as independent; the difference
+    # of the two counts was exactly the person (true ε = ∞). The ML objects refused it.
+    path, total = tmp_path / "budget.db", Budget(epsilon=100.0, delta=1e-5)
+    ledger = Ledger(path, total=total)
+    data = pd.DataFrame({"id": range(30), "k": ["a"] * 30})
+    rng = ChaCha20Random(b"replayable seed")
+
+    def run() -> object:
+        if kind == "release":
+            return _count_release(data).run(rng=rng, ledger=Ledger(path))
+        return _one_way_synth(data).run(rng=rng, ledger=Ledger(path))
+
+    got = _in_child_refusal(run)
+    what = "release" if kind == "release" else "synthesizer run"
+    assert re.fullmatch(
+        rf"rng must be a source that is not seeded .* for a charged {what} in a forked "
+        r"process .*, got ChaCha20Random\(b'replayable seed'\)",
+        got,
+    ), got
+    assert ledger.spent == 0  # nothing charged by the refusal
+    run()  # the process that made the stream releases
+    assert ledger.spent > 0
+
+
+@pytest.mark.parametrize("which", ["own", "shared"])
+def test_an_in_memory_filter_spends_nothing_in_a_forked_child(which: str) -> None:
+    # Once (priv25 #3): a release whose budget paid for one run answered in the parent
+    # and in each of 4 forked children, each spending its own copy of the filter.
+    data = pd.DataFrame({"id": range(30), "k": ["a"] * 30})
+    release = _count_release(data)
+    shared = PrivacyFilter(release.budget)
+    spend_to = release.filter if which == "own" else shared
+
+    def run() -> object:
+        return release.run(filter=None if which == "own" else shared)
+
+    got = [_in_child_refusal(run) for _ in range(2)]
+    assert all(g.startswith("filter must be the original, in the process") for g in got), got
+    assert spend_to.spent == 0
+    run()  # the filter's own process runs it, once
+    assert spend_to.spent > 0
+    with pytest.raises(BudgetExceededError):
+        run()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
+import pickle
 import re
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -357,6 +360,30 @@ def test_custom_source_gets_derived_methods() -> None:
     source = Counter()
     assert check_rng(source) is source
     assert int(source.words(1)[0]) == int.from_bytes(bytes(range(8)), "little")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        SystemRandom,
+        lambda: SystemRandom(expand=False),
+        lambda: ChaCha20Random(5),
+        lambda: check_rng(None),
+        lambda: _NaiveCounter(),  # defined below
+    ],
+    ids=["system", "system-unexpanded", "chacha20", "default", "user-subclass"],
+)
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_source_is_never_copied(make: Callable[[], RandomSource], how: str) -> None:
+    # A shallow copy shared the buffer and key and copied the read position: after one
+    # draw it handed out exactly the bytes the source handed out next (priv25 #2).
+    source = make()
+    source.words(1)
+    copier = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+    with pytest.raises(TypeError, match=r"^rng must be used where it is, not copied or pickled"):
+        copier(source)
+    # Nothing was drawn by the refusal, and the source goes on.
+    assert source.words(2).shape == (2,)
 
 
 # --- sharing one source between threads ----------------------------------------------------

@@ -54,6 +54,8 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
 
+from gaussdp.errors import invalid
+
 __all__ = [
     "ChaCha20Random",
     "RandomSource",
@@ -119,6 +121,17 @@ class RandomSource(abc.ABC):
             return
         _CLASS_LOCKS[cls] = threading.RLock()  # reentrant: it may call super().random_bytes
         cls.random_bytes = _locked(cls, method)  # type: ignore[method-assign,assignment]
+
+    # A copy would hand out the bytes the source hands out next (the same buffer and key,
+    # or the same deterministic state): the same noise twice. Refused in every form.
+    def __copy__(self) -> RandomSource:
+        raise TypeError(_not_copied(self))
+
+    def __deepcopy__(self, memo: object) -> RandomSource:
+        raise TypeError(_not_copied(self))
+
+    def __reduce_ex__(self, protocol: object) -> str | tuple[object, ...]:
+        raise TypeError(_not_copied(self))
 
     @abc.abstractmethod
     def random_bytes(self, n: int) -> bytes:
@@ -192,6 +205,17 @@ class RandomSource(abc.ABC):
             raise ValueError(f"n must be an integer >= 0, got {n!r}")
         raw = np.frombuffer(self.random_bytes(-(-n // 8)), dtype=np.uint8)
         return np.unpackbits(raw, bitorder="little")[:n].astype(np.bool_)
+
+
+def _not_copied(source: RandomSource) -> str:
+    """The refusal of a copy, deep copy or pickle of ``source``."""
+    return invalid(
+        "rng",
+        "used where it is, not copied or pickled (the copy would hand out the bytes the "
+        "source hands out next: the same noise twice); share the source itself, or make "
+        "a new one (ChaCha20Random(seed) for a reproducible stream)",
+        source,
+    )
 
 
 def _locked(
@@ -543,6 +567,43 @@ _PROCESS_TOKEN = os.urandom(16)
 def _process_identity() -> tuple[int, bytes]:
     """This process: its id and a random token drawn again in every forked child."""
     return os.getpid(), _PROCESS_TOKEN
+
+
+def _refuse_foreign_seed(
+    rng: RandomSource, what: str, *, owner: tuple[int, bytes] | None = None
+) -> None:
+    """Refuse a charged ``what`` drawn from a seeded stream outside the process that made it.
+
+    Every process forked from the stream's process (``rng._home``) repeats its words,
+    so a budget there would pay, as independent, for the noise the parent (or a
+    sibling) also releases: the difference of the two releases is the exact
+    difference of the private values. ``owner``, if given, is the process of the
+    object that charges (it must be this one too: an object built in a forked child
+    from a stream its parent made repeats every sibling's noise). A reproducible
+    stream that does not say where it was made is refused everywhere. Called by
+    every charged path before anything is charged or read (the ML charger,
+    :meth:`gaussdp.release.Release.run`, :meth:`gaussdp.synth.Synthesizer.run`).
+
+    Raises
+    ------
+    RuntimeError
+        As described; nothing has been drawn.
+    """
+    if not rng._reproducible:
+        return
+    here = _process_identity()
+    if rng._home is None or here != rng._home or (owner is not None and here != owner):
+        raise RuntimeError(
+            invalid(
+                "rng",
+                f"a source that is not seeded (e.g. None, the operating system's) for "
+                f"a charged {what} in a forked process or from a seeded stream "
+                f"that does not record where it was made (a seeded stream repeats "
+                f"the parent's noise there, which the budget would pay for as "
+                f"independent)",
+                rng,
+            )
+        )
 
 
 def _after_fork_in_child() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from pathlib import Path
 
 import pandas as pd
@@ -107,3 +109,19 @@ def test_filter_takes_a_budget_and_keywords() -> None:
     rho = PrivacyFilter(Budget(rho=1.0))
     with pytest.raises(BudgetExceededError, match="a ρ budget cannot spend δ"):
         rho.accept(PartitionSelection(1000, 300, 1, 10))
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copied_release_cannot_spend_its_budget_again(tmp_path: Path, how: str) -> None:
+    # Once (priv25 #3): the original, 3 pickled copies (what a 'spawn' worker gets) and 2
+    # deep copies each answered on a budget that pays for one run: 6 answers.
+    path = _csv(tmp_path)
+    release = _release(path)
+    copied = pickle.loads(pickle.dumps(release)) if how == "pickle" else copy.deepcopy(release)
+    release.run()
+    _unreadable(path)  # the refusals read nothing
+    with pytest.raises(RuntimeError, match=r"^filter must be the original, in the process"):
+        copied.run()
+    assert copied.filter.history.events == ()  # nothing charged by the refusal
+    with pytest.raises(BudgetExceededError):
+        release.run()

@@ -17,7 +17,7 @@ from gaussdp.accounting import (
     SelfComposed,
     ZCDPAccountant,
 )
-from gaussdp.accounting.filter import budget_accountant, spent
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError
 from gaussdp.privacy import zcdp_epsilon
@@ -166,9 +166,9 @@ def test_true_edges_are_recovered_and_their_marginals_are_close(
 
 @pytest.mark.slow
 def test_same_seed_same_table_and_rows_is_honoured(bn_data: pd.DataFrame) -> None:
-    synth = _synth(bn_data.head(400), Budget(rho=2.0))
-    one = synth.run(rng=ChaCha20Random(8), rows=300)
-    two = synth.run(rng=ChaCha20Random(8), rows=300)
+    # Two synthesizers: one's own filter pays for one run of its budget.
+    one = _synth(bn_data.head(400), Budget(rho=2.0)).run(rng=ChaCha20Random(8), rows=300)
+    two = _synth(bn_data.head(400), Budget(rho=2.0)).run(rng=ChaCha20Random(8), rows=300)
     assert len(one.frame) == 300
     pd.testing.assert_frame_equal(one.frame, two.frame)
     assert one.tree == two.tree
@@ -291,3 +291,42 @@ def test_a_ledger_that_cannot_afford_the_run_refuses_it(
             rng=ChaCha20Random(1), ledger=ledger
         )
     assert ledger.entries() == []
+
+
+def test_a_second_run_is_charged_to_its_own_filter_and_refused_before_reading(
+    tmp_path: Path, bn_data: pd.DataFrame
+) -> None:
+    # Once (priv25 #4): a run without a ledger was charged nowhere; one synthesizer with
+    # ρ = 0.5 ran 20 times, each with fresh noise on the same marginals.
+    path = tmp_path / "data.csv"
+    bn_data.head(200).to_csv(path, index=False)
+    synth = _synth(path, Budget(rho=0.5), iters=20)
+    synth.run(rng=ChaCha20Random(1))
+    assert synth.filter.history.events == (synth.report.event,)
+    path.unlink()
+    path.mkdir()  # a source that fails if read: the refusal reads nothing
+    with pytest.raises(BudgetExceededError, match=r"^refused: this synthesizer run costs ρ = "):
+        synth.run(rng=ChaCha20Random(2))
+    assert len(synth.filter.history.events) == 1  # nothing charged by the refusal
+
+
+def test_a_shared_filter_pays_for_the_runs_of_several_synthesizers(
+    tmp_path: Path, bn_data: pd.DataFrame
+) -> None:
+    shared = PrivacyFilter(Budget(rho=1.2))
+    synths = [_synth(bn_data.head(200), Budget(rho=0.5), iters=20) for _ in range(3)]
+    for synth in synths[:2]:
+        synth.run(rng=ChaCha20Random(1), filter=shared)
+        assert synth.filter.spent == 0  # the shared filter paid, not the synthesizer's
+    with pytest.raises(BudgetExceededError):
+        synths[2].run(rng=ChaCha20Random(1), filter=shared)
+    assert len(shared.history.events) == 2
+    with pytest.raises(ValueError, match=r"^filter must be None when a ledger is given"):
+        synths[2].run(filter=shared, ledger=_ledger(tmp_path))
+    with pytest.raises(TypeError, match=r"^filter must be a gaussdp.accounting.PrivacyFilter"):
+        synths[2].run(filter=Budget(rho=1.0))  # type: ignore[arg-type]
+    # A bad input is refused before the synthesizer's own filter is charged.
+    bad = _synth(bn_data.drop(columns="f"), Budget(rho=1.0))
+    with pytest.raises(ValueError, match="data columns must be including"):
+        bad.run()
+    assert bad.filter.spent == 0

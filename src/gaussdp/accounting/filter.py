@@ -53,6 +53,7 @@ from gaussdp.accounting.accountants import (
 from gaussdp.accounting.events import Composed, Event, check_event
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, invalid
+from gaussdp.random import _process_identity
 
 __all__ = [
     "PrivacyFilter",
@@ -314,6 +315,16 @@ class PrivacyFilter:
     sharing a filter never admit more than the budget together; queries take the
     same lock (an accountant caches what it computes).
 
+    One budget, one process: a filter spends only in the process that made it. In a
+    forked child (each process would spend its own copy of the budget) and in a copy
+    (``pickle`` — also how ``multiprocessing`` hands objects to 'spawn' and
+    'forkserver' workers —, ``copy.copy``, ``copy.deepcopy``: each copy would spend
+    the budget again), :meth:`accept` and :meth:`can_accept` raise ``RuntimeError``
+    and record nothing; the copy still shows the budget and the history
+    (:attr:`spent`, :attr:`history`, ...). Share the filter itself between threads,
+    and a :class:`~gaussdp.release.Ledger` (a file that processes share) between
+    processes. A process is its id and a token drawn again at every fork.
+
     Examples
     --------
     >>> from gaussdp.mechanisms import Gaussian
@@ -357,13 +368,15 @@ class PrivacyFilter:
         self._accountant = budget_accountant(budget)
         self._lock = threading.RLock()
         self._measure = SpentMemo()
+        self._home: tuple[int, bytes] | None = _process_identity()  # None: a copy
 
     def __repr__(self) -> str:
         return f"PrivacyFilter({self._budget}, spent={self.spent:.6g})"
 
     # A lock cannot be pickled: the state is the budget and the history (taken under
     # the lock, so a concurrent accept is either wholly in it or not at all); unpickling
-    # gives a fresh lock.
+    # gives a fresh lock, and a copy that spends nothing (no home process). copy.copy
+    # and copy.deepcopy go through the same two methods.
     def __getstate__(self) -> dict[str, object]:
         with self._lock:
             return {"budget": self._budget, "accountant": self._accountant.copy()}
@@ -376,6 +389,21 @@ class PrivacyFilter:
         self._accountant = accountant
         self._lock = threading.RLock()
         self._measure = SpentMemo()
+        self._home = None  # a copy: it would spend the original's budget a second time
+
+    def _check_home(self) -> None:
+        """Refuse to admit anything outside the original, in the process that made it."""
+        if self._home is None or self._home != _process_identity():
+            raise RuntimeError(
+                invalid(
+                    "filter",
+                    "the original, in the process that made it (a filter in a forked "
+                    "process or a pickled or copied one would spend its budget a second "
+                    "time): share the filter between threads, use a gaussdp.release.Ledger "
+                    "between processes, or make a new PrivacyFilter",
+                    self,
+                )
+            )
 
     @property
     def budget(self) -> Budget:
@@ -433,9 +461,13 @@ class PrivacyFilter:
         return self._measure(self._budget, alone).value
 
     def can_accept(self, event: Event, count: int = 1) -> bool:
-        """Whether :meth:`accept` would admit ``count`` runs of ``event`` now."""
+        """Whether :meth:`accept` would admit ``count`` runs of ``event`` now.
+
+        Raises ``RuntimeError`` outside the original filter's process, as :meth:`accept`.
+        """
         check_event(event)
         n = check_count("count", count)
+        self._check_home()
         with self._lock:
             return (
                 refusal(self._budget, self._accountant, event, n, measure=self._measure)[0] is None
@@ -453,9 +485,13 @@ class PrivacyFilter:
         TypeError, ValueError
             If the event or count is invalid or the event cannot be accounted
             (:class:`~gaussdp.accounting.UnsupportedEventError`).
+        RuntimeError
+            In a forked child of the filter's process, or in a pickled or copied
+            filter (see Notes); nothing is recorded.
         """
         check_event(event)
         n = check_count("count", count)
+        self._check_home()
         with self._lock:  # the check and the record are one step
             message, after = refusal(
                 self._budget, self._accountant, event, n, what=what, measure=self._measure

@@ -44,7 +44,7 @@ from gaussdp._validation import check_int
 from gaussdp.accounting.events import Event, SelfComposed, describe
 from gaussdp.accounting.filter import PrivacyFilter, budget_accountant
 from gaussdp.errors import BudgetExceededError, invalid
-from gaussdp.random import _process_identity
+from gaussdp.random import _process_identity, _refuse_foreign_seed
 
 if TYPE_CHECKING:
     from gaussdp.random import RandomSource
@@ -221,22 +221,8 @@ class Charger:
         drawn again at every fork (an id is reused once its process exits), and a
         reproducible stream that does not say where it was made is refused.
         """
-        rng = self._rng
-        if not (self.active and rng is not None and rng._reproducible):
-            return
-        here = _process_identity()
-        if rng._home is None or here != self._home or here != rng._home:
-            raise RuntimeError(
-                invalid(
-                    "rng",
-                    f"a source that is not seeded (e.g. None, the operating system's) for "
-                    f"a charged {self._what} in a forked process or from a seeded stream "
-                    f"that does not record where it was made (a seeded stream repeats "
-                    f"the parent's noise there, which the budget would pay for as "
-                    f"independent)",
-                    rng,
-                )
-            )
+        if self.active and self._rng is not None:
+            _refuse_foreign_seed(self._rng, self._what, owner=self._home)
 
     def _before(self) -> None:
         """Make sure the next run is paid for; raise ``BudgetExceededError`` if it cannot be."""

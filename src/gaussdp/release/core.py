@@ -21,7 +21,7 @@ from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, refusal
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
-from gaussdp.random import RandomSource, check_rng
+from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
 from gaussdp.release import _noise, tree
 from gaussdp.release.engines import DECLARABLE, Engine, open_engine
 from gaussdp.release.keys import typed_keys
@@ -782,6 +782,13 @@ class Release:
             their column's type, unreadable or malformed data (one line that
             never shows data values), noise the sampler cannot draw, a bad
             ``rng``, both ``ledger`` and ``filter``. Nothing was charged.
+        RuntimeError
+            A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
+            other than the one that made it (a forked child repeats the parent's noise,
+            which the budget would pay for as independent), or a filter used outside
+            the process that made it or copied (a forked child, a pickled or copied
+            release: see :class:`~gaussdp.accounting.PrivacyFilter`). Nothing was
+            read or charged.
         FileNotFoundError
             A path that does not exist.
         BudgetExceededError
@@ -792,6 +799,7 @@ class Release:
             charge stays counted.
         """
         source = check_rng(rng)
+        _refuse_foreign_seed(source, "release")  # every run is charged (a ledger or filter)
         if not isinstance(raw, bool):
             raise TypeError(invalid("raw", "a bool", raw))
         plan, replanned = self._charged_plan(ledger, filter)

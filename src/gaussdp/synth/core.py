@@ -54,10 +54,10 @@ from gaussdp.accounting import (
     RecordedCost,
     SelfComposed,
 )
-from gaussdp.accounting.filter import budget_accountant, spent
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
-from gaussdp.random import RandomSource, check_rng
+from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
 from gaussdp.release import Release
 from gaussdp.synth.aim import ALPHA, Round, run_rounds, workload_cliques, workload_weights
 from gaussdp.synth.compress import compress, compressed_sizes, expand, recode
@@ -370,6 +370,9 @@ class Synthesizer:
         self.compress = compress
         self.compress_threshold = check_positive("compress_threshold", compress_threshold)
         self._plan = self._make_plan()
+        #: The in-memory filter a run without ``ledger=`` or ``filter=`` is charged to:
+        #: running the same synthesizer twice is charged twice (refused once over).
+        self.filter = PrivacyFilter(budget)
 
     # -- planning ---------------------------------------------------------------------
     @property
@@ -670,11 +673,20 @@ class Synthesizer:
         ledger: Ledger | None = None,
         label: str | None = None,
         evaluate: bool = False,
+        filter: PrivacyFilter | None = None,
     ) -> SynthResult:
-        """Measure, select, fit and sample; charge ``ledger`` once if given.
+        """Measure, select, fit and sample; every run is charged once, to a filter.
 
-        Order: read and encode the data (bad input: an error, nothing spent),
-        reserve the planned cost in the ledger (refused: nothing is run or
+        The run's event (``report.event``) is charged to ``ledger`` if given,
+        else to ``filter`` if given, else to :attr:`filter`, the in-memory
+        :class:`~gaussdp.accounting.PrivacyFilter` created from the
+        synthesizer's budget: running the same synthesizer twice is charged
+        twice, so the second run is refused (as :meth:`Release.run
+        <gaussdp.release.Release.run>`).
+
+        Order: ask an in-memory filter (refused: nothing is read), read and
+        encode the data (bad input: an error, nothing spent), charge the
+        planned cost (the ledger reserves it; refused: nothing is run or
         drawn), measure and select, commit, then fit and sample.
 
         Parameters
@@ -685,19 +697,29 @@ class Synthesizer:
             All randomness of the run (noise, selection and sampling); ``None``
             is the operating system's CSPRNG.
         ledger : Ledger, optional
-            Charged with the run's ρ (one entry).
+            Charged with the run's event (one entry).
         label : str, optional
             The ledger entry's label.
         evaluate : bool
             Also compare every 1-, 2- and 3-way marginal with the true data
             (``quality.tv_true``) — **not private**: for evaluation only.
+        filter : PrivacyFilter, optional
+            A filter shared with other runs or releases (not with ``ledger``).
 
         Raises
         ------
         ValueError, TypeError, FileNotFoundError
-            Bad input (a missing column or file; never a data value).
+            Bad input (a missing column or file; never a data value; both
+            ``ledger`` and ``filter``).
         BudgetExceededError
-            The ledger cannot afford the run (nothing was drawn).
+            The ledger or filter cannot afford the run (nothing was drawn; a
+            filter refuses before the data are read).
+        RuntimeError
+            A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
+            other than the one that made it (a forked child repeats the parent's noise,
+            which the budget would pay for as independent), or an in-memory filter
+            outside the process that made it, or copied (see
+            :class:`~gaussdp.accounting.PrivacyFilter`). Nothing was read or charged.
         """
         import pandas as pd
 
@@ -706,18 +728,29 @@ class Synthesizer:
         if rows is not None:
             rows = check_int("rows", rows, minimum=0)
         source = check_rng(rng)
+        _refuse_foreign_seed(source, "synthesizer run")
+        if ledger is not None and filter is not None:
+            raise ValueError(invalid("filter", "None when a ledger is given", filter))
+        if filter is not None and not isinstance(filter, PrivacyFilter):
+            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
+        spend_to = self.filter if filter is None else filter
+        planned = self.report
+        what = "this synthesizer run"
+        # MST: its events (the accountant composes them); AIM: its ρ.
+        if ledger is None and not spend_to.can_accept(planned.event):
+            spend_to.accept(planned.event, what=what)  # raises: nothing is read
         coded = self.encode()
         sizes = self.sizes
         names = list(sizes)
-        planned = self.report
         reservation = None
         if ledger is not None:
-            # MST: its events (the ledger's accountant composes them); AIM: its ρ.
             reservation = ledger.reserve(
                 planned.event,
                 label=label or f"synth {planned.method} of {', '.join(names)}",
                 detail=planned.to_dict(),
             )
+        else:
+            spend_to.accept(planned.event, what=what)
         # 1. 1-way marginals.
         one = self._one_way(coded, self._plan[0])
         measurements = self._measure(one, [(n,) for n in names], source, sizes)
