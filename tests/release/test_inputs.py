@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -188,3 +191,87 @@ def test_parquet_files_that_disagree_are_read_value_by_value(
     assert mixed_sums(parts) == want
     assert mixed_sums(str(parts / "[ab].parquet")) == [19.5, 4.0]
     assert mixed_sums(str(parts / "[ac].parquet")) == [77.5, 4.0]
+
+
+def unit_counts(frame: pd.DataFrame, engine: str = "duckdb") -> list[float]:
+    """Counts of units by ``page`` (keys a, b), each unit one row per group."""
+    return (
+        Release(
+            frame,
+            privacy_unit="user",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=2,
+            max_rows_per_group=1,
+            engine=engine,
+        )
+        .count(by="page", keys=["a", "b"])
+        .run()
+        .frame["value"]
+        .tolist()
+    )
+
+
+SEVEN = [7, 7.0, np.int64(7), np.float32(7.0), Decimal("7.00"), Fraction(7), -0.0, 0]
+
+
+def test_python_values_that_are_equal_are_one_unit(no_noise: None) -> None:
+    # The text of 7.0 was '7.0' and of 7 was '7': one person of an object column was two
+    # units, each bounded alone (sensitivity 2, accounted 1). Python calls them one value.
+    frame = pd.DataFrame(
+        {"user": pd.Series([*SEVEN, "x"], dtype=object), "page": ["a"] * 6 + ["b"] * 3}
+    )
+    assert unit_counts(frame) == [1.0, 2.0]  # 7 in a; 0 (and -0.0) and 'x' in b
+
+
+#: Values with no text (NULL), and one whose text is a unit of its own (10**400).
+ODD = [[7], {"a": 1}, 10**5000, Decimal("sNaN"), b"\xff", "\udcff", {1}, 10**400]
+
+
+@pytest.mark.parametrize("column", ["user", "page"])
+@pytest.mark.parametrize("odd", ODD, ids=lambda v: type(v).__name__)
+def test_one_odd_python_value_is_null_not_a_refusal(
+    column: str, odd: object, no_noise: None
+) -> None:
+    # One row's value (a signalling NaN, bytes that are not UTF-8) refused the release,
+    # and the error quoted the byte; its neighbour without the row was released.
+    users, pages = ["u1", "u2", "u3", "u4"], ["a", "b", "a", "b"]
+    frame = pd.DataFrame({"user": pd.Series(users[:3], dtype=object), "page": pages[:3]})
+    (users if column == "user" else pages)[3] = odd
+    assert unit_counts(frame) == [2.0, 1.0]
+    a_unit = column == "user" and odd is ODD[-1]
+    want = [2.0, 2.0] if a_unit else [2.0, 1.0]
+    with_odd = pd.DataFrame(
+        {"user": pd.Series(users, dtype=object), "page": pd.Series(pages, dtype=object)}
+    )
+    assert unit_counts(with_odd) == want
+
+
+BOUNDED = {"max_groups_per_unit": 1, "max_rows_per_group": 1}
+
+
+def test_a_category_column_is_read_as_its_values(no_noise: None) -> None:
+    # DuckDB read it as ENUM('a', 'b', …): public keys were refused, and the message
+    # listed every category (the data's distinct values).
+    frame = pd.DataFrame({"user": [1, 2, 3], "page": ["a", "b", "a"]})
+    categories = frame.astype({"page": "category", "user": "category"})
+    assert unit_counts(categories) == unit_counts(frame) == [2.0, 1.0]
+    secret = frame.assign(v=pd.Series(["1", "Jane Roe, HIV+", "1"], dtype="category"))
+    with pytest.raises(ValueError, match="numeric to be summed") as caught:
+        Release(secret, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED).sum(
+            "v", bounds=(0, 1)
+        ).run()
+    assert "Jane" not in str(caught.value)
+
+
+def test_an_enum_type_is_named_without_its_values() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('Jane Roe, HIV+', 'a')")
+    con.execute("CREATE TABLE t AS SELECT 1 AS user, 'a'::mood AS page")
+    release = Release((con, "t"), privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
+    with pytest.raises(TypeError, match=r"got 'ENUM'$") as caught:
+        release.count(by="page", keys=["a"]).run()
+    with pytest.raises(ValueError, match=r"got 'ENUM'$"):
+        Release((con, "t"), privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED).sum(
+            "page", bounds=(0, 1)
+        ).run()
+    assert "Jane" not in str(caught.value)

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gaussdp.errors import EngineError, MissingExtraError, invalid
+from gaussdp.release.values import column_text, type_label
 
 __all__ = [
     "DATA_SUFFIXES",
@@ -578,7 +579,7 @@ class Engine(ABC):
             kind = schema[column].strip('"')  # DuckDB quotes its NULL type: '"NULL"'
             if numeric and not self.is_numeric(column) and kind not in _NULL_TYPES:
                 raise ValueError(
-                    invalid(f"column {column!r}", "numeric to be summed", schema[column])
+                    invalid(f"column {column!r}", "numeric to be summed", type_label(kind))
                 )
 
 
@@ -1063,14 +1064,48 @@ def _object_columns_as_text(frame: Any) -> tuple[Any, frozenset[str]]:
     The ``object`` dtype says nothing of what a column holds, and DuckDB and Spark infer
     its type from the values: one row could turn a summed column into VARCHAR and refuse
     the release, or a column of ``None`` pass every check. These columns are read as
-    text: the unit and keys as a CSV's are, and a summed one is refused by its schema
-    unless ``column_types`` declares a type, then converted value by value
-    (docs/release.md).
+    text, value by value (:func:`gaussdp.release.values.value_text`: ``7`` and ``7.0`` one
+    text, a value with none NULL, never an error): the unit and keys as a CSV's are, and
+    a summed one is refused by its schema unless ``column_types`` declares a type, then
+    converted value by value (docs/release.md).
+
+    A ``category`` column is read as its categories' values (DuckDB would read it as an
+    ``ENUM`` whose type names every category): string categories as an ``object``
+    column (text), numbers, booleans and dates as a column of their own dtype (integers
+    and booleans nullable, so a missing value does not change the column's type).
     """
-    objects = [c for c, kind in frame.dtypes.items() if kind == np.dtype(object)]
-    if not objects:
+    import pandas as pd
+
+    changed: dict[Any, Any] = {}
+    objects = []
+    for column, kind in frame.dtypes.items():
+        if isinstance(kind, pd.CategoricalDtype):
+            values = frame[column]
+            inner = kind.categories.dtype
+            if inner == np.dtype(object):
+                changed[column] = column_text(values.astype(object))
+                objects.append(column)
+            else:
+                changed[column] = values.astype(_nullable(inner))
+        elif kind == np.dtype(object):
+            changed[column] = column_text(frame[column])
+            objects.append(column)
+    if not changed:
         return frame, frozenset()
-    return frame.astype(dict.fromkeys(objects, "string")), frozenset(map(str, objects))
+    out = frame.copy(deep=False)
+    for column, values in changed.items():
+        out[column] = values
+    return out, frozenset(map(str, objects))
+
+
+def _nullable(kind: Any) -> Any:
+    """The pandas dtype that holds ``kind``'s values and a missing value (``Int64`` for
+    ``int64``, ``boolean`` for ``bool``; others as they are)."""
+    if kind.kind == "b":
+        return "boolean"
+    if kind.kind in "iu":
+        return ("UInt" if kind.kind == "u" else "Int") + str(8 * kind.itemsize)
+    return kind
 
 
 def _to_pandas(source: Any) -> Any:
