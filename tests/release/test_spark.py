@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from release_reference import arrow_table, make_rows
@@ -347,3 +348,19 @@ def test_spark_reads_a_csv_at_the_column_cap_with_quoted_rows(spark: Any, tmp_pa
         return normalise(_aggregate(release)[1])
 
     assert sums(quoted, "spark") == sums(quoted, "duckdb") == sums(plain, "duckdb")
+
+
+def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise: None) -> None:
+    # One rule for a pandas object value's text on both engines (7 and 7.0 one unit; a
+    # value with no text NULL, never a refusal), and a category column as its values.
+    from decimal import Decimal
+
+    from test_inputs import SEVEN, unit_counts
+
+    odd = [[7], Decimal("sNaN"), b"\xff", "\udcff"]
+    users = pd.Series([*SEVEN, "x", *odd], dtype=object)
+    frame = pd.DataFrame({"user": users, "page": ["a"] * 6 + ["b"] * 3 + ["b"] * len(odd)})
+    assert unit_counts(frame, "spark") == unit_counts(frame, "duckdb") == [1.0, 2.0]
+    categories = frame.iloc[:9].astype({"page": "category"})
+    categories["n"] = pd.Series(range(9), dtype="category")
+    assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
