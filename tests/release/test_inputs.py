@@ -275,3 +275,59 @@ def test_an_enum_type_is_named_without_its_values() -> None:
             "page", bounds=(0, 1)
         ).run()
     assert "Jane" not in str(caught.value)
+
+
+def per_unit_files(directory: Path, *, with_ten: bool) -> Path:
+    """One Parquet file per unit; only unit 10's file has the columns ``v`` and ``k``."""
+    directory.mkdir()
+    for unit in range(10):
+        pd.DataFrame({"id": [unit]}).to_parquet(directory / f"u{unit}.parquet")
+    if with_ten:
+        ten = pd.DataFrame({"id": [10], "v": [0.75], "k": ["a"]})
+        ten.to_parquet(directory / "u10.parquet")
+    return directory
+
+
+def sums_by_k(source: object, engine: str = "duckdb") -> list[float]:
+    release = Release(
+        source,
+        privacy_unit="id",
+        budget=Budget(rho=1.0),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        engine=engine,
+    )
+    return release.sum("v", bounds=(0, 1), by="k", keys=["a"]).run().frame["value"].tolist()
+
+
+def test_a_column_only_one_file_has_is_null_without_that_file(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # Without unit 10's file the columns did not exist and the release was refused; with
+    # it the release ran: one unit's file decided refusal vs release (docs/release.md).
+    without = per_unit_files(tmp_path / "without", with_ten=False)
+    with_ten = per_unit_files(tmp_path / "with", with_ten=True)
+    assert sums_by_k(without) == [0.0]
+    assert sums_by_k(str(without / "*.parquet")) == [0.0]
+    assert sums_by_k(with_ten) == [0.75]
+    # One file is the table itself: its schema is the table's, a missing column refused.
+    with pytest.raises(ValueError, match="must be a column among"):
+        sums_by_k(without / "u0.parquet")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_0_byte_file_of_a_folder_holds_no_rows(
+    suffix: str, tmp_path: Path, no_noise: None
+) -> None:
+    # One empty file (one unit's, say) refused the whole folder; it now adds no rows.
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    if suffix == ".csv":
+        FRAME.to_csv(parts / "a.csv", index=False)
+    else:
+        FRAME.to_parquet(parts / "a.parquet")
+    want = counts(parts)
+    (parts / f"b{suffix}").write_bytes(b"")
+    assert counts(parts) == counts(str(parts / f"*{suffix}")) == want == [4.0, 2.0]
+    with pytest.raises(ValueError, match="non-empty files"):
+        counts(str(parts / f"b{suffix}"))

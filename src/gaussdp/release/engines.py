@@ -89,7 +89,9 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
 
     A directory means every ``.csv``/``.parquet`` file under it (recursively);
     a string with ``*``, ``?`` or ``[`` is a glob (``**`` recursive). All files
-    must be of one kind and non-empty.
+    must be of one kind. A 0-byte file of a directory or glob holds no rows and is
+    left out (refusing it would depend on one file, perhaps one unit's); a 0-byte
+    file named alone, or a directory or glob of 0-byte files only, is refused.
     """
     text = os.fspath(source)
     path = Path(text)
@@ -103,10 +105,10 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
     kinds = {_file_kind(p) for p in names}
     if len(kinds) > 1:
         raise ValueError(invalid("data", "files of one kind (CSV or Parquet), not both", text))
-    for p in names:
-        if p.stat().st_size == 0:
-            raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
-    return kinds.pop(), [str(p) for p in names]
+    filled = [p for p in names if p.stat().st_size > 0]
+    if not filled:
+        raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(names[0])))
+    return kinds.pop(), [str(p) for p in filled]
 
 
 def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
@@ -495,11 +497,25 @@ class Engine(ABC):
     #: A pandas frame's ``object`` columns (among ``mixed_columns``): read as text, and
     #: summed only with a type declared in ``column_types`` (their values say nothing).
     object_columns: frozenset[str] = frozenset()
+    #: The input is Parquet files of a directory or glob: which columns exist depends on
+    #: which files do, so a needed column that no file has is read as NULL (:meth:`absent`).
+    several_files: bool = False
+    _absent: dict[str, str] = {}  # noqa: RUF012 - replaced, never mutated
 
     @property
     def schema(self) -> dict[str, str]:
         """Column name → the engine's type name (declared types replace inferred ones)."""
-        return {**self._schema(), **self._declared}
+        return {**self._schema(), **self._absent, **self._declared}
+
+    def absent(self, types: Mapping[str, str]) -> None:
+        """Read these columns (name → a type among :data:`DECLARABLE`), which no file of
+        :attr:`several_files` has, as NULL: refusing them would depend on whether the one
+        file that has the column exists (docs/release.md)."""
+        self._absent = {c: self._type_name(t) for c, t in types.items()}
+
+    def _type_name(self, kind: str) -> str:
+        """The engine's name of a :data:`DECLARABLE` type."""
+        return kind
 
     @abstractmethod
     def _schema(self) -> dict[str, str]:
@@ -700,6 +716,7 @@ class DuckDBEngine(Engine):
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
                         self.mixed_columns = parquet_layout(files)[1]
+                        self.several_files = not Path(source).is_file()
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -757,6 +774,8 @@ class DuckDBEngine(Engine):
         selected = []
         for internal, user in columns.items():
             expr = duck.ColumnExpression(user)
+            if user in self._absent:
+                expr = const(None).cast(duck.sqltype(self._absent[user]))
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("BIGINT", "DOUBLE"):
@@ -914,6 +933,7 @@ class SparkEngine(Engine):
                 with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
                         self._df, self.mixed_columns = _spark_parquet(reader, files)
+                        self.several_files = not Path(text).is_file()
                     else:
                         self._df = _spark_csv_text(spark, files)
                         self.text_columns = True
@@ -949,6 +969,9 @@ class SparkEngine(Engine):
     def declare(self, types: Mapping[str, str]) -> None:
         self._declared = {c: DECLARABLE[t] for c, t in types.items()}
 
+    def _type_name(self, kind: str) -> str:
+        return DECLARABLE[kind]
+
     def is_numeric(self, column: str) -> bool:
         kind = self.schema[column]
         return kind in _SPARK_NUMERIC or kind.startswith("decimal")
@@ -963,7 +986,9 @@ class SparkEngine(Engine):
             return F.col("`" + user.replace("`", "``") + "`")
 
         for internal, user in columns.items():
-            expr = column(user)
+            expr = (
+                column(user) if user not in self._absent else F.lit(None).cast(self._absent[user])
+            )
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("bigint", "double"):
