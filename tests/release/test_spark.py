@@ -364,3 +364,13 @@ def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise:
     categories = frame.iloc[:9].astype({"page": "category"})
     categories["n"] = pd.Series(range(9), dtype="category")
     assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
+
+
+def test_spark_reads_a_column_only_one_file_has_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import per_unit_files, sums_by_k
+
+    for with_ten, want in ((False, [0.0]), (True, [0.75])):
+        parts = per_unit_files(tmp_path / str(with_ten), with_ten=with_ten)
+        assert sums_by_k(parts, "spark") == sums_by_k(parts, "duckdb") == want
