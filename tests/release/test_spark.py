@@ -262,6 +262,32 @@ def test_spark_reads_parquet_files_that_disagree_as_duckdb(
     assert mixed_sums(glob, "spark") == mixed_sums(glob, "duckdb") == [77.5, 4.0]
 
 
+def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise: None) -> None:
+    # One rule for a pandas object value's text on both engines (7 and 7.0 one unit; a
+    # value with no text NULL, never a refusal), and a category column as its values.
+    from decimal import Decimal
+
+    from test_inputs import SEVEN, unit_counts
+
+    odd = [[7], Decimal("sNaN"), b"\xff", "\udcff"]
+    users = pd.Series([*SEVEN, "x", *odd], dtype=object)
+    frame = pd.DataFrame({"user": users, "page": ["a"] * 6 + ["b"] * 3 + ["b"] * len(odd)})
+    assert unit_counts(frame, "spark") == unit_counts(frame, "duckdb") == [1.0, 2.0]
+    categories = frame.iloc[:9].astype({"page": "category"})
+    categories["n"] = pd.Series(range(9), dtype="category")
+    assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
+
+
+def test_spark_reads_a_column_only_one_file_has_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import per_unit_files, sums_by_k
+
+    for with_ten, want in ((False, [0.0]), (True, [0.75])):
+        parts = per_unit_files(tmp_path / str(with_ten), with_ten=with_ten)
+        assert sums_by_k(parts, "spark") == sums_by_k(parts, "duckdb") == want
+
+
 def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
     # Issue 12 item 9: without --verbose the CLI's session keeps Spark's own log lines
     # (log4j warnings, "Setting default log level ...") off the terminal.
@@ -348,29 +374,3 @@ def test_spark_reads_a_csv_at_the_column_cap_with_quoted_rows(spark: Any, tmp_pa
         return normalise(_aggregate(release)[1])
 
     assert sums(quoted, "spark") == sums(quoted, "duckdb") == sums(plain, "duckdb")
-
-
-def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise: None) -> None:
-    # One rule for a pandas object value's text on both engines (7 and 7.0 one unit; a
-    # value with no text NULL, never a refusal), and a category column as its values.
-    from decimal import Decimal
-
-    from test_inputs import SEVEN, unit_counts
-
-    odd = [[7], Decimal("sNaN"), b"\xff", "\udcff"]
-    users = pd.Series([*SEVEN, "x", *odd], dtype=object)
-    frame = pd.DataFrame({"user": users, "page": ["a"] * 6 + ["b"] * 3 + ["b"] * len(odd)})
-    assert unit_counts(frame, "spark") == unit_counts(frame, "duckdb") == [1.0, 2.0]
-    categories = frame.iloc[:9].astype({"page": "category"})
-    categories["n"] = pd.Series(range(9), dtype="category")
-    assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
-
-
-def test_spark_reads_a_column_only_one_file_has_as_duckdb(
-    spark: Any, tmp_path: Path, no_noise: None
-) -> None:
-    from test_inputs import per_unit_files, sums_by_k
-
-    for with_ten, want in ((False, [0.0]), (True, [0.75])):
-        parts = per_unit_files(tmp_path / str(with_ten), with_ten=with_ten)
-        assert sums_by_k(parts, "spark") == sums_by_k(parts, "duckdb") == want
