@@ -22,7 +22,7 @@ FRAME = pd.DataFrame(
 )
 
 
-def counts(source: object) -> list[float]:
+def counts(source: object, engine: str = "duckdb") -> list[float]:
     return (
         Release(
             source,
@@ -30,6 +30,7 @@ def counts(source: object) -> list[float]:
             budget=Budget(rho=1.0),
             max_groups_per_unit=2,
             max_rows_per_group=1,
+            engine=engine,
         )
         .count(by="page", keys=["a", "b"])
         .run()
@@ -331,3 +332,18 @@ def test_a_0_byte_file_of_a_folder_holds_no_rows(
     assert counts(parts) == counts(str(parts / f"*{suffix}")) == want == [4.0, 2.0]
     with pytest.raises(ValueError, match="non-empty files"):
         counts(str(parts / f"b{suffix}"))
+
+
+def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_noise: None) -> None:
+    # One file with its columns swapped or one more column refused the whole folder.
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    want = counts(parts)
+    extra = pd.DataFrame({"page": ["b", "a"], "note": ["x", "y"], "user": [9, 10]})
+    extra.to_csv(parts / "b.csv", index=False)
+    assert counts(parts) == [want[0] + 1, want[1] + 1] == [5.0, 3.0]
+    assert counts(tmp_path / "parts" / "a.csv") == want
+    lacking = pd.DataFrame({"user": [11]})  # no page: NULL, its row is in no group
+    lacking.to_csv(parts / "c.csv", index=False)
+    assert counts(parts) == [5.0, 3.0]

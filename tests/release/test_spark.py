@@ -288,6 +288,22 @@ def test_spark_reads_a_column_only_one_file_has_as_duckdb(
         assert sums_by_k(parts, "spark") == sums_by_k(parts, "duckdb") == want
 
 
+def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import FRAME, counts
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    pd.DataFrame({"page": ["b", "a"], "note": ["x", "y"], "user": [9, 10]}).to_csv(
+        parts / "b.csv", index=False
+    )
+    pd.DataFrame({"user": [11]}).to_csv(parts / "c.csv", index=False)
+    (parts / "d.csv").write_bytes(b"")
+    assert counts(parts, "spark") == counts(parts) == [5.0, 3.0]
+
+
 def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
     # Issue 12 item 9: without --verbose the CLI's session keeps Spark's own log lines
     # (log4j warnings, "Setting default log level ...") off the terminal.

@@ -177,18 +177,30 @@ def _first_line(name: str) -> bytes:
 def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     """The field separator and the column names of CSV ``files``: their schema only.
 
+    The names are those of every file's header (:func:`csv_headers`), in the order
+    they first appear (the files sorted by name): files whose headers differ are read
+    by name, a column a file lacks NULL there, as Parquet files are.
+    """
+    sep, headers = csv_headers(files)
+    return sep, _union(headers)
+
+
+def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
+    """The field separator of CSV ``files`` and each file's column names.
+
     ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
     are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
-    data line is (:func:`csv_line_pattern`'s fields), which must be the same in every
-    file. Only the first line is read and decoded: nothing is sniffed from the rows,
-    so no row changes how the others are read or whether the files are refused.
+    data line is (:func:`csv_line_pattern`'s fields). Only the first line is read and
+    decoded: nothing is sniffed from the rows, so no row changes how the others are
+    read or whether the files are refused.
 
     Raises
     ------
     ValueError
-        Files with different separators or headers, a first line that is not UTF-8
-        or not a line of fields (a quoted newline in a name: the header spans lines),
-        more than :data:`CSV_MAX_COLUMNS` columns.
+        Files with different separators, a first line that is not UTF-8 or not a
+        line of fields (a quoted newline in a name: the header spans lines), more
+        than :data:`CSV_MAX_COLUMNS` columns in all, files whose headers differ
+        where one repeats a name (which column is which would be ambiguous).
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -212,19 +224,49 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
             )
             raise ValueError(invalid("data", what, Path(name).name))
         headers.append(next(csv.reader([line], delimiter=sep)))
-    if any(h != headers[0] for h in headers):
+    if any(h != headers[0] for h in headers) and any(len(set(h)) < len(h) for h in headers):
         raise ValueError(
-            invalid("data", "CSV files with one and the same header", Path(files[0]).name)
+            invalid(
+                "data",
+                "CSV files with one header, or headers without a repeated name",
+                Path(files[0]).name,
+            )
         )
-    if len(headers[0]) > CSV_MAX_COLUMNS:
+    width = len(_union(headers))
+    if width > CSV_MAX_COLUMNS:
         raise ValueError(
             invalid(
                 "data",
                 f"a CSV of at most {CSV_MAX_COLUMNS} columns (Parquet has no limit)",
-                f"{len(headers[0])} columns in {Path(files[0]).name}",
+                f"{width} columns in {Path(files[0]).name}",
             )
         )
-    return sep, headers[0]
+    return sep, headers
+
+
+def _union(headers: Sequence[list[str]]) -> list[str]:
+    """The column names of files with these headers: the one header, or every name once."""
+    if all(h == headers[0] for h in headers):
+        return headers[0]
+    return list(dict.fromkeys(name for header in headers for name in header))
+
+
+def _positions(header: Sequence[str], names: Sequence[str]) -> list[tuple[str, int | None]]:
+    """Each of ``names`` with its field's index in ``header`` (None: the file lacks it)."""
+    if list(header) == list(names):
+        return list(zip(names, range(len(names)), strict=True))
+    at = {name: i for i, name in enumerate(header)}  # headers that differ repeat no name
+    return [(name, at.get(name)) for name in names]
+
+
+def _by_header(
+    files: Sequence[str], headers: Sequence[list[str]]
+) -> list[tuple[list[str], list[str]]]:
+    """``files`` grouped by their header: (header, files) in the files' order."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, header in zip(files, headers, strict=True):
+        groups.setdefault(tuple(header), []).append(name)
+    return [(list(header), group) for header, group in groups.items()]
 
 
 def csv_header_lines(files: Sequence[str]) -> list[str]:
@@ -258,7 +300,25 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     every later line with it), so the lines are read raw (no quote; the separator is
     U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
     """
-    sep, names = csv_layout(files)
+    sep, headers = csv_headers(files)
+    names = _union(headers)
+    parts = [
+        _csv_text_part(con, group, sep, header, names, csv_header_lines(files))
+        for header, group in _by_header(files, headers)
+    ]
+    return functools.reduce(lambda a, b: a.union(b), parts)
+
+
+def _csv_text_part(
+    con: Any,
+    files: Sequence[str],
+    sep: str,
+    header: Sequence[str],
+    names: Sequence[str],
+    header_lines: Sequence[str],
+) -> Any:
+    """CSV ``files`` that share ``header``, with the columns ``names`` (NULL where the
+    header lacks one), read as :func:`read_csv_text` says."""
     raw = con.read_csv(
         list(files),
         header=True,
@@ -275,22 +335,24 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
         # ending in 0x01 has an empty ``rest``, dropped as on Spark), not even ''.
         na_values="\n",
     )
-    pattern = csv_line_pattern(sep, len(names), java=False)
-    headers = ", ".join(_sql_text(h) for h in csv_header_lines(files))
+    pattern = csv_line_pattern(sep, len(header), java=False)
+    lines = ", ".join(_sql_text(h) for h in header_lines)
     keep = (
-        f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({headers}) "
+        f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({lines}) "
         f"AND NOT contains(line, '\ufffd') AND regexp_full_match(line, {_sql_text(pattern)})"
     )
-    groups = ", ".join(f"'c{i}'" for i in range(len(names)))
+    groups = ", ".join(f"'c{i}'" for i in range(len(header)))
     split = raw.filter(keep).select(f"regexp_extract(line, {_sql_text(pattern)}, [{groups}]) AS f")
     fields = []
-    for i, name in enumerate(names):
-        v = f"f.c{i}"
-        fields.append(
-            f"CASE WHEN starts_with({v}, '\"') "
-            f"THEN replace({v}[2:-2], '\"\"', '\"') ELSE nullif({v}, '') END "
-            f'AS "{name.replace(chr(34), chr(34) * 2)}"'
+    for name, at in _positions(header, names):
+        v = f"f.c{at}"
+        value = (
+            "NULL::VARCHAR"
+            if at is None
+            else f"CASE WHEN starts_with({v}, '\"') "
+            f"THEN replace({v}[2:-2], '\"\"', '\"') ELSE nullif({v}, '') END"
         )
+        fields.append(f'{value} AS "{name.replace(chr(34), chr(34) * 2)}"')
     return split.select(", ".join(fields))
 
 
@@ -302,24 +364,33 @@ def _sql_text(text: str) -> str:
 def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     r"""CSV ``files`` as a Spark DataFrame of text columns, read as :func:`read_csv_text`
     reads them on DuckDB: each line (``\n``, ``\r\n`` or ``\r`` ends it) split by
-    :func:`csv_line_pattern`, a line that does not match it dropped."""
+    :func:`csv_line_pattern`, a line that does not match it dropped; files whose headers
+    differ read by name."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    sep, names = csv_layout(files)
+    sep, headers = csv_headers(files)
+    names = _union(headers)
+    header_lines = csv_header_lines(files)
     line = F.col("value")
-    pattern = csv_line_pattern(sep, len(names), java=True)
-    # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
-    bad = line.isin(csv_header_lines(files)) | line.contains("\x01") | line.contains("\ufffd")
-    bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
-    lines = spark.read.text(list(files)).filter(~bad & line.rlike(pattern))
-    fields = []
-    for i, name in enumerate(names):
-        v = F.regexp_extract(line, pattern, i + 1)
-        inner = F.replace(v.substr(F.lit(2), F.length(v) - 2), F.lit('""'), F.lit('"'))
-        fields.append(
-            F.when(v.startswith('"'), inner).otherwise(F.nullif(v, F.lit(""))).alias(name)
-        )
-    return lines.select(*fields)
+    parts = []
+    for header, group in _by_header(files, headers):
+        pattern = csv_line_pattern(sep, len(header), java=True)
+        # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
+        bad = line.isin(header_lines) | line.contains("\x01") | line.contains("\ufffd")
+        bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
+        lines = spark.read.text(list(group)).filter(~bad & line.rlike(pattern))
+        fields = []
+        for name, at in _positions(header, names):
+            if at is None:
+                fields.append(F.lit(None).cast("string").alias(name))
+                continue
+            v = F.regexp_extract(line, pattern, at + 1)
+            inner = F.replace(v.substr(F.lit(2), F.length(v) - 2), F.lit('""'), F.lit('"'))
+            fields.append(
+                F.when(v.startswith('"'), inner).otherwise(F.nullif(v, F.lit(""))).alias(name)
+            )
+        parts.append(lines.select(*fields))
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
 
 def is_glob(text: str) -> bool:
