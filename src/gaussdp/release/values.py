@@ -11,6 +11,7 @@ never two), and gives ``None`` (NULL: a missing value) to a value that has no te
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import math
 import numbers
@@ -140,16 +141,23 @@ def _missing(value: object) -> bool:
 def column_text(values: pd.Series) -> pd.Series:
     """A pandas ``object`` column as pandas ``string`` values, each by :func:`value_text`.
 
-    A column of ``str`` only (the common case) is converted at once; any other,
-    value by value. Either way each value's text depends on that value alone.
+    A column of ``str`` only (the common case) or of integers only is converted at
+    once; any other, value by value (about 0.5 µs a value). Either way each value's
+    text depends on that value alone.
     """
     import pandas as pd
 
     kind = pd.api.types.infer_dtype(values, skipna=True)
     if kind in ("string", "empty"):
         text = values.astype("string")
-        bad = text.str.contains(_SURROGATE, na=False)
-        return text.mask(bad) if bool(bad.any()) else text
+        try:  # one encoding of every value: fails only if one holds a lone surrogate
+            "".join(text.to_numpy(dtype=object, na_value="")).encode("utf-8")
+        except UnicodeEncodeError:
+            return text.mask(text.str.contains(_SURROGATE, na=False))
+        return text
+    if kind == "integer":  # ints only (no bool): their digits, as value_text writes them
+        with contextlib.suppress(ValueError):  # one beyond 4,300 digits: value by value
+            return values.astype("string")
     out: Any = [value_text(v) for v in values]
     return pd.Series(out, index=values.index, name=values.name, dtype="string")
 
