@@ -256,6 +256,10 @@ def test_a_category_column_is_read_as_its_values(no_noise: None) -> None:
     frame = pd.DataFrame({"user": [1, 2, 3], "page": ["a", "b", "a"]})
     categories = frame.astype({"page": "category", "user": "category"})
     assert unit_counts(categories) == unit_counts(frame) == [2.0, 1.0]
+    binned = frame.assign(page=pd.cut([0.5, 1.5, 0.5], [0, 1, 2]))  # interval categories
+    labels = Release(binned, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
+    got = labels.count(by="page", keys=["(0, 1]", "(1, 2]"]).run().frame["value"]
+    assert got.tolist() == [2.0, 1.0]
     secret = frame.assign(v=pd.Series(["1", "Jane Roe, HIV+", "1"], dtype="category"))
     with pytest.raises(ValueError, match="numeric to be summed") as caught:
         Release(secret, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED).sum(

@@ -1166,9 +1166,10 @@ def _object_columns_as_text(frame: Any) -> tuple[Any, frozenset[str]]:
     converted value by value (docs/release.md).
 
     A ``category`` column is read as its categories' values (DuckDB would read it as an
-    ``ENUM`` whose type names every category): string categories as an ``object``
-    column (text), numbers, booleans and dates as a column of their own dtype (integers
-    and booleans nullable, so a missing value does not change the column's type).
+    ``ENUM`` whose type names every category): numbers, booleans, dates and timestamps
+    as a column of their own dtype (integers and booleans nullable, so a missing value
+    does not change the column's type), any other (strings, ``pandas.cut``'s intervals)
+    as an ``object`` column (text).
     """
     import pandas as pd
 
@@ -1178,7 +1179,7 @@ def _object_columns_as_text(frame: Any) -> tuple[Any, frozenset[str]]:
         if isinstance(kind, pd.CategoricalDtype):
             values = frame[column]
             inner = kind.categories.dtype
-            if inner == np.dtype(object):
+            if not isinstance(inner, np.dtype) or inner.kind not in "iufbmM":
                 changed[column] = column_text(values.astype(object))
                 objects.append(column)
             else:
