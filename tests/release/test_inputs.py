@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -19,7 +22,7 @@ FRAME = pd.DataFrame(
 )
 
 
-def counts(source: object) -> list[float]:
+def counts(source: object, engine: str = "duckdb") -> list[float]:
     return (
         Release(
             source,
@@ -27,6 +30,7 @@ def counts(source: object) -> list[float]:
             budget=Budget(rho=1.0),
             max_groups_per_unit=2,
             max_rows_per_group=1,
+            engine=engine,
         )
         .count(by="page", keys=["a", "b"])
         .run()
@@ -188,3 +192,162 @@ def test_parquet_files_that_disagree_are_read_value_by_value(
     assert mixed_sums(parts) == want
     assert mixed_sums(str(parts / "[ab].parquet")) == [19.5, 4.0]
     assert mixed_sums(str(parts / "[ac].parquet")) == [77.5, 4.0]
+
+
+def unit_counts(frame: pd.DataFrame, engine: str = "duckdb") -> list[float]:
+    """Counts of units by ``page`` (keys a, b), each unit one row per group."""
+    return (
+        Release(
+            frame,
+            privacy_unit="user",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=2,
+            max_rows_per_group=1,
+            engine=engine,
+        )
+        .count(by="page", keys=["a", "b"])
+        .run()
+        .frame["value"]
+        .tolist()
+    )
+
+
+SEVEN = [7, 7.0, np.int64(7), np.float32(7.0), Decimal("7.00"), Fraction(7), -0.0, 0]
+
+
+def test_python_values_that_are_equal_are_one_unit(no_noise: None) -> None:
+    # The text of 7.0 was '7.0' and of 7 was '7': one person of an object column was two
+    # units, each bounded alone (sensitivity 2, accounted 1). Python calls them one value.
+    frame = pd.DataFrame(
+        {"user": pd.Series([*SEVEN, "x"], dtype=object), "page": ["a"] * 6 + ["b"] * 3}
+    )
+    assert unit_counts(frame) == [1.0, 2.0]  # 7 in a; 0 (and -0.0) and 'x' in b
+
+
+#: Values with no text (NULL), and one whose text is a unit of its own (10**400).
+ODD = [[7], {"a": 1}, 10**5000, Decimal("sNaN"), b"\xff", "\udcff", {1}, 10**400]
+
+
+@pytest.mark.parametrize("column", ["user", "page"])
+@pytest.mark.parametrize("odd", ODD, ids=lambda v: type(v).__name__)
+def test_one_odd_python_value_is_null_not_a_refusal(
+    column: str, odd: object, no_noise: None
+) -> None:
+    # One row's value (a signalling NaN, bytes that are not UTF-8) refused the release,
+    # and the error quoted the byte; its neighbour without the row was released.
+    users, pages = ["u1", "u2", "u3", "u4"], ["a", "b", "a", "b"]
+    frame = pd.DataFrame({"user": pd.Series(users[:3], dtype=object), "page": pages[:3]})
+    (users if column == "user" else pages)[3] = odd
+    assert unit_counts(frame) == [2.0, 1.0]
+    a_unit = column == "user" and odd is ODD[-1]
+    want = [2.0, 2.0] if a_unit else [2.0, 1.0]
+    with_odd = pd.DataFrame(
+        {"user": pd.Series(users, dtype=object), "page": pd.Series(pages, dtype=object)}
+    )
+    assert unit_counts(with_odd) == want
+
+
+BOUNDED = {"max_groups_per_unit": 1, "max_rows_per_group": 1}
+
+
+def test_a_category_column_is_read_as_its_values(no_noise: None) -> None:
+    # DuckDB read it as ENUM('a', 'b', …): public keys were refused, and the message
+    # listed every category (the data's distinct values).
+    frame = pd.DataFrame({"user": [1, 2, 3], "page": ["a", "b", "a"]})
+    categories = frame.astype({"page": "category", "user": "category"})
+    assert unit_counts(categories) == unit_counts(frame) == [2.0, 1.0]
+    binned = frame.assign(page=pd.cut([0.5, 1.5, 0.5], [0, 1, 2]))  # interval categories
+    labels = Release(binned, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
+    got = labels.count(by="page", keys=["(0, 1]", "(1, 2]"]).run().frame["value"]
+    assert got.tolist() == [2.0, 1.0]
+    secret = frame.assign(v=pd.Series(["1", "Jane Roe, HIV+", "1"], dtype="category"))
+    with pytest.raises(ValueError, match="numeric to be summed") as caught:
+        Release(secret, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED).sum(
+            "v", bounds=(0, 1)
+        ).run()
+    assert "Jane" not in str(caught.value)
+
+
+def test_an_enum_type_is_named_without_its_values() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('Jane Roe, HIV+', 'a')")
+    con.execute("CREATE TABLE t AS SELECT 1 AS user, 'a'::mood AS page")
+    release = Release((con, "t"), privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
+    with pytest.raises(TypeError, match=r"got 'ENUM'$") as caught:
+        release.count(by="page", keys=["a"]).run()
+    with pytest.raises(ValueError, match=r"got 'ENUM'$"):
+        Release((con, "t"), privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED).sum(
+            "page", bounds=(0, 1)
+        ).run()
+    assert "Jane" not in str(caught.value)
+
+
+def per_unit_files(directory: Path, *, with_ten: bool) -> Path:
+    """One Parquet file per unit; only unit 10's file has the columns ``v`` and ``k``."""
+    directory.mkdir()
+    for unit in range(10):
+        pd.DataFrame({"id": [unit]}).to_parquet(directory / f"u{unit}.parquet")
+    if with_ten:
+        ten = pd.DataFrame({"id": [10], "v": [0.75], "k": ["a"]})
+        ten.to_parquet(directory / "u10.parquet")
+    return directory
+
+
+def sums_by_k(source: object, engine: str = "duckdb") -> list[float]:
+    release = Release(
+        source,
+        privacy_unit="id",
+        budget=Budget(rho=1.0),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        engine=engine,
+    )
+    return release.sum("v", bounds=(0, 1), by="k", keys=["a"]).run().frame["value"].tolist()
+
+
+def test_a_column_only_one_file_has_is_null_without_that_file(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # Without unit 10's file the columns did not exist and the release was refused; with
+    # it the release ran: one unit's file decided refusal vs release (docs/release.md).
+    without = per_unit_files(tmp_path / "without", with_ten=False)
+    with_ten = per_unit_files(tmp_path / "with", with_ten=True)
+    assert sums_by_k(without) == [0.0]
+    assert sums_by_k(str(without / "*.parquet")) == [0.0]
+    assert sums_by_k(with_ten) == [0.75]
+    # One file is the table itself: its schema is the table's, a missing column refused.
+    with pytest.raises(ValueError, match="must be a column among"):
+        sums_by_k(without / "u0.parquet")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_0_byte_file_of_a_folder_holds_no_rows(
+    suffix: str, tmp_path: Path, no_noise: None
+) -> None:
+    # One empty file (one unit's, say) refused the whole folder; it now adds no rows.
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    if suffix == ".csv":
+        FRAME.to_csv(parts / "a.csv", index=False)
+    else:
+        FRAME.to_parquet(parts / "a.parquet")
+    want = counts(parts)
+    (parts / f"b{suffix}").write_bytes(b"")
+    assert counts(parts) == counts(str(parts / f"*{suffix}")) == want == [4.0, 2.0]
+    with pytest.raises(ValueError, match="non-empty files"):
+        counts(str(parts / f"b{suffix}"))
+
+
+def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_noise: None) -> None:
+    # One file with its columns swapped or one more column refused the whole folder.
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    want = counts(parts)
+    extra = pd.DataFrame({"page": ["b", "a"], "note": ["x", "y"], "user": [9, 10]})
+    extra.to_csv(parts / "b.csv", index=False)
+    assert counts(parts) == [want[0] + 1, want[1] + 1] == [5.0, 3.0]
+    assert counts(tmp_path / "parts" / "a.csv") == want
+    lacking = pd.DataFrame({"user": [11]})  # no page: NULL, its row is in no group
+    lacking.to_csv(parts / "c.csv", index=False)
+    assert counts(parts) == [5.0, 3.0]

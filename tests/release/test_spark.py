@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from release_reference import arrow_table, make_rows
@@ -259,6 +260,48 @@ def test_spark_reads_parquet_files_that_disagree_as_duckdb(
     assert mixed_sums(parts, "spark") == mixed_sums(parts, "duckdb") == [84.5, 7.0]
     glob = str(parts / "[ac].parquet")
     assert mixed_sums(glob, "spark") == mixed_sums(glob, "duckdb") == [77.5, 4.0]
+
+
+def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise: None) -> None:
+    # One rule for a pandas object value's text on both engines (7 and 7.0 one unit; a
+    # value with no text NULL, never a refusal), and a category column as its values.
+    from decimal import Decimal
+
+    from test_inputs import SEVEN, unit_counts
+
+    odd = [[7], Decimal("sNaN"), b"\xff", "\udcff"]
+    users = pd.Series([*SEVEN, "x", *odd], dtype=object)
+    frame = pd.DataFrame({"user": users, "page": ["a"] * 6 + ["b"] * 3 + ["b"] * len(odd)})
+    assert unit_counts(frame, "spark") == unit_counts(frame, "duckdb") == [1.0, 2.0]
+    categories = frame.iloc[:9].astype({"page": "category"})
+    categories["n"] = pd.Series(range(9), dtype="category")
+    assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
+
+
+def test_spark_reads_a_column_only_one_file_has_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import per_unit_files, sums_by_k
+
+    for with_ten, want in ((False, [0.0]), (True, [0.75])):
+        parts = per_unit_files(tmp_path / str(with_ten), with_ten=with_ten)
+        assert sums_by_k(parts, "spark") == sums_by_k(parts, "duckdb") == want
+
+
+def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import FRAME, counts
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    pd.DataFrame({"page": ["b", "a"], "note": ["x", "y"], "user": [9, 10]}).to_csv(
+        parts / "b.csv", index=False
+    )
+    pd.DataFrame({"user": [11]}).to_csv(parts / "c.csv", index=False)
+    (parts / "d.csv").write_bytes(b"")
+    assert counts(parts, "spark") == counts(parts) == [5.0, 3.0]
 
 
 def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:

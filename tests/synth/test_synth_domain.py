@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,3 +119,16 @@ def test_values_read_as_text_match_typed_categories() -> None:
     # A CSV is read as text (its inferred types would depend on the rows).
     assert Categorical("n", [1, 2]).encode(pd.Series(["2", "1.0", "x"])).tolist() == [1, 0, DROP]
     assert Categorical("b", [False, True]).encode(pd.Series(["true", "False"])).tolist() == [1, 0]
+
+
+def test_one_odd_python_value_is_outside_the_domain_not_an_error() -> None:
+    # One row's list, dict or signalling NaN made pd.factorize raise, an int beyond the
+    # largest double made pd.to_numeric raise: the run was refused, its neighbour ran.
+    cats = Categorical("c", ["a", 7], other="rest")
+    odd = [[1], {"a": 1}, Decimal("sNaN"), b"\xff"]
+    values = pd.Series(["a", 7.0, np.int64(7), *odd], dtype=object)
+    assert cats.encode(values).tolist() == [0, 1, 1, 2, 2, 2, 2]
+    assert Categorical("c", ["a"]).encode(values).tolist() == [0, DROP, DROP] + [DROP] * 4
+    num = Numeric("n", (0, 10), 2)
+    numbers = pd.Series([10**400, -(10**400), Decimal("sNaN"), [1], "3", 7], dtype=object)
+    assert num.encode(numbers).tolist() == [1, 0, DROP, DROP, 0, 1]

@@ -330,3 +330,27 @@ def test_a_shared_filter_pays_for_the_runs_of_several_synthesizers(
     with pytest.raises(ValueError, match="data columns must be including"):
         bad.run()
     assert bad.filter.spent == 0
+
+
+@pytest.mark.parametrize("odd", ["'infinity'::DATE", "INTERVAL 1000000 YEAR"])
+def test_a_parquet_value_in_an_unused_column_is_not_read(tmp_path: Path, odd: str) -> None:
+    # Regression: every column of a Parquet file was converted to pandas, used or not: one
+    # person's open-ended date in an unused column refused the run; its neighbour ran.
+    import duckdb
+
+    columns = [Categorical("a", [0, 1]), Numeric("x", (0, 7), 7)]
+    runs = []
+    for extra in ("NULL", f"CASE WHEN i = 3 THEN {odd} END"):
+        path = tmp_path / f"t{len(runs)}.parquet"
+        duckdb.sql(
+            f"COPY (SELECT i AS unit, i % 2 AS a, i % 7 AS x, {extra} AS extra, "
+            f"CASE WHEN i = 3 THEN {odd} END AS used FROM range(30) t(i)) TO '{path}'"
+        )
+        runs.append(_synth(path, Budget(rho=1.0), columns=columns, iters=20))
+    want = runs[0].run(rng=ChaCha20Random(1)).frame
+    pd.testing.assert_frame_equal(runs[1].run(rng=ChaCha20Random(1)).frame, want)
+    # A used column of such a type is read as text: the value is outside the domain.
+    used = [Categorical("a", [0, 1]), Categorical("used", ["x"], other="rest")]
+    assert _synth(path, Budget(rho=1.0), columns=used, iters=20).encode()["used"].tolist() == (
+        [1] * 30
+    )

@@ -965,6 +965,18 @@ def _prepare(
             for c in q.columns:
                 needs[c] = True
         inferred = engine.schema
+        if engine.several_files:
+            # Parquet files of a folder or glob: a column no file has is NULL, of the type
+            # declared or else implied by the spec (which files exist decides nothing).
+            engine.absent(
+                {
+                    c: release.column_types.get(c)
+                    or ("DOUBLE" if needs.get(c) else _csv_key_type(c, plan))
+                    for c in [*needs, *release.column_types]
+                    if c not in inferred
+                }
+            )
+            inferred = engine.schema
         for column in release.column_types:
             if column not in inferred:
                 raise ValueError(

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gaussdp.errors import EngineError, MissingExtraError, invalid
+from gaussdp.release.values import column_text, type_label
 
 __all__ = [
     "DATA_SUFFIXES",
@@ -88,7 +89,9 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
 
     A directory means every ``.csv``/``.parquet`` file under it (recursively);
     a string with ``*``, ``?`` or ``[`` is a glob (``**`` recursive). All files
-    must be of one kind and non-empty.
+    must be of one kind. A 0-byte file of a directory or glob holds no rows and is
+    left out (refusing it would depend on one file, perhaps one unit's); a 0-byte
+    file named alone, or a directory or glob of 0-byte files only, is refused.
     """
     text = os.fspath(source)
     path = Path(text)
@@ -102,10 +105,10 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
     kinds = {_file_kind(p) for p in names}
     if len(kinds) > 1:
         raise ValueError(invalid("data", "files of one kind (CSV or Parquet), not both", text))
-    for p in names:
-        if p.stat().st_size == 0:
-            raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(p)))
-    return kinds.pop(), [str(p) for p in names]
+    filled = [p for p in names if p.stat().st_size > 0]
+    if not filled:
+        raise ValueError(invalid("data", "non-empty files (a CSV needs its header)", str(names[0])))
+    return kinds.pop(), [str(p) for p in filled]
 
 
 def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
@@ -174,18 +177,30 @@ def _first_line(name: str) -> bytes:
 def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     """The field separator and the column names of CSV ``files``: their schema only.
 
+    The names are those of every file's header (:func:`csv_headers`), in the order
+    they first appear (the files sorted by name): files whose headers differ are read
+    by name, a column a file lacks NULL there, as Parquet files are.
+    """
+    sep, headers = csv_headers(files)
+    return sep, _union(headers)
+
+
+def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
+    """The field separator of CSV ``files`` and each file's column names.
+
     ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
     are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
-    data line is (:func:`csv_line_pattern`'s fields), which must be the same in every
-    file. Only the first line is read and decoded: nothing is sniffed from the rows,
-    so no row changes how the others are read or whether the files are refused.
+    data line is (:func:`csv_line_pattern`'s fields). Only the first line is read and
+    decoded: nothing is sniffed from the rows, so no row changes how the others are
+    read or whether the files are refused.
 
     Raises
     ------
     ValueError
-        Files with different separators or headers, a first line that is not UTF-8
-        or not a line of fields (a quoted newline in a name: the header spans lines),
-        more than :data:`CSV_MAX_COLUMNS` columns.
+        Files with different separators, a first line that is not UTF-8 or not a
+        line of fields (a quoted newline in a name: the header spans lines), more
+        than :data:`CSV_MAX_COLUMNS` columns in all, files whose headers differ
+        where one repeats a name (which column is which would be ambiguous).
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -209,19 +224,49 @@ def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
             )
             raise ValueError(invalid("data", what, Path(name).name))
         headers.append(next(csv.reader([line], delimiter=sep)))
-    if any(h != headers[0] for h in headers):
+    if any(h != headers[0] for h in headers) and any(len(set(h)) < len(h) for h in headers):
         raise ValueError(
-            invalid("data", "CSV files with one and the same header", Path(files[0]).name)
+            invalid(
+                "data",
+                "CSV files with one header, or headers without a repeated name",
+                Path(files[0]).name,
+            )
         )
-    if len(headers[0]) > CSV_MAX_COLUMNS:
+    width = len(_union(headers))
+    if width > CSV_MAX_COLUMNS:
         raise ValueError(
             invalid(
                 "data",
                 f"a CSV of at most {CSV_MAX_COLUMNS} columns (Parquet has no limit)",
-                f"{len(headers[0])} columns in {Path(files[0]).name}",
+                f"{width} columns in {Path(files[0]).name}",
             )
         )
-    return sep, headers[0]
+    return sep, headers
+
+
+def _union(headers: Sequence[list[str]]) -> list[str]:
+    """The column names of files with these headers: the one header, or every name once."""
+    if all(h == headers[0] for h in headers):
+        return headers[0]
+    return list(dict.fromkeys(name for header in headers for name in header))
+
+
+def _positions(header: Sequence[str], names: Sequence[str]) -> list[tuple[str, int | None]]:
+    """Each of ``names`` with its field's index in ``header`` (None: the file lacks it)."""
+    if list(header) == list(names):
+        return list(zip(names, range(len(names)), strict=True))
+    at = {name: i for i, name in enumerate(header)}  # headers that differ repeat no name
+    return [(name, at.get(name)) for name in names]
+
+
+def _by_header(
+    files: Sequence[str], headers: Sequence[list[str]]
+) -> list[tuple[list[str], list[str]]]:
+    """``files`` grouped by their header: (header, files) in the files' order."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, header in zip(files, headers, strict=True):
+        groups.setdefault(tuple(header), []).append(name)
+    return [(list(header), group) for header, group in groups.items()]
 
 
 def csv_header_lines(files: Sequence[str]) -> list[str]:
@@ -255,7 +300,25 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     every later line with it), so the lines are read raw (no quote; the separator is
     U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
     """
-    sep, names = csv_layout(files)
+    sep, headers = csv_headers(files)
+    names = _union(headers)
+    parts = [
+        _csv_text_part(con, group, sep, header, names, csv_header_lines(files))
+        for header, group in _by_header(files, headers)
+    ]
+    return functools.reduce(lambda a, b: a.union(b), parts)
+
+
+def _csv_text_part(
+    con: Any,
+    files: Sequence[str],
+    sep: str,
+    header: Sequence[str],
+    names: Sequence[str],
+    header_lines: Sequence[str],
+) -> Any:
+    """CSV ``files`` that share ``header``, with the columns ``names`` (NULL where the
+    header lacks one), read as :func:`read_csv_text` says."""
     raw = con.read_csv(
         list(files),
         header=True,
@@ -272,22 +335,24 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
         # ending in 0x01 has an empty ``rest``, dropped as on Spark), not even ''.
         na_values="\n",
     )
-    pattern = csv_line_pattern(sep, len(names), java=False)
-    headers = ", ".join(_sql_text(h) for h in csv_header_lines(files))
+    pattern = csv_line_pattern(sep, len(header), java=False)
+    lines = ", ".join(_sql_text(h) for h in header_lines)
     keep = (
-        f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({headers}) "
+        f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({lines}) "
         f"AND NOT contains(line, '\ufffd') AND regexp_full_match(line, {_sql_text(pattern)})"
     )
-    groups = ", ".join(f"'c{i}'" for i in range(len(names)))
+    groups = ", ".join(f"'c{i}'" for i in range(len(header)))
     split = raw.filter(keep).select(f"regexp_extract(line, {_sql_text(pattern)}, [{groups}]) AS f")
     fields = []
-    for i, name in enumerate(names):
-        v = f"f.c{i}"
-        fields.append(
-            f"CASE WHEN starts_with({v}, '\"') "
-            f"THEN replace({v}[2:-2], '\"\"', '\"') ELSE nullif({v}, '') END "
-            f'AS "{name.replace(chr(34), chr(34) * 2)}"'
+    for name, at in _positions(header, names):
+        v = f"f.c{at}"
+        value = (
+            "NULL::VARCHAR"
+            if at is None
+            else f"CASE WHEN starts_with({v}, '\"') "
+            f"THEN replace({v}[2:-2], '\"\"', '\"') ELSE nullif({v}, '') END"
         )
+        fields.append(f'{value} AS "{name.replace(chr(34), chr(34) * 2)}"')
     return split.select(", ".join(fields))
 
 
@@ -299,24 +364,33 @@ def _sql_text(text: str) -> str:
 def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     r"""CSV ``files`` as a Spark DataFrame of text columns, read as :func:`read_csv_text`
     reads them on DuckDB: each line (``\n``, ``\r\n`` or ``\r`` ends it) split by
-    :func:`csv_line_pattern`, a line that does not match it dropped."""
+    :func:`csv_line_pattern`, a line that does not match it dropped; files whose headers
+    differ read by name."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    sep, names = csv_layout(files)
+    sep, headers = csv_headers(files)
+    names = _union(headers)
+    header_lines = csv_header_lines(files)
     line = F.col("value")
-    pattern = csv_line_pattern(sep, len(names), java=True)
-    # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
-    bad = line.isin(csv_header_lines(files)) | line.contains("\x01") | line.contains("\ufffd")
-    bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
-    lines = spark.read.text(list(files)).filter(~bad & line.rlike(pattern))
-    fields = []
-    for i, name in enumerate(names):
-        v = F.regexp_extract(line, pattern, i + 1)
-        inner = F.replace(v.substr(F.lit(2), F.length(v) - 2), F.lit('""'), F.lit('"'))
-        fields.append(
-            F.when(v.startswith('"'), inner).otherwise(F.nullif(v, F.lit(""))).alias(name)
-        )
-    return lines.select(*fields)
+    parts = []
+    for header, group in _by_header(files, headers):
+        pattern = csv_line_pattern(sep, len(header), java=True)
+        # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
+        bad = line.isin(header_lines) | line.contains("\x01") | line.contains("\ufffd")
+        bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
+        lines = spark.read.text(list(group)).filter(~bad & line.rlike(pattern))
+        fields = []
+        for name, at in _positions(header, names):
+            if at is None:
+                fields.append(F.lit(None).cast("string").alias(name))
+                continue
+            v = F.regexp_extract(line, pattern, at + 1)
+            inner = F.replace(v.substr(F.lit(2), F.length(v) - 2), F.lit('""'), F.lit('"'))
+            fields.append(
+                F.when(v.startswith('"'), inner).otherwise(F.nullif(v, F.lit(""))).alias(name)
+            )
+        parts.append(lines.select(*fields))
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
 
 def is_glob(text: str) -> bool:
@@ -494,11 +568,25 @@ class Engine(ABC):
     #: A pandas frame's ``object`` columns (among ``mixed_columns``): read as text, and
     #: summed only with a type declared in ``column_types`` (their values say nothing).
     object_columns: frozenset[str] = frozenset()
+    #: The input is Parquet files of a directory or glob: which columns exist depends on
+    #: which files do, so a needed column that no file has is read as NULL (:meth:`absent`).
+    several_files: bool = False
+    _absent: dict[str, str] = {}  # noqa: RUF012 - replaced, never mutated
 
     @property
     def schema(self) -> dict[str, str]:
         """Column name → the engine's type name (declared types replace inferred ones)."""
-        return {**self._schema(), **self._declared}
+        return {**self._schema(), **self._absent, **self._declared}
+
+    def absent(self, types: Mapping[str, str]) -> None:
+        """Read these columns (name → a type among :data:`DECLARABLE`), which no file of
+        :attr:`several_files` has, as NULL: refusing them would depend on whether the one
+        file that has the column exists (docs/release.md)."""
+        self._absent = {c: self._type_name(t) for c, t in types.items()}
+
+    def _type_name(self, kind: str) -> str:
+        """The engine's name of a :data:`DECLARABLE` type."""
+        return kind
 
     @abstractmethod
     def _schema(self) -> dict[str, str]:
@@ -578,7 +666,7 @@ class Engine(ABC):
             kind = schema[column].strip('"')  # DuckDB quotes its NULL type: '"NULL"'
             if numeric and not self.is_numeric(column) and kind not in _NULL_TYPES:
                 raise ValueError(
-                    invalid(f"column {column!r}", "numeric to be summed", schema[column])
+                    invalid(f"column {column!r}", "numeric to be summed", type_label(kind))
                 )
 
 
@@ -699,6 +787,7 @@ class DuckDBEngine(Engine):
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
                         self.mixed_columns = parquet_layout(files)[1]
+                        self.several_files = not Path(source).is_file()
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -756,6 +845,8 @@ class DuckDBEngine(Engine):
         selected = []
         for internal, user in columns.items():
             expr = duck.ColumnExpression(user)
+            if user in self._absent:
+                expr = const(None).cast(duck.sqltype(self._absent[user]))
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("BIGINT", "DOUBLE"):
@@ -913,6 +1004,7 @@ class SparkEngine(Engine):
                 with self.failures(f"opening {Path(files[0]).name}"):
                     if kind == "parquet":
                         self._df, self.mixed_columns = _spark_parquet(reader, files)
+                        self.several_files = not Path(text).is_file()
                     else:
                         self._df = _spark_csv_text(spark, files)
                         self.text_columns = True
@@ -948,6 +1040,9 @@ class SparkEngine(Engine):
     def declare(self, types: Mapping[str, str]) -> None:
         self._declared = {c: DECLARABLE[t] for c, t in types.items()}
 
+    def _type_name(self, kind: str) -> str:
+        return DECLARABLE[kind]
+
     def is_numeric(self, column: str) -> bool:
         kind = self.schema[column]
         return kind in _SPARK_NUMERIC or kind.startswith("decimal")
@@ -962,7 +1057,9 @@ class SparkEngine(Engine):
             return F.col("`" + user.replace("`", "``") + "`")
 
         for internal, user in columns.items():
-            expr = column(user)
+            expr = (
+                column(user) if user not in self._absent else F.lit(None).cast(self._absent[user])
+            )
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in ("bigint", "double"):
@@ -1063,14 +1160,49 @@ def _object_columns_as_text(frame: Any) -> tuple[Any, frozenset[str]]:
     The ``object`` dtype says nothing of what a column holds, and DuckDB and Spark infer
     its type from the values: one row could turn a summed column into VARCHAR and refuse
     the release, or a column of ``None`` pass every check. These columns are read as
-    text: the unit and keys as a CSV's are, and a summed one is refused by its schema
-    unless ``column_types`` declares a type, then converted value by value
-    (docs/release.md).
+    text, value by value (:func:`gaussdp.release.values.value_text`: ``7`` and ``7.0`` one
+    text, a value with none NULL, never an error): the unit and keys as a CSV's are, and
+    a summed one is refused by its schema unless ``column_types`` declares a type, then
+    converted value by value (docs/release.md).
+
+    A ``category`` column is read as its categories' values (DuckDB would read it as an
+    ``ENUM`` whose type names every category): numbers, booleans, dates and timestamps
+    as a column of their own dtype (integers and booleans nullable, so a missing value
+    does not change the column's type), any other (strings, ``pandas.cut``'s intervals)
+    as an ``object`` column (text).
     """
-    objects = [c for c, kind in frame.dtypes.items() if kind == np.dtype(object)]
-    if not objects:
+    import pandas as pd
+
+    changed: dict[Any, Any] = {}
+    objects = []
+    for column, kind in frame.dtypes.items():
+        if isinstance(kind, pd.CategoricalDtype):
+            values = frame[column]
+            inner = kind.categories.dtype
+            if not isinstance(inner, np.dtype) or inner.kind not in "iufbmM":
+                changed[column] = column_text(values.astype(object))
+                objects.append(column)
+            else:
+                changed[column] = values.astype(_nullable(inner))
+        elif kind == np.dtype(object):
+            changed[column] = column_text(frame[column])
+            objects.append(column)
+    if not changed:
         return frame, frozenset()
-    return frame.astype(dict.fromkeys(objects, "string")), frozenset(map(str, objects))
+    out = frame.copy(deep=False)
+    for column, values in changed.items():
+        out[column] = values
+    return out, frozenset(map(str, objects))
+
+
+def _nullable(kind: Any) -> Any:
+    """The pandas dtype that holds ``kind``'s values and a missing value (``Int64`` for
+    ``int64``, ``boolean`` for ``bool``; others as they are)."""
+    if kind.kind == "b":
+        return "boolean"
+    if kind.kind in "iu":
+        return ("UInt" if kind.kind == "u" else "Int") + str(8 * kind.itemsize)
+    return kind
 
 
 def _to_pandas(source: Any) -> Any:

@@ -36,6 +36,7 @@ import numpy as np
 
 from gaussdp.errors import invalid
 from gaussdp.release.queries import KeyTuple
+from gaussdp.release.values import type_label
 
 __all__ = ["typed_keys"]
 
@@ -219,6 +220,7 @@ def typed_keys(
     keys must be distinct as values of the columns' types (DATE): these two are one cell,
     got ((datetime.date(2026, 3, 2),), ('2026-03-02',))
     """
+    types = [type_label(t) for t in types]  # an ENUM's values are data: not in a message
     rules = []
     for column, type_name in zip(columns, types, strict=True):
         family = _family(type_name)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -71,6 +72,13 @@ if TYPE_CHECKING:
     from gaussdp.release import Ledger
 
 __all__ = ["SynthEvent", "SynthReport", "SynthResult", "Synthesizer"]
+
+#: DuckDB types a Parquet column of a run is read as (every value converts to pandas);
+#: any other is read as text (:meth:`Synthesizer._parquet_columns`).
+_KEPT_TYPE = re.compile(
+    r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\s*\d+\)"
+    r"|BOOLEAN|VARCHAR"
+)
 
 Method = Literal["mst", "aim"]
 
@@ -621,7 +629,7 @@ class Synthesizer:
             with duckdb.connect() as con:
                 try:
                     if path.suffix.lower() == ".parquet":
-                        frame = con.read_parquet(str(path)).df()
+                        frame = self._parquet_columns(con.read_parquet(str(path))).df()
                     else:
                         # Text, not types inferred from the rows (a late string would fail
                         # the read: a refusal that depends on one row), a malformed line
@@ -644,6 +652,27 @@ class Synthesizer:
         raise TypeError(
             invalid("source", "a CSV/Parquet path or a pandas/polars/Arrow frame", source)
         )
+
+    def _parquet_columns(self, table: Any) -> Any:
+        """The columns a run uses of a Parquet ``table`` (a DuckDB relation), each
+        converted so that no value can fail the read: numbers, booleans and text as they
+        are, any other type (dates, intervals, …) as text by ``TRY_CAST`` (a value with
+        no text is NULL). Columns the run does not use are not read: a value there
+        (``'infinity'::DATE``) never decides a refusal."""
+        import duckdb
+
+        types = {c: str(t) for c, t in zip(table.columns, table.types, strict=True)}
+        wanted = [self.privacy_unit, *self.sizes]
+        missing = [c for c in wanted if c not in types]
+        if missing:
+            raise ValueError(invalid("data columns", f"including {missing}", list(types)))
+        selected = []
+        for c in dict.fromkeys(wanted):
+            column = duckdb.ColumnExpression(c)
+            if not _KEPT_TYPE.fullmatch(types[c]):
+                column = column.try_cast(duckdb.sqltype("VARCHAR"))
+            selected.append(column.alias(c))
+        return table.select(*selected)
 
     def encode(self) -> pd.DataFrame:
         """The privacy unit and every column's cell codes.

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from gaussdp.errors import invalid
+from gaussdp.release.values import column_text, value_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,7 +78,7 @@ class Categorical:
         if not cats:
             raise ValueError(invalid(f"{self.name}.categories", "a non-empty list", cats))
         for c in cats:
-            if not isinstance(c, str | int | bool) or isinstance(c, float):
+            if not isinstance(c, str | int | bool) or _key(c) is None:
                 raise TypeError(
                     invalid(f"{self.name}.categories", "strings, integers or booleans", c)
                 )
@@ -104,6 +107,10 @@ class Categorical:
         import pandas as pd
 
         index = {_key(c): i for i, c in enumerate(self.categories)}
+        if values.dtype == np.dtype(object):
+            # Python values of any kind (a list, a signalling NaN: factorize would raise):
+            # each as its text, the releases' rule for object columns (None: missing).
+            values = column_text(values)
         # Each distinct value is looked up once (pd.factorize: -1 for missing values).
         inverse, distinct = pd.factorize(values, use_na_sentinel=True)
         table = np.array(
@@ -251,6 +258,11 @@ class Numeric:
         """
         import pandas as pd
 
+        if values.dtype == np.dtype(object):
+            # Value by value, so that no value fails the whole column (an int beyond the
+            # largest double, a signalling NaN): text as pandas reads numbers, others
+            # through float() (±inf when too large: an end bin), else missing.
+            values = pd.Series([_number(v) for v in values], dtype=object, index=values.index)
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
         edges = np.asarray(self.edges)
         k = len(edges) - 1
@@ -297,7 +309,7 @@ def _missing(value: object) -> bool:
         return True
 
 
-def _text_key(value: object) -> str:
+def _text_key(value: object) -> str | None:
     """The key of a value read as text (a CSV): ``true``/``false`` and numbers as typed."""
     if not isinstance(value, str):
         return _NO_KEY
@@ -312,12 +324,25 @@ def _text_key(value: object) -> str:
 _NO_KEY = "\x00not a category"  # matches no category's key (categories hold no NUL)
 
 
-def _key(value: object) -> str:
-    """Compare categories and data alike: ints and integral floats as one, bools as text."""
-    if isinstance(value, bool | np.bool_):
-        return str(bool(value))
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, np.integer):
-        return str(int(value))
-    return str(value)
+def _key(value: object) -> str | None:
+    """Compare categories and data alike: a value's text by the releases' rule for pandas
+    ``object`` columns (:func:`gaussdp.release.values.value_text`: ints and integral floats
+    as one, bools as text; ``None`` for a value with no text)."""
+    return value_text(value)
+
+
+def _number(value: object) -> object:
+    """One value of an ``object`` column for ``pandas.to_numeric``: text as it is, a
+    number as a float (one too large for a double is ±inf), anything else NaN."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, np.bool_):
+        return float(value)
+    if not isinstance(value, numbers.Real | Decimal):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    except (ValueError, ArithmeticError):  # a signalling NaN
+        return math.nan
