@@ -301,8 +301,8 @@ def test_an_aggregator_shared_by_threads_charges_every_round() -> None:
     assert len(released) == agg.rounds == spend.accountant.count == 400
 
 
-def _charger(ledger: Ledger, block: int) -> Charger:
-    """A charger of runs of ρ = 0.01 each on ``ledger``, reserving ``block`` runs at once."""
+def _charger(ledger: Ledger | None, block: int) -> Charger:
+    """A charger of runs of ρ = 0.01 each on ``ledger`` (None: nowhere), ``block`` at once."""
     event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
     return Charger(
         event, ledger=ledger, filter=None, block=block, label="test", what="run", detail={}
@@ -586,44 +586,23 @@ def test_a_childs_own_runs_inside_an_inherited_run_may_draw(tmp_path: Path) -> N
     ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
     charger = _charger(ledger, block=1)
     refused = r"os\.fork\(\) must be called outside a run for the child to draw noise"
-    with charger.run():
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child's coverage is not collected
-            try:
-                with pytest.raises(RuntimeError, match=refused):
-                    charger.check_draw()
-                with charger.run():  # a run the child begins, nested: its own, paid
-                    charger.check_draw()
-                with pytest.raises(RuntimeError, match=refused):
-                    charger.check_draw()  # back in the parent's run
-            except BaseException:
-                os._exit(1)
-        else:
+    forks = _fork_inside_runs(charger)
+
+    def child(_: object) -> None:
+        with pytest.raises(RuntimeError, match=refused):
             charger.check_draw()
-    if pid == 0:  # pragma: no cover
-        try:
-            with charger.run():
-                charger.check_draw()
-            charger.close()
-        except BaseException:
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+        with charger.run():  # a run the child begins, nested: its own, paid
+            charger.check_draw()
+        with pytest.raises(RuntimeError, match=refused):
+            charger.check_draw()  # back in the parent's run
+
     with charger.run():
-        charger.check_draw()
+        assert _child_checks(forks, None, child) == 0
+        charger.check_draw()  # the parent's own run
     charger.close()
-    assert ledger.spent == pytest.approx(0.01 * 4, rel=1e-12)  # 2 runs each
+    assert ledger.spent == pytest.approx(0.01 * 2, rel=1e-12)  # the parent's run, the child's
     # Without a ledger or filter nothing is charged anywhere, and nothing is refused.
-    free = Charger(
-        RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0),
-        ledger=None,
-        filter=None,
-        block=1,
-        label="t",
-        what="run",
-        detail={},
-    )
+    free = _charger(None, block=1)
     with free.run():
         assert _in_child(free.check_draw) == 0
 
