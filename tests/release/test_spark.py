@@ -37,6 +37,18 @@ def build(source: object, engine: str) -> Release:
     )
 
 
+def one_row_per_unit(path: Path, engine: str) -> Release:
+    """A release of the CSV ``path`` on ``engine``, bounded to one row of one group a unit."""
+    return Release(
+        str(path),
+        privacy_unit="user",
+        budget=Budget(epsilon=1.0, delta=1e-6),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        engine=engine,
+    )
+
+
 def normalise(results: list[list[tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
     return [
         sorted(tuple(int(v) if isinstance(v, int) else v for v in row) for row in rows)
@@ -336,14 +348,7 @@ def test_spark_reads_a_csv_at_the_column_cap_with_quoted_rows(spark: Any, tmp_pa
     plain.write_text(head + "2,7" + ",q" * (CSV_MAX_COLUMNS - 2) + "\n")
 
     def sums(path: Path, engine: str) -> list[list[tuple[Any, ...]]]:
-        release = Release(
-            str(path),
-            privacy_unit="user",
-            budget=Budget(epsilon=1.0, delta=1e-6),
-            max_groups_per_unit=1,
-            max_rows_per_group=1,
-            engine=engine,
-        ).sum("minutes", bounds=(0, 60))
+        release = one_row_per_unit(path, engine).sum("minutes", bounds=(0, 60))
         return normalise(_aggregate(release)[1])
 
     assert sums(quoted, "spark") == sums(quoted, "duckdb") == sums(plain, "duckdb")
@@ -387,14 +392,7 @@ def test_typed_csv_keys_agree_on_duckdb_and_spark(
     path.write_text("\n".join(lines) + "\n")
 
     def counts(engine: str) -> list[list[tuple[Any, ...]]]:
-        release = Release(
-            str(path),
-            privacy_unit="user",
-            budget=Budget(epsilon=1.0, delta=1e-6),
-            max_groups_per_unit=1,
-            max_rows_per_group=1,
-            engine=engine,
-        )
+        release = one_row_per_unit(path, engine)
         day, noon = datetime.date(2020, 1, 1), datetime.datetime(2020, 1, 1, 12)
         release.count(by="day", keys=[day, datetime.date(2020, 1, 2)])
         release.count(by="at", keys=[noon])
