@@ -15,6 +15,7 @@ import csv
 import functools
 import glob
 import gzip
+import itertools
 import logging
 import os
 import re
@@ -648,10 +649,10 @@ def _columns_of(rows: Sequence[Sequence[Any]], width: int) -> list[np.ndarray[An
 _RULED = ("BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "BOOLEAN")
 
 
-def _duckdb_by_rule(duck: Any, column: Any, kind: str) -> Any:
-    """Text ``column`` as a DuckDB expression of type ``kind`` (among :data:`_RULED`)."""
+def _duckdb_by_rule(duck: Any, column: Any, kind: str, names: Sequence[str]) -> Any:
+    """Text ``column`` as a DuckDB expression of type ``kind`` (among :data:`_RULED`) over
+    a relation of columns ``names``."""
     const, fn = duck.ConstantExpression, duck.FunctionExpression
-    bigint = duck.sqltype("BIGINT")
     text = fn("trim", column, const(" "))  # spaces only, as Spark's (not U+00A0)
 
     def matches(pattern: str) -> Any:
@@ -662,18 +663,25 @@ def _duckdb_by_rule(duck: Any, column: Any, kind: str) -> Any:
             matches(CSV_FALSE), const(False)
         )
     if kind == "TIMESTAMP":
-
-        def group(i: int) -> Any:
-            return fn("regexp_extract", text, const(CSV_TIMESTAMP), const(i))
-
-        hours, minutes = (fn("concat", const("0"), group(i)).cast(bigint) for i in (3, 4))
-        offset = hours * const(60) + minutes  # '' (no zone, Z) reads as '0'
-        signed = duck.CaseExpression(group(2) == const("-"), -offset).otherwise(offset)
-        local = group(1).try_cast(duck.sqltype("TIMESTAMP"))
-        value = local - fn("to_minutes", signed)
-        first, last = (const(t).cast(duck.sqltype("TIMESTAMP")) for t in (_FIRST_TIME, _LAST_TIME))
-        in_range = (value >= first) & (value <= last)
-        return duck.CaseExpression(matches(CSV_TIMESTAMP) & in_range, value)
+        # One match a value, its groups bound by lambdas (the expression API repeats a
+        # shared subexpression: five matches a value cost 4x the CPU, measured). A column
+        # of the source hides a lambda parameter of its name: theirs are other names.
+        taken = {c.lower() for c in names}
+        m, v = (
+            next(f"gdp_{x}{i}" for i in itertools.count() if f"gdp_{x}{i}" not in taken)
+            for x in "mv"
+        )
+        offset = f"(CAST('0' || {m}.h AS BIGINT) * 60 + CAST('0' || {m}.m AS BIGINT))"
+        shifted = (
+            f"CASE WHEN {m}.l <> '' THEN TRY_CAST({m}.l AS TIMESTAMP) - "
+            f"to_minutes(CASE WHEN {m}.s = '-' THEN -{offset} ELSE {offset} END) END"
+        )
+        groups = f"regexp_extract({text}, {_sql_text(CSV_TIMESTAMP)}, ['l', 's', 'h', 'm'])"
+        first, last = (f"CAST({_sql_text(t)} AS TIMESTAMP)" for t in (_FIRST_TIME, _LAST_TIME))
+        return duck.SQLExpression(
+            f"list_transform([list_transform([{groups}], lambda {m}: {shifted})[1]], "
+            f"lambda {v}: CASE WHEN {v} BETWEEN {first} AND {last} THEN {v} END)[1]"
+        )
     pattern = {"BIGINT": CSV_INTEGER, "DOUBLE": CSV_NUMBER, "DATE": CSV_DATE}[kind]
     value = text.try_cast(duck.sqltype(kind))
     if kind == "DOUBLE":  # '1e999' reads as inf here, as in Spark: not a number
@@ -845,7 +853,7 @@ class DuckDBEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in _RULED:
-                expr = _duckdb_by_rule(duck, expr, kind)
+                expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
             elif kind is not None:
                 if self.text_columns and kind != "VARCHAR":
                     # DuckDB pushes a cast into its CSV reader, where a value that does not
