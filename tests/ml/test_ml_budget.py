@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -299,8 +301,8 @@ def test_an_aggregator_shared_by_threads_charges_every_round() -> None:
     assert len(released) == agg.rounds == spend.accountant.count == 400
 
 
-def _charger(ledger: Ledger, block: int) -> Charger:
-    """A charger of runs of ρ = 0.01 each on ``ledger``, reserving ``block`` runs at once."""
+def _charger(ledger: Ledger | None, block: int) -> Charger:
+    """A charger of runs of ρ = 0.01 each on ``ledger`` (None: nowhere), ``block`` at once."""
     event = RecordedCost(rho=0.01, mu=None, slack=0.0, delta=0.0)
     return Charger(
         event, ledger=ledger, filter=None, block=block, label="test", what="run", detail={}
@@ -470,6 +472,139 @@ def test_a_child_forked_from_inside_a_run_can_close_after_it(tmp_path: Path) -> 
     assert os.waitstatus_to_exitcode(status) == 0
     charger.close()
     assert ledger.spent == pytest.approx(0.01 * 2, rel=1e-12)  # the parent's run, the child's
+
+
+def _fork_inside_runs(charger: Charger) -> list[int]:
+    """Make ``charger``'s runs fork once paid for, before their body (their noise): the
+    fork ids, 0 in the child. The child's runs are the charger's own again."""
+    real, forks = charger.run, []
+
+    @contextlib.contextmanager
+    def forking() -> Iterator[None]:
+        with real():
+            forks.append(os.fork())
+            if forks[-1] == 0:  # pragma: no cover - the child's coverage is not collected
+                charger.run = real  # type: ignore[method-assign]
+            yield
+
+    charger.run = forking  # type: ignore[method-assign]
+    return forks
+
+
+def _child_checks(forks: list[int], error: BaseException | None, checks) -> int:  # type: ignore[no-untyped-def]
+    """In the child (``forks[-1] == 0``): exit 0 if ``checks(error)`` passes, else 1. In
+    the parent: the child's exit status."""
+    if forks[-1] == 0:  # pragma: no cover - the child's coverage is not collected
+        signal.alarm(60)  # the child dies of SIGALRM if it blocks
+        try:
+            checks(error)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(forks[-1], 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_inside_a_paid_step_cannot_draw_its_noise(tmp_path: Path) -> None:
+    # Once (note 24): a thread forking from inside its own step under a non-seeded source
+    # continued that step in the child, uncharged: parent and child each released noisy
+    # gradients of one Poisson sample for one paid step. Now the child's draw is refused;
+    # the child may take steps of its own, each charged to the shared ledger.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(rng=None, ledger=ledger, reserve_steps=1)
+    forks = _fork_inside_runs(optimizer._charger)
+    weights = model.module.weight.detach().clone()
+    x, y = next(iter(loader))
+    optimizer.zero_grad()
+    model.backward(x, y)
+    error: BaseException | None = None
+    try:
+        optimizer.step()
+    except RuntimeError as caught:
+        error = caught
+
+    def child(error: BaseException | None) -> None:
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (ml.md)
+        assert error is not None
+        assert str(error).startswith(
+            "os.fork() must be called outside a DP-SGD step for the child to draw noise"
+        )
+        assert torch.equal(model.module.weight, weights)  # nothing released here
+        with pytest.raises(RuntimeError, match="must follow loss.backward"):
+            optimizer.step()  # the parent's sums are not released again either
+        optimizer.zero_grad()
+        model.backward(x, y)
+        optimizer.step()  # the child's own step: paid by the child
+        optimizer.close()
+
+    assert _child_checks(forks, error, child) == 0
+    assert error is None
+    assert not torch.equal(model.module.weight, weights)
+    optimizer.close()
+    step = optimizer.step_event
+    entries = ledger.entries()
+    assert [(e.status, e.event) for e in entries] == [("committed", step)] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["aggregator", "ddg"])
+def test_a_child_forked_inside_a_paid_round_cannot_draw_its_noise(
+    tmp_path: Path, kind: str
+) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    if kind == "aggregator":
+        agg: DPAggregator | DistributedDiscreteGaussian = DPAggregator(
+            1.0, 1.0, dim=4, ledger=ledger
+        )
+    else:
+        agg = DistributedDiscreteGaussian(1.0, 1.0, num_clients=2, dim=4, ledger=ledger)
+    forks = _fork_inside_runs(agg._charger)
+    updates = [torch.ones(4), torch.ones(4)]
+    error: BaseException | None = None
+    try:
+        agg.aggregate(updates)
+    except RuntimeError as caught:
+        error = caught
+
+    def child(error: BaseException | None) -> None:
+        assert error is not None
+        assert str(error).startswith(
+            "os.fork() must be called outside a federated round for the child to draw noise"
+        )
+        assert agg.aggregate(updates).shape == (4,)  # the child's own round: charged
+
+    assert _child_checks(forks, error, child) == 0
+    assert error is None
+    agg._charger.close()
+    entries = ledger.entries()
+    assert [(e.status, e.event) for e in entries] == [("committed", agg.round_event)] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_childs_own_runs_inside_an_inherited_run_may_draw(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(rho=1000.0))
+    charger = _charger(ledger, block=1)
+    refused = r"os\.fork\(\) must be called outside a run for the child to draw noise"
+    forks = _fork_inside_runs(charger)
+
+    def child(_: object) -> None:
+        with pytest.raises(RuntimeError, match=refused):
+            charger.check_draw()
+        with charger.run():  # a run the child begins, nested: its own, paid
+            charger.check_draw()
+        with pytest.raises(RuntimeError, match=refused):
+            charger.check_draw()  # back in the parent's run
+
+    with charger.run():
+        assert _child_checks(forks, None, child) == 0
+        charger.check_draw()  # the parent's own run
+    charger.close()
+    assert ledger.spent == pytest.approx(0.01 * 2, rel=1e-12)  # the parent's run, the child's
+    # Without a ledger or filter nothing is charged anywhere, and nothing is refused.
+    free = _charger(None, block=1)
+    with free.run():
+        assert _in_child(free.check_draw) == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

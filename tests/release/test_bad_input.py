@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import traceback
@@ -33,6 +34,70 @@ CSV_READ += [0.5, 5.0, 0.0, None, 0.0, None, None, 0.1, None, 7.0]
 # Only ' ' is a space around a number (regression: DuckDB's trim() also removed U+00A0).
 CSV_VALUES += ["\xa01", "1\u3000", "\t5", " \xa02 ", "  3  "]
 CSV_READ += [None, None, None, None, 3.0]
+
+#: CSV texts of a DATE, TIMESTAMP or BOOLEAN column and what they read as (None: NULL),
+#: the same on both engines (issue 12: each engine's own cast read '2020' as a DATE on
+#: Spark only, '12:00' as today's noon, and failed on a date before year 1).
+D, T = datetime.date, datetime.datetime
+CSV_TYPED: dict[str, list[tuple[str, object]]] = {
+    "DATE": [
+        ("2020-01-01", D(2020, 1, 1)),
+        ("  2020-03-02 ", D(2020, 3, 2)),
+        ("0001-01-01", D(1, 1, 1)),
+        ("9999-12-31", D(9999, 12, 31)),
+        ("2020-02-29", D(2020, 2, 29)),
+        *((v, None) for v in ("2020", "2020-01", "2020-1-1", "0000-01-01", "-0001-01-01")),
+        *((v, None) for v in ("2021-02-29", "1900-02-29", "2020-04-31", "2020-13-01")),
+        *((v, None) for v in ("20200101", "2020/01/01", "2020-01-01 00:00", "+2020-01-01")),
+        *((v, None) for v in ("\t2020-01-01", "2020-01-01\xa0", "２０２０-01-01", "today")),
+    ],
+    "TIMESTAMP": [
+        ("2020-01-01 12:00", T(2020, 1, 1, 12)),
+        ("2020-01-01T12:00:30", T(2020, 1, 1, 12, 0, 30)),
+        (" 2020-01-01 12:00:30.5 ", T(2020, 1, 1, 12, 0, 30, 500000)),
+        ("2020-01-01 12:00:30.123456", T(2020, 1, 1, 12, 0, 30, 123456)),
+        ("2020-01-01 12:00Z", T(2020, 1, 1, 12)),
+        ("2020-01-01 12:00+05", T(2020, 1, 1, 7)),
+        ("2020-01-01 12:00:00-05:30", T(2020, 1, 1, 17, 30)),
+        ("2020-01-01 01:00+0130", T(2019, 12, 31, 23, 30)),
+        ("0001-01-01 05:00+05", T(1, 1, 1)),
+        ("9999-12-31 22:00-01:59", T(9999, 12, 31, 23, 59)),
+        ("2020-02-29 00:00", T(2020, 2, 29)),
+        *((v, None) for v in ("12:00", "2020-01-01", "2020", "2020-01-01 12", "2020-01-01 1:00")),
+        *((v, None) for v in ("0001-01-01 04:00+05", "9999-12-31 23:00-01", "0000-12-31 23:00")),
+        *((v, None) for v in ("2020-01-01 24:00", "2020-01-01 12:60", "2020-01-01 12:00:60")),
+        *(
+            (v, None)
+            for v in ("2020-01-01 12:00:00.1234567", "2020-01-01 12:00:00.", "2021-02-29 12:00")
+        ),
+        *((v, None) for v in ("2020-01-01 12:00 UTC", "2020-01-01 12:00+24", "2020-01-01 12:00z")),
+        *((v, None) for v in ("2020-01-01 12:00+5", "2020-01-01  12:00", "2020-01-01 12:00 +05")),
+    ],
+    "BOOLEAN": [
+        *((v, True) for v in ("true", " TRUE ", "True", "t", "T", "yes", "YeS", "y", "1")),
+        *((v, False) for v in ("false", "FALSE", "f", "no", "N", "0", "  0")),
+        *((v, None) for v in ("on", "off", "2", "01", "-1", "tru", "yeſ", "\ttrue", "true.")),
+    ],
+}
+
+
+def read_typed(engine: Any, path: Path, kind: str) -> list[object]:
+    """The values ``engine`` reads from column ``v`` of ``path`` declared as ``kind``, in
+    the file's order (``write_typed``)."""
+    try:
+        engine.declare({"v": kind})
+        view = engine.register({"i": "user", "v": "v"})
+        rows = engine.query(f"SELECT CAST(i AS INT), v FROM {view}")
+    finally:
+        engine.close()
+    return [v for _, v in sorted(rows)]
+
+
+def write_typed(path: Path, kind: str) -> Path:
+    """A CSV of ``CSV_TYPED[kind]``'s texts, each a quoted field (spaces kept)."""
+    texts = "".join(f'{i},"{text}"\n' for i, (text, _) in enumerate(CSV_TYPED[kind]))
+    path.write_text("user,v\n" + texts, encoding="utf-8")
+    return path
 
 
 def ledger(tmp_path: Path) -> Ledger:
@@ -291,6 +356,28 @@ def test_csv_numbers_have_one_reading(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert got == CSV_READ
+
+
+@pytest.mark.parametrize("kind", sorted(CSV_TYPED))
+def test_csv_dates_timestamps_and_booleans_have_one_reading(tmp_path: Path, kind: str) -> None:
+    # One rule per type, a pattern before the cast (test_spark.py: Spark reads alike).
+    path = write_typed(tmp_path / "t.csv", kind)
+    assert read_typed(DuckDBEngine(str(path)), path, kind) == [v for _, v in CSV_TYPED[kind]]
+
+
+def test_a_csv_timestamp_reads_whatever_the_columns_are_named(tmp_path: Path) -> None:
+    # DuckDB binds a column before a lambda parameter of the same name (the rule's
+    # one match a value is bound by a lambda): a column 'm' once failed every release.
+    path = tmp_path / "t.csv"
+    path.write_text("user,m,gdp_m0,v\n1,2020-01-01 12:00+05,2020-01-01 12:00,x\n")
+    engine = DuckDBEngine(str(path))
+    try:
+        engine.declare(dict.fromkeys(["m", "gdp_m0", "v"], "TIMESTAMP"))
+        view = engine.register({"a": "m", "b": "gdp_m0", "c": "v"})
+        got = engine.query(f"SELECT a, b, c FROM {view}")
+    finally:
+        engine.close()
+    assert got == [(T(2020, 1, 1, 7), T(2020, 1, 1, 12), None)]
 
 
 def test_a_declared_type_that_does_not_convert_is_null(tmp_path: Path) -> None:

@@ -38,6 +38,18 @@ def build(source: object, engine: str) -> Release:
     )
 
 
+def one_row_per_unit(path: Path, engine: str) -> Release:
+    """A release of the CSV ``path`` on ``engine``, bounded to one row of one group a unit."""
+    return Release(
+        str(path),
+        privacy_unit="user",
+        budget=Budget(epsilon=1.0, delta=1e-6),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+        engine=engine,
+    )
+
+
 def normalise(results: list[list[tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
     return [
         sorted(tuple(int(v) if isinstance(v, int) else v for v in row) for row in rows)
@@ -379,14 +391,57 @@ def test_spark_reads_a_csv_at_the_column_cap_with_quoted_rows(spark: Any, tmp_pa
     plain.write_text(head + "2,7" + ",q" * (CSV_MAX_COLUMNS - 2) + "\n")
 
     def sums(path: Path, engine: str) -> list[list[tuple[Any, ...]]]:
-        release = Release(
-            str(path),
-            privacy_unit="user",
-            budget=Budget(epsilon=1.0, delta=1e-6),
-            max_groups_per_unit=1,
-            max_rows_per_group=1,
-            engine=engine,
-        ).sum("minutes", bounds=(0, 60))
+        release = one_row_per_unit(path, engine).sum("minutes", bounds=(0, 60))
         return normalise(_aggregate(release)[1])
 
     assert sums(quoted, "spark") == sums(quoted, "duckdb") == sums(plain, "duckdb")
+
+
+@pytest.mark.parametrize("kind", ["DATE", "TIMESTAMP", "BOOLEAN"])
+def test_spark_reads_csv_dates_timestamps_and_booleans_as_duckdb(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    # Value by value, the same CSV on both engines and the stated answer; the session's
+    # time zone (UTC here) never shifts a timestamp.
+    from test_bad_input import CSV_TYPED, read_typed, write_typed
+
+    from gaussdp.release.engines import DuckDBEngine, SparkEngine
+
+    path = write_typed(tmp_path / "t.csv", kind)
+    want = [v for _, v in CSV_TYPED[kind]]
+    assert read_typed(DuckDBEngine(str(path)), path, kind) == want
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kathmandu")  # +05:45
+    try:
+        assert read_typed(SparkEngine(str(path)), path, kind) == want
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def test_typed_csv_keys_agree_on_duckdb_and_spark(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    # Public DATE, TIMESTAMP and BOOLEAN keys of a CSV: the rows that read as a key by the
+    # one rule are counted in it on both engines, the others (NULL) in none.
+    import datetime
+
+    lines = ["user,day,at,flag"]
+    days = ["2020-01-01", "2020", " 2020-01-01", "0000-01-01", "2020-01-02", "20200101"]
+    ats = ["2020-01-01 12:00", "12:00", "2020-01-01 17:00+05", "2020-01-01T12:00Z", "x", ""]
+    flags = ["true", " TRUE ", "yes", "on", "0", "no"]
+    for i in range(60):
+        lines.append(f"{i},{days[i % 6]},{ats[i % 6]},{flags[i % 6]}")
+    path = tmp_path / "typed.csv"
+    path.write_text("\n".join(lines) + "\n")
+
+    def counts(engine: str) -> list[list[tuple[Any, ...]]]:
+        release = one_row_per_unit(path, engine)
+        day, noon = datetime.date(2020, 1, 1), datetime.datetime(2020, 1, 1, 12)
+        release.count(by="day", keys=[day, datetime.date(2020, 1, 2)])
+        release.count(by="at", keys=[noon])
+        release.count(by="flag", keys=[True, False])
+        return _aggregate(release)[1]
+
+    duck = counts("duckdb")
+    assert normalise(counts("spark")) == normalise(duck)
+    assert [sorted(r[1] for r in rows) for rows in duck] == [[10, 20], [30], [20, 30]]

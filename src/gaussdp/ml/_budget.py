@@ -29,6 +29,14 @@ Runs of one charger take turns (:meth:`Charger.run` holds a lock from the check
 that the run is paid for to the count of runs taken): threads sharing one
 optimizer or aggregator once released 800 rounds and charged 790, two of them
 passing the check for the last paid run of a block.
+
+A run is paid for once, by the process that began it. A thread that forks from
+inside its own run (a hook, a signal handler) continues that run in the child,
+where nothing paid for it: :meth:`Charger.check_draw`, called by the run's body
+just before its noise, refuses the draw there (the parent draws the run's noise;
+a second draw in the child would be a second release of the same sample for one
+charge, and charging it again would not cover it either: two releases of one
+Poisson sample are not two independently subsampled runs).
 """
 
 from __future__ import annotations
@@ -122,6 +130,8 @@ class Charger:
         self._lock = threading.RLock()
         self._running = 0  # runs in progress: the lock's owner is inside run()
         self._owner: int | None = None  # the thread inside run() (runs nest in one thread)
+        # Runs in progress that began in the parent (the forking thread was inside them).
+        self._inherited = 0
         self._pid = os.getpid()  # the process that owns the open block
         self._home = _process_identity()  # the process that built the charger
         self._rng = rng
@@ -177,7 +187,35 @@ class Charger:
                 yield
             finally:
                 self._running -= 1
+                self._inherited = min(self._inherited, self._running)
                 self._after()
+
+    def check_draw(self) -> None:
+        """Refuse to draw a run's noise in a process that did not pay for the run.
+
+        Called by the run's body just before its noise is drawn. A thread that forked
+        from inside its own run continues that run in the child: the parent paid for
+        it and draws its noise, so the child may not draw (a second release of the
+        same data and sample for one charge). A run the child begins itself, even
+        nested in the inherited one, is the child's (paid by the child's own block).
+        Without a ledger or filter nothing is charged anywhere and nothing is refused.
+
+        Raises
+        ------
+        RuntimeError
+            In a forked child, inside a run that began in the parent; nothing is
+            charged or drawn.
+        """
+        if self.active and self._running and self._running <= self._inherited:
+            raise RuntimeError(
+                invalid(
+                    "os.fork()",
+                    f"called outside a {self._what} for the child to draw noise (the "
+                    f"{self._what} under way at the fork was paid for once, by the parent, "
+                    f"which draws its noise; nothing is charged or drawn in the child)",
+                    f"a fork inside a {self._what} that began in the parent",
+                )
+            )
 
     def _forked(self) -> None:
         """In a forked child: drop the parent's block (the parent commits it).
@@ -205,12 +243,14 @@ class Charger:
         thread does not exist in the child, whose first run would wait for it forever.
         If the forking thread itself is inside :meth:`run`, it continues there in the
         child: it keeps the lock and its runs (with none left, its exit from the run
-        once left the count at -1, and :meth:`close` was refused for good).
+        once left the count at -1, and :meth:`close` was refused for good), but
+        those runs are the parent's: :meth:`check_draw` refuses their noise here.
         """
         if self._running and self._owner == threading.get_ident():
+            self._inherited = self._running
             return
         self._lock = threading.RLock()
-        self._running = 0
+        self._running = self._inherited = 0
 
     def _check_reproducible(self) -> None:
         """Refuse a charged run of seeded noise outside the process that made the stream.

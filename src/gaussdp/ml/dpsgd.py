@@ -1625,7 +1625,10 @@ class DPOptimizer(torch.optim.Optimizer):
             still go through the model and ``loss.backward()``, or
             ``model.backward``), if two outputs reached one backward pass, or if the
             unwrapped model ran with gradients enabled and parameters hold gradients.
-            Nothing is drawn or accounted.
+            Nothing is drawn or accounted. Also in a process forked from inside this
+            step (a hook): the parent paid for the step and draws its noise, so the
+            child draws none, changes no parameter and drops the clipped sum (the
+            parent releases it).
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
@@ -1675,6 +1678,12 @@ class DPOptimizer(torch.optim.Optimizer):
                 self._unaccounted += 1
             else:
                 self._free_steps += 1
+            if self._charger is not None:
+                try:
+                    self._charger.check_draw()  # a step the parent began, continued in a child
+                except RuntimeError:
+                    engine.pending = None  # the parent releases these sums: never here
+                    raise
             noisy = engine.noiser.release(
                 sums, scale=1.0 / engine.expected_batch_size, out=self._grads
             )

@@ -240,6 +240,10 @@ class DPAggregator:
             refused; integer and bool are taken as float64); nothing is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is drawn.
+        RuntimeError
+            In a process forked from inside this round (the parent paid for it and
+            draws its noise), or with an in-memory filter in a forked process;
+            nothing is charged or drawn.
         """
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
         for index, row in enumerate(rows[1:], start=1):
@@ -260,6 +264,7 @@ class DPAggregator:
             else:
                 factors = torch.zeros(0, dtype=torch.float64)
             sums = self._noiser.accumulate([stacked], factors)
+            self._charger.check_draw()  # a round the parent began, continued in a child
             noisy = self._noiser.release(sums)[0]
         return noisy
 
@@ -540,6 +545,7 @@ class DistributedDiscreteGaussian:
         arithmetic is simulated.
         """
         flat = _flat_update(update, self._dim, 0).to(torch.float64).numpy(force=True)
+        self._charger.check_draw()  # a round the parent began, continued in a child
         stream = ChaCha20Random(self._client_rng.random_bytes(32))
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
             rotated = self._rotate(flat)
@@ -589,6 +595,10 @@ class DistributedDiscreteGaussian:
             is charged.
         BudgetExceededError
             If the ledger or filter refuses the round; nothing is encoded or drawn.
+        RuntimeError
+            In a process forked from inside this round (the parent paid for it and
+            draws its noise), or with an in-memory filter in a forked process;
+            nothing is charged or drawn.
         """
         if len(updates) < self._n:
             raise ValueError(

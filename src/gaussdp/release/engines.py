@@ -15,6 +15,7 @@ import csv
 import functools
 import glob
 import gzip
+import itertools
 import logging
 import os
 import re
@@ -146,6 +147,24 @@ def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
 #: in Java also matches before a final newline).
 CSV_NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?\z"
 CSV_INTEGER = r"^[+-]?[0-9]+\z"
+_YEAR = "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999
+_DAY = f"{_YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+#: A date: ``YYYY-MM-DD``, year 0001-9999 (a day the calendar lacks, ``2021-02-29``,
+#: passes the pattern and is NULL by both engines' cast: tested).
+CSV_DATE = f"^{_DAY}\\z"
+#: A timestamp: a date, ``' '`` or ``T``, ``HH:MM[:SS[.f]]`` (1-6 digits of fraction),
+#: then no zone (the wall-clock time as written) or ``Z`` or an offset ``±HH``,
+#: ``±HH:MM``, ``±HHMM``, which is subtracted (UTC). Groups: 1 the time without its
+#: zone, 2 the offset's sign, 3 its hours, 4 its minutes.
+CSV_TIMESTAMP = (
+    f"^({_DAY}[ T](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:[.][0-9]{{1,6}})?)?)"
+    "(?:Z|([+-])([01][0-9]|2[0-3])(?::?([0-5][0-9]))?)?\\z"
+)
+#: A boolean: these spellings in any ASCII case (not ``(?i)``: RE2 folds ``ſ`` to ``s``).
+CSV_TRUE = "^(?:[Tt][Rr][Uu][Ee]|[Tt]|[Yy][Ee][Ss]|[Yy]|1)\\z"
+CSV_FALSE = "^(?:[Ff][Aa][Ll][Ss][Ee]|[Ff]|[Nn][Oo]|[Nn]|0)\\z"
+#: The range of a converted timestamp (Python's): an offset may carry a time past it.
+_FIRST_TIME, _LAST_TIME = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
 #: Longest CSV line DuckDB reads (Spark has no limit): 1 GiB.
 _CSV_MAX_LINE = 2**30
 _MAX_FINITE = 1.7976931348623157e308  # the largest double
@@ -602,8 +621,9 @@ class Engine(ABC):
 
     def declare(self, types: Mapping[str, str]) -> None:
         """Use these column types (names among :data:`DECLARABLE`) instead of inferred ones;
-        :meth:`register` converts the columns with ``TRY_CAST`` (a value that does not
-        convert is NULL: refusing it would depend on one row)."""
+        :meth:`register` converts the columns with ``TRY_CAST``, a text column (a CSV's,
+        a mixed or ``object`` one) only after its type's pattern matched (:data:`_RULED`);
+        a value that does not convert is NULL: refusing it would depend on one row."""
         self._declared = dict(types)
 
     def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
@@ -709,6 +729,80 @@ def _columns_of(rows: Sequence[Sequence[Any]], width: int) -> list[np.ndarray[An
     return [
         np.fromiter((row[j] for row in rows), dtype=object, count=len(rows)) for j in range(width)
     ]
+
+
+#: Declared types a text column is converted to by the one rule (docs/release.md,
+#: "Reading a CSV"): a fixed pattern the text, spaces around it ignored, must match
+#: before the engine's cast; anything else is NULL, identically on both engines.
+_RULED = ("BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "BOOLEAN")
+
+
+def _duckdb_by_rule(duck: Any, column: Any, kind: str, names: Sequence[str]) -> Any:
+    """Text ``column`` as a DuckDB expression of type ``kind`` (among :data:`_RULED`) over
+    a relation of columns ``names``."""
+    const, fn = duck.ConstantExpression, duck.FunctionExpression
+    text = fn("trim", column, const(" "))  # spaces only, as Spark's (not U+00A0)
+
+    def matches(pattern: str) -> Any:
+        return fn("regexp_full_match", text, const(pattern))
+
+    if kind == "BOOLEAN":
+        return duck.CaseExpression(matches(CSV_TRUE), const(True)).when(
+            matches(CSV_FALSE), const(False)
+        )
+    if kind == "TIMESTAMP":
+        # One match a value, its groups bound by lambdas (the expression API repeats a
+        # shared subexpression: five matches a value cost 4x the CPU, measured). A column
+        # of the source hides a lambda parameter of its name: theirs are other names.
+        taken = {c.lower() for c in names}
+        m, v = (
+            next(f"gdp_{x}{i}" for i in itertools.count() if f"gdp_{x}{i}" not in taken)
+            for x in "mv"
+        )
+        offset = f"(CAST('0' || {m}.h AS BIGINT) * 60 + CAST('0' || {m}.m AS BIGINT))"
+        shifted = (
+            f"CASE WHEN {m}.l <> '' THEN TRY_CAST({m}.l AS TIMESTAMP) - "
+            f"to_minutes(CASE WHEN {m}.s = '-' THEN -{offset} ELSE {offset} END) END"
+        )
+        groups = f"regexp_extract({text}, {_sql_text(CSV_TIMESTAMP)}, ['l', 's', 'h', 'm'])"
+        first, last = (f"CAST({_sql_text(t)} AS TIMESTAMP)" for t in (_FIRST_TIME, _LAST_TIME))
+        return duck.SQLExpression(
+            f"list_transform([list_transform([{groups}], lambda {m}: {shifted})[1]], "
+            f"lambda {v}: CASE WHEN {v} BETWEEN {first} AND {last} THEN {v} END)[1]"
+        )
+    pattern = {"BIGINT": CSV_INTEGER, "DOUBLE": CSV_NUMBER, "DATE": CSV_DATE}[kind]
+    value = text.try_cast(duck.sqltype(kind))
+    if kind == "DOUBLE":  # '1e999' reads as inf here, as in Spark: not a number
+        value = duck.CaseExpression(fn("abs", value) <= const(_MAX_FINITE), value)
+    return duck.CaseExpression(matches(pattern), value)
+
+
+def _spark_by_rule(column: Any, kind: str) -> Any:
+    """Text ``column`` as a Spark column of type ``kind`` (among :data:`_RULED`, DuckDB's
+    names): the same rule as :func:`_duckdb_by_rule`. A timestamp is ``timestamp_ntz``,
+    the time as written (or in UTC), never shifted by the session's or Python's zone."""
+    from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
+
+    text = F.trim(column)  # spaces only, as DuckDB's trim(x, ' ')
+    if kind == "BOOLEAN":
+        return F.when(text.rlike(CSV_TRUE), F.lit(True)).when(text.rlike(CSV_FALSE), F.lit(False))
+    if kind == "TIMESTAMP":
+
+        def group(i: int) -> Any:
+            return F.regexp_extract(text, CSV_TIMESTAMP, i)
+
+        hours, minutes = (F.concat(F.lit("0"), group(i)).cast("int") for i in (3, 4))
+        offset = hours * 60 + minutes  # '' (no zone, Z) reads as '0'
+        signed = F.when(group(2) == "-", -offset).otherwise(offset)
+        local = group(1).try_cast("timestamp_ntz")
+        value = F.timestamp_add("MINUTE", -signed, local)
+        first, last = (F.lit(t).cast("timestamp_ntz") for t in (_FIRST_TIME, _LAST_TIME))
+        return F.when(text.rlike(CSV_TIMESTAMP) & value.between(first, last), value)
+    pattern = {"BIGINT": CSV_INTEGER, "DOUBLE": CSV_NUMBER, "DATE": CSV_DATE}[kind]
+    value = text.try_cast(DECLARABLE[kind])
+    if kind == "DOUBLE":
+        value = F.when(F.abs(value) <= F.lit(_MAX_FINITE), value)
+    return F.when(text.rlike(pattern), value)
 
 
 class DuckDBEngine(Engine):
@@ -849,14 +943,8 @@ class DuckDBEngine(Engine):
                 expr = const(None).cast(duck.sqltype(self._absent[user]))
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
-            if kind is not None and text_read and kind in ("BIGINT", "DOUBLE"):
-                text = fn("trim", expr, const(" "))  # spaces only, as Spark's (not U+00A0)
-                pattern = CSV_INTEGER if kind == "BIGINT" else CSV_NUMBER
-                value = text.try_cast(duck.sqltype(kind))
-                if kind == "DOUBLE":  # '1e999' reads as inf here, as in Spark: not a number
-                    finite = fn("abs", value) <= const(_MAX_FINITE)
-                    value = duck.CaseExpression(finite, value)
-                expr = duck.CaseExpression(fn("regexp_full_match", text, const(pattern)), value)
+            if kind is not None and text_read and kind in _RULED:
+                expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
             elif kind is not None:
                 if self.text_columns and kind != "VARCHAR":
                     # DuckDB pushes a cast into its CSV reader, where a value that does not
@@ -1062,12 +1150,8 @@ class SparkEngine(Engine):
             )
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
-            if kind is not None and text_read and kind in ("bigint", "double"):
-                text = F.trim(expr)  # spaces only, as DuckDB's trim(x, ' ')
-                value = text.try_cast(kind)
-                if kind == "double":
-                    value = F.when(F.abs(value) <= F.lit(_MAX_FINITE), value)
-                expr = F.when(text.rlike(CSV_INTEGER if kind == "bigint" else CSV_NUMBER), value)
+            if kind is not None and text_read and kind.upper() in _RULED:
+                expr = _spark_by_rule(expr, kind.upper())
             elif kind is not None:
                 expr = expr.try_cast(kind)
             selected.append(expr.alias(internal))
