@@ -628,7 +628,8 @@ def _columns_of(rows: Sequence[Sequence[Any]], width: int) -> list[np.ndarray[An
 #: with no NULL in the column DuckDB (2.0.1) takes ``isnan(x)`` to be false for every row
 #: and drops the test: NaN units were kept (all of them one unit) and NaN values clamped
 #: and counted. No formulation of the test is safe from that in general; without the
-#: optimizer each row is tested. (Measured: no CPU difference on a 2·10⁶-row grouping.)
+#: optimizer each row is tested. Measured cost: +4.5 % CPU (median of 5 interleaved rounds,
+#: ranges overlapping) for count, sum, mean and median by page on a 2·10⁶-row Parquet file.
 _NO_STATISTICS = "statistics_propagation"
 
 
