@@ -805,6 +805,16 @@ def _spark_by_rule(column: Any, kind: str) -> Any:
     return F.when(text.rlike(pattern), value)
 
 
+#: The DuckDB optimizer gaussdp's queries run without. It decides expressions from a
+#: column's statistics, and a Parquet file's min/max leave NaN out (the format's rule), so
+#: with no NULL in the column DuckDB (2.0.1) takes ``isnan(x)`` to be false for every row
+#: and drops the test: NaN units were kept (all of them one unit) and NaN values clamped
+#: and counted. No formulation of the test is safe from that in general; without the
+#: optimizer each row is tested. Measured cost: +4.5 % CPU (median of 5 interleaved rounds,
+#: ranges overlapping) for count, sum, mean and median by page on a 2·10⁶-row Parquet file.
+_NO_STATISTICS = "statistics_propagation"
+
+
 class DuckDBEngine(Engine):
     """DuckDB (embedded): CSV or Parquet paths, pandas, polars and Arrow frames.
 
@@ -812,7 +822,9 @@ class DuckDBEngine(Engine):
     :func:`default_memory_limit`), ``temp_directory`` (where DuckDB spills;
     default a fresh directory under the system's temporary directory, removed
     on :meth:`close`) and ``threads`` (default: DuckDB's, all cores) configure
-    the connection.
+    the connection. Its queries run with DuckDB's statistics propagation off
+    (:data:`_NO_STATISTICS`: NaN in a Parquet file); a caller's connection has it off
+    only while a gaussdp query runs, then gets its own setting back.
     """
 
     name = "duckdb"
@@ -859,6 +871,7 @@ class DuckDBEngine(Engine):
             "memory_limit": f"{limit}B" if isinstance(limit, int) else limit,
             "temp_directory": str(temp_directory),
             "preserve_insertion_order": False,  # results are keyed, never ordered by input
+            "disabled_optimizers": _NO_STATISTICS,
         }
         if threads is not None:
             config["threads"] = threads
@@ -961,7 +974,7 @@ class DuckDBEngine(Engine):
     def query(
         self, sql: str, *, action: str = "running the release query"
     ) -> list[tuple[Any, ...]]:
-        with self.failures(action), self._watch():
+        with self.failures(action), self._watch(), self._nan_exact():
             return [tuple(row) for row in self._con.execute(sql).fetchall()]
 
     def columns(
@@ -985,7 +998,7 @@ class DuckDBEngine(Engine):
             arrow = False
         else:
             arrow = True
-        with self.failures(action), self._watch():
+        with self.failures(action), self._watch(), self._nan_exact():
             relation = self._con.sql(sql)
             if relation is None:  # pragma: no cover - gaussdp's SQL is always a SELECT
                 return []
@@ -998,6 +1011,27 @@ class DuckDBEngine(Engine):
                 # Values beyond Python's range (DuckDB's 'infinity'::DATE or TIMESTAMP):
                 # Arrow's conversion raises where ``fetchall`` clamps them.
                 return _columns_of(relation.fetchall(), len(relation.columns))
+
+    @contextlib.contextmanager
+    def _nan_exact(self) -> Iterator[None]:
+        """Run a query with DuckDB's statistics propagation off (:data:`_NO_STATISTICS`).
+
+        gaussdp's own connection has it off from the start; a caller's connection gets
+        it off for the query and its setting back afterwards.
+        """
+        if self._owned:
+            yield
+            return
+        ((before,),) = self._con.execute("SELECT current_setting('disabled_optimizers')").fetchall()
+        names = [n.strip() for n in str(before).split(",") if n.strip()]
+        if _NO_STATISTICS in names:
+            yield
+            return
+        self._con.execute(f"SET disabled_optimizers = '{', '.join([*names, _NO_STATISTICS])}'")
+        try:
+            yield
+        finally:
+            self._con.execute(f"SET disabled_optimizers = '{', '.join(names)}'")
 
     @contextlib.contextmanager
     def _watch(self) -> Iterator[None]:

@@ -129,10 +129,6 @@ _MAX_DOUBLE = "CAST(1.7976931348623157e+308 AS DOUBLE)"  # repr(sys.float_info.m
 _HALF = "CAST(5.00000000000000000e-01 AS DOUBLE)"
 
 
-#: The condition that drops NaN privacy units, by the unit column's kind (``unit_nan``).
-NAN_UNIT_FILTERS = {"": "", "float": " AND NOT isnan(pu)", "text": " AND lower(pu) <> 'nan'"}
-
-
 def double(value: float) -> str:
     """A DOUBLE literal both engines parse to exactly ``value`` (17 significant digits).
 
@@ -189,7 +185,17 @@ class Output:
 
 
 def _is_nan(expr: str) -> str:
+    """The one NaN test of gaussdp's SQL (privacy units, values, vectors, quantile trees).
+
+    DuckDB runs it with statistics propagation off (engines.py ``_NO_STATISTICS``): a
+    Parquet file's min/max leave NaN out, and from them DuckDB would take the test to be
+    false for every row.
+    """
     return f"isnan(CAST({expr} AS DOUBLE))"
+
+
+#: The condition that drops NaN privacy units, by the unit column's kind (``unit_nan``).
+NAN_UNIT_FILTERS = {"": "", "float": f" AND NOT {_is_nan('pu')}", "text": " AND lower(pu) <> 'nan'"}
 
 
 def _on_grid(expr: str, gamma: float) -> str:
