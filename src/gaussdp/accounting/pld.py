@@ -611,8 +611,10 @@ def _power(
         del double
     else:
         new_l1 = add_up(coeff_l1, _inverse_own_l1(kept, weights, size, unit))
-        circ, rounding = _to_double(sp_fft.irfft(spectrum, size))
+        inverse = sp_fft.irfft(spectrum, size)
         del spectrum
+        circ, rounding = _to_double(inverse)
+        del inverse
         new_l1 = add_up(new_l1, rounding)
     del kept, rounded, err, weights
     _evict_plans(size, extended)
