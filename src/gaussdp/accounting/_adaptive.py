@@ -17,7 +17,7 @@ its FFTs in extended precision (long double; an allowance about 2¹¹ smaller).
 
 Memory: every operation (one run's build, a k-fold power, a composition) checks,
 before allocating, that the arrays alive at its peak fit :data:`MAX_GRID_POINTS` units
-of :data:`VALUES_PER_POINT` float64 values (320 MB; with the interpreter and its
+of :data:`VALUES_PER_POINT` float64 values (288 MB; with the interpreter and its
 libraries, about 90 MB, and what the allocator keeps, a process stays under 500 MB). A
 k-fold power counts :data:`POWER_ARRAYS` arrays of its window's length and the PMFs the
 PLD being built holds (its one-run PMFs, the directions already powered). A build that
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_GRID_POINTS",
     "MIN_STEP",
     "POWER_ARRAYS",
+    "QUERY_ARRAYS",
     "VALUES_PER_POINT",
     "AdaptivePLD",
     "GridTooLargeError",
@@ -61,14 +62,14 @@ DEFAULT_TOLERANCE = 1e-4
 #: ulps from 1 and its chords carry no information.
 MIN_STEP = 1e-9
 #: The memory bound of the PLD code's arrays, in grid points of :data:`VALUES_PER_POINT`
-#: float64 values each (5·10⁶ × 64 bytes = 320 MB; see :func:`check_grid_points` for long
-#: double). The resident memory exceeds this count by up to about 50 MB (measured: glibc
-#: keeps up to 64 MB of freed heap memory resident, its trim threshold, and pocketfft's
-#: work buffers vary), so a process whose interpreter and libraries take about 90 MB
-#: stays under 500 MB. Measured: the 10⁴-step, q = 0.1, σ = 0.6 subsampled Gaussian at
-#: h = 9e-5 (windows of 5.4 and 2.9 million points) counts 3.7·10⁶ points (224 MB) at
-#: its peak and peaks at 364 MB resident in a fresh process (tests/accounting/test_memory.py).
-MAX_GRID_POINTS = 5_000_000
+#: float64 values each (4.5·10⁶ × 64 bytes = 288 MB; see :func:`check_grid_points` for
+#: long double). A process holds up to about 70 MB more than this count (measured: glibc
+#: keeps up to 64 MB of freed heap memory resident, its trim threshold), so one whose
+#: interpreter and libraries take about 90 MB stays under 500 MB. Measured in fresh
+#: processes (tests/accounting/test_memory.py): the 10⁴-step, q = 0.1, σ = 0.6
+#: subsampled Gaussian at h = 9e-5 (windows of 5.4 and 2.9 million points) and its
+#: 10⁶-step version, coarsened to the bound.
+MAX_GRID_POINTS = 4_500_000
 #: float64 values (8 bytes) per grid point of :data:`MAX_GRID_POINTS`.
 VALUES_PER_POINT = 8
 #: Arrays of its window's length N alive at the peak of a k-fold power besides the PMFs
@@ -76,6 +77,10 @@ VALUES_PER_POINT = 8
 #: input, output and work buffer and pocketfft's plan; then the spectrum (raised in
 #: place), the inverse's output, work buffer and plan (docs/accounting.md, "Memory").
 POWER_ARRAYS = 4
+#: Arrays of the largest PMF's length that an ε(δ) query of a self-composed PLD adds
+#: to its PMFs: the suffix sums over its top (measured: 2.1 at 10⁶ steps of q = 0.1,
+#: σ = 0.6, whose search covers the top 40 % of the grid; δ(ε) is summed by blocks).
+QUERY_ARRAYS = 3
 #: The same for a composition of two PLDs of output length N, counting the other
 #: directions' inputs and outputs: both spectra, their moduli and error terms, the
 #: product and its inverse transform (6 at the peak), the inputs of all four directions

@@ -81,6 +81,7 @@ from gaussdp._validation import (
 from gaussdp.accounting._adaptive import (
     COMPOSE_ARRAYS,
     POWER_ARRAYS,
+    QUERY_ARRAYS,
     check_grid_points,
     points_of_values,
 )
@@ -381,8 +382,15 @@ class _LossPMF:
             i -= 1
         while i < n and (self.start + i) * self.h <= epsilon:
             i += 1
-        z = np.arange(self.start + i, self.start + n, dtype=np.float64) * self.h
-        return float(np.sum(self.probs[i:] * -np.expm1(epsilon - z)))
+        # By blocks of _CHUNK points (a few MB of temporaries whatever the grid's length;
+        # the whole tail at once took three arrays of its length at the query's peak),
+        # the block sums added exactly and rounded once (math.fsum).
+        parts = []
+        for lo in range(i, n, _CHUNK):
+            hi = min(lo + _CHUNK, n)
+            z = np.arange(self.start + lo, self.start + hi, dtype=np.float64) * self.h
+            parts.append(float(np.sum(self.probs[lo:hi] * -np.expm1(epsilon - z))))
+        return math.fsum(parts)
 
     # -- composition ------------------------------------------------------------------
     def compose(self, other: _LossPMF, tail_mass: float, extended: bool = False) -> _LossPMF:
@@ -2214,6 +2222,12 @@ class PrivacyLossDistribution:
         ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext, held)
         held += 0 if self.symmetric else ua.probs.size
         la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext, held)
+        held += 0 if self.symmetric else la.probs.size
+        # Its queries then hold the ε(δ) search's suffix sums over the top of a PMF
+        # (QUERY_ARRAYS arrays of the largest): a PLD whose queries would not fit is
+        # refused here, before any query (and coarsened by the automatic policy).
+        largest = max(ur.probs.size, lr.probs.size, ua.probs.size, la.probs.size)
+        check_grid_points(points_of_values(held + QUERY_ARRAYS * largest))
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
 
     def _values(self) -> int:
