@@ -2198,7 +2198,10 @@ class PrivacyLossDistribution:
     ) -> PrivacyLossDistribution:
         """The PLD of ``count`` independent runs of this mechanism (Fourier powering).
 
-        ``extended_precision``: as in :meth:`compose`.
+        ``extended_precision``: as in :meth:`compose`. Raises
+        :class:`~gaussdp.accounting._adaptive.GridTooLargeError` (a ``ValueError``) where
+        the powers, or the queries of the result, would not fit the memory bound
+        (docs/accounting.md, "Memory"); use a coarser ``value_discretization``.
 
         Examples
         --------
