@@ -1,7 +1,8 @@
 """Accounting benchmark: gaussdp's PLD accountant against dp_accounting, in one run.
 
 Every measurement runs in a fresh child process, which reports its CPU time
-(``time.process_time``, not wall time: the machine may be shared) and its peak RSS;
+(``time.process_time``, not wall time: the machine may be shared) and its peak RSS
+(``VmHWM``);
 rounds are interleaved (round 1 of every case and method, then round 2, ...) and the
 table shows the median CPU time with its range, and gaussdp's CPU time over
 dp_accounting's, round by round (median and range; "loses" where gaussdp is slower).
@@ -145,8 +146,22 @@ def _child(spec: dict[str, Any]) -> None:
     start = time.process_time()
     out = _gaussdp(spec) if ours else _dp_accounting(spec)
     out["cpu"] = time.process_time() - start
-    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["rss_mb"] = _peak_rss_mb()
     print(json.dumps(out))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (``VmHWM``; ``ru_maxrss`` of a subprocess
+    child on Linux can carry its parent's peak), in MB; ``ru_maxrss`` where there is no
+    /proc."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # -- the parent --------------------------------------------------------------------------

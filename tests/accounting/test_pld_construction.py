@@ -76,16 +76,16 @@ def test_clipped_hull_equals_the_hull_of_its_points(seed: int) -> None:
 
 def test_a_discrete_grid_is_counted_as_a_continuous_one() -> None:
     # _from_points builds with _from_bins as _from_continuous does: the memory bound
-    # counts the same _BUILD_COST per grid point for both (an ApproxDP step on h = 1e-6
-    # spans 2·10⁶ points: over the bound, like a continuous grid of that length).
+    # counts the same _BUILD_COST per grid point for both (an ApproxDP step on h = 5e-7
+    # spans 4·10⁶ points: over the bound, like a continuous grid of that length).
     from gaussdp.accounting._adaptive import MAX_GRID_POINTS, GridTooLargeError
 
-    points = int(2.0 / 1e-6) + 1
+    points = int(2.0 / 5e-7) + 1
     assert points < MAX_GRID_POINTS < pld_module._BUILD_COST * points
     with pytest.raises(GridTooLargeError):
-        PrivacyLossDistribution.from_approx_dp(1.0, 1e-6, value_discretization=1e-6)
+        PrivacyLossDistribution.from_approx_dp(1.0, 1e-6, value_discretization=5e-7)
     with pytest.raises(GridTooLargeError):
-        PrivacyLossDistribution.from_laplace(1.0, value_discretization=1e-6)
+        PrivacyLossDistribution.from_laplace(1.0, value_discretization=5e-7)
 
 
 def test_an_accountant_is_freed_without_the_cyclic_collector() -> None:

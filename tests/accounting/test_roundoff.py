@@ -148,7 +148,10 @@ def test_only_surviving_coefficients_are_raised_and_each_bound_holds(extended: b
     phi = sp_fft.rfft(x.astype(np.longdouble) if extended else x)
     unit = U_EXTENDED if extended else U
     e = fft_gamma(n, unit) * float(np.sum(x))
-    powered, err = _powered(phi, k, e, extended)
+    live, _, err_live = _powered(phi, k, e, extended)
+    powered = phi  # raised in place; the others are 0 within 1e-290
+    err = np.full(powered.size, 1e-290)
+    err[live] = err_live
     exact = _exact_dft(x)
     dead = 0
     for j, (c, bound) in enumerate(zip(powered, err, strict=True)):
@@ -156,6 +159,28 @@ def test_only_surviving_coefficients_are_raised_and_each_bound_holds(extended: b
         assert abs(got - exact[j] ** k) <= bound, j
         dead += int(c == 0)
     assert 0 < dead < len(powered)
+
+
+@pytest.mark.parametrize("n", [1000, 1001])
+def test_raised_coefficients_bound_covers_the_whole_spectrum(n: int) -> None:
+    # Lemma 4 over the raised coefficients only (_powered keeps their bounds, not N/2):
+    # at least the whole spectrum's √(Σ w_j E_j²) with every other E_j = 1e-290, in 50
+    # digits (where float64 squares of 1e-290 underflow to 0), with or without survivors.
+    from gaussdp.accounting.pld import _coefficients_l1, _live_weights
+
+    half = n // 2 + 1
+    weights = full_weights(n, half)
+    for live, err in (
+        (np.array([0, 3, half - 1]), np.array([1e-13, 2e-14, 1e-300])),
+        (np.array([], dtype=np.intp), np.array([])),
+    ):
+        assert np.array_equal(_live_weights(n, half, live), weights[live])
+        full = np.full(half, 1e-290)
+        full[live] = err
+        with mp.workdps(50):
+            terms = zip(weights, full, strict=True)
+            exact = mp.sqrt(mp.fsum(mp.mpf(w) * mp.mpf(e) ** 2 for w, e in terms))
+            assert mp.mpf(_coefficients_l1(err, _live_weights(n, half, live), n)) >= exact
 
 
 @pytest.mark.parametrize("n", [7, 100, 29305, 94848, 115200, 945035])
@@ -386,16 +411,18 @@ def test_centred_survivors_each_coefficient_within_its_bound() -> None:
     p /= p.sum()
     phi = sp_fft.rfft(p, size)
     gamma = fft_gamma(size)
-    powered, err = _powered(phi, k, gamma * float(p.sum()), False)
+    live, modulus, err = _powered(phi, k, gamma * float(p.sum()), False)
     before = err.copy()
-    _centre_survivors(p, size, k, phi, powered, err, gamma)
+    _centre_survivors(p, size, k, live, modulus, phi, err, gamma)
     changed = np.nonzero(err < before)[0]
     assert changed.size > 5
     ps = [mp.mpf(float(v)) for v in p]
+    bound = np.full(phi.size, 1e-290)  # the coefficients set to 0
+    bound[live] = err
     for j in range(0, 150, 3):
         exact = mp.fsum(ps[a] * mp.expjpi(mp.mpf(-2 * ((a * j) % size)) / size) for a in range(n))
-        got = mp.mpc(complex(powered[j]))
-        assert abs(got - exact**k) <= err[j], j
+        got = mp.mpc(complex(phi[j]))
+        assert abs(got - exact**k) <= bound[j], j
     assert err[0] < before[0] / 1000
 
 
@@ -412,17 +439,18 @@ def test_centred_survivors_also_tighten_a_long_double_power() -> None:
     p /= p.sum()
     phi = sp_fft.rfft(p.astype(np.longdouble), size)
     gamma = fft_gamma(size, U_EXTENDED)
-    powered, err = _powered(phi, k, gamma * float(p.sum()), True)
+    live, modulus, err = _powered(phi, k, gamma * float(p.sum()), True)
     before = err.copy()
-    _centre_survivors(p, size, k, phi, powered, err, gamma)
+    _centre_survivors(p, size, k, live, modulus, phi, err, gamma)
     changed = np.nonzero(err < before)[0]
     if U_EXTENDED < U:  # x87 long double: the centred sums win at j = 0, 1, 2
         assert changed.size >= 2
         assert err[0] < before[0] / 10
     ps = [mp.mpf(float(v)) for v in p]
+    assert live[:12].tolist() == list(range(12))
     for j in range(0, 12):
         exact = mp.fsum(ps[a] * mp.expjpi(mp.mpf(-2 * ((a * j) % size)) / size) for a in range(n))
-        got = mp.mpc(complex(powered[j]))
+        got = mp.mpc(complex(phi[j]))
         assert abs(got - exact**k) <= err[j], j
 
 
@@ -439,11 +467,11 @@ def test_centred_survivors_memory_is_bounded() -> None:
     p /= p.sum()
     phi = sp_fft.rfft(p, size)
     gamma = fft_gamma(size)
-    powered, err = _powered(phi, k, gamma * float(p.sum()), False)
+    live, modulus, err = _powered(phi, k, gamma * float(p.sum()), False)
     before = err.copy()
     tracemalloc.start()
     try:
-        _centre_survivors(p, size, k, phi, powered, err, gamma)
+        _centre_survivors(p, size, k, live, modulus, phi, err, gamma)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -121,14 +121,17 @@ def test_a_coarsened_grid_sizes_the_truncation_to_the_tolerance() -> None:
     # first step at 1.4e-5, which aims at about 1e-9 with truncations of 1e-15; the grid
     # does not fit and is coarsened some 40-fold. Sized to that aim, the truncation
     # widened the windows, coarsened the grid further (6.1e-4) and τ was refused, though
-    # the grid with τ's truncation (1e-12, coarsened to 5.6e-4) meets it.
+    # the grid with τ's truncation (1e-12, coarsened to 5.6e-4) meets it. (With the
+    # memory bound of 5·10⁶ points the grid is coarsened to 2.25e-4, whose aim asks for
+    # 1e-13: larger than the first step's, at most τ's.)
     event = Subsampled(Gaussian(2.0), 0.5)
     acc = PLDAccountant(tolerance=2.35e-6).compose(event, 10**5)
     h, aim = acc._first_step()
     assert aim < 1e-8
     b = acc.epsilon(1e-5)
     assert acc.value_discretization > 10 * h
-    assert acc._tail_at(acc.value_discretization) == tail_mass_for(1e-5, 2.35e-6, 1)
+    tail = acc._tail_at(acc.value_discretization)
+    assert tail_mass_for(1e-5, aim, 1) < tail <= tail_mass_for(1e-5, 2.35e-6, 1)
     assert b.method == "pld"
     assert b.upper - b.lower <= 2.35e-6 * b.upper
     # A second method: the brackets at the default τ (another grid) and the RDP bound.
@@ -520,3 +523,24 @@ def test_a_laplace_run_upper_bound_is_tight_at_its_atom(e0: float) -> None:
         assert b.upper - b.lower <= 1e-4 * b.upper
     for count in (2, 10):
         assert PLDAccountant().compose(Laplace(1 / e0), count).epsilon(1e-6).upper < count * e0
+
+
+def test_a_long_double_grid_that_does_not_fit_is_built_at_a_coarser_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The DP-SGD reference at δ = 1e-12: the float64 grid's round-off allowance takes
+    # more than its share of τ, so the grid is rebuilt in long double. With a memory
+    # bound that fits the float64 grid (about 1.2e5 points) but not the same grid in long
+    # double (twice that), the long double grid is built at a coarser step that fits,
+    # and the bracket is the intersection of both. Independent answer: prv_accountant's
+    # 4.17462 (its own bounds [4.17253, 4.17671]); at the full bound the bracket is
+    # [4.1734907, 4.1756415].
+    monkeypatch.setattr(_adaptive, "MAX_GRID_POINTS", 200_000)
+    acc = PLDAccountant().compose(REFERENCE, 14063)
+    first = acc.value_discretization
+    b = acc.epsilon(1e-12)
+    assert b.method == "pld"
+    assert acc._adaptive is not None
+    assert acc._adaptive._extended
+    assert acc.value_discretization > first
+    assert b.lower <= 4.17462 <= b.upper < 4.1760

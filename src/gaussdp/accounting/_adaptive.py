@@ -15,12 +15,15 @@ Precision: where the FFT round-off allowance (proven in float64, docs/accounting
 would move the upper bound by more than half the tolerance, the next grid is built with
 its FFTs in extended precision (long double; an allowance about 2¹¹ smaller).
 
-Memory: every grid (one run's PMF, each FFT window, each composition) is at most
-:data:`MAX_GRID_POINTS` points (about 200 MB at the peak of a k-fold power). A build
-that would need more raises :class:`GridTooLargeError` before allocating; the automatic
-policy then coarsens h to fit (the result is still certified, only looser, and its
-``note`` says so), and an explicit ``value_discretization`` that cannot fit is refused
-with the step that would.
+Memory: every operation (one run's build, a k-fold power, a composition) checks,
+before allocating, that the arrays alive at its peak fit :data:`MAX_GRID_POINTS` units
+of :data:`VALUES_PER_POINT` float64 values (288 MB; with the interpreter and its
+libraries, about 90 MB, and what the allocator keeps, a process stays under 500 MB). A
+k-fold power counts :data:`POWER_ARRAYS` arrays of its window's length and the PMFs the
+PLD being built holds (its one-run PMFs, the directions already powered). A build that
+would need more raises :class:`GridTooLargeError`; the automatic policy then coarsens h
+to fit (the result is still certified, only looser, and its ``note`` says so), and an
+explicit ``value_discretization`` that cannot fit is refused with the step that would.
 """
 
 from __future__ import annotations
@@ -36,15 +39,20 @@ from gaussdp.accounting.bounds import DeltaBounds, EpsilonBounds
 from gaussdp.errors import invalid
 
 __all__ = [
+    "COMPOSE_ARRAYS",
     "DEFAULT_TOLERANCE",
     "EXTENDED_COST",
     "MAX_GRID_POINTS",
     "MIN_STEP",
+    "POWER_ARRAYS",
+    "QUERY_ARRAYS",
+    "VALUES_PER_POINT",
     "AdaptivePLD",
     "GridTooLargeError",
     "MemoryBoundError",
     "check_grid_points",
     "check_tolerance",
+    "points_of_values",
     "tail_mass_for",
 ]
 
@@ -53,9 +61,31 @@ DEFAULT_TOLERANCE = 1e-4
 #: Smallest grid step a refinement builds: below it the grid's points e^{±h} are a few
 #: ulps from 1 and its chords carry no information.
 MIN_STEP = 1e-9
-#: Largest number of points of any grid the PLD code allocates (float64 points; see
-#: :func:`check_grid_points` for long double).
-MAX_GRID_POINTS = 3_000_000
+#: The memory bound of the PLD code's arrays, in grid points of :data:`VALUES_PER_POINT`
+#: float64 values each (4.5·10⁶ × 64 bytes = 288 MB; see :func:`check_grid_points` for
+#: long double). A process holds up to about 70 MB more than this count (measured: glibc
+#: keeps up to 64 MB of freed heap memory resident, its trim threshold), so one whose
+#: interpreter and libraries take about 90 MB stays under 500 MB. Measured in fresh
+#: processes (tests/accounting/test_memory.py): the 10⁴-step, q = 0.1, σ = 0.6
+#: subsampled Gaussian at h = 9e-5 (windows of 5.4 and 2.9 million points) and its
+#: 10⁶-step version, coarsened to the bound.
+MAX_GRID_POINTS = 4_500_000
+#: float64 values (8 bytes) per grid point of :data:`MAX_GRID_POINTS`.
+VALUES_PER_POINT = 8
+#: Arrays of its window's length N alive at the peak of a k-fold power besides the PMFs
+#: it holds (float64; twice that in long double): the forward transform's zero-padded
+#: input, output and work buffer and pocketfft's plan; then the spectrum (raised in
+#: place), the inverse's output, work buffer and plan (docs/accounting.md, "Memory").
+POWER_ARRAYS = 4
+#: Arrays of the largest PMF's length that an ε(δ) query of a self-composed PLD adds
+#: to its PMFs: the suffix sums over its top (measured: 2.1 at 10⁶ steps of q = 0.1,
+#: σ = 0.6, whose search covers the top 40 % of the grid; δ(ε) is summed by blocks).
+QUERY_ARRAYS = 3
+#: The same for a composition of two PLDs of output length N, counting the other
+#: directions' inputs and outputs: both spectra, their moduli and error terms, the
+#: product and its inverse transform (6 at the peak), the inputs of all four directions
+#: (about 4) and the three outputs already made.
+COMPOSE_ARRAYS = 13
 #: Memory of a long double (extended precision) grid point, in float64 points.
 EXTENDED_COST = np.dtype(np.longdouble).itemsize / np.dtype(np.float64).itemsize
 # Largest number of rebuilds with a finer grid per query, and the largest grid a
@@ -117,6 +147,11 @@ def check_grid_points(points: int, extended: bool = False) -> None:
     cost = math.ceil(points * EXTENDED_COST) if extended else points
     if cost > MAX_GRID_POINTS:
         raise GridTooLargeError(cost)
+
+
+def points_of_values(values: int) -> int:
+    """The grid points of :data:`MAX_GRID_POINTS` that ``values`` float64 values take."""
+    return -(-values // VALUES_PER_POINT)
 
 
 def check_tolerance(value: object) -> float:
@@ -352,18 +387,31 @@ class AdaptivePLD:
         """The current grid rebuilt with its FFTs in extended precision, or None where
         that does not fit the memory bound (long double counts double, see
         :func:`check_grid_points`): the float64 grid's bounds are certified and stand,
-        and later builds stay in float64. Not coarsened: a coarser grid in extended
-        precision would trade discretisation for round-off, and the bracket is already
-        the intersection of certified ones."""
+        and later builds stay in float64. Where it does not fit and the step is not the
+        user's, a coarser step that fits is tried: it trades discretisation (O(h²)) for
+        round-off, which here takes more than its share of the tolerance, and the
+        bracket is the intersection of both grids' certified ones (10⁵ runs of
+        Subsampled(Gaussian(0.6), 1e-5): the float64 grid at h = 6.2e-7 carries an
+        allowance of 6.4e-9 against δ = 1e-5; the long double one at the coarser step
+        that fits, under 1e-10)."""
         self._pld = None  # rebuilt (in float64) by the next query if this does not fit
-        try:
-            built = self._build(self._h, True)
-        except GridTooLargeError:
-            self._extended = False
-            self._no_extended = True
-            return None
-        self._pld = built
-        return built
+        h = self._h
+        for _ in range(2):
+            try:
+                built = self._build(h, True)
+            except GridTooLargeError as exc:
+                h = self._snap(h * exc.points / MAX_GRID_POINTS * 1.25)
+                if self._fixed or h > 1.0:
+                    break
+                continue
+            if h != self._h:
+                self._h = h
+                self._coarsened = True
+            self._pld = built
+            return built
+        self._extended = False
+        self._no_extended = True
+        return None
 
     def _refinement(
         self, lower: float, upper: float, gap_factor: float, spent: float

@@ -78,7 +78,13 @@ from gaussdp._validation import (
     check_int,
     check_positive,
 )
-from gaussdp.accounting._adaptive import check_grid_points
+from gaussdp.accounting._adaptive import (
+    COMPOSE_ARRAYS,
+    POWER_ARRAYS,
+    QUERY_ARRAYS,
+    check_grid_points,
+    points_of_values,
+)
 from gaussdp.accounting._roundoff import (
     EXTENDED_PROVEN,
     U_EXTENDED,
@@ -376,8 +382,15 @@ class _LossPMF:
             i -= 1
         while i < n and (self.start + i) * self.h <= epsilon:
             i += 1
-        z = np.arange(self.start + i, self.start + n, dtype=np.float64) * self.h
-        return float(np.sum(self.probs[i:] * -np.expm1(epsilon - z)))
+        # By blocks of _CHUNK points (a few MB of temporaries whatever the grid's length;
+        # the whole tail at once took three arrays of its length at the query's peak),
+        # the block sums added exactly and rounded once (math.fsum).
+        parts = []
+        for lo in range(i, n, _CHUNK):
+            hi = min(lo + _CHUNK, n)
+            z = np.arange(self.start + lo, self.start + hi, dtype=np.float64) * self.h
+            parts.append(float(np.sum(self.probs[lo:hi] * -np.expm1(epsilon - z))))
+        return math.fsum(parts)
 
     # -- composition ------------------------------------------------------------------
     def compose(self, other: _LossPMF, tail_mass: float, extended: bool = False) -> _LossPMF:
@@ -386,7 +399,7 @@ class _LossPMF:
         _heap_for_temporaries()
         n = self.probs.size + other.probs.size - 1
         size = sp_fft.next_fast_len(n, real=True)
-        check_grid_points(size, extended)
+        check_grid_points(points_of_values(COMPOSE_ARRAYS * size), extended)
         dtype, unit = _precision(extended)
         fa = sp_fft.rfft(self.probs.astype(dtype, copy=False), size)
         fb = sp_fft.rfft(other.probs.astype(dtype, copy=False), size)
@@ -463,17 +476,23 @@ class _LossPMF:
             self.fft_l1,
         )
 
-    def self_compose(self, count: int, tail_mass: float, extended: bool = False) -> _LossPMF:
+    def self_compose(
+        self, count: int, tail_mass: float, extended: bool = False, held: int = 0
+    ) -> _LossPMF:
+        """The ``count``-fold power; ``held``: the float64 values of the other arrays the
+        caller holds meanwhile (counted in the memory check)."""
         if count == 1:
             return self
         # One Fourier stage whatever k: the round-off of φ^k grows like k·u (Lemmas 2, 3),
         # but so does that of staged powers (Lemma 5 multiplies the first stage's error by
         # the number of stages, and more coefficients survive a smaller power), and one
         # stage is cheaper (measured: 39,063 runs, 1.41e-9 against 1.81e-9 in two stages).
-        return _power(self, count, tail_mass, extended)
+        return _power(self, count, tail_mass, extended, held)
 
 
-def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False) -> _LossPMF:
+def _power(
+    base: _LossPMF, count: int, tail_mass: float, extended: bool = False, held: int = 0
+) -> _LossPMF:
     """``count``-fold self-convolution of ``base``.
 
     Computed on a circular window of length N by raising the DFT to the power
@@ -485,6 +504,10 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     with M(λ) = Σ p_z e^{λz} computed exactly on the PMFs. Mass above the window wraps
     to lower losses: its bound is added to δ on the upper side. Mass below wraps to
     higher losses (pessimistic): its bound is subtracted from δ on the lower side.
+
+    Memory: :data:`~gaussdp.accounting._adaptive.POWER_ARRAYS` arrays of the window's
+    length at the peak, plus the ``held`` float64 values of the caller (checked before
+    allocating).
     """
     _heap_for_temporaries()
     h = base.h
@@ -541,7 +564,7 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     i_lo = math.floor(a_lo / h) - 1
     i_hi = math.ceil(a_hi / h) + 1
     size = _low_roundoff_len(max(i_hi - i_lo + 1, p.size))
-    check_grid_points(size, extended)
+    check_grid_points(points_of_values(POWER_ARRAYS * size + held), extended)
     i_hi = i_lo + size - 1
     # The wrapped mass: what lies above i_hi and below i_lo (Chernoff, exact MGF).
     a_top = (i_hi + 1) * h
@@ -563,34 +586,49 @@ def _power(base: _LossPMF, count: int, tail_mass: float, extended: bool = False)
     # with that unit; the outputs' rounding to float64 adds u·Σ|out| (Lemma 6).
     dtype, unit = _precision(extended)
     gamma = fft_gamma(size, unit)
-    phi = sp_fft.rfft(p.astype(dtype, copy=False), size)
-    powered, err = _powered(phi, count, gamma * m, extended)
+    # Memory: the transform is raised in place and only its surviving coefficients
+    # (tens to thousands of the N/2) carry bounds; the spectrum is dropped once the
+    # inverse transform has read it, and the window is rotated in place, so that at
+    # most one N-point array besides the transforms' own buffers is alive
+    # (:data:`~gaussdp.accounting._adaptive.POWER_ARRAYS`).
+    spectrum = sp_fft.rfft(p.astype(dtype, copy=False), size)
+    live, modulus, err = _powered(spectrum, count, gamma * m, extended)
     # The centred sums (float64, Lemmas 8–9) recompute the largest survivors from p
     # itself; each coefficient keeps the smaller of the two proven bounds, also after a
     # long double transform (whose Lemma 3 bound, k·γ′(N)·‖p‖₁, is larger than the
     # centred one at the few lowest j: DP-SGD reference, 1.83e-13 → 1.39e-13).
-    _centre_survivors(p, size, count, phi, powered, err, gamma)
-    weights = full_weights(size, powered.size)
-    coeff_l1 = coefficient_error_l1(err, weights)
-    rounded = powered.astype(np.complex128) if extended else powered
+    _centre_survivors(p, size, count, live, modulus, spectrum, err, gamma)
+    weights = _live_weights(size, spectrum.size, live)
+    coeff_l1 = _coefficients_l1(err, weights, size)
+    kept = spectrum[live]
     # Extended: the long double inverse transform is about as slow as the forward one,
     # and after a large power only a few coefficients are not negligible. So the powers
     # are rounded to complex128 (each part to u relative: a coefficient moves by at most
     # u|ψ̃_j| ≤ 1.01u|fl(ψ̃_j)|, Lemma 6) and transformed back in float64, whose own error
     # γ(N)·Σ|ψ̃_j| (Lemma 4) is then used if it is at most a tenth of the coefficients'.
+    # (The coefficients set to 0 are exact zeros in both precisions.)
+    rounded = kept.astype(np.complex128, copy=False)
     own_double = _inverse_own_l1(rounded, weights, size) if extended else math.inf
     if own_double <= 0.1 * coeff_l1:
         err = err + 1.01 * _U * _modulus_up(rounded, _U)
-        new_l1 = coefficient_error_l1(err, weights) + own_double
-        circ = sp_fft.irfft(rounded, size)
+        new_l1 = add_up(_coefficients_l1(err, weights, size), own_double)
+        del spectrum  # the long double spectrum: 2 N-point float64 arrays
+        double = np.zeros(size // 2 + 1, dtype=np.complex128)
+        double[live] = rounded
+        circ = sp_fft.irfft(double, size)
+        del double
     else:
-        new_l1 = coeff_l1 + _inverse_own_l1(powered, weights, size, unit)
-        circ, rounding = _to_double(sp_fft.irfft(powered, size))
-        new_l1 += rounding
-    del rounded, err, weights
+        new_l1 = add_up(coeff_l1, _inverse_own_l1(kept, weights, size, unit))
+        inverse = sp_fft.irfft(spectrum, size)
+        del spectrum
+        circ, rounding = _to_double(inverse)
+        del inverse
+        new_l1 = add_up(new_l1, rounding)
+    del kept, rounded, err, weights
     _evict_plans(size, extended)
     shift = i_lo - start  # relative index of the window's first point
-    out = _clean(np.roll(circ, -(shift % size)), base.upper)
+    out = _clean(_rotate_left(circ, shift % size), base.upper)
+    del circ
     # Mass at +∞ and allowances, for (sub/super-)probability measures.
     total = m + base.inf_mass
     m_k = _power_up(m, count)
@@ -725,14 +763,18 @@ def _inverse_own_l1(
 
 def _powered(
     phi: npt.NDArray[np.complexfloating], count: int, e: float, extended: bool
-) -> tuple[npt.NDArray[np.complexfloating], FloatArray]:
-    """φ̃^k and the bound on |ψ̃_j − φ_j^k| (Lemmas 2, 3) given |φ̃_j − φ_j| ≤ e.
+) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray]:
+    """Raise φ̃ to the power k in place, with the bounds on |ψ̃_j − φ_j^k| (Lemmas 2, 3)
+    given |φ̃_j − φ_j| ≤ e. Returns the raised coefficients' indices (ascending), their
+    moduli |φ̃_j| before raising, and their bounds; every other coefficient is set to 0.
 
     Only the coefficients whose power can exceed e^{−680} are raised: for the others
     |φ̃_j|(1 + 4u) + e ≤ c = fl(e^{−680/k})·(1 − 10⁻¹²) (|φ̃_j| computed to 2u, and to u
     more when rounded from long double; exp to 2u, so c ≤ e^{−680/k}), hence
-    |φ_j^k| ≤ (|φ̃_j| + e)^k ≤ e^{−680} < 10⁻²⁹⁰ and ψ̃_j = 0 errs by less than 10⁻²⁹⁰.
-    (After k ≳ 10³ runs only tens to hundreds of the N/2 coefficients survive.)
+    |φ_j^k| ≤ (|φ̃_j| + e)^k ≤ e^{−680} < 10⁻²⁹⁰ and ψ̃_j = 0 errs by less than
+    :data:`_DEAD_ERR` = 10⁻²⁹⁰ (:func:`_coefficients_l1` counts it). (After k ≳ 10³ runs
+    only tens to hundreds of the N/2 coefficients survive: their bounds are kept, not
+    an N/2-point array.)
 
     Extended: ``phi`` is long double; the coefficients whose power survives
     (k·ln|φ̃| > −150) are raised in long double, the others in float64 from φ̃ rounded
@@ -741,28 +783,71 @@ def _powered(
     """
     modulus = np.abs(phi).astype(np.float64, copy=False)
     alive = modulus * (1.0 + 4.0 * _U) + e > math.exp(-680.0 / count) * (1.0 - 1e-12)
-    powered = np.zeros_like(phi)
-    err = np.full(modulus.shape, 1e-290)
+    live = np.flatnonzero(alive)
+    mod_live = modulus[live]
+    del modulus, alive
+    values = phi[live]
+    err = np.empty(live.size)
     if not extended:
-        live = np.nonzero(alive)[0]
         if live.size:
-            kept, mod_k, rho_k = power(phi[live], count)
-            powered[live] = kept
-            err[live] = power_error(mod_k, rho_k, e, count)
-        return powered, err
-    with np.errstate(divide="ignore"):
-        survives = count * np.log(modulus) > -150.0
-    live = np.nonzero(alive & ~survives)[0]
-    if live.size:
-        kept_d, mod_d, rho_d = power(phi[live].astype(np.complex128), count)
-        powered[live] = kept_d
-        err[live] = power_error(mod_d, rho_d, e + 1.01 * _U * mod_d * (1.0 + 2.01 * _U), count)
-    keep = np.nonzero(survives)[0]
-    if keep.size:
-        kept, mod_k, rho_k = power(phi[keep], count, U_EXTENDED)
-        powered[keep] = kept
-        err[keep] = power_error(mod_k, rho_k, e, count, U_EXTENDED)
-    return powered, err
+            values, mod_k, rho_k = power(values, count)
+            err = power_error(mod_k, rho_k, e, count)
+    else:
+        with np.errstate(divide="ignore"):
+            survives = count * np.log(mod_live) > -150.0
+        low = np.flatnonzero(~survives)
+        if low.size:
+            kept_d, mod_d, rho_d = power(values[low].astype(np.complex128), count)
+            values[low] = kept_d
+            err[low] = power_error(mod_d, rho_d, e + 1.01 * _U * mod_d * (1.0 + 2.01 * _U), count)
+        keep = np.flatnonzero(survives)
+        if keep.size:
+            kept, mod_k, rho_k = power(values[keep], count, U_EXTENDED)
+            values[keep] = kept
+            err[keep] = power_error(mod_k, rho_k, e, count, U_EXTENDED)
+    phi.fill(0)
+    phi[live] = values
+    return live, mod_live, err
+
+
+# Bound on the error of each coefficient that :func:`_powered` sets to 0.
+_DEAD_ERR = 1e-290
+
+
+def _live_weights(n: int, half: int, live: npt.NDArray[np.intp]) -> FloatArray:
+    """The multiplicities (:func:`~gaussdp.accounting._roundoff.full_weights`) of the
+    raised coefficients ``live`` of a length-``n`` real transform (``half`` = n//2 + 1)."""
+    weights = np.full(live.size, 2.0)
+    weights[live == 0] = 1.0
+    if n % 2 == 0:
+        weights[live == half - 1] = 1.0
+    return weights
+
+
+def _coefficients_l1(err: FloatArray, weights: FloatArray, n: int) -> float:
+    """Lemma 4, first part, over the whole spectrum of a length-``n`` power: the raised
+    coefficients' bounds ``err`` (multiplicities ``weights``) and the others, each
+    within :data:`_DEAD_ERR`, whose multiplicities sum to at most n + 2.
+    √(a + b) ≤ √a + √b: the zeros add at most 10⁻²⁹⁰·√(n + 2) (rounded up)."""
+    return add_up(coefficient_error_l1(err, weights), _DEAD_ERR * math.sqrt(n + 2.0) * 1.01)
+
+
+def _rotate_left(values: FloatArray, shift: int) -> FloatArray:
+    """``np.roll(values, -shift)``, in place (0 ≤ shift < n), with a temporary of at
+    most n/2 points: numpy copies overlapping one-dimensional slices of the same
+    direction without a temporary (memmove)."""
+    n = values.size
+    if shift == 0:
+        return values
+    if 2 * shift <= n:
+        head = values[:shift].copy()
+        values[: n - shift] = values[shift:]
+        values[n - shift :] = head
+    else:
+        tail = values[shift:].copy()
+        values[n - shift :] = values[:shift]
+        values[: n - shift] = tail
+    return values
 
 
 # The most array elements (about (core width + n/16) × coefficients) that the centred
@@ -774,7 +859,8 @@ def _centre_survivors(
     p: FloatArray,
     size: int,
     count: int,
-    phi: npt.NDArray[np.complexfloating],
+    live: npt.NDArray[np.intp],
+    modulus: FloatArray,
     powered: npt.NDArray[np.complexfloating],
     err: FloatArray,
     gamma: float,
@@ -798,14 +884,14 @@ def _centre_survivors(
     e = gamma * m
     if n == 0 or m <= 0.0:
         return
-    # Candidates: the raised coefficients (err < 1e-290 marks the others) whose Lemma 3
-    # bound, about k·e·(|φ̃| + e)^k, is not already below 10⁻³u.
-    alive = np.nonzero(err > 1e-290)[0]
+    # Candidates: the raised coefficients (``live``, from :func:`_powered`, with their
+    # moduli |φ̃_j| before raising and their bounds ``err``) whose Lemma 3 bound, about
+    # k·e·(|φ̃| + e)^k, is not already below 10⁻³u. ``pos``: their places in ``live``.
     with np.errstate(divide="ignore"):
-        key = count * np.log(np.abs(phi[alive]).astype(np.float64) + e)
+        key = count * np.log(modulus + e)
     keep_key = key > math.log(1e-3 * _U / (count * e))
-    cand, key = alive[keep_key], key[keep_key]
-    if cand.size == 0:
+    pos, key = np.flatnonzero(keep_key), key[keep_key]
+    if pos.size == 0:
         return
     # Centre c: the index nearest the mean, so that the core's first moment about c, the
     # part of Im D_j that Lemma 8(a) sums to u of itself, is small (a skewed PLD's median
@@ -829,8 +915,9 @@ def _centre_survivors(
     # Each coefficient costs about (core width) + n/16 array elements (the paired core
     # sums, the tail's block twiddles and products): bounded memory and time.
     keep = max(1, _CENTRED_WORK // (max(c - lo, hi - 1 - c) + 1 + n // 16))
-    if cand.size > keep:
-        cand = np.sort(cand[np.argsort(key)[::-1][:keep]])
+    if pos.size > keep:
+        pos = np.sort(pos[np.argsort(key)[::-1][:keep]])
+    cand = live[pos]
     js = cand.tolist()
     tail = p.copy()
     tail[lo:hi] = 0.0
@@ -880,9 +967,9 @@ def _centre_survivors(
         return
     new_err = np.full(cand.size, np.inf)
     new_err[ok] = power_error(mod_up[ok], rho[ok], e_w[ok], count)
-    better = new_err < err[cand]
+    better = new_err < err[pos]
     powered[cand[better]] = z[better]
-    err[cand[better]] = new_err[better]
+    err[pos[better]] = new_err[better]
 
 
 def _precision(extended: bool) -> tuple[type[np.floating], float]:
@@ -2111,7 +2198,10 @@ class PrivacyLossDistribution:
     ) -> PrivacyLossDistribution:
         """The PLD of ``count`` independent runs of this mechanism (Fourier powering).
 
-        ``extended_precision``: as in :meth:`compose`.
+        ``extended_precision``: as in :meth:`compose`. Raises
+        :class:`~gaussdp.accounting._adaptive.GridTooLargeError` (a ``ValueError``) where
+        the powers, or the queries of the result, would not fit the memory bound
+        (docs/accounting.md, "Memory"); use a coarser ``value_discretization``.
 
         Examples
         --------
@@ -2126,11 +2216,28 @@ class PrivacyLossDistribution:
             return self
         tm = self.tail_mass
         ext = bool(extended_precision) and EXTENDED_PROVEN
-        ur = self.upper_remove.self_compose(count, tm, ext)
-        lr = self.lower_remove.self_compose(count, tm, ext)
-        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext)
-        la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext)
+        # The memory check of each power counts this PLD's PMFs and the powers made.
+        held = self._values()
+        ur = self.upper_remove.self_compose(count, tm, ext, held)
+        held += ur.probs.size
+        lr = self.lower_remove.self_compose(count, tm, ext, held)
+        held += lr.probs.size
+        ua = ur if self.symmetric else self.upper_add.self_compose(count, tm, ext, held)
+        held += 0 if self.symmetric else ua.probs.size
+        la = lr if self.symmetric else self.lower_add.self_compose(count, tm, ext, held)
+        held += 0 if self.symmetric else la.probs.size
+        # Its queries then hold the ε(δ) search's suffix sums over the top of a PMF
+        # (QUERY_ARRAYS arrays of the largest): a PLD whose queries would not fit is
+        # refused here, before any query (and coarsened by the automatic policy).
+        largest = max(ur.probs.size, lr.probs.size, ua.probs.size, la.probs.size)
+        check_grid_points(points_of_values(held + QUERY_ARRAYS * largest))
         return PrivacyLossDistribution(self.value_discretization, ur, ua, lr, la, tm)
+
+    def _values(self) -> int:
+        """The float64 values of the (distinct) PMFs of this PLD."""
+        pmfs = {id(pmf): pmf for pmf in (self.upper_remove, self.upper_add)}
+        pmfs.update({id(pmf): pmf for pmf in (self.lower_remove, self.lower_add)})
+        return sum(pmf.probs.size for pmf in pmfs.values())
 
     def regridded(self, value_discretization: float) -> PrivacyLossDistribution:
         r"""The same bounds on another grid step (for a PLD whose losses lie on a coarse
