@@ -33,6 +33,7 @@ __all__ = [
     "exp_into",
     "gaussian_block",
     "log_into",
+    "ziggurat_block",
 ]
 
 F64Array = npt.NDArray[np.float64]
@@ -44,6 +45,8 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 # Lanes per inner pass: the scratch vectors stay in the L1 cache.
 _LANES = 256
+# The ziggurat's wedge bracket (§2.6): |p_f - S rho(x) / H_k| < 2**-43 < this.
+_WEDGE_REL = 2.0**-42
 _LN2 = math.log(2.0)  # ln 2 rounded to nearest (relative error <= 2**-53)
 # Cody-Waite split of ln 2 (§2.5): _LN2_HI has 32 significant bits, so k * _LN2_HI is
 # exact for |k| < 2**21; |ln 2 - _LN2_HI - _LN2_LO| < 2**-86.
@@ -216,3 +219,103 @@ def compact(values: F64Array, codes: npt.NDArray[np.uint8]) -> int:
         values[count] = values[i]
         count += int(codes[i] == ACCEPTED)
     return count
+
+
+@_jit
+def ziggurat_block(
+    words: npt.NDArray[np.uint64],
+    b: int,
+    e: int,
+    beta: int,
+    blocks: int,
+    buckets: npt.NDArray[np.uint64],
+    thresholds: npt.NDArray[np.uint64],
+    ratios: F64Array,
+    inv_two_sigma2_f: float,
+    codes: npt.NDArray[np.uint8],
+    out: npt.NDArray[np.int64],
+) -> int:
+    """:meth:`gaussdp.sampling._ziggurat.Ziggurat.block` as one compiled call (§2.6).
+
+    ``buckets[i]`` is ``prob << 32 | primary << 16 | alias`` of alias bucket ``i`` and
+    ``thresholds[2 i]``, ``thresholds[2 i + 1]`` the quick-accept thresholds of its
+    primary and alias entries (:class:`gaussdp.sampling._ziggurat.Tables`). The same
+    fields of the same words, the same integer decisions, and for the wedge lanes the
+    same floats (``exp_into`` instead of numpy's ``exp``). Writes ``codes[i]`` (0
+    rejected, 1 accepted, 2 undecided, 3 tail). If no lane is undecided or in the tail,
+    the accepted ``(1 - 2B) x`` are at the front of ``out`` in lane order, CKS Alg 2's
+    restarted zeros left out, and their number is returned; otherwise minus the number
+    of lanes left to decide (``out`` is then scratch).
+    """
+    shift_b = np.uint64(64 - b)
+    shift_v = np.uint64(48 - b)
+    shift_s = np.uint64(beta + e)
+    shift_u = np.uint64(beta)
+    width = np.uint64(1 << e)
+    u_mask = np.uint64((1 << e) - 1)
+    m_mask = np.uint64((1 << beta) - 1)
+    v_mask = np.uint64(0xFFFF)
+    zero, one, four, high = np.uint64(0), np.uint64(1), np.uint64(4), np.uint64(32)
+    tail = np.uint64(blocks)
+    two_beta = float(1 << beta)
+    delta = _WEDGE_REL * two_beta
+    lanes = np.empty(_LANES, dtype=np.uint64)  # x << 1 | B
+    entries = np.empty(_LANES, dtype=np.uint64)
+    slow = np.empty(_LANES, dtype=np.int64)  # lanes not accepted at once
+    wedge = np.empty(_LANES, dtype=np.int64)
+    minus_gamma = np.empty(_LANES)
+    probs = np.empty(_LANES)
+    scratch = np.empty(_LANES)
+    n = words.size
+    pending = 0
+    kept = 0
+    for start in range(0, n, _LANES):
+        size = min(_LANES, n - start)
+        misses = 0
+        for j in range(size):  # branch-free: selects and a compacting store
+            word = words[start + j]
+            bucket = word >> shift_b
+            packed = buckets[bucket]
+            alias = np.uint64(((word >> shift_v) & v_mask) >= (packed >> high))
+            entry = (packed >> ((one - alias) << four)) & v_mask
+            threshold = thresholds[(bucket << one) | alias]
+            entries[j] = entry
+            lanes[j] = ((entry * width + ((word >> shift_u) & u_mask)) << one) | (
+                (word >> shift_s) & one
+            )
+            accept = (word & m_mask) < threshold
+            codes[start + j] = np.uint8(accept)
+            slow[misses] = j
+            misses += 1 - int(accept)
+        count = 0
+        for k in range(misses):  # about 1 % of lanes: the wedge, the tail, the reject entry
+            j = slow[k]
+            entry = entries[j]
+            if entry == tail:
+                codes[start + j] = 3
+                pending += 1
+            elif entry < tail:
+                x = float(np.int64(lanes[j] >> one))
+                minus_gamma[count] = x * x * -inv_two_sigma2_f
+                wedge[count] = j
+                count += 1
+        if count:
+            exp_into(minus_gamma[:count], probs[:count], scratch[:count])
+            for k in range(count):
+                j = wedge[k]
+                m = float(np.int64(words[start + j] & m_mask))
+                big = probs[k] * ratios[entries[j]] * two_beta
+                if m + 1.0 <= big - delta:
+                    codes[start + j] = ACCEPTED
+                elif m < big + delta:
+                    codes[start + j] = 2
+                    pending += 1
+        if pending == 0:
+            for j in range(size):  # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
+                lane = lanes[j]
+                negative = lane & one
+                x = lane >> one
+                out[kept] = np.int64((x ^ (zero - negative)) + negative)
+                restart = (negative == one) & (x == zero)
+                kept += int((codes[start + j] == ACCEPTED) & ~restart)
+    return -pending if pending else kept
