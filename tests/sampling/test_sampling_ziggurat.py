@@ -19,7 +19,7 @@ from gaussdp.random import ChaCha20Random, RandomSource
 from gaussdp.sampling import _ziggurat, discrete_gaussian, discrete_gaussian_scalar
 from gaussdp.sampling import vectorized as vec
 from gaussdp.sampling._exact import exp_neg_bounds
-from gaussdp.sampling._ziggurat import ACCEPTED, REJECTED, TAIL, UNDECIDED, Ziggurat, kept
+from gaussdp.sampling._ziggurat import ACCEPTED, REJECTED, TAIL, UNDECIDED, Ziggurat, accepted
 
 SIGMA2S = [Fraction(4096), Fraction(10**5, 3), Fraction(10**6), Fraction(17263857673),
            Fraction(10**12), Fraction(2**52 - 1)]  # fmt: skip
@@ -173,10 +173,10 @@ def test_a_ziggurat_with_a_heavy_tail_matches_the_exact_pmf() -> None:
     assert zig.blocks == 62
     assert zig.h > 0
     words = ChaCha20Random(5).words(30_000)
-    x, negative, codes = zig.block(words, lambda p: np.exp(p, out=p))
-    assert np.count_nonzero(codes == TAIL) > 10_000
-    zig.finish(words, x, codes, ChaCha20Random(6))
-    sample = kept(x, negative, codes)
+    values, codes, pending = zig.block(words, lambda p: np.exp(p, out=p))
+    assert pending >= np.count_nonzero(codes == TAIL) > 10_000
+    zig.finish(words, values, codes, ChaCha20Random(6))
+    sample = accepted(values, codes)
     n = sample.size
     sigma = math.sqrt(float(sigma2))
     edges, probs = make_bins(sorted({round(sigma * z / 8) for z in range(-40, 41)}),
@@ -192,14 +192,19 @@ def test_fast_decisions_are_the_exact_decisions(sigma2: Fraction) -> None:
     # same decision (both are the indicator of the same real U).
     zig = Ziggurat(sigma2)
     words = ChaCha20Random(77).words(4000)
-    x, _, codes = zig.block(words, lambda p: np.exp(p, out=p))
+    values, codes, _ = zig.block(words, lambda p: np.exp(p, out=p))
     rng = ChaCha20Random(78)
     wedge_seen = 0
     for i in range(words.size):
-        if int(codes[i]) in (UNDECIDED, TAIL) or zig.fields(int(words[i]))[0] > zig.blocks:
-            continue
+        entry, negative, u, _ = zig.fields(int(words[i]))
+        if (
+            int(codes[i]) in (UNDECIDED, TAIL)
+            or entry > zig.blocks
+            or (negative and u + entry == 0)
+        ):
+            continue  # not decided by the fast path, or the reject entry, or a restart
         exact, magnitude = zig.decide_exactly(int(words[i]), False, rng)
-        assert magnitude == int(x[i])
+        assert magnitude == abs(int(values[i]))
         assert exact == (int(codes[i]) == ACCEPTED), i
         wedge_seen += int(int(words[i]) & ((1 << zig.beta) - 1)) >= int(
             zig.tables.thresholds[zig.fields(int(words[i]))[0]]
@@ -256,21 +261,23 @@ def test_compiled_numpy_and_one_at_a_time_paths_agree(sigma2: Fraction) -> None:
     np.testing.assert_array_equal(fused_out, numpy_out)
     one_at_a_time = zig.few(words.size, words.size, _Prefixed(words))
     assert one_at_a_time == numpy_out.tolist()
-    _, _, codes = zig.block(words, lambda p: np.exp(p, out=p))
+    _, codes, _ = zig.block(words, lambda p: np.exp(p, out=p))
     assert np.count_nonzero(codes == UNDECIDED) > 0
     assert np.count_nonzero(codes == TAIL) > 0
     assert np.count_nonzero(codes == REJECTED) > 0
     # the compiled block's codes on a clean block equal numpy's
     plain = ChaCha20Random(12).words(5000)
-    want_x, want_negative, want = zig.block(plain, lambda p: np.exp(p, out=p))
+    want_values, want, _ = zig.block(plain, lambda p: np.exp(p, out=p))
     codes_out, out = np.empty(5000, dtype=np.uint8), np.empty(5000, dtype=np.int64)
     t = zig.tables
     count = fused.ziggurat_block(plain, zig.b, zig.e, zig.beta, zig.blocks, t.packed,  # type: ignore[attr-defined]
                                  t.packed_thresholds, t.ratios, zig.inv_two_sigma2_f,
                                  codes_out, out)  # fmt: skip
+    signed = zig.signed(plain, codes_out)  # codes the restarted lanes as the numpy block does
     np.testing.assert_array_equal(codes_out, want)
+    np.testing.assert_array_equal(signed, want_values)
     if count >= 0:
-        np.testing.assert_array_equal(out[:count], kept(want_x, want_negative, want))
+        np.testing.assert_array_equal(out[:count], accepted(want_values, want))
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(4096), Fraction(10**6), Fraction(2**52 - 1)], ids=str)

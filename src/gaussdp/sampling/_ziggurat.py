@@ -41,7 +41,7 @@ __all__ = [
     "TAIL",
     "UNDECIDED",
     "Ziggurat",
-    "kept",
+    "accepted",
 ]
 
 #: The sigma2 range of the ziggurat: sigma >= 64 (at least 64 integers per block of
@@ -71,10 +71,9 @@ U8Array = npt.NDArray[np.uint8]
 BoolArray = npt.NDArray[np.bool_]
 
 
-def kept(x: I64Array, negative: BoolArray, codes: U8Array) -> I64Array:
-    """The accepted ``(1 - 2B) x`` in lane order, without CKS Alg 2's restarted ``(1, 0)``."""
-    keep = (codes == ACCEPTED) & ~(negative & (x == 0))
-    return np.compress(keep, np.where(negative, -x, x))
+def accepted(values: I64Array, codes: U8Array) -> I64Array:
+    """The accepted values, in lane order."""
+    return np.compress(codes == ACCEPTED, values)
 
 
 class Ziggurat:
@@ -111,48 +110,67 @@ class Ziggurat:
 
     def block(
         self, words: U64Array, exp: Callable[[F64Array], None]
-    ) -> tuple[I64Array, BoolArray, U8Array]:
-        """Decide the candidates of ``words`` with numpy passes: ``(x, B, codes)``.
+    ) -> tuple[I64Array, U8Array, int]:
+        """Decide the candidates of ``words`` with numpy passes: ``(values, codes, pending)``.
 
-        ``x`` the magnitudes, ``B`` the signs; CKS Alg 2's restart of ``(B = 1, 0)`` is
-        applied by :func:`kept`. ``exp`` is the kernel of the wedge's bracket (in
-        place, assumption 3).
+        ``values`` are the signed ``(1 - 2B) x``; CKS Alg 2's restarted ``(B = 1, 0)`` are
+        coded REJECTED; ``pending`` counts the UNDECIDED and TAIL lanes. ``exp`` is the
+        kernel of the wedge's bracket (in place, assumption 3).
         """
         t = self.tables
-        entry, negative, x = self._fields(words)
-        m = (words & np.uint64((1 << self.beta) - 1)).view(np.int64)
-        quick = m < t.thresholds[entry]
-        codes = quick.astype(np.uint8)  # ACCEPTED, or REJECTED for now
-        codes[entry == self.blocks] = TAIL
-        wedge = np.flatnonzero((entry < self.blocks) & ~quick)
+        bucket, alias, entry, x, negative = self._decode(words)
+        values = ((x ^ (np.uint64(0) - negative)) + negative).view(np.int64)
+        threshold = t.packed_thresholds[bucket * 2 + alias]
+        m = words & np.uint64((1 << self.beta) - 1)
+        quick = m < threshold
+        codes = quick.view(np.uint8)  # ACCEPTED, or REJECTED for now
+        slow = np.flatnonzero(~quick)  # about 1 % of lanes
+        slow_entry = entry[slow]
+        codes[slow[slow_entry == self.blocks]] = TAIL
+        in_block = slow_entry < self.blocks
+        wedge = slow[in_block]
         if wedge.size:
             xw = x[wedge].astype(np.float64)
             p = xw * xw * -self.inv_two_sigma2_f
             exp(p)
-            codes[wedge] = _wedge_codes(p * t.ratios[entry[wedge]], m[wedge], self.beta)
-        return x, negative, codes
+            p *= t.ratios[slow_entry[in_block]]
+            codes[wedge] = _wedge_codes(p, m[wedge].view(np.int64), self.beta)
+        self._restart(x, negative, codes)
+        return values, codes, int(np.count_nonzero(codes[slow] >= UNDECIDED))
 
-    def _fields(self, words: U64Array) -> tuple[I64Array, BoolArray, I64Array]:
-        """``(entry, B, x)`` of each word (§2.6's layout)."""
+    def _decode(self, words: U64Array) -> tuple[I64Array, BoolArray, U64Array, U64Array, U64Array]:
+        """``(bucket, alias chosen, entry, x, B)`` of each word (§2.6's layout)."""
         t = self.tables
-        b, e, beta = self.b, self.e, self.beta
-        bucket = (words >> np.uint64(64 - b)).view(np.int64)
-        v = ((words >> np.uint64(48 - b)) & np.uint64(0xFFFF)).view(np.int64)
-        entry = np.where(v < t.prob[bucket], t.primary[bucket], t.alias[bucket])
-        negative = ((words >> np.uint64(beta + e)) & np.uint64(1)).astype(np.bool_)
-        u = ((words >> np.uint64(beta)) & np.uint64(self.w - 1)).view(np.int64)
-        return entry, negative, entry * self.w + u
+        bucket = (words >> np.uint64(64 - self.b)).view(np.int64)
+        packed = t.packed[bucket]
+        v = (words >> np.uint64(48 - self.b)) & np.uint64(0xFFFF)
+        alias = v >= (packed >> np.uint64(32))
+        entry = np.where(alias, packed, packed >> np.uint64(16)) & np.uint64(0xFFFF)
+        u = (words >> np.uint64(self.beta)) & np.uint64(self.w - 1)
+        x = (entry << np.uint64(self.e)) | u
+        negative = (words >> np.uint64(self.beta + self.e)) & np.uint64(1)
+        return bucket, alias, entry, x, negative
 
-    def magnitudes(self, words: U64Array) -> tuple[I64Array, BoolArray]:
-        """``(x, B)`` of each word, as :meth:`block` reads them."""
-        _, negative, x = self._fields(words)
-        return x, negative
+    @staticmethod
+    def _restart(x: U64Array, negative: U64Array, codes: U8Array) -> None:
+        """Code CKS Alg 2's restarted ``(B = 1, x = 0)`` REJECTED."""
+        zero = np.flatnonzero(x == np.uint64(0))
+        codes[zero[negative[zero] == np.uint64(1)]] = REJECTED
 
-    def finish(self, words: U64Array, x: I64Array, codes: U8Array, rng: RandomSource) -> None:
+    def signed(self, words: U64Array, codes: U8Array) -> I64Array:
+        """The signed values of ``words``, with the restarted lanes coded REJECTED in
+        ``codes`` (the compiled block's codes, before :meth:`finish`)."""
+        _, _, _, x, negative = self._decode(words)
+        self._restart(x, negative, codes)
+        return ((x ^ (np.uint64(0) - negative)) + negative).view(np.int64)
+
+    def finish(self, words: U64Array, values: I64Array, codes: U8Array, rng: RandomSource) -> None:
         """Decide the UNDECIDED and TAIL lanes exactly, in lane order (§2.6)."""
         for i in np.flatnonzero(codes >= UNDECIDED).tolist():
-            accepted, x[i] = self.decide_exactly(int(words[i]), int(codes[i]) == TAIL, rng)
+            word = int(words[i])
+            accepted, x = self.decide_exactly(word, int(codes[i]) == TAIL, rng)
             codes[i] = ACCEPTED if accepted else REJECTED
+            values[i] = -x if self.fields(word)[1] else x  # x > 0: restarts are coded already
 
     def fields(self, word: int) -> tuple[int, bool, int, int]:
         """``(entry, negative, u, m)`` of one candidate word (§2.6's layout)."""
@@ -187,8 +205,8 @@ class Ziggurat:
         for word in rng._word_tuple(n):
             entry, negative, u, m = self.fields(word)
             x = entry * self.w + u
-            if entry == self.blocks + 1:
-                continue  # the reject entry
+            if entry == self.blocks + 1 or (negative and x == 0):
+                continue  # the reject entry, or CKS Alg 2's restart of (B = 1, 0)
             if entry == self.blocks:
                 accepted, x = self.decide_exactly(word, True, rng)
             elif m < int(thresholds[entry]):
@@ -203,7 +221,7 @@ class Ziggurat:
                     accepted = False
                 else:
                     accepted = self.decide_exactly(word, False, rng)[0]
-            if accepted and not (negative and x == 0):
+            if accepted:
                 out.append(-x if negative else x)
                 if len(out) == need:
                     break

@@ -62,7 +62,7 @@ from gaussdp.errors import SamplingShortfallError, invalid
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
 from gaussdp.sampling._limbs import BigIntArray
-from gaussdp.sampling._ziggurat import SIGMA2_MAX, SIGMA2_MIN, UNDECIDED, Ziggurat, kept
+from gaussdp.sampling._ziggurat import SIGMA2_MAX, SIGMA2_MIN, Ziggurat, accepted
 from gaussdp.sampling.reference import discrete_gaussian_scalar, discrete_laplace_scalar
 
 __all__ = [
@@ -306,9 +306,11 @@ def _fused_agrees(fused: ModuleType) -> bool:
     count = fused.ziggurat_block(words, zig.b, zig.e, zig.beta, zig.blocks, t.packed,
                                  t.packed_thresholds, t.ratios, zig.inv_two_sigma2_f, codes,
                                  out)  # fmt: skip
-    x, negative, numpy_codes = zig.block(words, _numpy_exp)
-    values = kept(x, negative, numpy_codes)
-    agree = np.array_equal(codes, numpy_codes) and np.array_equal(out[:count], values)
+    values, numpy_codes, _ = zig.block(words, _numpy_exp)
+    zig.signed(words, codes)  # the restarted lanes, coded as the numpy block codes them
+    agree = np.array_equal(codes, numpy_codes) and np.array_equal(
+        out[:count], accepted(values, numpy_codes)
+    )
     return bool(agree)
 
 
@@ -733,7 +735,7 @@ def _gaussian_ziggurat(zig: Ziggurat, n: int, rng: RandomSource) -> IntArray:
     words = rng.words(n)
     fused = _Kernels.fused
     if fused is None:
-        x, negative, codes = zig.block(words, _Kernels.exp)
+        values, codes, pending = zig.block(words, _Kernels.exp)
     else:
         t = zig.tables
         codes = np.empty(n, dtype=np.uint8)
@@ -744,10 +746,10 @@ def _gaussian_ziggurat(zig: Ziggurat, n: int, rng: RandomSource) -> IntArray:
         )  # fmt: skip
         if count >= 0:
             return out[:count]
-        x, negative = zig.magnitudes(words)  # the kernel's codes, the same fields
-    if np.any(codes >= UNDECIDED):
-        zig.finish(words, x, codes, rng)
-    return kept(x, negative, codes)
+        values, pending = zig.signed(words, codes), -count  # the kernel's codes
+    if pending:
+        zig.finish(words, values, codes, rng)
+    return accepted(values, codes)
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
