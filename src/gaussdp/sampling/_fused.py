@@ -259,63 +259,40 @@ def ziggurat_block(
     tail = np.uint64(blocks)
     two_beta = float(1 << beta)
     delta = _WEDGE_REL * two_beta
-    lanes = np.empty(_LANES, dtype=np.uint64)  # x << 1 | B
-    entries = np.empty(_LANES, dtype=np.uint64)
-    slow = np.empty(_LANES, dtype=np.int64)  # lanes not accepted at once
-    wedge = np.empty(_LANES, dtype=np.int64)
-    minus_gamma = np.empty(_LANES)
-    probs = np.empty(_LANES)
-    scratch = np.empty(_LANES)
-    n = words.size
+    minus_gamma = np.empty(1)
+    prob = np.empty(1)
+    scratch = np.empty(1)
     pending = 0
     kept = 0
-    for start in range(0, n, _LANES):
-        size = min(_LANES, n - start)
-        misses = 0
-        for j in range(size):  # branch-free: selects and a compacting store
-            word = words[start + j]
-            bucket = word >> shift_b
-            packed = buckets[bucket]
-            alias = np.uint64(((word >> shift_v) & v_mask) >= (packed >> high))
-            entry = (packed >> ((one - alias) << four)) & v_mask
-            threshold = thresholds[(bucket << one) | alias]
-            entries[j] = entry
-            lanes[j] = ((entry * width + ((word >> shift_u) & u_mask)) << one) | (
-                (word >> shift_s) & one
-            )
-            accept = (word & m_mask) < threshold
-            codes[start + j] = np.uint8(accept)
-            slow[misses] = j
-            misses += 1 - int(accept)
-        count = 0
-        for k in range(misses):  # about 1 % of lanes: the wedge, the tail, the reject entry
-            j = slow[k]
-            entry = entries[j]
+    for i in range(words.size):
+        word = words[i]
+        bucket = word >> shift_b
+        packed = buckets[bucket]
+        alias = np.uint64(((word >> shift_v) & v_mask) >= (packed >> high))
+        entry = (packed >> ((one - alias) << four)) & v_mask
+        threshold = thresholds[(bucket << one) | alias]
+        x = entry * width + ((word >> shift_u) & u_mask)
+        negative = (word >> shift_s) & one
+        m = word & m_mask
+        code = np.uint8(m < threshold)
+        if code == REJECTED:  # about 1 % of lanes: the wedge, the tail, the reject entry
             if entry == tail:
-                codes[start + j] = 3
+                code = np.uint8(3)
                 pending += 1
-            elif entry < tail:
-                x = float(np.int64(lanes[j] >> one))
-                minus_gamma[count] = x * x * -inv_two_sigma2_f
-                wedge[count] = j
-                count += 1
-        if count:
-            exp_into(minus_gamma[:count], probs[:count], scratch[:count])
-            for k in range(count):
-                j = wedge[k]
-                m = float(np.int64(words[start + j] & m_mask))
-                big = probs[k] * ratios[entries[j]] * two_beta
-                if m + 1.0 <= big - delta:
-                    codes[start + j] = ACCEPTED
-                elif m < big + delta:
-                    codes[start + j] = 2
+            elif entry < tail:  # the wedge: §2.6's float bracket
+                xf = float(np.int64(x))
+                minus_gamma[0] = xf * xf * -inv_two_sigma2_f
+                exp_into(minus_gamma, prob, scratch)
+                big = prob[0] * ratios[entry] * two_beta
+                mf = float(np.int64(m))
+                if mf + 1.0 <= big - delta:
+                    code = np.uint8(ACCEPTED)
+                elif mf < big + delta:
+                    code = np.uint8(2)
                     pending += 1
-        if pending == 0:
-            for j in range(size):  # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
-                lane = lanes[j]
-                negative = lane & one
-                x = lane >> one
-                out[kept] = np.int64((x ^ (zero - negative)) + negative)
-                restart = (negative == one) & (x == zero)
-                kept += int((codes[start + j] == ACCEPTED) & ~restart)
+        codes[i] = code
+        # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
+        out[kept] = np.int64((x ^ (zero - negative)) + negative)
+        restart = (negative == one) & (x == zero)
+        kept += int((code == ACCEPTED) & ~restart)
     return -pending if pending else kept
