@@ -169,7 +169,9 @@ def test_the_compiled_kernels_hold_no_fused_multiply_add() -> None:
         pytest.skip(f"the FMA mnemonics checked are x86-64's, not {platform.machine()}'s")
     import numba
 
-    for kernel in (fused.log_into, fused.exp_into, fused.gaussian_block, fused.compact):
+    kernels = (fused.log_into, fused.exp_into, fused.gaussian_block, fused.compact,
+               fused.ziggurat_block)  # fmt: skip
+    for kernel in kernels:
         # compiled anew, as _fused compiles it but uncached (cached code has no assembly)
         fresh = numba.njit(nogil=True, error_model="numpy")(kernel.py_func)
         for signature in kernel.signatures:  # the types _fused_module compiled it for

@@ -106,6 +106,28 @@ class LazyUniform:
                 return False
             self.extend()
 
+    def below_scaled_exp_neg(self, x: Fraction, weight: Fraction) -> bool:
+        """Return ``U < weight * exp(-x)`` for rational ``x >= 0`` and ``weight > 0``, exactly.
+
+        With ``lo <= 2**P exp(-x) <= hi`` (``P`` = the prefix's bits plus the weight's
+        size plus 16): ``(prefix + 1) / 2**bits <= weight lo / 2**P`` proves
+        ``U < weight exp(-x)``, ``prefix / 2**bits >= weight hi / 2**P`` proves the
+        opposite (integer comparisons); otherwise 64 more bits are drawn. For ``x > 0``
+        the threshold is irrational, so it is never an end of the prefix's interval;
+        for ``x = 0`` it is the rational ``weight`` and the bounds are exact. Either way
+        the interval shrinks onto one side with probability 1.
+        """
+        num, den = weight.numerator, weight.denominator
+        while True:
+            extra = max(num.bit_length() - den.bit_length(), 0) + 16
+            precision = self.bits + extra
+            lo, hi = exp_neg_bounds(x, precision)
+            if (self.prefix + 1) * den << precision <= num * lo << self.bits:
+                return True
+            if self.prefix * den << precision >= num * hi << self.bits:
+                return False
+            self.extend()
+
 
 def floor_neg_log(u: LazyUniform, tau: Fraction, hint: int) -> int:
     """Return ``floor(-tau * ln U)`` exactly, searching from the estimate ``hint``.

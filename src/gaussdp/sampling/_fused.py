@@ -33,6 +33,7 @@ __all__ = [
     "exp_into",
     "gaussian_block",
     "log_into",
+    "ziggurat_block",
 ]
 
 F64Array = npt.NDArray[np.float64]
@@ -44,6 +45,8 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 
 # Lanes per inner pass: the scratch vectors stay in the L1 cache.
 _LANES = 256
+# The ziggurat's wedge bracket (§2.6): |p_f - S rho(x) / H_k| < 2**-43 < this.
+_WEDGE_REL = 2.0**-42
 _LN2 = math.log(2.0)  # ln 2 rounded to nearest (relative error <= 2**-53)
 # Cody-Waite split of ln 2 (§2.5): _LN2_HI has 32 significant bits, so k * _LN2_HI is
 # exact for |k| < 2**21; |ln 2 - _LN2_HI - _LN2_LO| < 2**-86.
@@ -216,3 +219,80 @@ def compact(values: F64Array, codes: npt.NDArray[np.uint8]) -> int:
         values[count] = values[i]
         count += int(codes[i] == ACCEPTED)
     return count
+
+
+@_jit
+def ziggurat_block(
+    words: npt.NDArray[np.uint64],
+    b: int,
+    e: int,
+    beta: int,
+    blocks: int,
+    buckets: npt.NDArray[np.uint64],
+    thresholds: npt.NDArray[np.uint64],
+    ratios: F64Array,
+    inv_two_sigma2_f: float,
+    codes: npt.NDArray[np.uint8],
+    out: npt.NDArray[np.int64],
+) -> int:
+    """:meth:`gaussdp.sampling._ziggurat.Ziggurat.block` as one compiled call (§2.6).
+
+    ``buckets[i]`` is ``prob << 32 | primary << 16 | alias`` of alias bucket ``i`` and
+    ``thresholds[2 i]``, ``thresholds[2 i + 1]`` the quick-accept thresholds of its
+    primary and alias entries (:class:`gaussdp.sampling._ziggurat.Tables`). The same
+    fields of the same words, the same integer decisions, and for the wedge lanes the
+    same floats (``exp_into`` instead of numpy's ``exp``). Writes ``codes[i]`` (0
+    rejected, 1 accepted, 2 undecided, 3 tail). If no lane is undecided or in the tail,
+    the accepted ``(1 - 2B) x`` are at the front of ``out`` in lane order, CKS Alg 2's
+    restarted zeros left out, and their number is returned; otherwise minus the number
+    of lanes left to decide (``out`` is then scratch).
+    """
+    shift_b = np.uint64(64 - b)
+    shift_v = np.uint64(48 - b)
+    shift_s = np.uint64(beta + e)
+    shift_u = np.uint64(beta)
+    width = np.uint64(1 << e)
+    u_mask = np.uint64((1 << e) - 1)
+    m_mask = np.uint64((1 << beta) - 1)
+    v_mask = np.uint64(0xFFFF)
+    zero, one, four, high = np.uint64(0), np.uint64(1), np.uint64(4), np.uint64(32)
+    tail = np.uint64(blocks)
+    two_beta = float(1 << beta)
+    delta = _WEDGE_REL * two_beta
+    minus_gamma = np.empty(1)
+    prob = np.empty(1)
+    scratch = np.empty(1)
+    pending = 0
+    kept = 0
+    for i in range(words.size):
+        word = words[i]
+        bucket = word >> shift_b
+        packed = buckets[bucket]
+        alias = np.uint64(((word >> shift_v) & v_mask) >= (packed >> high))
+        entry = (packed >> ((one - alias) << four)) & v_mask
+        threshold = thresholds[(bucket << one) | alias]
+        x = entry * width + ((word >> shift_u) & u_mask)
+        negative = (word >> shift_s) & one
+        m = word & m_mask
+        code = np.uint8(m < threshold)
+        if code == REJECTED:  # about 1 % of lanes: the wedge, the tail, the reject entry
+            if entry == tail:
+                code = np.uint8(3)
+                pending += 1
+            elif entry < tail:  # the wedge: §2.6's float bracket
+                xf = float(np.int64(x))
+                minus_gamma[0] = xf * xf * -inv_two_sigma2_f
+                exp_into(minus_gamma, prob, scratch)
+                big = prob[0] * ratios[entry] * two_beta
+                mf = float(np.int64(m))
+                if mf + 1.0 <= big - delta:
+                    code = np.uint8(ACCEPTED)
+                elif mf < big + delta:
+                    code = np.uint8(2)
+                    pending += 1
+        codes[i] = code
+        # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
+        out[kept] = np.int64((x ^ (zero - negative)) + negative)
+        restart = (negative == one) & (x == zero)
+        kept += int((code == ACCEPTED) & ~restart)
+    return -pending if pending else kept

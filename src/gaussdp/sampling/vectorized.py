@@ -24,6 +24,11 @@ How a batch is drawn (σ below ``2**26``, "small path"):
    (:class:`gaussdp.sampling._exact.LazyUniform`). Bits are packed so that a
    candidate costs one word (``t <= 256``) or 1.5 words (§2.4).
 
+For 2**12 <= sigma2 < 2**52 the Gaussian's candidates come instead from a discrete
+ziggurat (:mod:`gaussdp.sampling._ziggurat`, §2.6): an alias table over 1022 blocks of
+a step envelope, one word per candidate, about 99.4 % accepted, most by an integer
+comparison; the same law.
+
 For larger scales ("huge path": t or the Laplace scale above ``2**26``, e.g.
 sigma2 = 10**100) the geometric ``floor(scale E)`` is split as ``S G + Lo``:
 ``G`` geometric with a scale in ``[2**20, 2**21)``, read as on the small path,
@@ -57,6 +62,7 @@ from gaussdp.errors import SamplingShortfallError, invalid
 from gaussdp.random import RandomSource, check_rng
 from gaussdp.sampling._exact import LazyUniform, exp_neg_bounds, floor_neg_log
 from gaussdp.sampling._limbs import BigIntArray
+from gaussdp.sampling._ziggurat import SIGMA2_MAX, SIGMA2_MIN, Ziggurat, accepted
 from gaussdp.sampling.reference import discrete_gaussian_scalar, discrete_laplace_scalar
 
 __all__ = [
@@ -292,7 +298,20 @@ def _fused_agrees(fused: ModuleType) -> bool:
         want = _gaussian_small_numpy(plan, 300, ChaCha20Random(0))
         if not np.array_equal(np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64)):
             return False
-    return True
+    # the ziggurat's block (§2.6): its codes and outputs on one seeded block, wedge included
+    zig = Ziggurat(Fraction(66000))
+    words = ChaCha20Random(0).words(2000)
+    t = zig.tables
+    codes, out = np.empty(2000, dtype=np.uint8), np.empty(2000, dtype=np.int64)
+    count = fused.ziggurat_block(words, zig.b, zig.e, zig.beta, zig.blocks, t.packed,
+                                 t.packed_thresholds, t.ratios, zig.inv_two_sigma2_f, codes,
+                                 out)  # fmt: skip
+    values, numpy_codes, _ = zig.block(words, _numpy_exp)
+    zig.signed(words, codes)  # the restarted lanes, coded as the numpy block codes them
+    agree = np.array_equal(codes, numpy_codes) and np.array_equal(
+        out[:count], accepted(values, numpy_codes)
+    )
+    return bool(agree)
 
 
 def _use_fused_kernels() -> bool:
@@ -393,6 +412,8 @@ class _GaussianPlan:
         self.small = self.t <= _SMALL_SCALE_MAX
         self.int64 = sigma2 <= _INT64_SCALE_MAX**2
         self.huge = None if self.small else _HugeScale(Fraction(self.t), sigma2)
+        # 2**12 <= sigma2 < 2**52: the discrete ziggurat (§2.6) instead of CKS Alg 3
+        self.ziggurat = Ziggurat(sigma2) if SIGMA2_MIN <= sigma2 < SIGMA2_MAX else None
         t = self.t
         # Per-candidate acceptance lower bound (docs §4), on both paths:
         # (1 - q)/2 e^{-sigma2/(2t^2)} sqrt(2 pi sigma2) with q = e^{-1/t}.
@@ -404,6 +425,9 @@ class _GaussianPlan:
             # 1 - e^{-1/t} >= (1/t)(1 - 1/(2t)) since 1/t underflows for t > 1e308
             log_one_minus_q = -math.log(t) + math.log1p(-0.5 / t)
             self.acceptance = math.exp(log_one_minus_q - math.log(2.0) + common) * (1 - 1e-9)
+        self.cks_acceptance = self.acceptance  # of CKS Alg 3's candidates
+        if self.ziggurat is not None:  # of the path that draws
+            self.acceptance = self.ziggurat.acceptance
 
     def gamma(self, magnitude: int) -> Fraction:
         """CKS Alg 3: gamma = (|Y| - sigma^2/t)^2 / (2 sigma^2), exactly."""
@@ -411,6 +435,8 @@ class _GaussianPlan:
 
     def few(self, n: int, need: int, rng: RandomSource) -> list[int]:
         """Up to ``need`` outputs of ``n`` candidates, one candidate at a time (§4.1)."""
+        if self.ziggurat is not None:
+            return self.ziggurat.few(n, need, rng)
         if self.huge is None:
             return _gaussian_small_few(self, n, need, rng)
         return _gaussian_huge_few(self, self.huge, n, need, rng)
@@ -702,6 +728,28 @@ def _finish_fused(
         codes[i] = fused.ACCEPTED if accepted else fused.REJECTED
     keep = codes == fused.ACCEPTED
     return np.compress(keep, _signed(magnitudes, negative))
+
+
+def _gaussian_ziggurat(zig: Ziggurat, n: int, rng: RandomSource) -> IntArray:
+    """``n`` candidates of the discrete ziggurat (§2.6), one word each; the accepted values."""
+    words = rng.words(n)
+    fused = _Kernels.fused
+    if fused is None:
+        values, codes, pending = zig.block(words, _Kernels.exp)
+    else:
+        t = zig.tables
+        codes = np.empty(n, dtype=np.uint8)
+        out = np.empty(n, dtype=np.int64)
+        count = fused.ziggurat_block(
+            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.packed_thresholds, t.ratios,
+            zig.inv_two_sigma2_f, codes, out,
+        )  # fmt: skip
+        if count >= 0:
+            return out[:count]
+        values, pending = zig.signed(words, codes), -count  # the kernel's codes
+    if pending:
+        zig.finish(words, values, codes, rng)
+    return accepted(values, codes)
 
 
 def _laplace_small(plan: _LaplacePlan, n: int, rng: RandomSource) -> IntArray:
@@ -1139,7 +1187,14 @@ def _finish_limbs(plan: Plan, raw: Rows, shape: tuple[int, ...], big_ints: BigIn
 def _gaussian_drawer(plan: Plan, source: RandomSource) -> _Drawer:
     """CKS Alg 3 for ``plan``: the small path (§2.1-2.2) or the huge one (§2.3)."""
     assert isinstance(plan, _GaussianPlan)
-    huge = plan.huge
+    huge, zig = plan.huge, plan.ziggurat
+    if zig is not None:
+        return _Drawer(
+            lambda m: _gaussian_ziggurat(zig, m, source),
+            plan.acceptance,
+            _empty_values(np.int64),
+            _reshaped,
+        )
     if huge is None:
         return _Drawer(
             lambda m: _gaussian_small(plan, m, source),
@@ -1314,7 +1369,8 @@ def discrete_gaussian(
 
     The pmf is ``P[X = x] ∝ exp(-x**2 / (2 sigma2))`` on the integers (CKS §1).
     The distribution is exactly that of CKS Algorithm 3 (see
-    ``docs/sampler-exactness.md``); numpy does the bulk of the work and the
+    ``docs/sampler-exactness.md``; for 2**12 <= sigma2 < 2**52 it is drawn by a discrete
+    ziggurat with the same law, §2.6); numpy does the bulk of the work and the
     rare comparisons that 53 bits cannot settle are finished with exact
     arithmetic.
 
