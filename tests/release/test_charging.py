@@ -125,3 +125,36 @@ def test_a_copied_release_cannot_spend_its_budget_again(tmp_path: Path, how: str
     assert copied.filter.history.events == ()  # nothing charged by the refusal
     with pytest.raises(BudgetExceededError):
         release.run()
+
+
+def test_report_and_run_share_one_plan_until_an_input_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The charged plan is made once for ``report`` and ``run``; replacing any input of
+    it (an added query, another budget or L∞) plans again, and ``plan()`` is always a
+    fresh object, so no caller holds the plan a later run charges."""
+    from gaussdp.release import core
+
+    made: list[object] = []
+    real = core.make_plan
+
+    def counting(*args: object, **kwargs: object) -> object:
+        made.append(kwargs["max_rows_per_group"])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core, "make_plan", counting)
+    path = _csv(tmp_path)
+    release = _release(path)
+    report = release.report
+    result = release.run(rng=ChaCha20Random(1))
+    assert made == [1]  # planned once for both
+    assert result.report == report
+    release.sum("minutes", bounds=(0, 1), by="page", keys=["a"])
+    release.report  # noqa: B018
+    release.max_rows_per_group = 2
+    release.report  # noqa: B018
+    release.budget = Budget(epsilon=1.0, delta=1e-6)  # equal, another object: planned again
+    release.report  # noqa: B018
+    assert made == [1, 1, 2, 2]
+    assert release.plan() is not release.plan()  # a fresh object each time
+    assert made == [1, 1, 2, 2, 2, 2]
