@@ -21,7 +21,7 @@ Tables:
   ε-bounded-range event;
 * the sweep q ∈ {1e-5, 1e-4, 1e-3, 1e-2, 0.1} × steps ∈ {1e3, 1e4, 1e5, 1e6} ×
   σ ∈ {0.6, 1, 2} at δ = 1e-5 (``--sweep``; ``--sweep-rounds`` interleaved rounds,
-  default 1; gaussdp only unless ``--sweep-peers``). With ``--sweep-matched`` (and
+  default 3; gaussdp only unless ``--sweep-peers``). With ``--sweep-matched`` (and
   peers), every case where dp_accounting's ε is looser than gaussdp's certified bracket
   allows is run once more with gaussdp at the tolerance that dp_accounting's ε meets
   (half its distance to gaussdp's upper bound, in [1e-4, 0.1]): the comparison at equal
@@ -318,7 +318,7 @@ def main() -> None:
     parser.add_argument(
         "--sweep-peers", action="store_true", help="run dp_accounting on the sweep too"
     )
-    parser.add_argument("--sweep-rounds", type=int, default=1, help="rounds of the sweep")
+    parser.add_argument("--sweep-rounds", type=int, default=3, help="rounds of the sweep")
     parser.add_argument(
         "--sweep-matched",
         action="store_true",

@@ -537,7 +537,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=1,
+        default=3,
         help="interleaved rounds (each runs every method once, in turn): the table gives the "
         "median run, the notes the range",
     )
