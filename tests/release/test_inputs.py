@@ -16,6 +16,7 @@ import pytest
 
 from gaussdp.budget import Budget
 from gaussdp.release import Ledger, Release
+from gaussdp.release.engines import read_csv_text
 
 FRAME = pd.DataFrame(
     {"user": [1, 1, 2, 3, 4, 5], "page": ["a", "b", "a", "a", "b", "a"], "minutes": 1.0}
@@ -336,6 +337,26 @@ def test_a_0_byte_file_of_a_folder_holds_no_rows(
     assert counts(parts) == counts(str(parts / f"*{suffix}")) == want == [4.0, 2.0]
     with pytest.raises(ValueError, match="non-empty files"):
         counts(str(parts / f"b{suffix}"))
+
+
+def header_is_a_data_line(parts: Path) -> Path:
+    """A folder of FRAME's CSV, then a file whose header is that CSV's line ``1,a,1.0``."""
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    assert "1,a,1.0\n" in (parts / "a.csv").read_text()
+    (parts / "u.csv").write_text("1,a,1.0\n6,b,1.0\n")
+    return parts
+
+
+def test_a_files_header_drops_no_other_files_line(tmp_path: Path, no_noise: None) -> None:
+    # Every file's header was dropped from every file: u.csv's header '1,a,1.0' dropped
+    # a.csv's row '1,a,1.0' (another unit's row): one unit's file changed others' data.
+    parts = header_is_a_data_line(tmp_path / "parts")
+    assert counts(parts) == counts(parts / "a.csv") == [4.0, 2.0]
+    with duckdb.connect() as con:
+        rows = read_csv_text(con, [str(parts / "a.csv"), str(parts / "u.csv")]).fetchall()
+    assert rows.count(("1", "a", "1.0", None, None, None)) == 1
+    assert (None, None, None, "6", "b", "1.0") in rows
 
 
 def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_noise: None) -> None:
