@@ -321,6 +321,20 @@ def test_a_column_only_one_file_has_is_null_without_that_file(
         sums_by_k(without / "u0.parquet")
 
 
+def test_a_summed_text_column_of_a_folder_is_read_per_value(tmp_path: Path, no_noise: None) -> None:
+    # Absent from every file, 'v' read as NULL and the release ran; as text in one unit's
+    # file it was refused: that file decided refusal vs release. Now read per value.
+    parts = per_unit_files(tmp_path / "parts", with_ten=False)
+    assert sums_by_k(parts) == [0.0]
+    pd.DataFrame({"id": [10], "v": ["0.75"], "k": ["a"]}).to_parquet(parts / "u10.parquet")
+    assert sums_by_k(parts) == [0.75]
+    pd.DataFrame({"id": [11], "v": ["x"], "k": ["a"]}).to_parquet(parts / "u11.parquet")
+    assert sums_by_k(parts) == [0.75]  # text in every file that has it: 'x' is NULL
+    # One file is the table itself: its text column is refused by its type.
+    with pytest.raises(ValueError, match="must be numeric to be summed"):
+        sums_by_k(parts / "u10.parquet")
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_0_byte_file_of_a_folder_holds_no_rows(
     suffix: str, tmp_path: Path, no_noise: None

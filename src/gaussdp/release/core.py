@@ -1007,6 +1007,17 @@ def _prepare(
                 }
             )
             inferred = engine.schema
+            # Likewise a summed column whose type in the files read together is not a
+            # number (text in the one file that has it, say): read as text and converted
+            # per value, as a mixed column is; refusing it would let one file decide.
+            engine.mixed_columns |= {
+                c
+                for c, numeric in needs.items()
+                if numeric
+                and c in inferred
+                and c not in release.column_types
+                and not engine.is_numeric(c)
+            }
         for column in release.column_types:
             if column not in inferred:
                 raise ValueError(

@@ -959,6 +959,8 @@ class DuckDBEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in _RULED:
+                if user in self.mixed_columns:  # text, or of a type that is not the spec's
+                    expr = expr.cast(duck.sqltype("VARCHAR"))
                 expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
             elif kind is not None:
                 if self.text_columns and kind != "VARCHAR":
@@ -1187,6 +1189,8 @@ class SparkEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind.upper() in _RULED:
+                if user in self.mixed_columns:  # text, or of a type that is not the spec's
+                    expr = expr.cast("string")
                 expr = _spark_by_rule(expr, kind.upper())
             elif kind is not None:
                 expr = expr.try_cast(kind)
