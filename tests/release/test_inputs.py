@@ -335,6 +335,28 @@ def test_a_summed_text_column_of_a_folder_is_read_per_value(tmp_path: Path, no_n
         sums_by_k(parts / "u10.parquet")
 
 
+@pytest.mark.parametrize(
+    ("k", "keys", "want"), [(5, ["a"], 0.0), ("5", [5], 0.75), (True, ["a"], 0.0)]
+)
+def test_a_key_column_of_a_folder_takes_its_public_keys_type(
+    k: object, keys: list[object], want: float, tmp_path: Path, no_noise: None
+) -> None:
+    # Absent from every file, 'k' read as its keys' type and the release ran; of another
+    # type in one unit's file, the keys were refused: that file decided. Now per value.
+    parts = per_unit_files(tmp_path / "parts", with_ten=False)
+    pd.DataFrame({"id": [10], "v": [0.75], "k": [k]}).to_parquet(parts / "u10.parquet")
+    release = Release(
+        parts,
+        privacy_unit="id",
+        budget=Budget(rho=1.0),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    )
+    assert release.sum("v", bounds=(0, 1), by="k", keys=keys).run().frame["value"].tolist() == [
+        want
+    ]
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_0_byte_file_of_a_folder_holds_no_rows(
     suffix: str, tmp_path: Path, no_noise: None
