@@ -16,6 +16,7 @@ import pytest
 
 from gaussdp.budget import Budget
 from gaussdp.release import Ledger, Release
+from gaussdp.release.engines import read_csv_text
 
 FRAME = pd.DataFrame(
     {"user": [1, 1, 2, 3, 4, 5], "page": ["a", "b", "a", "a", "b", "a"], "minutes": 1.0}
@@ -320,6 +321,42 @@ def test_a_column_only_one_file_has_is_null_without_that_file(
         sums_by_k(without / "u0.parquet")
 
 
+def test_a_summed_text_column_of_a_folder_is_read_per_value(tmp_path: Path, no_noise: None) -> None:
+    # Absent from every file, 'v' read as NULL and the release ran; as text in one unit's
+    # file it was refused: that file decided refusal vs release. Now read per value.
+    parts = per_unit_files(tmp_path / "parts", with_ten=False)
+    assert sums_by_k(parts) == [0.0]
+    pd.DataFrame({"id": [10], "v": ["0.75"], "k": ["a"]}).to_parquet(parts / "u10.parquet")
+    assert sums_by_k(parts) == [0.75]
+    pd.DataFrame({"id": [11], "v": ["x"], "k": ["a"]}).to_parquet(parts / "u11.parquet")
+    assert sums_by_k(parts) == [0.75]  # text in every file that has it: 'x' is NULL
+    # One file is the table itself: its text column is refused by its type.
+    with pytest.raises(ValueError, match="must be numeric to be summed"):
+        sums_by_k(parts / "u10.parquet")
+
+
+@pytest.mark.parametrize(
+    ("k", "keys", "want"), [(5, ["a"], 0.0), ("5", [5], 0.75), (True, ["a"], 0.0)]
+)
+def test_a_key_column_of_a_folder_takes_its_public_keys_type(
+    k: object, keys: list[object], want: float, tmp_path: Path, no_noise: None
+) -> None:
+    # Absent from every file, 'k' read as its keys' type and the release ran; of another
+    # type in one unit's file, the keys were refused: that file decided. Now per value.
+    parts = per_unit_files(tmp_path / "parts", with_ten=False)
+    pd.DataFrame({"id": [10], "v": [0.75], "k": [k]}).to_parquet(parts / "u10.parquet")
+    release = Release(
+        parts,
+        privacy_unit="id",
+        budget=Budget(rho=1.0),
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    )
+    assert release.sum("v", bounds=(0, 1), by="k", keys=keys).run().frame["value"].tolist() == [
+        want
+    ]
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_0_byte_file_of_a_folder_holds_no_rows(
     suffix: str, tmp_path: Path, no_noise: None
@@ -336,6 +373,26 @@ def test_a_0_byte_file_of_a_folder_holds_no_rows(
     assert counts(parts) == counts(str(parts / f"*{suffix}")) == want == [4.0, 2.0]
     with pytest.raises(ValueError, match="non-empty files"):
         counts(str(parts / f"b{suffix}"))
+
+
+def header_is_a_data_line(parts: Path) -> Path:
+    """A folder of FRAME's CSV, then a file whose header is that CSV's line ``1,a,1.0``."""
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    assert "1,a,1.0\n" in (parts / "a.csv").read_text()
+    (parts / "u.csv").write_text("1,a,1.0\n6,b,1.0\n")
+    return parts
+
+
+def test_a_files_header_drops_no_other_files_line(tmp_path: Path, no_noise: None) -> None:
+    # Every file's header was dropped from every file: u.csv's header '1,a,1.0' dropped
+    # a.csv's row '1,a,1.0' (another unit's row): one unit's file changed others' data.
+    parts = header_is_a_data_line(tmp_path / "parts")
+    assert counts(parts) == counts(parts / "a.csv") == [4.0, 2.0]
+    with duckdb.connect() as con:
+        rows = read_csv_text(con, [str(parts / "a.csv"), str(parts / "u.csv")]).fetchall()
+    assert rows.count(("1", "a", "1.0", None, None, None)) == 1
+    assert (None, None, None, "6", "b", "1.0") in rows
 
 
 def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_noise: None) -> None:

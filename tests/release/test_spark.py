@@ -445,3 +445,12 @@ def test_typed_csv_keys_agree_on_duckdb_and_spark(
     duck = counts("duckdb")
     assert normalise(counts("spark")) == normalise(duck)
     assert [sorted(r[1] for r in rows) for rows in duck] == [[10, 20], [30], [20, 30]]
+
+
+def test_a_files_header_drops_no_other_files_line_on_spark(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import counts, header_is_a_data_line
+
+    parts = header_is_a_data_line(tmp_path / "parts")
+    assert counts(parts, "spark") == counts(parts) == [4.0, 2.0]

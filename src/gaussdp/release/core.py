@@ -1007,6 +1007,20 @@ def _prepare(
                 }
             )
             inferred = engine.schema
+            # Likewise a summed column whose type in the files read together is not a
+            # number (text in the one file that has it, say): read as text and converted
+            # per value, as a mixed column is; refusing it would let one file decide.
+            engine.mixed_columns |= {
+                c
+                for c, numeric in needs.items()
+                if numeric
+                and c in inferred
+                and c not in release.column_types
+                and not engine.is_numeric(c)
+            }
+            # And a key column whose type there does not take its public keys (a number
+            # in the one file that has it, keys 'a'): read as the keys' type, per value.
+            engine.mixed_columns |= _keys_not_typed(release, plan, inferred)
         for column in release.column_types:
             if column not in inferred:
                 raise ValueError(
@@ -1060,6 +1074,21 @@ def _named_columns(release: Release) -> list[tuple[str, str]]:
         named += [(f"query[{i}].by", c) for c in q.by]
         named += [(f"query[{i}].columns", c) for c in q.columns]
     return named
+
+
+def _keys_not_typed(release: Release, plan: Plan, inferred: Mapping[str, str]) -> set[str]:
+    """The key columns (user names; none declared in ``column_types``) whose type in
+    ``inferred`` does not take their public keys (:func:`typed_keys` refuses them)."""
+    refused = set()
+    for g in plan.groupings:
+        for at, column in enumerate(plan.internal[b] for b in g.by):
+            if g.keys is None or column in release.column_types or column not in inferred:
+                continue
+            try:
+                typed_keys([(key[at],) for key in g.keys], [column], [inferred[column]])
+            except TypeError:
+                refused.add(column)
+    return refused
 
 
 def _csv_key_type(column: str, plan: Plan) -> str:

@@ -280,20 +280,21 @@ def _positions(header: Sequence[str], names: Sequence[str]) -> list[tuple[str, i
 
 def _by_header(
     files: Sequence[str], headers: Sequence[list[str]]
-) -> list[tuple[list[str], list[str]]]:
-    """``files`` grouped by their header: (header, files) in the files' order."""
-    groups: dict[tuple[str, ...], list[str]] = {}
+) -> list[tuple[list[str], list[str], list[str]]]:
+    """``files`` grouped by their first line: (header, the lines dropped, files) in the
+    files' order.
+
+    A data line equal to its file's first line (with or without a byte-order mark) is a
+    repeated header and is dropped; only its own file's first line counts, never another
+    file's: a file whose first line is another file's data line (``bob,5``) would drop
+    that file's rows, one unit's file changing other units' data. Files of one group
+    share their first line, so which other files exist changes no file's rows.
+    """
+    groups: dict[str, tuple[list[str], list[str]]] = {}
     for name, header in zip(files, headers, strict=True):
-        groups.setdefault(tuple(header), []).append(name)
-    return [(list(header), group) for header, group in groups.items()]
-
-
-def csv_header_lines(files: Sequence[str]) -> list[str]:
-    """The first line of each CSV file, as text, without a byte-order mark (the lines
-    read as a header; :func:`csv_layout` has checked they are UTF-8). A data line equal
-    to one, with or without a byte-order mark, is a repeated header and is dropped."""
-    lines = {_first_line(name).decode("utf-8") for name in files}
-    return sorted(lines | {"\ufeff" + line for line in lines})
+        line = _first_line(name).decode("utf-8")  # csv_headers has checked it is UTF-8
+        groups.setdefault(line, (header, []))[1].append(name)
+    return [(header, [line, "\ufeff" + line], group) for line, (header, group) in groups.items()]
 
 
 def csv_line_pattern(sep: str, count: int, *, java: bool) -> str:
@@ -322,8 +323,8 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     sep, headers = csv_headers(files)
     names = _union(headers)
     parts = [
-        _csv_text_part(con, group, sep, header, names, csv_header_lines(files))
-        for header, group in _by_header(files, headers)
+        _csv_text_part(con, group, sep, header, names, dropped)
+        for header, dropped, group in _by_header(files, headers)
     ]
     return functools.reduce(lambda a, b: a.union(b), parts)
 
@@ -336,8 +337,9 @@ def _csv_text_part(
     names: Sequence[str],
     header_lines: Sequence[str],
 ) -> Any:
-    """CSV ``files`` that share ``header``, with the columns ``names`` (NULL where the
-    header lacks one), read as :func:`read_csv_text` says."""
+    """CSV ``files`` that share their first line, with the columns ``names`` (NULL where
+    ``header`` lacks one), read as :func:`read_csv_text` says; a line among
+    ``header_lines`` (their own first line: :func:`_by_header`) is dropped."""
     raw = con.read_csv(
         list(files),
         header=True,
@@ -389,12 +391,12 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
 
     sep, headers = csv_headers(files)
     names = _union(headers)
-    header_lines = csv_header_lines(files)
     line = F.col("value")
     parts = []
-    for header, group in _by_header(files, headers):
+    for header, header_lines, group in _by_header(files, headers):
         pattern = csv_line_pattern(sep, len(header), java=True)
         # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
+        # The files' own first line (each file's header) is dropped, no other file's.
         bad = line.isin(header_lines) | line.contains("\x01") | line.contains("\ufffd")
         bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
         lines = spark.read.text(list(group)).filter(~bad & line.rlike(pattern))
@@ -957,6 +959,8 @@ class DuckDBEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind in _RULED:
+                if user in self.mixed_columns:  # text, or of a type that is not the spec's
+                    expr = expr.cast(duck.sqltype("VARCHAR"))
                 expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
             elif kind is not None:
                 if self.text_columns and kind != "VARCHAR":
@@ -1185,6 +1189,8 @@ class SparkEngine(Engine):
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
             if kind is not None and text_read and kind.upper() in _RULED:
+                if user in self.mixed_columns:  # text, or of a type that is not the spec's
+                    expr = expr.cast("string")
                 expr = _spark_by_rule(expr, kind.upper())
             elif kind is not None:
                 expr = expr.try_cast(kind)
