@@ -195,24 +195,6 @@ def test_parquet_files_that_disagree_are_read_value_by_value(
     assert mixed_sums(str(parts / "[ac].parquet")) == [77.5, 4.0]
 
 
-def unit_counts(frame: pd.DataFrame, engine: str = "duckdb") -> list[float]:
-    """Counts of units by ``page`` (keys a, b), each unit one row per group."""
-    return (
-        Release(
-            frame,
-            privacy_unit="user",
-            budget=Budget(rho=1.0),
-            max_groups_per_unit=2,
-            max_rows_per_group=1,
-            engine=engine,
-        )
-        .count(by="page", keys=["a", "b"])
-        .run()
-        .frame["value"]
-        .tolist()
-    )
-
-
 SEVEN = [7, 7.0, np.int64(7), np.float32(7.0), Decimal("7.00"), Fraction(7), -0.0, 0]
 
 
@@ -222,7 +204,7 @@ def test_python_values_that_are_equal_are_one_unit(no_noise: None) -> None:
     frame = pd.DataFrame(
         {"user": pd.Series([*SEVEN, "x"], dtype=object), "page": ["a"] * 6 + ["b"] * 3}
     )
-    assert unit_counts(frame) == [1.0, 2.0]  # 7 in a; 0 (and -0.0) and 'x' in b
+    assert counts(frame) == [1.0, 2.0]  # 7 in a; 0 (and -0.0) and 'x' in b
 
 
 #: Values with no text (NULL), and one whose text is a unit of its own (10**400).
@@ -239,13 +221,13 @@ def test_one_odd_python_value_is_null_not_a_refusal(
     users, pages = ["u1", "u2", "u3", "u4"], ["a", "b", "a", "b"]
     frame = pd.DataFrame({"user": pd.Series(users[:3], dtype=object), "page": pages[:3]})
     (users if column == "user" else pages)[3] = odd
-    assert unit_counts(frame) == [2.0, 1.0]
+    assert counts(frame) == [2.0, 1.0]
     a_unit = column == "user" and odd is ODD[-1]
     want = [2.0, 2.0] if a_unit else [2.0, 1.0]
     with_odd = pd.DataFrame(
         {"user": pd.Series(users, dtype=object), "page": pd.Series(pages, dtype=object)}
     )
-    assert unit_counts(with_odd) == want
+    assert counts(with_odd) == want
 
 
 BOUNDED = {"max_groups_per_unit": 1, "max_rows_per_group": 1}
@@ -256,7 +238,7 @@ def test_a_category_column_is_read_as_its_values(no_noise: None) -> None:
     # listed every category (the data's distinct values).
     frame = pd.DataFrame({"user": [1, 2, 3], "page": ["a", "b", "a"]})
     categories = frame.astype({"page": "category", "user": "category"})
-    assert unit_counts(categories) == unit_counts(frame) == [2.0, 1.0]
+    assert counts(categories) == counts(frame) == [2.0, 1.0]
     binned = frame.assign(page=pd.cut([0.5, 1.5, 0.5], [0, 1, 2]))  # interval categories
     labels = Release(binned, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
     got = labels.count(by="page", keys=["(0, 1]", "(1, 2]"]).run().frame["value"]
