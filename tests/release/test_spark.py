@@ -279,15 +279,15 @@ def test_spark_reads_object_and_category_columns_as_duckdb(spark: Any, no_noise:
     # value with no text NULL, never a refusal), and a category column as its values.
     from decimal import Decimal
 
-    from test_inputs import SEVEN, unit_counts
+    from test_inputs import SEVEN, counts
 
     odd = [[7], Decimal("sNaN"), b"\xff", "\udcff"]
     users = pd.Series([*SEVEN, "x", *odd], dtype=object)
     frame = pd.DataFrame({"user": users, "page": ["a"] * 6 + ["b"] * 3 + ["b"] * len(odd)})
-    assert unit_counts(frame, "spark") == unit_counts(frame, "duckdb") == [1.0, 2.0]
+    assert counts(frame, "spark") == counts(frame, "duckdb") == [1.0, 2.0]
     categories = frame.iloc[:9].astype({"page": "category"})
     categories["n"] = pd.Series(range(9), dtype="category")
-    assert unit_counts(categories, "spark") == unit_counts(categories, "duckdb") == [1.0, 2.0]
+    assert counts(categories, "spark") == counts(categories, "duckdb") == [1.0, 2.0]
 
 
 def test_spark_reads_a_column_only_one_file_has_as_duckdb(
