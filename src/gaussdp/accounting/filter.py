@@ -68,6 +68,20 @@ __all__ = [
 ]
 
 
+def spend_target(ledger: object | None, filter: object | None, own: PrivacyFilter) -> PrivacyFilter:
+    """The in-memory filter a run is charged to when no ledger is given: ``filter`` if
+    given, else the object's ``own``. Refuses both a ledger and a filter, and a
+    ``filter`` that is not a :class:`PrivacyFilter` (the one check of
+    :meth:`gaussdp.release.Release.run` and :meth:`gaussdp.synth.Synthesizer.run`)."""
+    if ledger is not None and filter is not None:
+        raise ValueError(invalid("filter", "None when a ledger is given", filter))
+    if filter is None:
+        return own
+    if not isinstance(filter, PrivacyFilter):
+        raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
+    return filter
+
+
 def budget_accountant(budget: Budget) -> Accountant:
     """A fresh accountant of the kind that checks ``budget`` (see the module docs)."""
     if budget.rho is not None:

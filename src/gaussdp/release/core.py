@@ -17,7 +17,7 @@ import numpy as np
 
 from gaussdp._validation import check_int, check_positive, check_probability
 from gaussdp.accounting.events import Composed
-from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, refusal
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, refusal, spend_target
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
@@ -720,11 +720,7 @@ class Release:
 
         Refuses (:class:`BudgetExceededError`, the message :meth:`run`'s check gives) a
         plan the target could never pay for, so that no report is given for it."""
-        if ledger is not None and filter is not None:
-            raise ValueError(invalid("filter", "None when a ledger is given", filter))
-        if filter is not None and not isinstance(filter, PrivacyFilter):
-            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
-        spend_to = self.filter if filter is None else filter
+        spend_to = spend_target(ledger, filter, self.filter)
         budget = spend_to.budget if ledger is None else ledger.total
         plan, replanned = self._cached_plan(exact=True), False
         if plan.accounting == "pld" and not budget_accountant(budget).supports(plan.event):

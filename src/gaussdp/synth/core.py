@@ -55,7 +55,7 @@ from gaussdp.accounting import (
     RecordedCost,
     SelfComposed,
 )
-from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, spent
+from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, spend_target, spent
 from gaussdp.budget import Budget
 from gaussdp.errors import invalid
 from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
@@ -758,11 +758,7 @@ class Synthesizer:
             rows = check_int("rows", rows, minimum=0)
         source = check_rng(rng)
         _refuse_foreign_seed(source, "synthesizer run")
-        if ledger is not None and filter is not None:
-            raise ValueError(invalid("filter", "None when a ledger is given", filter))
-        if filter is not None and not isinstance(filter, PrivacyFilter):
-            raise TypeError(invalid("filter", "a gaussdp.accounting.PrivacyFilter", filter))
-        spend_to = self.filter if filter is None else filter
+        spend_to = spend_target(ledger, filter, self.filter)
         planned = self.report
         what = "this synthesizer run"
         # MST: its events (the accountant composes them); AIM: its ρ.
