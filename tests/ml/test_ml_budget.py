@@ -515,7 +515,8 @@ def test_a_child_forked_inside_a_paid_step_cannot_draw_its_noise(tmp_path: Path)
     model, optimizer, loader = _setup(rng=None, ledger=ledger, reserve_steps=1)
     forks = _fork_inside_runs(optimizer._charger)
     weights = model.module.weight.detach().clone()
-    x, y = next(iter(loader))
+    batches = iter(loader)
+    x, y = next(batches)
     optimizer.zero_grad()
     model.backward(x, y)
     error: BaseException | None = None
@@ -534,7 +535,7 @@ def test_a_child_forked_inside_a_paid_step_cannot_draw_its_noise(tmp_path: Path)
         with pytest.raises(RuntimeError, match="must follow loss.backward"):
             optimizer.step()  # the parent's sums are not released again either
         optimizer.zero_grad()
-        model.backward(x, y)
+        model.backward(*next(batches))  # a batch of the child's own
         optimizer.step()  # the child's own step: paid by the child
         optimizer.close()
 
@@ -545,6 +546,144 @@ def test_a_child_forked_inside_a_paid_step_cannot_draw_its_noise(tmp_path: Path)
     step = optimizer.step_event
     entries = ledger.entries()
     assert [(e.status, e.event) for e in entries] == [("committed", step)] * 2
+
+
+FOREIGN_SUMS = (
+    r"optimizer\.step\(\) must be called in the process that drew the batch and "
+    r"computed its clipped sums \(.*\), got 'sums of process \d+ in process \d+'$"
+)
+
+
+def _backward(model, x, y, path: str) -> None:  # type: ignore[no-untyped-def]
+    """The clipped sums of (x, y) for the next step, by ``path``."""
+    if path == "idiom":
+        nnf.cross_entropy(model(x), y).backward()
+    else:
+        model.backward(x, y)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("spender", ["ledger", "filter", "none"])
+@pytest.mark.parametrize("path", ["idiom", "fast"])
+def test_clipped_sums_forked_before_the_step_are_released_only_where_computed(
+    tmp_path: Path, spender: str, path: str
+) -> None:
+    # Once (note 25): a process forked after backward but before step held the parent's
+    # clipped sums; parent and child each released them and each charged one subsampled
+    # step (two ledger entries, each Subsampled(..., q)), but two releases of one
+    # Poisson sample are not two independently subsampled steps: the ledger under-counts
+    # (under a seed the two releases even had the same noise). Now the child's step is
+    # refused before any charge or draw and the sums are dropped there; a batch the
+    # child draws itself, and its own backward, make a step of its own.
+    total = Budget(epsilon=50.0, delta=DELTA)
+    ledger = Ledger(tmp_path / "budget.db", total=total) if spender == "ledger" else None
+    spend = PrivacyFilter(total) if spender == "filter" else None
+    rng = ChaCha20Random(3) if spender == "none" else None  # the seeded case: same noise
+    model, optimizer, loader = _setup(rng=rng, ledger=ledger, filter=spend, reserve_steps=1)
+    batches = iter(loader)
+    x, y = next(batches)
+    optimizer.zero_grad()
+    _backward(model, x, y, path)
+    weights = model.module.weight.detach().clone()
+
+    def child() -> None:
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (ml.md)
+        with pytest.raises(RuntimeError, match=FOREIGN_SUMS):
+            optimizer.step()
+        assert torch.equal(model.module.weight, weights)  # nothing released here
+        assert optimizer.steps == 0
+        assert spend is None or spend.spent == 0
+        with pytest.raises(RuntimeError, match="must follow loss.backward"):
+            optimizer.step()  # the sums were dropped, not kept for a later step
+        _backward(model, x, y, path)  # the parent's batch again: still the parent's sample
+        with pytest.raises(RuntimeError, match=FOREIGN_SUMS):
+            optimizer.step()
+        assert optimizer.steps == 0
+        if spender == "filter":
+            return  # an in-memory filter pays for nothing in a child (tested below)
+        mine_x, mine_y = next(batches)  # a batch of the child's own
+        optimizer.zero_grad()
+        _backward(model, mine_x, mine_y, path)
+        optimizer.step()
+        optimizer.close()
+        assert optimizer.steps == 1
+        assert not torch.equal(model.module.weight, weights)
+
+    assert _in_child(child) == 0
+    if ledger is not None:  # the child's own step only
+        assert [e.event for e in ledger.entries()] == [optimizer.step_event]
+    assert (optimizer.steps, spend.spent if spend else 0) == (0, 0)
+    optimizer.step()  # the parent releases its sums
+    optimizer.close()
+    assert optimizer.steps == 1
+    assert not torch.equal(model.module.weight, weights)
+    if ledger is not None:
+        assert [e.event for e in ledger.entries()] == [optimizer.step_event] * 2
+    if spend is not None:
+        assert spend.accountant.count == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_childs_own_sums_mixed_with_inherited_ones_are_refused(tmp_path: Path) -> None:
+    # Gradient accumulation across the fork: the child's own batch added to the
+    # parent's sums, or to a gradient captured in the child for the parent's forward
+    # call, still releases the parent's sample.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(rng=None, ledger=ledger, reserve_steps=1)
+    batches = iter(loader)
+    x, y = next(batches)
+    optimizer.zero_grad()
+    model.backward(x, y)
+
+    def own_batch_and(inherited) -> None:  # type: ignore[no-untyped-def]
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (ml.md)
+        mine_x, mine_y = next(batches)
+        model.backward(mine_x, mine_y)
+        inherited()
+        with pytest.raises(RuntimeError, match=FOREIGN_SUMS):
+            optimizer.step()
+        optimizer.zero_grad()
+        model.backward(mine_x, mine_y)
+        optimizer.step()  # the child's own batch alone
+        optimizer.close()
+
+    assert _in_child(lambda: own_batch_and(lambda: None)) == 0
+    optimizer.zero_grad()
+    out = model(x)  # the parent's forward call, its backward in the child
+    assert _in_child(lambda: own_batch_and(lambda: nnf.cross_entropy(out, y).backward())) == 0
+    assert [e.event for e in ledger.entries()] == [optimizer.step_event] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_clients_sampled_before_a_fork_are_aggregated_only_where_sampled(tmp_path: Path) -> None:
+    # The federated form of the gap above: parent and child each aggregated the
+    # clients the parent sampled, each round charged as one subsampled round.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    agg = DPAggregator(1.0, 1.0, dim=4, client_rate=0.5, ledger=ledger)
+    chosen = agg.sample_clients(10)
+    updates = [torch.ones(4) for _ in chosen]
+    refused = (
+        r"aggregate\(\) must be called in the process that drew the round's clients "
+        r"\(.*call sample_clients\(\) in the child first\), "
+        r"got 'clients of process \d+ in process \d+'$"
+    )
+
+    def child() -> None:
+        with pytest.raises(RuntimeError, match=refused):
+            agg.aggregate(updates)
+        assert agg.rounds == 0
+        assert ledger.entries() == []
+        mine = agg.sample_clients(10)  # the child's own sample: its own round
+        agg.aggregate([torch.ones(4) for _ in mine])
+        assert agg.rounds == 1
+
+    assert _in_child(child) == 0
+    agg.aggregate(updates)  # the parent's round of its sample
+    assert [e.event for e in ledger.entries()] == [agg.round_event] * 2
+    # With every client in every round there is no sample to repeat: not refused.
+    full = DPAggregator(1.0, 1.0, dim=4, ledger=ledger)
+    full.sample_clients(3)
+    assert _in_child(lambda: full.aggregate([torch.ones(4)] * 3)) == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -678,8 +817,8 @@ def test_ddg_siblings_forked_with_a_deterministic_user_source_draw_different_noi
 def _seeded_runs(kind: str, ledger: Ledger):  # type: ignore[no-untyped-def]
     """Under ChaCha20Random(7): what to do before a release, a charged release, its count.
 
-    The DP-SGD step's backward pass runs before it, in the parent (torch's thread pool
-    does not survive a fork).
+    The DP-SGD step's backward pass runs before it, on a batch drawn there (a forked
+    child's step on its parent's batch or sums is refused before the seed is checked).
     """
     if kind == "central":
         agg = DPAggregator(1.0, 1.0, dim=4, rng=ChaCha20Random(7), ledger=ledger)
@@ -690,11 +829,11 @@ def _seeded_runs(kind: str, ledger: Ledger):  # type: ignore[no-untyped-def]
         )
         return lambda: None, lambda: ddg.aggregate([torch.ones(4)] * 2), lambda: ddg.rounds
     model, optimizer, loader = _setup(seed=7, ledger=ledger, reserve_steps=1)
-    x, y = next(iter(loader))
+    batches = iter(loader)
 
     def backward() -> None:
         optimizer.zero_grad()
-        model.backward(x, y)
+        model.backward(*next(batches))
 
     return backward, optimizer.step, lambda: optimizer.steps
 
@@ -714,6 +853,8 @@ def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
     prepare()
 
     def child() -> None:
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (ml.md)
+        prepare()  # the child's own batch and backward
         with pytest.raises(
             RuntimeError,
             match="rng must be a source that is not seeded .* in a forked process .*, "

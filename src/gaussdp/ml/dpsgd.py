@@ -112,7 +112,7 @@ from gaussdp.ml.noise import (
     check_noise_multiplier,
     sum_lattice,
 )
-from gaussdp.random import RandomSource, _DerivedStream, check_rng
+from gaussdp.random import RandomSource, _DerivedStream, _process_identity, check_rng
 
 if TYPE_CHECKING:
     from gaussdp.ml._independence import Proven
@@ -401,6 +401,16 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self._rng = check_rng(rng)
         # ⌊q·2⁶⁴⌋ computed exactly: a float q is a dyadic rational.
         self._threshold = math.floor(self._rate * 2.0**64) if self._rate < 1.0 else 2**64
+        self._drawn_in: tuple[int, bytes] | None = None
+
+    @property
+    def drawn_in(self) -> tuple[int, bytes] | None:
+        """The process (id and fork token) that drew the last batch; None before the first.
+
+        A process forked after a batch was drawn holds that batch too; DP-SGD steps
+        on it only in the process that drew it (see :meth:`DPOptimizer.step`).
+        """
+        return self._drawn_in
 
     @property
     def sample_rate(self) -> float:
@@ -417,6 +427,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
 
     def sample(self) -> list[int]:
         """One Poisson-sampled batch of example indices (possibly empty)."""
+        self._drawn_in = _process_identity()
         if self._threshold >= 2**64:
             return list(range(self._n))
         keep = self._rng.words(self._n) < np.uint64(self._threshold)
@@ -577,6 +588,10 @@ class _Engine:
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
         self.pending: list[torch.Tensor] | None = None
+        # The process the pending sums belong to (see origin): only it may release them.
+        self.pending_origin: tuple[int, bytes] | None = None
+        # The sampler of make_private's loader: a batch belongs to the process that drew it.
+        self.sampler: PoissonBatchSampler | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
         self.warned = False  # the "not proven" warning of "auto" was given
         self.checked: set[tuple[tuple[int, ...], ...]] = set()  # layer shapes checked
@@ -615,6 +630,51 @@ class _Engine:
                     gone,
                 )
             )
+
+    def origin(self) -> tuple[int, bytes]:
+        """The process clipped sums computed now belong to.
+
+        This one, unless the loader's last batch was drawn in another: a process
+        forked after its parent drew a batch holds that batch (the parent's Poisson
+        sample, which the parent releases) until it draws one of its own.
+        """
+        drawn = None if self.sampler is None else self.sampler.drawn_in
+        return _process_identity() if drawn is None else drawn
+
+    def refuse_foreign(self) -> None:
+        """Refuse, and drop, clipped sums that belong to another process.
+
+        A process forked after ``backward`` (or after its parent drew the batch)
+        but before ``step`` holds the parent's clipped sums; parent and child would
+        each release them and each charge one subsampled step, but two releases of
+        one Poisson sample are not two independently subsampled steps (and under a
+        seeded stream their noise is the same). Called before anything is drawn or
+        charged: the sums and captured gradients are dropped here, whether or not
+        the steps are charged (the optimizer's own accountant would under-count too).
+
+        Raises
+        ------
+        RuntimeError
+            If a pending sum or a captured gradient belongs to another process.
+        """
+        here = _process_identity()
+        origins = {r.origin for r in self.records if r.grads is not None}
+        if self.pending is not None and self.pending_origin is not None:
+            origins.add(self.pending_origin)
+        if origins <= {here}:
+            return
+        self.pending = self.pending_origin = None
+        self.records = []
+        raise RuntimeError(
+            invalid(
+                "optimizer.step()",
+                "called in the process that drew the batch and computed its clipped sums "
+                "(a forked process holds its parent's, which the parent releases: they "
+                "are dropped here, nothing is drawn or charged; in the child, draw a "
+                "batch from the data loader and call backward on it before stepping)",
+                f"sums of process {min(o[0] for o in origins - {here})} in process {here[0]}",
+            )
+        )
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_params()
@@ -690,9 +750,12 @@ class _Engine:
         if sums is None:
             restore()
             sums, losses = self._clipped_per_example(inputs, targets)
+        origin = self.origin()
         if self.pending is not None:  # several backward calls form one step's batch
             sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
-        self.pending = sums
+            if self.pending_origin != _process_identity():
+                origin = self.pending_origin or origin  # sums of another process stay its
+        self.pending, self.pending_origin = sums, origin
         assert losses is not None
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
@@ -1168,6 +1231,7 @@ class _Record:
         # Examples per range of the per-example path (PER_EXAMPLE_LIMIT): the forward
         # pass and the step's gradients take the same ranges, hence the same dropout masks.
         self.rows = engine._rows()
+        self.origin = engine.origin()  # the process whose examples these are
         self.grads: list[torch.Tensor | None] | None = None
         self.captured_at = -1
 
@@ -1604,7 +1668,7 @@ class DPOptimizer(torch.optim.Optimizer):
         """Clear ``param.grad`` and any clipped sum or captured gradient not yet stepped."""
         self._optimizer.zero_grad(set_to_none=set_to_none)
         engine = self._engine
-        engine.pending = None
+        engine.pending = engine.pending_origin = None
         engine.records = [r for r in engine.records if r.grads is None]
         engine.raw_forward = False
 
@@ -1628,7 +1692,13 @@ class DPOptimizer(torch.optim.Optimizer):
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the
-            parent releases it).
+            parent releases it). Also in a process forked after the batch was drawn
+            or its backward ran (outside a step): the batch and its clipped sums
+            belong to the process that drew and computed them (two releases of one
+            Poisson sample are not two independently subsampled steps), so the child
+            drops them, charges and draws nothing, whether or not steps are charged;
+            a child that draws a batch from the data loader and runs backward on it
+            takes steps of its own.
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
@@ -1642,6 +1712,7 @@ class DPOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
             )
+        engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
         if engine.raw_forward and any(p.grad is not None for p in engine.params):
             raise RuntimeError(
                 "the unwrapped model ran with gradients enabled since the last zero_grad() "
@@ -1662,7 +1733,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 "or model.backward(inputs, targets) (also for an empty batch)"
             )
         # Kept until the noise is added, so a refused step loses nothing.
-        engine.pending = sums
+        engine.pending, engine.pending_origin = sums, _process_identity()
         # BudgetExceededError here: nothing drawn or changed. Steps take turns.
         with contextlib.nullcontext() if self._charger is None else self._charger.run():
             if self._grads is None:
@@ -1682,12 +1753,12 @@ class DPOptimizer(torch.optim.Optimizer):
                 try:
                     self._charger.check_draw()  # a step the parent began, continued in a child
                 except RuntimeError:
-                    engine.pending = None  # the parent releases these sums: never here
+                    engine.pending = engine.pending_origin = None  # the parent releases them
                     raise
             noisy = engine.noiser.release(
                 sums, scale=1.0 / engine.expected_batch_size, out=self._grads
             )
-            engine.pending = None
+            engine.pending = engine.pending_origin = None
             for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
                 update = average.to(param.device, param.dtype).reshape(param.shape)
                 param.grad = update if extra is None else update + extra
@@ -2314,6 +2385,8 @@ def make_private(
         collate_fn=data_loader.collate_fn,
         num_workers=data_loader.num_workers,
     )
+    assert isinstance(loader.batch_sampler, PoissonBatchSampler)
+    engine.sampler = loader.batch_sampler
     return PrivateTraining(
         PrivateModule(engine),
         DPOptimizer(

@@ -47,7 +47,13 @@ from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml.noise import NoiseMode, SumNoiser, check_noise_mode
-from gaussdp.random import ChaCha20Random, RandomSource, _DerivedStream, check_rng
+from gaussdp.random import (
+    ChaCha20Random,
+    RandomSource,
+    _DerivedStream,
+    _process_identity,
+    check_rng,
+)
 from gaussdp.sampling import discrete_gaussian
 
 __all__ = ["DPAggregator", "DistributedDiscreteGaussian", "ddg_rho"]
@@ -174,6 +180,7 @@ class DPAggregator:
         )
         self._accountant = PLDAccountant()
         self._rounds = 0
+        self._sampled_in: tuple[int, bytes] | None = None  # the last sample_clients' process
         self._charger = Charger(
             self.round_event,
             ledger=ledger,
@@ -214,11 +221,18 @@ class DPAggregator:
         return self._noiser.noise_std
 
     def sample_clients(self, num_clients: int) -> list[int]:
-        """Indices of the clients of one round: each kept independently with ``client_rate``."""
+        """Indices of the clients of one round: each kept independently with ``client_rate``.
+
+        The sample belongs to the process that drew it: with ``client_rate`` < 1, a
+        process forked after this call aggregates only once it has drawn its own
+        sample (see :meth:`aggregate`).
+        """
         from gaussdp.ml.dpsgd import PoissonBatchSampler
 
         sampler = PoissonBatchSampler(num_clients, self._rate, steps=1, rng=self._sample_rng)
-        return sampler.sample()
+        chosen = sampler.sample()
+        self._sampled_in = sampler.drawn_in
+        return chosen
 
     def aggregate(self, updates: Sequence[torch.Tensor]) -> torch.Tensor:
         """The noisy sum of the clipped updates, a float32 vector of ``dim`` coordinates.
@@ -242,9 +256,25 @@ class DPAggregator:
             If the ledger or filter refuses the round; nothing is drawn.
         RuntimeError
             In a process forked from inside this round (the parent paid for it and
-            draws its noise), or with an in-memory filter in a forked process;
-            nothing is charged or drawn.
+            draws its noise), or with an in-memory filter in a forked process, or
+            with ``client_rate`` < 1 in a process forked after :meth:`sample_clients`
+            that has not drawn a sample of its own (the parent's sample is the
+            parent's to release: two rounds of one Poisson sample are not two
+            independently subsampled rounds); nothing is charged or drawn.
         """
+        here = _process_identity()
+        if self._rate < 1.0 and self._sampled_in not in (None, here):
+            assert self._sampled_in is not None
+            raise RuntimeError(
+                invalid(
+                    "aggregate()",
+                    "called in the process that drew the round's clients (a forked "
+                    "process holds its parent's sample_clients(), which the parent "
+                    "releases; nothing is drawn or charged: call sample_clients() in the "
+                    "child first)",
+                    f"clients of process {self._sampled_in[0]} in process {here[0]}",
+                )
+            )
         rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
         for index, row in enumerate(rows[1:], start=1):
             if row.device != rows[0].device:
