@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import pickle
 
 import pytest
 
@@ -124,6 +126,40 @@ def test_loading_after_steps_or_a_load_is_refused() -> None:
     with pytest.raises(ValueError, match="10 steps taken or loaded"):
         fresh.load_state_dict(before_training)
     assert fresh.privacy_spent(DELTA) == spent
+
+
+@pytest.mark.parametrize("which", ["model", "optimizer"])
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle", "torch.save"])
+def test_copying_the_private_model_or_optimizer_points_to_state_dict(which: str, how: str) -> None:
+    # Once: copy.deepcopy(optimizer) raised a bare AttributeError ('DPOptimizer' object
+    # has no attribute '_optimizer'), the model's copy a message about its rng.
+    model, optimizer, loader = _setup(1)
+    _train(model, optimizer, loader, 1)
+    obj = model if which == "model" else optimizer
+    kind = "PrivateModule" if which == "model" else "DPOptimizer"
+    copier = {
+        "copy": copy.copy,
+        "deepcopy": copy.deepcopy,
+        "pickle": pickle.dumps,
+        "torch.save": lambda o: torch.save(o, io.BytesIO()),
+    }[how]
+    with pytest.raises(TypeError) as refused:
+        copier(obj)
+    assert str(refused.value) == (
+        f"{which} must be saved or copied through its state_dict(), not copied or pickled "
+        "whole (a copy would draw the noise the original draws next, or release its clipped "
+        "sums again): load the state_dict() into a new make_private(), got a "
+        f"{kind} to copy or pickle"
+    )
+    state = copy.deepcopy(obj.state_dict())  # the way that works
+    fresh = _setup(2)[0 if which == "model" else 1]
+    fresh.load_state_dict(state)
+    if which == "optimizer":
+        assert fresh.privacy_spent(DELTA) == optimizer.privacy_spent(DELTA)
+    else:
+        assert all(
+            torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True)
+        )
 
 
 def test_history_is_the_step_events_in_their_json_form() -> None:

@@ -1430,6 +1430,16 @@ def _one_example_error(error: Exception) -> ValueError:
     )
 
 
+def _not_copied(name: str, obj: object) -> TypeError:
+    """The refusal of a copy, deepcopy or pickle (``torch.save``) of a private model/optimizer."""
+    return TypeError(
+        f"{name} must be saved or copied through its state_dict(), not copied or pickled "
+        "whole (a copy would draw the noise the original draws next, or release its clipped "
+        "sums again): load the state_dict() into a new make_private(), got a "
+        f"{type(obj).__name__} to copy or pickle"
+    )
+
+
 class PrivateModule(nn.Module):
     r"""The model wrapped for DP-SGD: call it and ``loss.backward()`` as usual, or :meth:`backward`.
 
@@ -1482,6 +1492,11 @@ class PrivateModule(nn.Module):
     def module(self) -> nn.Module:
         """The wrapped model."""
         return self._module
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused (``TypeError``): copy, deepcopy, pickle and ``torch.save`` it through
+        :meth:`state_dict`."""
+        raise _not_copied("model", self)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
@@ -1606,6 +1621,11 @@ class DPOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"DPOptimizer({self._optimizer!r}, noise_multiplier={self.noise_multiplier})"
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused (``TypeError``): copy, deepcopy, pickle and ``torch.save`` it through
+        :meth:`state_dict`."""
+        raise _not_copied("optimizer", self)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Refused: the private parameters are fixed when :func:`make_private` is called."""
