@@ -594,14 +594,18 @@ def _refuse_foreign_seed(
         return
     here = _process_identity()
     if rng._home is None or here != rng._home or (owner is not None and here != owner):
+        why = (
+            "this stream does not record where it was made"
+            if rng._home is None
+            else "a forked process repeats that process's noise, which the budget would "
+            "pay for again"
+        )
         raise RuntimeError(
             invalid(
                 "rng",
-                f"a source that is not seeded (e.g. None, the operating system's) for "
-                f"a charged {what} in a forked process or from a seeded stream "
-                f"that does not record where it was made (a seeded stream repeats "
-                f"the parent's noise there, which the budget would pay for as "
-                f"independent)",
+                f"unseeded (None, the operating system's source) for a charged {what} "
+                f"outside the process that made the seeded stream and the object "
+                f"charging it ({why})",
                 rng,
             )
         )

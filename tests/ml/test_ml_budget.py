@@ -750,11 +750,12 @@ def test_a_childs_own_runs_inside_an_inherited_run_may_draw(tmp_path: Path) -> N
 def test_an_in_memory_filter_refuses_in_a_forked_child() -> None:
     # A filter is process memory: a child's spends would not reach the parent's copy.
     spend = PrivacyFilter(Budget(mu=1000.0))
-    agg = DPAggregator(1.0, 5.0, dim=4, rng=ChaCha20Random(0), filter=spend)
+    # Not seeded: under a seed the seeded-stream refusal would come first.
+    agg = DPAggregator(1.0, 5.0, dim=4, filter=spend)
     agg.aggregate([torch.ones(4)])
 
     def child() -> None:
-        with pytest.raises(RuntimeError, match="in a forked process"):
+        with pytest.raises(RuntimeError, match="PrivacyFilter cannot pay .* in a forked process"):
             agg.aggregate([torch.ones(4)])
         assert agg.rounds == 1
 
@@ -857,8 +858,9 @@ def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
         prepare()  # the child's own batch and backward
         with pytest.raises(
             RuntimeError,
-            match="rng must be a source that is not seeded .* in a forked process .*, "
-            "got _?\\w*\\(?ChaCha20Random\\(7\\)",
+            match=r"rng must be unseeded \(None, the operating system's source\) for a "
+            r"charged .* outside the process that made the seeded stream and the object "
+            r"charging it \(a forked process repeats .*\), got _?\w*\(?ChaCha20Random\(7\)",
         ):
             release()
         assert runs() == 1
@@ -918,7 +920,8 @@ def test_a_seeded_release_built_in_a_forked_child_on_the_parents_stream_is_refus
     def child() -> None:
         release = _built_in_child(kind, rng, Ledger(path, total=total))
         with pytest.raises(
-            RuntimeError, match="rng must be a source that is not seeded .* in a forked process"
+            RuntimeError,
+            match="rng must be unseeded .* outside the process that made the seeded stream",
         ):
             release()
 
@@ -944,8 +947,8 @@ def test_a_seeded_stream_of_unknown_or_reused_origin_is_refused(kind: str, tmp_p
     ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=1000.0, delta=DELTA))
     reused = ChaCha20Random(7)
     reused._home = (os.getpid(), b"an exited process")
-    for rng in (_NoHome(), reused):
-        with pytest.raises(RuntimeError, match="rng must be a source that is not seeded"):
+    for rng, why in ((_NoHome(), "this stream does not record where"), (reused, "a forked")):
+        with pytest.raises(RuntimeError, match=rf"^rng must be unseeded .* stream .*\({why}"):
             _built_in_child(kind, rng, ledger)()
     assert ledger.spent == 0
 
