@@ -265,6 +265,40 @@ def test_an_enum_type_is_named_without_its_values() -> None:
     assert "Jane" not in str(caught.value)
 
 
+def test_a_connection_with_an_unfinished_result_is_refused_and_left_as_it_is(
+    no_noise: None,
+) -> None:
+    # Once: "ResourceInUseException (message withheld)" while preparing the data. The
+    # caller's result must survive: on DuckDB 2 any other statement is refused while it
+    # is unfinished, and execute() would end it.
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i % 5 AS user, 'a' AS page FROM range(10) r(i)")
+    pending = con.execute("SELECT * FROM range(100000)")
+    assert pending.fetchone() == (0,)
+
+    def count(source: object) -> Release:
+        release = Release(source, privacy_unit="user", budget=Budget(rho=1.0), **BOUNDED)
+        return release.count(by="page", keys=["a"])
+
+    if int(duckdb.__version__.split(".")[0]) >= 2:
+        release = count((con, "t"))
+        with pytest.raises(
+            ValueError,
+            match=r"^source must be a \(connection, table\) whose connection has no "
+            r"unfinished result from execute\(\), .* call connection\.complete\(\) or "
+            r"connection\.abort\(\); or give \(connection\.cursor\(\), table\), .*\), "
+            r"got 'a connection with an unfinished result'$",
+        ):
+            release.run()
+        assert release.filter.spent == 0
+        # A cursor is a second connection to the same database: the result is untouched.
+        assert count((con.cursor(), "t")).run().frame["value"].tolist() == [5.0]
+        assert pending.fetchone() == (1,)
+        assert len(pending.fetchall()) == 100000 - 2
+    pending.fetchall()  # read to its end (DuckDB 1.x: ended by the release's statements)
+    assert count((con, "t")).run().frame["value"].tolist() == [5.0]
+
+
 def per_unit_files(directory: Path, *, with_ten: bool) -> Path:
     """One Parquet file per unit; only unit 10's file has the columns ``v`` and ``k``."""
     directory.mkdir()

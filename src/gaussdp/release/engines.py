@@ -817,6 +817,39 @@ def _spark_by_rule(column: Any, kind: str) -> Any:
 _NO_STATISTICS = "statistics_propagation"
 
 
+def _refuse_unfinished(duckdb: Any, connection: Any) -> None:
+    """Refuse a caller's connection whose ``execute()`` result is not read to its end.
+
+    DuckDB 2 runs no other statement on such a connection: it raises
+    ``ResourceInUseException`` and leaves the result as it is, which the probe
+    ``SELECT 1`` relies on (gaussdp's first statement once failed there with "message
+    withheld"). DuckDB 1.x has no such error: there any statement on the connection,
+    the probe included, ends the result's stream after the rows it has already
+    produced (documented in docs/release.md; not detectable on 1.x).
+
+    Raises
+    ------
+    ValueError
+        On DuckDB 2, if the connection has an unfinished result; nothing has been read
+        and the result is unchanged.
+    """
+    try:
+        connection.sql("SELECT 1").fetchall()
+    except getattr(duckdb, "ResourceInUseException", ()):
+        raise ValueError(
+            invalid(
+                "source",
+                "a (connection, table) whose connection has no unfinished result from "
+                "execute(), since DuckDB runs nothing else on it until that result is read "
+                "(fetch the rest first, or call connection.complete() or "
+                "connection.abort(); or give (connection.cursor(), table), a second "
+                "connection to the same database, which does not see the first one's TEMP "
+                "tables or session settings)",
+                "a connection with an unfinished result",
+            )
+        ) from None
+
+
 class DuckDBEngine(Engine):
     """DuckDB (embedded): CSV or Parquet paths, pandas, polars and Arrow frames.
 
@@ -863,6 +896,7 @@ class DuckDBEngine(Engine):
                 )
             self._con, self._owned = connection, False
             with self.failures("opening the table"):
+                _refuse_unfinished(duckdb, connection)
                 self._rel = connection.table(table)
             return
         if temp_directory is None:
