@@ -268,7 +268,7 @@ def test_a_seeded_release_or_synthesis_with_a_ledger_is_refused_in_a_forked_chil
     what = "release" if kind == "release" else "synthesizer run"
     assert re.fullmatch(
         rf"rng must be unseeded \(None, the operating system's source\) for a charged {what} "
-        r"outside the process that made the seeded stream and the object charging it "
+        r"outside the process that made the seeded stream "
         r"\(a forked process repeats that process's noise, which the budget would pay for "
         r"again\), got ChaCha20Random\(b'replayable seed'\)",
         got,

@@ -600,12 +600,12 @@ def _refuse_foreign_seed(
             else "a forked process repeats that process's noise, which the budget would "
             "pay for again"
         )
+        where = "the seeded stream" + ("" if owner is None else " and the object that charges")
         raise RuntimeError(
             invalid(
                 "rng",
                 f"unseeded (None, the operating system's source) for a charged {what} "
-                f"outside the process that made the seeded stream and the object "
-                f"charging it ({why})",
+                f"outside the process that made {where} ({why})",
                 rng,
             )
         )

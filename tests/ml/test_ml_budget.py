@@ -860,7 +860,7 @@ def test_a_seeded_release_with_a_ledger_is_refused_in_a_forked_child(
             RuntimeError,
             match=r"rng must be unseeded \(None, the operating system's source\) for a "
             r"charged .* outside the process that made the seeded stream and the object "
-            r"charging it \(a forked process repeats .*\), got _?\w*\(?ChaCha20Random\(7\)",
+            r"that charges \(a forked process repeats .*\), got _?\w*\(?ChaCha20Random\(7\)",
         ):
             release()
         assert runs() == 1

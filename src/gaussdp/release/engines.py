@@ -823,8 +823,8 @@ def _refuse_unfinished(duckdb: Any, connection: Any) -> None:
     DuckDB 2 runs no other statement on such a connection: it raises
     ``ResourceInUseException`` and leaves the result as it is, which the probe
     ``SELECT 1`` relies on (gaussdp's first statement once failed there with "message
-    withheld"). DuckDB 1.x has no such error: there any statement on the connection,
-    the probe included, ends the result's stream after the rows it has already
+    withheld"). DuckDB 1.x has no such error: there a statement on the connection
+    (the probe too) ends the result, at once or after the rows it has already
     produced (documented in docs/release.md; not detectable on 1.x).
 
     Raises
