@@ -454,3 +454,16 @@ def test_a_files_header_drops_no_other_files_line_on_spark(
 
     parts = header_is_a_data_line(tmp_path / "parts")
     assert counts(parts, "spark") == counts(parts) == [4.0, 2.0]
+
+
+def test_spark_leaves_out_a_csv_file_whose_own_header_is_invalid_as_duckdb(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    from test_inputs import FRAME, bad_headers, counts
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    for name, data in bad_headers().items():
+        (parts / name).write_bytes(data)
+    assert counts(parts, "spark") == counts(parts) == [4.0, 2.0]
