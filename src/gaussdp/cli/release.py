@@ -408,7 +408,8 @@ def _layout(
     longest word if less). Each column's ``min_width`` is its longest word."""
     from rich.table import Table
 
-    table = Table(title=title, show_header=True, header_style="bold")
+    # A rule between rows where each row is a block of lines (one field a line).
+    table = Table(title=title, show_header=True, header_style="bold", show_lines=stack == "lines")
     # Each column: its header, whether it holds one number a row (no_wrap), the text
     # of its cells and the numbers' words in it.
     columns: list[tuple[str, bool, list[str], list[str]]] = []
