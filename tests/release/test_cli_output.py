@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -247,3 +250,44 @@ def test_ledger_table_folds_a_word_wider_than_the_screen(tmp_path: Path, width: 
     assert str(Fraction(10**90 + 1, 3**120)) in inside
     flat = " ".join(output.split())
     assert " ".join(str(table.caption).split()) in flat
+
+
+@pytest.mark.parametrize("columns", [20, 80])
+def test_ledger_show_on_a_narrow_terminal_stacks_labels_and_values(
+    tmp_path: Path, columns: int
+) -> None:
+    # At 20 columns the stacked text column was folded to one character a line (the
+    # number column took the rest). Now every field is a `name: value` line of one
+    # column at least MIN_FOLD wide; each value whole, a number on one line.
+    from gaussdp.mechanisms import Gaussian
+    from gaussdp.release import Budget, Ledger
+
+    db = tmp_path / "eps.db"
+    book = Ledger(db, total=Budget(epsilon=3.0, delta=1e-5))
+    for label in ("counts of visits per page and day", "sums"):
+        book.charge(Gaussian(sigma=4.0), label=label)
+    # A process of its own: the CLI reads COLUMNS once, when its console is made.
+    r = subprocess.run(
+        [sys.executable, "-m", "gaussdp", "ledger", "show", str(db)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": str(columns)},
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns, r.stdout
+    body = [line for line in lines if line.startswith("│")]
+    cells = [line.split("│")[1] for line in body]
+    assert min(len(cell) for cell in cells) >= cli_release.MIN_FOLD
+    flat = "".join("".join(cells).split())
+    summary = book.summary()
+    for row in summary.rows:
+        for value in (row.what, row.event, row.who, row.when, row.committed_at):
+            assert "".join(str(value).split()) in flat, value
+        assert whole(format_value(row.cost), r.stdout)  # a number is never wrapped
+    caption = cli_release.ledger_table("t", summary, columns).caption
+    assert "".join(str(caption).split()) in "".join(r.stdout.split())
+    if columns == 20:
+        assert sum(cell.strip() == "id: 1" for cell in cells) == 1  # one field a line

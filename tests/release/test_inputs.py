@@ -424,3 +424,46 @@ def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_nois
     lacking = pd.DataFrame({"user": [11]})  # no page: NULL, its row is in no group
     lacking.to_csv(parts / "c.csv", index=False)
     assert counts(parts) == [5.0, 3.0]
+
+
+def bad_headers() -> dict[str, bytes]:
+    """One CSV file per way a file's own header can be invalid, each with a row (unit 9 on
+    page b) that must not be read."""
+    from gaussdp.release.engines import CSV_MAX_COLUMNS
+
+    wide = ",".join(["user", "page", *(f"c{i}" for i in range(CSV_MAX_COLUMNS - 1))])
+    return {
+        "repeats.csv": b"user,page,page\n9,b,b\n",
+        "too-wide.csv": f"{wide}\n9,b{',x' * (CSV_MAX_COLUMNS - 1)}\n".encode(),
+        "not-utf8.csv": b"us\xe9r,page\n9,b\n",
+        "two-lines.csv": b'"user\n,page"\n9,b\n',
+    }
+
+
+def test_a_csv_file_whose_own_header_is_invalid_holds_no_rows(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # A file whose header repeated a name (when the headers differed) refused the whole
+    # folder, and so did more than 1,000 names in the merged header: one file (one unit's)
+    # decided refusal vs release. Each file's header is now judged alone.
+    from gaussdp.release.engines import CSV_MAX_COLUMNS
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    want = counts(parts)
+    for name, data in bad_headers().items():
+        (parts / name).write_bytes(data)
+        assert counts(parts) == counts(str(parts / "*.csv")) == want == [4.0, 2.0], name
+        with pytest.raises(ValueError, match=name):  # named alone, a file is the table
+            counts(parts / name)
+        (parts / name).unlink()
+    # A valid file of 1,000 columns, with a.csv's 3: 1,001 names in all, read by name.
+    names = ["user", "page", *(f"c{i}" for i in range(CSV_MAX_COLUMNS - 2))]
+    (parts / "wide.csv").write_text(",".join(names) + "\n9,b" + ",x" * (CSV_MAX_COLUMNS - 2) + "\n")
+    assert counts(parts) == [4.0, 3.0]
+    # A header that repeats a name is refused as the only file too (which column is which
+    # is ambiguous), with its reason.
+    (parts / "r.csv").write_bytes(b"user,page,page\n1,a,a\n")
+    with pytest.raises(ValueError, match="a CSV whose header repeats no name, got 'r.csv'$"):
+        counts(parts / "r.csv")

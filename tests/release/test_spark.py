@@ -303,7 +303,7 @@ def test_spark_reads_a_column_only_one_file_has_as_duckdb(
 def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
     spark: Any, tmp_path: Path, no_noise: None
 ) -> None:
-    from test_inputs import FRAME, counts
+    from test_inputs import FRAME, bad_headers, counts
 
     parts = tmp_path / "parts"
     parts.mkdir()
@@ -313,6 +313,8 @@ def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
     )
     pd.DataFrame({"user": [11]}).to_csv(parts / "c.csv", index=False)
     (parts / "d.csv").write_bytes(b"")
+    for name, data in bad_headers().items():  # each file's own header invalid: no rows
+        (parts / name).write_bytes(data)
     assert counts(parts, "spark") == counts(parts) == [5.0, 3.0]
 
 

@@ -327,6 +327,11 @@ NUMERIC_COLUMNS = ("value", "std", "ci_low", "ci_high")
 HEAD_ROWS = 15
 
 
+#: The narrowest a column of text is folded to while a wider layout could hold it (a
+#: 20-column screen folded the ledger's text column to one character a line).
+MIN_FOLD = 12
+
+
 def fit_table(
     title: str,
     header: list[tuple[str, bool]],
@@ -340,41 +345,47 @@ def fit_table(
     ``header`` gives each column's name and whether it holds numbers. The first
     layout whose minimum width fits is used: one column per field; then the text
     fields stacked as ``name: value`` lines in one column; then also the numbers
-    as ``name=value`` items in one column, wrapped between items. Numbers are
-    never wrapped inside, and text is folded only where a single word is wider
-    than the whole column. Where even the last layout needs more than ``width`` (one
-    word wider than the screen), its columns share ``width`` and such a word is folded
-    onto the next lines, never cut. Stacked text fields are joined by ``separator``.
+    as ``name=value`` items in one column, wrapped between items; then every field
+    as a ``name: value`` line of one column (a narrow screen). Numbers are never
+    wrapped inside, and text is folded only where a single word is wider than the
+    whole column. Where no layout fits whole (a word wider than the screen, or a
+    screen narrower than the widest number), the first one that fits with its text
+    folded at :data:`MIN_FOLD` characters is used (else the last): each number keeps
+    its width, the text columns share the rest, and a word that does not fit continues
+    on the next lines, whole. Stacked text fields are joined by ``separator``.
     """
     text = [i for i, (_, numeric) in enumerate(header) if not numeric]
     numbers = [i for i, (_, numeric) in enumerate(header) if numeric]
-    table: Table | None = None
-    for stack_text, stack_numbers in ((False, False), (True, False), (True, True)):
-        table, needed = _layout(
-            title, header, rows, text, numbers, stack_text, stack_numbers, separator
-        )
+    layouts = [
+        _layout(title, header, rows, text, numbers, stack, separator)
+        for stack in ("none", "text", "all", "lines")
+    ]
+    for table, _ in layouts:
+        needed = 1 + sum((c.min_width or 1) + 3 for c in table.columns)
         if needed <= width:
-            break
-    assert table is not None
-    flexible = [c for c in table.columns if not c.no_wrap]
-    if needed > width:
-        # One word wider than the screen (a long fraction in an event): the last layout's
-        # columns all fold. The narrow ones keep their least width, the widest gets what is
-        # left, and a word that does not fit continues on the next line, whole (rich would
-        # otherwise cut the table, and its caption, at the screen's edge).
-        left = width - 1 - 3 * len(table.columns)
-        by_width = sorted(flexible, key=lambda c: c.min_width or 1)
-        for k, column in enumerate(by_width):
-            others = len(by_width) - k - 1
-            fit = left - others if others else left
-            column.min_width = column.max_width = max(1, min(column.min_width or 1, fit))
-            left -= column.max_width
-        return table
-    # Each wrapping column may grow to its least width plus an equal share of what is left,
-    # so the columns always add up to at most `width` (rich then never cuts a cell).
-    share = max(0, width - needed) // max(1, len(flexible))
-    for column in flexible:
-        column.max_width = (column.min_width or 1) + share
+            # Each wrapping column may grow to its least width plus an equal share of what
+            # is left, so the columns add up to at most `width` (rich never cuts a cell).
+            flexible = [c for c in table.columns if not c.no_wrap]
+            share = (width - needed) // max(1, len(flexible))
+            for column in flexible:
+                column.max_width = (column.min_width or 1) + share
+            return table
+    table, floors = next(
+        ((table, floors) for table, floors in layouts if 1 + sum(f + 3 for f in floors) <= width),
+        layouts[-1],
+    )
+    # From the narrowest column on, each keeps its least width while the others can
+    # still have their floors; a text column gets the rest (at least its floor where the
+    # screen allows) and folds a longer word onto the next lines, whole (rich would
+    # otherwise cut the table, and its caption, at the screen's edge).
+    left = width - 1 - 3 * len(table.columns)
+    order = sorted(range(len(floors)), key=lambda j: table.columns[j].min_width or 1)
+    for k, j in enumerate(order):
+        column = table.columns[j]
+        reserve = sum(floors[i] for i in order[k + 1 :])
+        fit = max(1, min(column.min_width or 1, left - reserve))
+        column.min_width = column.max_width = fit
+        left -= fit
     return table
 
 
@@ -388,42 +399,56 @@ def _layout(
     rows: list[list[str]],
     text: list[int],
     numbers: list[int],
-    stack_text: bool,
-    stack_numbers: bool,
+    stack: str,
     separator: str = " · ",
-) -> tuple[Table, int]:
-    """The table and the width it needs: every column at least its longest word (text) or
-    value (numbers), plus borders and padding (3 per column, 1 more)."""
+) -> tuple[Table, list[int]]:
+    """The table for one layout (``stack``: ``"none"``, ``"text"``, ``"all"`` or
+    ``"lines"``, :func:`fit_table`) and each column's floor: the width below which a
+    number in it would be wrapped (for a column of text alone, :data:`MIN_FOLD` or its
+    longest word if less). Each column's ``min_width`` is its longest word."""
     from rich.table import Table
 
-    table = Table(title=title, show_header=True, header_style="bold")
-    cells: list[list[str]] = [[] for _ in rows]
-    if stack_text:
-        table.add_column(" · ".join(header[i][0] for i in text), overflow="fold")
-        for out, row in zip(cells, rows, strict=True):
-            out.append(separator.join(f"{header[i][0]}: {row[i]}" for i in text if row[i]))
+    # A rule between rows where each row is a block of lines (one field a line).
+    table = Table(title=title, show_header=True, header_style="bold", show_lines=stack == "lines")
+    # Each column: its header, whether it holds one number a row (no_wrap), the text
+    # of its cells and the numbers' words in it.
+    columns: list[tuple[str, bool, list[str], list[str]]] = []
+
+    def stacked(fields: list[int], sign: str, join: str) -> tuple[str, bool, list[str], list[str]]:
+        cells = [
+            join.join(f"{header[i][0]}{sign}{row[i]}" for i in fields if row[i]) for row in rows
+        ]
+        words = [row[i] for row in rows for i in fields if i in numbers and row[i]]
+        if sign == "=":  # name=value is one word
+            words = [
+                f"{header[i][0].split()[-1]}={row[i]}" for row in rows for i in fields if row[i]
+            ]
+        return " · ".join(header[i][0] for i in fields), False, cells, words
+
+    if stack == "lines":
+        columns.append(stacked(list(range(len(header))), ": ", "\n"))
     else:
-        for i in text:
-            table.add_column(header[i][0], overflow="fold")
-            for out, row in zip(cells, rows, strict=True):
-                out.append(row[i])
-    if stack_numbers:
-        table.add_column("values", overflow="fold")
-        for out, row in zip(cells, rows, strict=True):
-            out.append("  ".join(f"{header[i][0]}={row[i]}" for i in numbers if row[i]))
-    else:
-        for i in numbers:
-            table.add_column(header[i][0], justify="right", no_wrap=True)
-            for out, row in zip(cells, rows, strict=True):
-                out.append(row[i])
-    for out in cells:
-        table.add_row(*out)
-    needed = 1
-    for j, column in enumerate(table.columns):
-        least = _longest_word([str(column.header), *(out[j] for out in cells)])
-        column.min_width = least
-        needed += least + 3
-    return table, needed
+        if stack == "none":
+            columns += [(header[i][0], False, [row[i] for row in rows], []) for i in text]
+        else:
+            columns.append(stacked(text, ": ", separator))
+        if stack == "all":
+            columns.append(stacked(numbers, "=", "  "))
+            columns[-1] = ("values", *columns[-1][1:])
+        else:
+            columns += [(header[i][0], True, [row[i] for row in rows], []) for i in numbers]
+    floors = []
+    for name, alone, cells, words in columns:
+        if alone:
+            table.add_column(name, justify="right", no_wrap=True)
+        else:
+            table.add_column(name, overflow="fold")
+        least = _longest_word([name, *cells])
+        table.columns[-1].min_width = least
+        floors.append(least if alone else max(min(least, MIN_FOLD), _longest_word(words)))
+    for j in range(len(rows)):
+        table.add_row(*(cells[j] for _, _, cells, _ in columns))
+    return table, floors
 
 
 def _report_table(report: dict[str, Any], width: int) -> Table:

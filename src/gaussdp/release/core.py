@@ -1052,15 +1052,51 @@ def _prepare(
             columns = [plan.internal[k] for k in g.by]
             types = [schema[c] for c in columns]
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
-        unit_type = schema[release.privacy_unit].lower()
-        unit_nan = "float" if unit_type in ("float", "double", "real") else ""
-        if release.privacy_unit in text and release.privacy_unit not in release.column_types:
-            unit_nan = "text"  # read as text (_csv_key_type): 'nan' is NaN
-        return typed, _sqls(plan, view, rng, unit_nan=unit_nan)
+        nan = _nan_kinds(plan, schema, converted)
+        _refuse_text_nan_keys(plan, nan)
+        return typed, _sqls(plan, view, rng, nan=nan)
     except EngineError as error:
         if "(OutOfMemoryException;" in str(error):
             raise  # not the input's fault: an engine failure (exit status 4), as is memory
         raise ValueError(str(error)) from None  # the engine's message quotes rows
+
+
+def _nan_kinds(
+    plan: Plan, schema: Mapping[str, str], converted: Mapping[str, str]
+) -> dict[str, str]:
+    """How NaN is written in each internal column (:func:`gaussdp.release.sql._row_filter`):
+    ``"float"`` in a floating-point column, ``"text"`` in a unit or key column read as
+    text (a CSV's, a pandas ``object`` one, a folder's mixed one: :func:`_csv_key_type`),
+    where the text ``nan`` in any case is NaN. A NaN unit or key is dropped as a NULL one
+    is, whatever the input kind (docs/release.md)."""
+    nan = {}
+    for internal, column in plan.internal.items():
+        kind = schema[column].lower()
+        if kind in ("float", "double", "real"):
+            nan[internal] = "float"
+        elif converted.get(column) == "VARCHAR":
+            nan[internal] = "text"
+    return nan
+
+
+def _refuse_text_nan_keys(plan: Plan, nan: Mapping[str, str]) -> None:
+    """Refuse a public key ``nan`` (any case) of a column read as text: its rows are dropped
+    as NaN (:func:`_nan_kinds`), so the key could only ever be noise. By the keys alone."""
+    for g in plan.groupings:
+        for at, column in enumerate(g.by):
+            if g.keys is None or nan.get(column) != "text":
+                continue
+            for key in g.keys:
+                value = key[at]
+                if isinstance(value, str) and value.lower() == "nan":
+                    raise ValueError(
+                        invalid(
+                            f"keys for column {plan.internal[column]!r} (read as text)",
+                            "text other than nan in any case (nan is NaN there: its rows "
+                            "are dropped, as NULL ones are)",
+                            value,
+                        )
+                    )
 
 
 def _named_columns(release: Release) -> list[tuple[str, str]]:
@@ -1115,7 +1151,9 @@ def _key_kind(value: object) -> str:
     return "VARCHAR"
 
 
-def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: str = "") -> tuple[str, ...]:
+def _sqls(
+    plan: Plan, view: str, rng: RandomSource, *, nan: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
     ``rng`` (issue 11 item 5)."""
     return tuple(
@@ -1126,7 +1164,7 @@ def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: str = "") -> tu
             l0=g.l0,
             linf=g.linf,
             salt=rng.randbits(62),
-            unit_nan=unit_nan,
+            nan=nan,
         )
         if g.tree is not None
         else grouping_sql(
@@ -1138,7 +1176,7 @@ def _sqls(plan: Plan, view: str, rng: RandomSource, *, unit_nan: str = "") -> tu
             l0=g.l0,
             linf=g.linf,
             salt=rng.randbits(62),
-            unit_nan=unit_nan,
+            nan=nan,
         )
         for g in plan.groupings
     )

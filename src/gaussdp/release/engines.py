@@ -196,16 +196,17 @@ def _first_line(name: str) -> bytes:
 def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
     """The field separator and the column names of CSV ``files``: their schema only.
 
-    The names are those of every file's header (:func:`csv_headers`), in the order
-    they first appear (the files sorted by name): files whose headers differ are read
-    by name, a column a file lacks NULL there, as Parquet files are.
+    The names are those of every file's header (:func:`csv_headers`; a file whose own
+    header is not valid is left out), in the order they first appear (the files sorted
+    by name): files whose headers differ are read by name, a column a file lacks NULL
+    there, as Parquet files are.
     """
-    sep, headers = csv_headers(files)
+    sep, _, headers = csv_headers(files)
     return sep, _union(headers)
 
 
-def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
-    """The field separator of CSV ``files`` and each file's column names.
+def csv_headers(files: Sequence[str]) -> tuple[str, list[str], list[list[str]]]:
+    """The field separator of CSV ``files``, the files that are read and their column names.
 
     ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
     are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
@@ -213,13 +214,17 @@ def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
     decoded: nothing is sniffed from the rows, so no row changes how the others are
     read or whether the files are refused.
 
+    Each file's header is judged alone (:func:`_header`): a file whose header is not
+    valid holds no rows and is left out, as a 0-byte file is (:func:`_files`), so no
+    file of a folder or glob — one unit's, say — decides whether the others are
+    refused; the files left are read together by name, however many names that
+    makes in all.
+
     Raises
     ------
     ValueError
-        Files with different separators, a first line that is not UTF-8 or not a
-        line of fields (a quoted newline in a name: the header spans lines), more
-        than :data:`CSV_MAX_COLUMNS` columns in all, files whose headers differ
-        where one repeats a name (which column is which would be ambiguous).
+        Files with different separators; no file with a valid header (a file named
+        alone whose header is not valid), with the first file's reason.
     """
     seps = {"\t" if f.lower().endswith((".tsv", ".tsv.gz")) else "," for f in files}
     if len(seps) > 1:
@@ -227,40 +232,55 @@ def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
             invalid("data", "CSV files of one kind (.tsv or not)", Path(files[0]).name)
         )
     sep = seps.pop()
-    field = f'(?:"(?:[^"]|"")*"|[^{sep}"]*)'
-    line_of_fields = re.compile(f"{field}(?:{sep}{field})*")
-    headers = []
+    kept: list[str] = []
+    headers: list[list[str]] = []
+    refusal = None
     for name in files:
         try:
-            line = _first_line(name).decode("utf-8")
-        except (OSError, UnicodeDecodeError, EOFError, zlib.error):  # zlib: a corrupt .gz
-            line = None
-        if not line or not line_of_fields.fullmatch(line):
-            what = (
-                "a CSV whose header is one line"
-                if line and line.count('"') % 2
-                else "a CSV whose first line is a UTF-8 header"
-            )
-            raise ValueError(invalid("data", what, Path(name).name))
-        headers.append(next(csv.reader([line], delimiter=sep)))
-    if any(h != headers[0] for h in headers) and any(len(set(h)) < len(h) for h in headers):
-        raise ValueError(
-            invalid(
-                "data",
-                "CSV files with one header, or headers without a repeated name",
-                Path(files[0]).name,
-            )
+            headers.append(_header(name, sep))
+        except ValueError as error:
+            refusal = refusal or str(error)
+            continue
+        kept.append(name)
+    if not kept:
+        raise ValueError(refusal)
+    return sep, kept, headers
+
+
+def _header(name: str, sep: str) -> list[str]:
+    """The column names of the CSV file ``name``, from its first line alone.
+
+    Raises
+    ------
+    ValueError
+        A first line that is not UTF-8 or not a line of fields (a quoted newline in a
+        name: the header spans lines), that repeats a name (which column is which
+        would be ambiguous) or has more than :data:`CSV_MAX_COLUMNS` names.
+    """
+    field = f'(?:"(?:[^"]|"")*"|[^{sep}"]*)'
+    try:
+        line = _first_line(name).decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error):  # zlib: a corrupt .gz
+        line = None
+    if not line or not re.fullmatch(f"{field}(?:{sep}{field})*", line):
+        what = (
+            "a CSV whose header is one line"
+            if line and line.count('"') % 2
+            else "a CSV whose first line is a UTF-8 header"
         )
-    width = len(_union(headers))
-    if width > CSV_MAX_COLUMNS:
+        raise ValueError(invalid("data", what, Path(name).name))
+    header = next(csv.reader([line], delimiter=sep))
+    if len(header) > CSV_MAX_COLUMNS:
         raise ValueError(
             invalid(
                 "data",
                 f"a CSV of at most {CSV_MAX_COLUMNS} columns (Parquet has no limit)",
-                f"{width} columns in {Path(files[0]).name}",
+                f"{len(header)} columns in {Path(name).name}",
             )
         )
-    return sep, headers
+    if len(set(header)) < len(header):
+        raise ValueError(invalid("data", "a CSV whose header repeats no name", Path(name).name))
+    return header
 
 
 def _union(headers: Sequence[list[str]]) -> list[str]:
@@ -274,7 +294,7 @@ def _positions(header: Sequence[str], names: Sequence[str]) -> list[tuple[str, i
     """Each of ``names`` with its field's index in ``header`` (None: the file lacks it)."""
     if list(header) == list(names):
         return list(zip(names, range(len(names)), strict=True))
-    at = {name: i for i, name in enumerate(header)}  # headers that differ repeat no name
+    at = {name: i for i, name in enumerate(header)}  # a header repeats no name (_header)
     return [(name, at.get(name)) for name in names]
 
 
@@ -320,7 +340,7 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     every later line with it), so the lines are read raw (no quote; the separator is
     U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
     """
-    sep, headers = csv_headers(files)
+    sep, files, headers = csv_headers(files)
     names = _union(headers)
     parts = [
         _csv_text_part(con, group, sep, header, names, dropped)
@@ -389,7 +409,7 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     differ read by name."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    sep, headers = csv_headers(files)
+    sep, files, headers = csv_headers(files)
     names = _union(headers)
     line = F.col("value")
     parts = []

@@ -19,8 +19,8 @@ table — move a unit's rounded cell by whole grid steps: issue 12.)
 
 The query, for one grouping (:data:`TEMPLATE`):
 
-1. ``raw``/``base``: drop rows whose privacy unit is NULL (or NaN) or a group
-   key is NULL; clamp
+1. ``raw``/``base``: drop rows whose privacy unit or a group key is NULL or NaN
+   (:func:`_row_filter`); clamp
    each scalar value to its bounds and round it to the grid (NULL and NaN stay
    NULL: ignored by the queries that use that column); clip each vector row
    to L2 norm C and round each coordinate to the grid (a row with any NULL,
@@ -62,6 +62,7 @@ The query, for one grouping (:data:`TEMPLATE`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -194,8 +195,24 @@ def _is_nan(expr: str) -> str:
     return f"isnan(CAST({expr} AS DOUBLE))"
 
 
-#: The condition that drops NaN privacy units, by the unit column's kind (``unit_nan``).
-NAN_UNIT_FILTERS = {"": "", "float": f" AND NOT {_is_nan('pu')}", "text": " AND lower(pu) <> 'nan'"}
+def _row_filter(keys: tuple[str, ...], nan: Mapping[str, str]) -> str:
+    """The conditions (after ``pu IS NOT NULL``) that drop a row whose privacy unit is NaN
+    or whose group key is NULL or NaN: one rule for the unit and every key column.
+
+    ``nan`` gives, per internal column, how NaN is written there: ``"float"`` (a
+    floating-point column: :func:`_is_nan`), ``"text"`` (a column read as text: the text
+    ``nan`` in any ASCII case); a column not in it holds no NaN.
+    """
+    out = ""
+    for column in ("pu", *keys):
+        if column != "pu":  # the template tests the unit's NULL itself
+            out += f" AND {column} IS NOT NULL"
+        kind = nan.get(column)
+        if kind == "float":
+            out += f" AND NOT {_is_nan(column)}"
+        elif kind == "text":
+            out += f" AND lower({column}) <> 'nan'"
+    return out
 
 
 def _on_grid(expr: str, gamma: float) -> str:
@@ -236,7 +253,7 @@ def grouping_sql(
     l0: int,
     linf: int,
     salt: int,
-    unit_nan: str = "",
+    nan: Mapping[str, str] | None = None,
 ) -> str:
     """Fill :data:`TEMPLATE` for one grouping.
 
@@ -255,11 +272,11 @@ def grouping_sql(
     salt : int
         The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
         release's ``rng``).
-    unit_nan : str
-        ``"float"``: the privacy unit column is floating point; ``"text"``: it is a
-        CSV's text; ``""``: neither. A NaN unit (the text ``nan`` in any case for a
-        CSV), like a NULL one, identifies no one and its rows are dropped (the same
-        rule for every input kind).
+    nan : mapping of str to str, optional
+        The unit's and key columns' NaN (internal name → ``"float"``: a floating-point
+        column, ``"text"``: one read as text, where the text ``nan`` in any ASCII case is
+        NaN). A NaN unit or key, like a NULL one, identifies no one and no group: its
+        rows are dropped (the same rule for every input kind, :func:`_row_filter`).
 
     Returns
     -------
@@ -280,7 +297,7 @@ def grouping_sql(
         raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     all_keys = keys + (("kb",) if histogram is not None else ())
     key_select = "".join(f", {k}" for k in keys)
-    key_filter = NAN_UNIT_FILTERS[unit_nan] + "".join(f" AND {k} IS NOT NULL" for k in keys)
+    key_filter = _row_filter(keys, nan or {})
     raw_select = ""
     value_select = ""
     cell_aggs = ""
@@ -442,11 +459,12 @@ def tree_sql(
     l0: int,
     linf: int,
     salt: int,
-    unit_nan: str = "",
+    nan: Mapping[str, str] | None = None,
 ) -> str:
     """The leaf counts of a quantile tree per group, each unit bounded to L0 groups, L∞ rows.
 
-    Rows with a NULL or NaN value are ignored. L0 is applied to the groups as in
+    Rows with a NULL or NaN value are ignored; rows are dropped as in :func:`grouping_sql`
+    (``nan``: :func:`_row_filter`). L0 is applied to the groups as in
     :data:`TEMPLATE` (the leaf is not a group). A unit with ``n > L∞`` rows in a
     group keeps L∞ of them by systematic sampling over its leaves: with its
     prefix counts P_j (leaves in order) and an offset U in [0, n) from
@@ -476,7 +494,7 @@ def tree_sql(
     if not 1 <= linf <= MAX_ROWS_PER_GROUP:
         raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
     keys_csv = "".join(f", {k}" for k in keys)
-    key_filter = NAN_UNIT_FILTERS[unit_nan] + "".join(f" AND {k} IS NOT NULL" for k in keys)
+    key_filter = _row_filter(keys, nan or {})
     # The tree's leaves are not cells, so the L0 step is the exact one-step ranking of the
     # rows by (h, keys…) (no re-ranking of cells after it, as in TEMPLATE).
     ranked = (
