@@ -454,3 +454,14 @@ def test_a_files_header_drops_no_other_files_line_on_spark(
 
     parts = header_is_a_data_line(tmp_path / "parts")
     assert counts(parts, "spark") == counts(parts) == [4.0, 2.0]
+
+
+def test_spark_drops_a_gzipped_csvs_over_long_line_as_duckdb(spark: Any, tmp_path: Path) -> None:
+    # A line over 1 MiB of a .csv.gz is dropped on DuckDB (its buffers); Spark drops it too.
+    from test_bad_input import csv_users, write_long_lines
+
+    from gaussdp.release.engines import DuckDBEngine, SparkEngine
+
+    for name in ("long.csv.gz", "long.csv"):
+        path = write_long_lines(tmp_path / name, b"\r\n")
+        assert csv_users(SparkEngine(str(path))) == csv_users(DuckDBEngine(str(path))), name
