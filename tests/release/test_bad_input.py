@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -653,3 +654,23 @@ def test_a_gzipped_csv_is_read_and_its_over_long_line_dropped(
         str(gz), privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
     )
     assert len(release.count().run(ledger=ledger(tmp_path)).frame) == 1
+
+
+def write_corrupt_parquet(folder: Path) -> Path:
+    """A folder of a good ``a.parquet`` and a corrupt ``b.parquet`` (a truncated copy)."""
+    folder.mkdir()
+    table = pa.table({"user": ["1", "2"], "minutes": [3.0, 4.0]})
+    pq.write_table(table, folder / "a.parquet")
+    (folder / "b.parquet").write_bytes((folder / "a.parquet").read_bytes()[:-30])
+    return folder
+
+
+def test_a_corrupt_parquet_file_of_a_folder_is_not_blamed_on_another(tmp_path: Path) -> None:
+    # Regression: the message named the first file (a.parquet), whichever was corrupt;
+    # the engine's own text, which names it, is withheld: the folder or glob is named.
+    folder = write_corrupt_parquet(tmp_path / "parts")
+    for source in (folder, f"{folder}/*.parquet"):
+        shown = re.escape(f"duckdb failed opening {source}:")
+        message = refused(summing(str(source)), tmp_path, shown)
+        assert "a.parquet" not in message
+    refused(summing(folder / "b.parquet"), tmp_path, "duckdb failed opening b.parquet:")

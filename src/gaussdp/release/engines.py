@@ -112,6 +112,13 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
     return kinds.pop(), [str(p) for p in filled]
 
 
+def _shown(source: str | os.PathLike[str], files: Sequence[str]) -> str:
+    """What an engine's error in opening ``files`` (:func:`_files` of ``source``) names: the
+    file's name, or the folder or glob as given (the engine's error may come from any of
+    its files, and its text, which names the file, is withheld)."""
+    return Path(files[0]).name if Path(source).is_file() else os.fspath(source)
+
+
 def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
     """The columns of Parquet ``files`` read together by name, and those that are mixed.
 
@@ -924,7 +931,7 @@ class DuckDBEngine(Engine):
         try:
             if isinstance(source, str | os.PathLike):
                 kind, files = _files(source)
-                with self.failures(f"opening {Path(files[0]).name}"):
+                with self.failures(f"opening {_shown(source, files)}"):
                     if kind == "parquet":
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
@@ -1160,7 +1167,7 @@ class SparkEngine(Engine):
             if Path(text).exists() or is_glob(text):
                 kind, files = _files(source)
                 reader = spark.read
-                with self.failures(f"opening {Path(files[0]).name}"):
+                with self.failures(f"opening {_shown(source, files)}"):
                     if kind == "parquet":
                         self._df, self.mixed_columns = _spark_parquet(reader, files)
                         self.several_files = not Path(text).is_file()
@@ -1191,10 +1198,12 @@ class SparkEngine(Engine):
         return dict(self._df.dtypes)
 
     def _errors(self) -> tuple[type[BaseException], ...]:
+        import duckdb
         from py4j.protocol import Py4JError  # type: ignore[import-untyped]
         from pyspark.errors import PySparkException
 
-        return (PySparkException, Py4JError)
+        # DuckDB's: Parquet files' footers are read by it (parquet_layout).
+        return (PySparkException, Py4JError, duckdb.Error)
 
     def declare(self, types: Mapping[str, str]) -> None:
         self._declared = {c: DECLARABLE[t] for c, t in types.items()}
@@ -1269,9 +1278,12 @@ class SparkEngine(Engine):
         self._views.clear()
 
 
-#: Spark's own log lines below ERROR off. The root logger stays at WARN, the level Spark
-#: gives an interactive (PySpark) driver: at another level Spark prints "Setting default
-#: log level to ..." itself; the appender's threshold drops the warnings instead.
+#: Spark's own log lines off, errors too: a failed read's ERROR lines and Java stack
+#: trace (43 lines for a truncated .csv.gz) came before gaussdp's one line, and a
+#: failed cast's quote the value that gaussdp's message withholds. The root logger
+#: stays at WARN, the level Spark gives an interactive (PySpark) driver: at another
+#: level Spark prints "Setting default log level to ..." itself; the appender's
+#: threshold drops every line instead.
 _QUIET_LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
@@ -1279,7 +1291,7 @@ appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
 appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = error
+appender.console.filter.threshold.level = off
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 """
@@ -1289,8 +1301,9 @@ def _new_session(session: Any) -> Any:
     """The Spark session gaussdp starts when none is active (``session`` is ``SparkSession``).
 
     Unless the ``gaussdp`` logger shows INFO (the CLI's ``--verbose``), Spark's
-    own log lines below ERROR (its log4j warnings, from the JVM's start on) and
-    its console progress bars are off. A session the caller made is used as is.
+    own log lines (its log4j warnings and errors, from the JVM's start on:
+    :data:`_QUIET_LOG4J`) and its console progress bars are off; gaussdp's
+    :class:`EngineError` says what failed. A session the caller made is used as is.
     """
     builder = session.builder
     if logging.getLogger("gaussdp").isEnabledFor(logging.INFO):
@@ -1307,7 +1320,7 @@ def _new_session(session: Any) -> Any:
         )
     finally:
         os.unlink(config)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("OFF")
     return spark
 
 
