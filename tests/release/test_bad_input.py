@@ -461,11 +461,27 @@ def test_no_engine_text_in_an_engine_errors_traceback() -> None:
             .count(weight=1e-302)  # σ² ≈ 1e302: beyond the sampler's range
             .count()
         ),
+        # Regression: a σ² beyond the largest double raised OverflowError in the report.
+        lambda f: weighted(f, BUDGET).sum("minutes", bounds=(0, 60), weight=1e-302).count(),
+        *(
+            lambda f, b=b: weighted(f, b).count(weight=1e-310).count()
+            for b in (BUDGET, Budget(mu=1.0), Budget(rho=0.5))
+        ),
     ],
 )
 def test_noise_the_sampler_cannot_draw_is_refused_first(build: Any, tmp_path: Path) -> None:
     frame = pd.DataFrame({"user": [1], "minutes": [1.0]})
-    refused(build(frame), tmp_path, "noise the sampler draws")
+    release = build(frame)
+    refused(release, tmp_path, "noise the sampler draws")
+    with pytest.raises(ValueError, match="noise the sampler draws"):
+        release.report  # noqa: B018 - the property plans, and refuses as run does
+
+
+def weighted(frame: pd.DataFrame, budget: Budget) -> Release:
+    """A release of ``frame`` with no query yet (the test adds weighted ones)."""
+    return Release(
+        frame, privacy_unit="user", budget=budget, max_groups_per_unit=1, max_rows_per_group=1
+    )
 
 
 def test_grid_overflow_is_refused_at_construction() -> None:
