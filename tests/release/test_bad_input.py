@@ -690,3 +690,25 @@ def test_a_corrupt_parquet_file_of_a_folder_is_not_blamed_on_another(tmp_path: P
         message = refused(summing(str(source)), tmp_path, shown)
         assert "a.parquet" not in message
     refused(summing(folder / "b.parquet"), tmp_path, "duckdb failed opening b.parquet:")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(np.arange(6, dtype=np.float16)),
+        pa.array([10**75] * 6, pa.decimal256(76, 0)),
+    ],
+    ids=["float16", "decimal256"],
+)
+def test_an_arrow_column_duckdb_cannot_read_is_refused_in_one_line(
+    tmp_path: Path, column: Any
+) -> None:
+    # Regression: DuckDB's NotImplementedException came out raw (opening the table ran
+    # outside the engine's error handling); as the summed column or an unused one.
+    users = pa.array([str(i % 3) for i in range(6)])
+    for table in (
+        pa.table({"user": users, "minutes": column}),
+        pa.table({"user": users, "minutes": np.ones(6), "other": column}),
+    ):
+        message = refused(summing(table), tmp_path, "duckdb failed opening the table")
+        assert "a column of a type it cannot read" in message

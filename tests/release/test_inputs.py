@@ -56,7 +56,7 @@ def test_all_input_kinds_agree(tmp_path: Path, no_noise: None) -> None:
         parts,  # a directory, recursively
         str(tmp_path / "parts" / "**" / "*.parquet"),  # a glob
         str(tmp_path / "x*.csv"),
-        pl.from_pandas(FRAME).lazy(),  # scanned by DuckDB, not collected in Python
+        pl.from_pandas(FRAME).lazy(),  # collected by polars at each scan (docs/release.md)
         ds.dataset(pa.Table.from_pandas(FRAME)),
         con.table("visits"),  # another connection's relation
         (con, "visits"),  # a connection and a table name

@@ -503,6 +503,7 @@ _REASONS = {
     "NumberFormatException": "a value does not convert to its column's type",
     "AnalysisException": "the input cannot be analysed as a table",
     "ArithmeticException": "an integer overflowed",
+    "NotImplementedException": "a column of a type it cannot read (Arrow float16, decimal256)",
 }
 
 
@@ -948,7 +949,8 @@ class DuckDBEngine(Engine):
                 self._rel = con.from_df(frame)
             elif _module(source) == "polars":
                 # A DataFrame or a LazyFrame: DuckDB scans it through Arrow.
-                self._rel = con.from_arrow(source)
+                with self.failures("opening the table"):  # a type DuckDB cannot read
+                    self._rel = con.from_arrow(source)
             elif _module(source) == "pyarrow":
                 if type(source).__name__ == "RecordBatchReader":
                     raise TypeError(
@@ -959,7 +961,8 @@ class DuckDBEngine(Engine):
                             type(source).__name__,
                         )
                     )
-                self._rel = con.from_arrow(source)
+                with self.failures("opening the table"):  # a type DuckDB cannot read
+                    self._rel = con.from_arrow(source)
             elif isinstance(source, duckdb.DuckDBPyRelation):
                 # Another connection's relation: fetched as an Arrow table.
                 self._rel = con.from_arrow(source.to_arrow_table())
