@@ -885,6 +885,7 @@ class DuckDBEngine(Engine):
         self._duckdb = duckdb
         self._declared = {}
         self._tmp: str | None = None
+        self._sunk: str | None = None  # the folder of a LazyFrame's Parquet file
         self._views: list[str] = []
         self._owned = True
         if isinstance(source, tuple) and len(source) == 2:
@@ -947,8 +948,10 @@ class DuckDBEngine(Engine):
                 frame, self.mixed_columns = _object_columns_as_text(source)
                 self.object_columns = self.mixed_columns
                 self._rel = con.from_df(frame)
+            elif _module(source) == "polars" and type(source).__name__ == "LazyFrame":
+                self._rel = self._sink(source, temp_directory)
             elif _module(source) == "polars":
-                # A DataFrame or a LazyFrame: DuckDB scans it through Arrow.
+                # A DataFrame: DuckDB scans it through Arrow.
                 with self.failures("opening the table"):  # a type DuckDB cannot read
                     self._rel = con.from_arrow(source)
             elif _module(source) == "pyarrow":
@@ -979,6 +982,42 @@ class DuckDBEngine(Engine):
         except BaseException:
             self.close()
             raise
+
+    def _sink(self, frame: Any, temp_directory: str | os.PathLike[str]) -> Any:
+        """A polars ``LazyFrame`` written by polars' streaming engine to a Parquet file in
+        a fresh folder under ``temp_directory`` (removed on :meth:`close`), read as a file.
+
+        DuckDB's scan of a ``LazyFrame`` has polars collect it in Python at each pass
+        (twice a release), memory outside ``memory_limit`` that grows with its rows;
+        the file is written in batches and DuckDB reads it within its limit. Columns
+        whose type Parquet does not keep (polars ``Duration`` would read as integers,
+        ``Int128`` and ``UInt128`` as bytes) are refused by the schema before anything
+        is written.
+        """
+        import polars as pl
+
+        schema = frame.collect_schema()
+        lost = [
+            name
+            for name, kind in schema.items()
+            if isinstance(kind, pl.Duration) or kind in (pl.Int128, pl.UInt128)
+        ]
+        if lost:
+            raise TypeError(
+                invalid(
+                    "source",
+                    "a polars LazyFrame without Duration, Int128 or UInt128 columns (it is "
+                    "read through a Parquet file, which does not keep those types)",
+                    f"columns {lost}",
+                )
+            )
+        os.makedirs(temp_directory, exist_ok=True)
+        self._sunk = tempfile.mkdtemp(prefix="gaussdp-lazy-", dir=temp_directory)
+        path = os.path.join(self._sunk, "frame.parquet")
+        with _Failures("polars", "writing the LazyFrame", (pl.exceptions.PolarsError,)):
+            frame.sink_parquet(path)
+        with self.failures("opening the LazyFrame's file"):
+            return self._con.read_parquet(path)
 
     def _schema(self) -> dict[str, str]:
         return {c: str(t) for c, t in zip(self._rel.columns, self._rel.types, strict=True)}
@@ -1120,6 +1159,9 @@ class DuckDBEngine(Engine):
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
+        if self._sunk is not None:
+            shutil.rmtree(self._sunk, ignore_errors=True)
+            self._sunk = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
