@@ -197,6 +197,8 @@ def test_rdp_accountant_reports_the_rdp_bound() -> None:
         RDPAccountant().compose(continuous, 20).epsilon(DELTA).upper, rel=1e-9
     )
     assert bounds.lower == 0
+    assert bounds.method == "rdp"  # regression: it was '' (unlabelled)
+    assert optimizer.accountant.delta(2.0).method == "rdp"
     assert isinstance(optimizer.accountant, RDPAccountant)
     assert optimizer.accountant_kind == "rdp"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -460,11 +461,27 @@ def test_no_engine_text_in_an_engine_errors_traceback() -> None:
             .count(weight=1e-302)  # σ² ≈ 1e302: beyond the sampler's range
             .count()
         ),
+        # Regression: a σ² beyond the largest double raised OverflowError in the report.
+        lambda f: weighted(f, BUDGET).sum("minutes", bounds=(0, 60), weight=1e-302).count(),
+        *(
+            lambda f, b=b: weighted(f, b).count(weight=1e-310).count()
+            for b in (BUDGET, Budget(mu=1.0), Budget(rho=0.5))
+        ),
     ],
 )
 def test_noise_the_sampler_cannot_draw_is_refused_first(build: Any, tmp_path: Path) -> None:
     frame = pd.DataFrame({"user": [1], "minutes": [1.0]})
-    refused(build(frame), tmp_path, "noise the sampler draws")
+    release = build(frame)
+    refused(release, tmp_path, "noise the sampler draws")
+    with pytest.raises(ValueError, match="noise the sampler draws"):
+        release.report  # noqa: B018 - the property plans, and refuses as run does
+
+
+def weighted(frame: pd.DataFrame, budget: Budget) -> Release:
+    """A release of ``frame`` with no query yet (the test adds weighted ones)."""
+    return Release(
+        frame, privacy_unit="user", budget=budget, max_groups_per_unit=1, max_rows_per_group=1
+    )
 
 
 def test_grid_overflow_is_refused_at_construction() -> None:
@@ -614,3 +631,84 @@ def test_a_columns_type_is_refused_by_the_schema_whether_or_not_it_holds_values(
             assert book.entries() == []
             messages.append(str(caught.value))
         assert messages[0] == messages[1]
+
+
+def write_long_lines(path: Path, ending: bytes = b"\n") -> Path:
+    """A CSV (gzipped if ``path`` ends in .gz) whose units ``0``-``3`` have lines of
+    1 MiB - 1 to 1 MiB + 2 bytes (its line end not counted), among short lines."""
+    import gzip
+
+    limit = 2**20  # docs/release.md, "Reading a CSV"
+    lines = [b"user,note", b"a,1"]
+    for i, size in enumerate(range(limit - 1, limit + 3)):
+        lines.append(b"%d," % i + b"x" * (size - 2))
+    lines.append(b"b,2")
+    data = ending.join(lines) + ending
+    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    return path
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+def test_a_gzipped_csv_is_read_and_its_over_long_line_dropped(
+    tmp_path: Path, ending: bytes
+) -> None:
+    # Regression: every .csv.gz failed "ran out of memory" (read_csv's max_line_size of
+    # 1 GiB made DuckDB allocate a 16 GiB buffer), even of two lines at memory_limit 4GB.
+    # A line over 1 MiB is one unit's malformed line: dropped, never a refusal.
+    gz = write_long_lines(tmp_path / "long.csv.gz", ending)
+    assert csv_users(DuckDBEngine(str(gz), memory_limit="64MB")) == ["0", "1", "a", "b"]
+    plain = write_long_lines(tmp_path / "long.csv", ending)  # 1 GiB there
+    assert csv_users(DuckDBEngine(str(plain))) == ["0", "1", "2", "3", "a", "b"]
+    # A folder of both: each file read by its own limit.
+    both = tmp_path / "both"
+    both.mkdir()
+    write_long_lines(both / "p.csv", ending)
+    write_long_lines(both / "z.csv.gz", ending)
+    got = csv_users(DuckDBEngine(str(both), memory_limit="64MB"))
+    assert got == sorted([*"0123ab", *"01ab"])
+    release = Release(
+        str(gz), privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+    )
+    assert len(release.count().run(ledger=ledger(tmp_path)).frame) == 1
+
+
+def write_corrupt_parquet(folder: Path) -> Path:
+    """A folder of a good ``a.parquet`` and a corrupt ``b.parquet`` (a truncated copy)."""
+    folder.mkdir()
+    table = pa.table({"user": ["1", "2"], "minutes": [3.0, 4.0]})
+    pq.write_table(table, folder / "a.parquet")
+    (folder / "b.parquet").write_bytes((folder / "a.parquet").read_bytes()[:-30])
+    return folder
+
+
+def test_a_corrupt_parquet_file_of_a_folder_is_not_blamed_on_another(tmp_path: Path) -> None:
+    # Regression: the message named the first file (a.parquet), whichever was corrupt;
+    # the engine's own text, which names it, is withheld: the folder or glob is named.
+    folder = write_corrupt_parquet(tmp_path / "parts")
+    for source in (folder, f"{folder}/*.parquet"):
+        shown = re.escape(f"duckdb failed opening {source}:")
+        message = refused(summing(str(source)), tmp_path, shown)
+        assert "a.parquet" not in message
+    refused(summing(folder / "b.parquet"), tmp_path, "duckdb failed opening b.parquet:")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(np.arange(6, dtype=np.float16)),
+        pa.array([10**75] * 6, pa.decimal256(76, 0)),
+    ],
+    ids=["float16", "decimal256"],
+)
+def test_an_arrow_column_duckdb_cannot_read_is_refused_in_one_line(
+    tmp_path: Path, column: Any
+) -> None:
+    # Regression: DuckDB's NotImplementedException came out raw (opening the table ran
+    # outside the engine's error handling); as the summed column or an unused one.
+    users = pa.array([str(i % 3) for i in range(6)])
+    for table in (
+        pa.table({"user": users, "minutes": column}),
+        pa.table({"user": users, "minutes": np.ones(6), "other": column}),
+    ):
+        message = refused(summing(table), tmp_path, "duckdb failed opening the table")
+        assert "a column of a type it cannot read" in message

@@ -71,7 +71,7 @@ def test_show_all_fits_80_columns_with_every_value_whole(
     assert len(results) > 20
     for row in results:
         for key, value in row.items():
-            for token in format_value(value).split():  # text may wrap between words only
+            for token in cli_release._cell(value, key).split():  # may wrap between words
                 assert whole(token, output), (key, token)
     for cost in report["costs"]:
         for key in ("sensitivity", "gamma", "sigma", "mu", "rho", "delta", "threshold"):
@@ -109,6 +109,34 @@ def test_show_refuses_unknown_value(app: typer.Typer, tmp_path: Path) -> None:
     r = CliRunner().invoke(app, [*args, "--show", "some"])
     assert r.exit_code == 2
     assert "--show must be 'head' or 'all', got 'some'" in r.output
+
+
+def test_results_round_to_nearest_and_intervals_outward() -> None:
+    # Regression (audit26): every number was rounded up, so values and stds were off by
+    # one in the last digit (17.7905 shown as 17.7906) and ci_low was rounded inward
+    # (0.302925... shown as 0.302926: the shown interval narrower than the released one).
+    frame = pd.DataFrame(
+        {
+            "page": ["product", "search"],
+            "statistic": ["mean(minutes)", "mean(minutes)"],
+            "value": [17.790521978021978, 38.70724907063197],
+            "std": [3.7471431165681603, 33.30004463696604],
+            "ci_low": [0.30292553191489363, -2.546978021978022],
+            "ci_high": [10.415972222222223, -0.30292553191489363],
+        }
+    )
+    table = cli_release._frame_table(frame, 200)
+    text = io.StringIO()
+    Console(width=200, file=text, color_system=None).print(table)
+    rows = [line.split("│")[3:7] for line in text.getvalue().splitlines() if "mean(" in line]
+    shown = [[cell.strip() for cell in row] for row in rows]
+    assert shown == [
+        ["17.7905", "3.74714", "0.302925", "10.416"],
+        ["38.7072", "33.3", "-2.54698", "-0.302925"],
+    ]
+    for row, low, high in zip(shown, frame["ci_low"], frame["ci_high"], strict=True):
+        assert float(row[2]) <= low
+        assert float(row[3]) >= high
 
 
 @pytest.mark.parametrize("width", [40, 60, 80, 120])

@@ -56,7 +56,7 @@ def test_all_input_kinds_agree(tmp_path: Path, no_noise: None) -> None:
         parts,  # a directory, recursively
         str(tmp_path / "parts" / "**" / "*.parquet"),  # a glob
         str(tmp_path / "x*.csv"),
-        pl.from_pandas(FRAME).lazy(),  # scanned by DuckDB, not collected in Python
+        pl.from_pandas(FRAME).lazy(),  # written to a Parquet file by polars, then read
         ds.dataset(pa.Table.from_pandas(FRAME)),
         con.table("visits"),  # another connection's relation
         (con, "visits"),  # a connection and a table name
@@ -65,6 +65,42 @@ def test_all_input_kinds_agree(tmp_path: Path, no_noise: None) -> None:
     for source in sources:
         assert counts(source) == want, type(source)
     assert con.execute("SELECT COUNT(*) FROM visits").fetchone() == (6,)  # still usable
+
+
+def test_a_lazy_frame_is_streamed_to_a_file_not_collected_in_python(
+    tmp_path: Path, no_noise: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression (audit26): DuckDB's scan had polars collect the LazyFrame at each pass,
+    # memory outside memory_limit that grew with its rows. It is written by polars'
+    # streaming sink to a Parquet file under the spill folder, removed on close.
+    pl = pytest.importorskip("polars")
+    from gaussdp.release.engines import DuckDBEngine
+
+    collected: list[tuple[int, int]] = []
+    collect = pl.LazyFrame.collect
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        frame = collect(self, *args, **kwargs)
+        collected.append(frame.shape)
+        return frame
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", counting)
+    lazy = pl.from_pandas(FRAME).lazy().with_columns(pl.col("minutes") * 2)
+    assert counts(lazy) == [4.0, 2.0]
+    assert [shape for shape in collected if shape[0] > 0] == []  # no row in Python
+    spill = tmp_path / "spill"
+    engine = DuckDBEngine(lazy, temp_directory=spill)
+    try:
+        (written,) = spill.glob("gaussdp-lazy-*/frame.parquet")
+        assert engine.schema == {"user": "BIGINT", "page": "VARCHAR", "minutes": "DOUBLE"}
+    finally:
+        engine.close()
+    assert not written.exists()
+    # Types a Parquet file does not keep are refused by the schema, nothing written.
+    for kind in (pl.Duration("us"), pl.Int128):
+        odd = lazy.with_columns(pl.col("user").cast(kind).alias("odd"))
+        with pytest.raises(TypeError, match=r"without Duration, Int128 or UInt128 .*\['odd'\]"):
+            counts(odd)
 
 
 def test_refused_inputs(tmp_path: Path) -> None:

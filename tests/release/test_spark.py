@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import re
 from pathlib import Path
 from typing import Any
 
@@ -318,9 +320,10 @@ def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
     assert counts(parts, "spark") == counts(parts) == [5.0, 3.0]
 
 
-def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
-    # Issue 12 item 9: without --verbose the CLI's session keeps Spark's own log lines
-    # (log4j warnings, "Setting default log level ...") off the terminal.
+def release_on_spark(data: Path, cwd: Path) -> tuple[int, list[str]]:
+    """``gaussdp release examples/visits.toml --data data --engine spark`` in a process of
+    its own (a Spark session gaussdp starts): its exit status and stderr lines, less the
+    JVM's incubator warning (Java's module system prints it before any logging starts)."""
     import os
     import subprocess
     import sys
@@ -332,19 +335,35 @@ def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(Path(gaussdp.__file__).parents[1])
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     command = [sys.executable, "-m", "gaussdp", "--quiet", "release"]
-    command += [str(examples / "visits.toml"), "--data", str(examples / "visits.csv")]
+    command += [str(examples / "visits.toml"), "--data", str(data)]
     run = subprocess.run(
         [*command, "--engine", "spark", "--json"],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         timeout=600,
     )
-    assert run.returncode == 0, run.stderr
-    # The JVM's module system prints its incubator warning before any logging starts.
     lines = [x for x in run.stderr.splitlines() if "Using incubator modules" not in x]
+    return run.returncode, lines
+
+
+def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
+    # Issue 12 item 9: without --verbose the CLI's session keeps Spark's own log lines
+    # (log4j warnings, "Setting default log level ...") off the terminal.
+    examples = Path(__file__).parents[2] / "examples"
+    code, lines = release_on_spark(examples / "visits.csv", tmp_path)
+    assert code == 0, lines
     assert lines == []
+    # Regression: a failed read printed Spark's ERROR lines and a Java stack trace
+    # (43 lines) before gaussdp's one line.
+    whole = gzip.compress((examples / "visits.csv").read_bytes())
+    truncated = tmp_path / "visits.csv.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    code, lines = release_on_spark(truncated, tmp_path)
+    assert code == 2
+    assert len(lines) == 1
+    assert lines[0].startswith("error: spark failed reading the data"), lines[0]
 
 
 def test_spark_reads_an_excel_csv_and_a_bad_second_line_as_duckdb(
@@ -456,3 +475,29 @@ def test_a_files_header_drops_no_other_files_line_on_spark(
 
     parts = header_is_a_data_line(tmp_path / "parts")
     assert counts(parts, "spark") == counts(parts) == [4.0, 2.0]
+
+
+def test_spark_drops_a_gzipped_csvs_over_long_line_as_duckdb(spark: Any, tmp_path: Path) -> None:
+    # A line over 1 MiB of a .csv.gz is dropped on DuckDB (its buffers); Spark drops it too.
+    from test_bad_input import csv_users, write_long_lines
+
+    from gaussdp.release.engines import DuckDBEngine, SparkEngine
+
+    for name in ("long.csv.gz", "long.csv"):
+        path = write_long_lines(tmp_path / name, b"\r\n")
+        assert csv_users(SparkEngine(str(path))) == csv_users(DuckDBEngine(str(path))), name
+
+
+def test_a_corrupt_parquet_file_is_refused_in_one_line_on_spark(spark: Any, tmp_path: Path) -> None:
+    # Regression: DuckDB reads the footers (parquet_layout) outside Spark's error
+    # handling, so a corrupt, truncated or binary file raised DuckDB's own error
+    # ("internal error" in the CLI), alone or in a folder.
+    from test_bad_input import refused, summing, write_corrupt_parquet
+
+    folder = write_corrupt_parquet(tmp_path / "parts")
+    binary = tmp_path / "binary.parquet"
+    binary.write_bytes(b"\x00\x01" * 500)
+    for source, shown in ((folder, str(folder)), (folder / "b.parquet", "b.parquet")):
+        match = re.escape(f"spark failed opening {shown}:")
+        refused(summing(str(source), engine="spark"), tmp_path, match)
+    refused(summing(str(binary), engine="spark"), tmp_path, "spark failed opening binary.parquet")

@@ -810,7 +810,7 @@ class RDPAccountant(Accountant):
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
         eps = rdp_epsilon(self._orders, self.rdp(), delta)  # CKS Prop 12
-        return EpsilonBounds(lower=0.0, upper=eps)
+        return EpsilonBounds(lower=0.0, upper=eps, method="rdp")
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
         a = self._orders
@@ -828,7 +828,7 @@ class RDPAccountant(Accountant):
         d = 1.0 if best >= 0 else min(1.0, math.exp(best) * (1 + 1e-12))
         if best < -708.0:
             d += 2 * math.ulp(0.0)
-        return DeltaBounds(lower=0.0, upper=d)
+        return DeltaBounds(lower=0.0, upper=d, method="rdp")
 
 
 def _event_rdp(event: Event, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

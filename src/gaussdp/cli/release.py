@@ -512,13 +512,24 @@ def _frame_table(frame: Any, width: int, rows: int | None = None) -> Table:
     """The results (the first ``rows`` of them if given) as a table that fits ``width``."""
     shown = frame if rows is None else frame.head(rows)
     header = [(str(c), c in NUMERIC_COLUMNS) for c in frame.columns]
-    cells = [[_cell(v) for v in row] for row in shown.itertuples(index=False)]
+    names = [str(c) for c in frame.columns]
+    cells = [
+        [_cell(v, name) for v, name in zip(row, names, strict=True)]
+        for row in shown.itertuples(index=False)
+    ]
     return fit_table("release", header, cells, width)
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, column: str) -> str:
+    """A results value as shown: a float to 6 significant digits, ``value`` and ``std``
+    rounded to nearest, the interval's ends outward (``ci_low`` down, ``ci_high`` up: the
+    shown interval holds the released one); ``--out`` files hold every digit."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, float) and column in ("ci_low", "ci_high"):
+        return format_value(value, up=column == "ci_high")
+    if isinstance(value, float):
+        return f"{value:.6g}"
     return format_value(value)
 
 

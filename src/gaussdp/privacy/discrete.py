@@ -77,8 +77,9 @@ __all__ = ["DiscreteGaussianDistribution", "DiscreteLaplaceDistribution"]
 
 FloatArray = NDArray[np.float64]
 
-_MIN_PARAM = Fraction(1, 10**12)
-_MAX_PARAM = Fraction(10**300)
+#: The range of σ² (or scale) the samplers draw and the distributions take, exact.
+SIGMA2_MIN = Fraction(1, 10**12)
+SIGMA2_MAX = Fraction(10**300)
 _PARAM_RANGE = "a rational number in [1e-12, 1e300]"
 
 #: Direct summation for the normaliser/variance below this σ², Poisson above.
@@ -113,7 +114,7 @@ _GRID_BITS = 20
 
 def _check_param(name: str, value: object) -> Fraction:
     result = check_fraction(name, value)
-    if not _MIN_PARAM <= result <= _MAX_PARAM:
+    if not SIGMA2_MIN <= result <= SIGMA2_MAX:
         raise ValueError(invalid(name, _PARAM_RANGE, value))
     return result
 

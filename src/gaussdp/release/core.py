@@ -10,6 +10,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from gaussdp.accounting.filter import PrivacyFilter, budget_accountant, refusal,
 from gaussdp.budget import Budget
 from gaussdp.errors import BudgetExceededError, EngineError, invalid
 from gaussdp.mechanisms import DiscreteGaussian
+from gaussdp.privacy.discrete import SIGMA2_MAX, SIGMA2_MIN
 from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
 from gaussdp.release import _noise, tree
 from gaussdp.release.engines import DECLARABLE, Engine, open_engine
@@ -708,6 +710,9 @@ class Release:
             The filter or ledger can never pay for the release, whatever it has
             spent: a μ or ρ budget cannot spend the δ of private partition
             selection. The message is :meth:`run`'s; nothing is reserved.
+        ValueError
+            Noise the sampler cannot draw (a σ² outside [1e-12, 1e300] grid units²: a
+            tiny budget, or weights such as 1e-302 : 1), :meth:`run`'s refusal.
         """
         plan, replanned = self._charged_plan(ledger, filter)
         return _report(plan, self._queries, replanned=replanned)
@@ -726,6 +731,7 @@ class Release:
         if plan.accounting == "pld" and not budget_accountant(budget).supports(plan.event):
             plan, replanned = self._cached_plan(exact=False), True  # e.g. a μ budget: μ-GDP plan
         _refuse_unpayable(plan, budget, ledger, spend_to)
+        _refuse_undrawable(plan)
         return plan, replanned
 
     def _cached_plan(self, *, exact: bool) -> Plan:
@@ -904,29 +910,37 @@ def _refuse_unpayable(
         raise BudgetExceededError(message)
 
 
-def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
-    """Std and interval half-widths per planned σ², checked before anything is reserved."""
-    out: dict[Fraction, _Noise] = {}
+def _sigma2s(plan: Plan) -> dict[Fraction, None]:
+    """Every planned σ² (grid units²) once, in plan order."""
+    out: dict[Fraction, None] = {}
     for g in plan.groupings:
-        sigma2s = [m.sigma2 for m in g.measures]
+        out.update(dict.fromkeys(m.sigma2 for m in g.measures))
         if g.selection is not None:
-            sigma2s.append(g.selection.sigma2)
-        for sigma2 in sigma2s:
-            if sigma2 in out:
-                continue
-            try:
-                out[sigma2] = _Noise(sigma2, level)
-            except ValueError as error:
-                raise ValueError(
-                    invalid(
-                        "budget",
-                        "large enough (and weights balanced enough) for noise the sampler "
-                        f"draws: sigma^2 = {float(sigma2):.3g} grid units^2 is outside "
-                        "[1e-12, 1e300]",
-                        plan.budget,
-                    )
-                ) from error
+            out[g.selection.sigma2] = None
     return out
+
+
+def _refuse_undrawable(plan: Plan) -> None:
+    """Refuse a plan with a σ² the sampler cannot draw, outside [1e-12, 1e300] (a tiny
+    budget, or weights such as 1e-302 : 1), before any report or float of it is made:
+    σ of a σ² beyond the largest double raised ``OverflowError`` in the report."""
+    for sigma2 in _sigma2s(plan):
+        if not SIGMA2_MIN <= sigma2 <= SIGMA2_MAX:
+            shown = Decimal(sigma2.numerator) / Decimal(sigma2.denominator)
+            raise ValueError(
+                invalid(
+                    "budget",
+                    "large enough (and weights balanced enough) for noise the sampler "
+                    f"draws: sigma^2 = {shown:.3g} grid units^2 is outside [1e-12, 1e300]",
+                    plan.budget,
+                )
+            )
+
+
+def _noise_facts(plan: Plan, level: float) -> dict[Fraction, _Noise]:
+    """Std and interval half-widths per planned σ² (in the sampler's range:
+    :func:`_refuse_undrawable` has checked the plan)."""
+    return {sigma2: _Noise(sigma2, level) for sigma2 in _sigma2s(plan)}
 
 
 class _Tracker:

@@ -112,6 +112,13 @@ def _files(source: str | os.PathLike[str]) -> tuple[str, list[str]]:
     return kinds.pop(), [str(p) for p in filled]
 
 
+def _shown(source: str | os.PathLike[str], files: Sequence[str]) -> str:
+    """What an engine's error in opening ``files`` (:func:`_files` of ``source``) names: the
+    file's name, or the folder or glob as given (the engine's error may come from any of
+    its files, and its text, which names the file, is withheld)."""
+    return Path(files[0]).name if Path(source).is_file() else os.fspath(source)
+
+
 def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
     """The columns of Parquet ``files`` read together by name, and those that are mixed.
 
@@ -165,8 +172,17 @@ CSV_TRUE = "^(?:[Tt][Rr][Uu][Ee]|[Tt]|[Yy][Ee][Ss]|[Yy]|1)\\z"
 CSV_FALSE = "^(?:[Ff][Aa][Ll][Ss][Ee]|[Ff]|[Nn][Oo]|[Nn]|0)\\z"
 #: The range of a converted timestamp (Python's): an offset may carry a time past it.
 _FIRST_TIME, _LAST_TIME = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
-#: Longest CSV line DuckDB reads (Spark has no limit): 1 GiB.
-_CSV_MAX_LINE = 2**30
+#: Longest CSV line read, in bytes without its line end (a longer one is a malformed line,
+#: dropped on both engines): 1 GiB in a plain file, 1 MiB in a gzipped one. DuckDB holds a
+#: compressed file's lines in buffers it allocates whole (16 times ``max_line_size`` by
+#: default: 16 GiB for 1 GiB, over any memory limit, so every ``.gz`` failed), and
+#: ``buffer_size`` bounds those; a plain file's buffers are read from the file as needed.
+CSV_MAX_LINE = 2**30
+CSV_MAX_LINE_GZIP = 2**20
+#: DuckDB's buffer for a gzipped CSV (one a file being read): 8 times its longest line.
+#: Measured: 16 files on 16 threads read under ``memory_limit="128MB"``; 2 MiB buffers
+#: took more CPU than 8 MiB (0.26 s against 0.18 s for 3·10⁶ lines), 32 MB no less.
+_GZIP_BUFFER = 8 * CSV_MAX_LINE_GZIP
 _MAX_FINITE = 1.7976931348623157e308  # the largest double
 #: Most columns a CSV may have: Java's regex engine recurses per field, so Spark's split
 #: of a line of 2,000 quoted fields overflows the executor's stack (1,500 pass on a local
@@ -298,10 +314,17 @@ def _positions(header: Sequence[str], names: Sequence[str]) -> list[tuple[str, i
     return [(name, at.get(name)) for name in names]
 
 
+def csv_max_line(name: str) -> int:
+    """The longest line, in bytes without its line end, read from CSV file ``name``
+    (:data:`CSV_MAX_LINE`, :data:`CSV_MAX_LINE_GZIP` for a ``.gz`` file)."""
+    return CSV_MAX_LINE_GZIP if name.lower().endswith(".gz") else CSV_MAX_LINE
+
+
 def _by_header(
     files: Sequence[str], headers: Sequence[list[str]]
-) -> list[tuple[list[str], list[str], list[str]]]:
-    """``files`` grouped by their first line: (header, the lines dropped, files) in the
+) -> list[tuple[list[str], list[str], int, list[str]]]:
+    """``files`` grouped by their first line and their longest line
+    (:func:`csv_max_line`): (header, the lines dropped, that length, files) in the
     files' order.
 
     A data line equal to its file's first line (with or without a byte-order mark) is a
@@ -310,11 +333,14 @@ def _by_header(
     that file's rows, one unit's file changing other units' data. Files of one group
     share their first line, so which other files exist changes no file's rows.
     """
-    groups: dict[str, tuple[list[str], list[str]]] = {}
+    groups: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
     for name, header in zip(files, headers, strict=True):
         line = _first_line(name).decode("utf-8")  # csv_headers has checked it is UTF-8
-        groups.setdefault(line, (header, []))[1].append(name)
-    return [(header, [line, "\ufeff" + line], group) for line, (header, group) in groups.items()]
+        groups.setdefault((line, csv_max_line(name)), (header, []))[1].append(name)
+    return [
+        (header, [line, "\ufeff" + line], longest, group)
+        for (line, longest), (header, group) in groups.items()
+    ]
 
 
 def csv_line_pattern(sep: str, count: int, *, java: bool) -> str:
@@ -343,8 +369,8 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     sep, files, headers = csv_headers(files)
     names = _union(headers)
     parts = [
-        _csv_text_part(con, group, sep, header, names, dropped)
-        for header, dropped, group in _by_header(files, headers)
+        _csv_text_part(con, group, sep, header, names, dropped, longest)
+        for header, dropped, longest, group in _by_header(files, headers)
     ]
     return functools.reduce(lambda a, b: a.union(b), parts)
 
@@ -356,10 +382,21 @@ def _csv_text_part(
     header: Sequence[str],
     names: Sequence[str],
     header_lines: Sequence[str],
+    longest: int,
 ) -> Any:
-    """CSV ``files`` that share their first line, with the columns ``names`` (NULL where
+    r"""CSV ``files`` that share their first line, with the columns ``names`` (NULL where
     ``header`` lacks one), read as :func:`read_csv_text` says; a line among
-    ``header_lines`` (their own first line: :func:`_by_header`) is dropped."""
+    ``header_lines`` (their own first line: :func:`_by_header`) or longer than
+    ``longest`` bytes is dropped.
+
+    DuckDB drops a line of more than ``max_line_size`` bytes (``ignore_errors``), but
+    one of exactly that many, its ``\r`` counted, only at some places in its buffers:
+    it reads up to ``longest + 2`` and the length is tested here, so whether a line
+    is read depends on that line alone.
+    """
+    sizes = {"max_line_size": longest + 2}
+    if longest < CSV_MAX_LINE:
+        sizes["buffer_size"] = _GZIP_BUFFER
     raw = con.read_csv(
         list(files),
         header=True,
@@ -371,7 +408,7 @@ def _csv_text_part(
         strict_mode=False,
         null_padding=True,
         ignore_errors=True,
-        max_line_size=_CSV_MAX_LINE,
+        **sizes,
         # No field holds a newline: nothing reads as NULL but a missing ``rest`` (a line
         # ending in 0x01 has an empty ``rest``, dropped as on Spark), not even ''.
         na_values="\n",
@@ -380,6 +417,7 @@ def _csv_text_part(
     lines = ", ".join(_sql_text(h) for h in header_lines)
     keep = (
         f"rest IS NULL AND line IS NOT NULL AND line NOT IN ({lines}) "
+        f"AND strlen(line) <= {longest} "
         f"AND NOT contains(line, '\ufffd') AND regexp_full_match(line, {_sql_text(pattern)})"
     )
     groups = ", ".join(f"'c{i}'" for i in range(len(header)))
@@ -413,11 +451,13 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     names = _union(headers)
     line = F.col("value")
     parts = []
-    for header, header_lines, group in _by_header(files, headers):
+    for header, header_lines, longest, group in _by_header(files, headers):
         pattern = csv_line_pattern(sep, len(header), java=True)
         # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
-        # The files' own first line (each file's header) is dropped, no other file's.
+        # The files' own first line (each file's header) is dropped, no other file's,
+        # and a line longer than DuckDB reads.
         bad = line.isin(header_lines) | line.contains("\x01") | line.contains("\ufffd")
+        bad = bad | (F.octet_length(line) > longest)
         bad = bad | ~F.is_valid_utf8(line) | (line == "")  # DuckDB skips empty lines
         lines = spark.read.text(list(group)).filter(~bad & line.rlike(pattern))
         fields = []
@@ -483,6 +523,7 @@ _REASONS = {
     "NumberFormatException": "a value does not convert to its column's type",
     "AnalysisException": "the input cannot be analysed as a table",
     "ArithmeticException": "an integer overflowed",
+    "NotImplementedException": "a column of a type it cannot read (Arrow float16, decimal256)",
 }
 
 
@@ -897,6 +938,7 @@ class DuckDBEngine(Engine):
         self._duckdb = duckdb
         self._declared = {}
         self._tmp: str | None = None
+        self._sunk: str | None = None  # the folder of a LazyFrame's Parquet file
         self._views: list[str] = []
         self._owned = True
         if isinstance(source, tuple) and len(source) == 2:
@@ -945,7 +987,7 @@ class DuckDBEngine(Engine):
         try:
             if isinstance(source, str | os.PathLike):
                 kind, files = _files(source)
-                with self.failures(f"opening {Path(files[0]).name}"):
+                with self.failures(f"opening {_shown(source, files)}"):
                     if kind == "parquet":
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
@@ -960,9 +1002,12 @@ class DuckDBEngine(Engine):
                 frame, self.mixed_columns = _object_columns_as_text(source)
                 self.object_columns = self.mixed_columns
                 self._rel = con.from_df(frame)
+            elif _module(source) == "polars" and type(source).__name__ == "LazyFrame":
+                self._rel = self._sink(source, temp_directory)
             elif _module(source) == "polars":
-                # A DataFrame or a LazyFrame: DuckDB scans it through Arrow.
-                self._rel = con.from_arrow(source)
+                # A DataFrame: DuckDB scans it through Arrow.
+                with self.failures("opening the table"):  # a type DuckDB cannot read
+                    self._rel = con.from_arrow(source)
             elif _module(source) == "pyarrow":
                 if type(source).__name__ == "RecordBatchReader":
                     raise TypeError(
@@ -973,7 +1018,8 @@ class DuckDBEngine(Engine):
                             type(source).__name__,
                         )
                     )
-                self._rel = con.from_arrow(source)
+                with self.failures("opening the table"):  # a type DuckDB cannot read
+                    self._rel = con.from_arrow(source)
             elif isinstance(source, duckdb.DuckDBPyRelation):
                 # Another connection's relation: fetched as an Arrow table.
                 self._rel = con.from_arrow(source.to_arrow_table())
@@ -990,6 +1036,42 @@ class DuckDBEngine(Engine):
         except BaseException:
             self.close()
             raise
+
+    def _sink(self, frame: Any, temp_directory: str | os.PathLike[str]) -> Any:
+        """A polars ``LazyFrame`` written by polars' streaming engine to a Parquet file in
+        a fresh folder under ``temp_directory`` (removed on :meth:`close`), read as a file.
+
+        DuckDB's scan of a ``LazyFrame`` has polars collect it in Python at each pass
+        (twice a release), memory outside ``memory_limit`` that grows with its rows;
+        the file is written in batches and DuckDB reads it within its limit. Columns
+        whose type Parquet does not keep (polars ``Duration`` would read as integers,
+        ``Int128`` and ``UInt128`` as bytes) are refused by the schema before anything
+        is written.
+        """
+        import polars as pl
+
+        schema = frame.collect_schema()
+        lost = [
+            name
+            for name, kind in schema.items()
+            if isinstance(kind, pl.Duration) or kind in (pl.Int128, pl.UInt128)
+        ]
+        if lost:
+            raise TypeError(
+                invalid(
+                    "source",
+                    "a polars LazyFrame without Duration, Int128 or UInt128 columns (it is "
+                    "read through a Parquet file, which does not keep those types)",
+                    f"columns {lost}",
+                )
+            )
+        os.makedirs(temp_directory, exist_ok=True)
+        self._sunk = tempfile.mkdtemp(prefix="gaussdp-lazy-", dir=temp_directory)
+        path = os.path.join(self._sunk, "frame.parquet")
+        with _Failures("polars", "writing the LazyFrame", (pl.exceptions.PolarsError,)):
+            frame.sink_parquet(path)
+        with self.failures("opening the LazyFrame's file"):
+            return self._con.read_parquet(path)
 
     def _schema(self) -> dict[str, str]:
         return {c: str(t) for c, t in zip(self._rel.columns, self._rel.types, strict=True)}
@@ -1131,6 +1213,9 @@ class DuckDBEngine(Engine):
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
+        if self._sunk is not None:
+            shutil.rmtree(self._sunk, ignore_errors=True)
+            self._sunk = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -1181,7 +1266,7 @@ class SparkEngine(Engine):
             if Path(text).exists() or is_glob(text):
                 kind, files = _files(source)
                 reader = spark.read
-                with self.failures(f"opening {Path(files[0]).name}"):
+                with self.failures(f"opening {_shown(source, files)}"):
                     if kind == "parquet":
                         self._df, self.mixed_columns = _spark_parquet(reader, files)
                         self.several_files = not Path(text).is_file()
@@ -1212,10 +1297,12 @@ class SparkEngine(Engine):
         return dict(self._df.dtypes)
 
     def _errors(self) -> tuple[type[BaseException], ...]:
+        import duckdb
         from py4j.protocol import Py4JError  # type: ignore[import-untyped]
         from pyspark.errors import PySparkException
 
-        return (PySparkException, Py4JError)
+        # DuckDB's: Parquet files' footers are read by it (parquet_layout).
+        return (PySparkException, Py4JError, duckdb.Error)
 
     def declare(self, types: Mapping[str, str]) -> None:
         self._declared = {c: DECLARABLE[t] for c, t in types.items()}
@@ -1290,9 +1377,12 @@ class SparkEngine(Engine):
         self._views.clear()
 
 
-#: Spark's own log lines below ERROR off. The root logger stays at WARN, the level Spark
-#: gives an interactive (PySpark) driver: at another level Spark prints "Setting default
-#: log level to ..." itself; the appender's threshold drops the warnings instead.
+#: Spark's own log lines off, errors too: a failed read's ERROR lines and Java stack
+#: trace (43 lines for a truncated .csv.gz) came before gaussdp's one line, and a
+#: failed cast's quote the value that gaussdp's message withholds. The root logger
+#: stays at WARN, the level Spark gives an interactive (PySpark) driver: at another
+#: level Spark prints "Setting default log level to ..." itself; the appender's
+#: threshold drops every line instead.
 _QUIET_LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
@@ -1300,7 +1390,7 @@ appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
 appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = error
+appender.console.filter.threshold.level = off
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 """
@@ -1310,8 +1400,9 @@ def _new_session(session: Any) -> Any:
     """The Spark session gaussdp starts when none is active (``session`` is ``SparkSession``).
 
     Unless the ``gaussdp`` logger shows INFO (the CLI's ``--verbose``), Spark's
-    own log lines below ERROR (its log4j warnings, from the JVM's start on) and
-    its console progress bars are off. A session the caller made is used as is.
+    own log lines (its log4j warnings and errors, from the JVM's start on:
+    :data:`_QUIET_LOG4J`) and its console progress bars are off; gaussdp's
+    :class:`EngineError` says what failed. A session the caller made is used as is.
     """
     builder = session.builder
     if logging.getLogger("gaussdp").isEnabledFor(logging.INFO):
@@ -1328,7 +1419,7 @@ def _new_session(session: Any) -> Any:
         )
     finally:
         os.unlink(config)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("OFF")
     return spark
 
 
