@@ -888,6 +888,8 @@ def ghost_clipped_sums(
     Also returns the layer records (for :func:`signature`). Returns None when the
     fast path does not apply to this batch (a layer ran more than once or in a
     configuration the formulas do not cover); the caller then uses ``torch.func``.
+    ``squared_norms_upper(blocks)`` bounds each example's squared norm in each block
+    ``[B, …]`` of a list (one call for all the blocks formed at once);
     ``factors_of`` turns per-example squared-norm bounds into clip factors.
     ``model(inputs)`` is the forward pass, on the whole batch: the caller must make
     sure it processes examples independently (``gaussdp.ml.dpsgd`` passes the graph
