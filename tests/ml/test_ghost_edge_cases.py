@@ -27,6 +27,7 @@ from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
 from gaussdp.ml.dpsgd import (  # noqa: E402
     _factors_from_squared,
     _squared_norm_upper,
+    _squared_norms_upper,
     _step_event,
     clip_gradients,
     per_example_gradients,
@@ -150,7 +151,7 @@ def test_tied_weights_get_the_norm_of_the_sum_of_both_uses(make: Callable[[], nn
         nnf.cross_entropy,
         x,
         y,
-        _squared_norm_upper,
+        _squared_norms_upper,
         lambda s: _factors_from_squared(s, CLIP),
     )
     assert result is not None
@@ -271,7 +272,7 @@ def _ghost_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch
     layers = ghost_layers(net)
     assert layers is not None
     result = ghost_clipped_sums(
-        net, layers, nnf.cross_entropy, x, y, _squared_norm_upper,
+        net, layers, nnf.cross_entropy, x, y, _squared_norms_upper,
         lambda s: _factors_from_squared(s, CLIP),
     )  # fmt: skip
     assert result is not None
@@ -328,7 +329,7 @@ def _chunked_sum(
     monkeypatch.setattr(ghost_module, "_parts", lambda _record: [part])
     monkeypatch.setattr(ghost_module, "FORM_LIMIT", param.numel())  # one example at a time
     sums, _ = ghost_module.clipped_sums(
-        [record], (None,), batch, _squared_norm_upper, lambda s: _factors_from_squared(s, CLIP)
+        [record], (None,), batch, _squared_norms_upper, lambda s: _factors_from_squared(s, CLIP)
     )
     assert len(calls) == 2 * batch
     return sums[id(param)]
@@ -391,7 +392,7 @@ def test_a_repeat_after_an_in_place_activation_sees_the_inputs_unchanged() -> No
             nnf.cross_entropy,
             inputs,
             y,
-            _squared_norm_upper,
+            _squared_norms_upper,
             lambda s: _factors_from_squared(s, CLIP),
             copy=copy,
         )

@@ -21,7 +21,7 @@ from torch.nn import functional as nnf  # noqa: E402
 
 from gaussdp.ml import clip_factors, clip_gradients  # noqa: E402
 from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
-from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norm_upper  # noqa: E402
+from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norms_upper  # noqa: E402
 
 CLIP = 1.0
 
@@ -90,7 +90,7 @@ def test_the_batched_path_alone_would_break_the_bound() -> None:
             nnf.cross_entropy,
             inputs,
             targets,
-            _squared_norm_upper,
+            _squared_norms_upper,
             lambda s: _factors_from_squared(s, CLIP),
         )
         assert result is not None

@@ -6,7 +6,8 @@ with the exact squared norm, computed with ``fractions.Fraction`` from the float
 values, on inputs chosen to break a careless bound: float32 sums that lose every
 small term, products that underflow (also with denormals flushed to zero), entries
 near float32 overflow, and ghost clipping's product ‖a‖²‖δ‖². The clipping itself is
-then checked exactly: every clipped vector has norm ≤ C.
+then checked exactly: every clipped vector has norm ≤ C. ``_squared_norms_upper``, which
+bounds several blocks at once, must give each block's bounds bit for bit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ torch = pytest.importorskip("torch")
 from gaussdp.ml.dpsgd import (  # noqa: E402
     _factors_from_squared,
     _squared_norm_upper,
+    _squared_norms_upper,
     clip_gradients,
 )
 
@@ -79,6 +81,41 @@ def test_squared_norm_bound_is_above_the_exact_value_and_tight(k: int) -> None:
             # Not vacuous: within γ_m (m ≤ 4096 float32 terms) plus the underflow allowance.
             slack = e * (1 + Fraction(1, 2**10)) + 4 * k * Fraction(TINY)
             assert Fraction(b) <= slack * (1 + Fraction(1, 2**30))
+
+
+def test_several_blocks_at_once_give_each_rows_bounds_bit_for_bit() -> None:
+    """The stacked float64 steps of ``_squared_norms_upper`` change no bound: each block's
+    bounds equal those of its rows bounded one at a time (batches of one, nothing stacked),
+    on blocks that take every path — chunks of 4096, one chunk, faint and overflowing rows,
+    float64 and float16 blocks, an empty block and another batch size among them."""
+    gen = torch.Generator().manual_seed(5)
+    adversarial = _adversarial_rows(8192)
+    batch = adversarial.shape[0]
+    blocks = [
+        adversarial,
+        adversarial[:, :300].contiguous(),
+        (torch.randn(batch, 7, 3, generator=gen) * 1e-25).to(torch.float32),
+        (torch.randn(batch, 40, generator=gen) * 1e200).to(torch.float64),
+        torch.randn(batch, 64, generator=gen).to(torch.float16),
+        torch.zeros(batch, 0),
+        torch.randn(3, 5, generator=gen),
+        adversarial[:, :4096].contiguous() * 1e10,
+    ]
+    blocks[2][1, 0, 0] = float("inf")  # a non-finite bound, as for a dropped example
+    blocks[2][2, 1, 1] = float("nan")
+    settings = [False, True] if torch.set_flush_denormal(False) else [False]
+    for flush in settings:
+        torch.set_flush_denormal(flush)
+        try:
+            together = _squared_norms_upper(blocks)
+            assert len(together) == len(blocks)
+            for block, bound in zip(blocks, together, strict=True):
+                alone = torch.cat([_squared_norm_upper(row[None]) for row in block])
+                assert bound.dtype == torch.float64
+                assert bound.shape == (block.shape[0],)
+                assert torch.equal(bound.view(torch.int64), alone.view(torch.int64))
+        finally:
+            torch.set_flush_denormal(False)
 
 
 def test_ghost_outer_product_bound_covers_the_exact_weight_gradient_norm() -> None:

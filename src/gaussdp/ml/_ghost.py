@@ -123,7 +123,7 @@ GHOST_LAYERS: tuple[type[nn.Module], ...] = (
 )
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-SquaredNorm = Callable[[torch.Tensor], torch.Tensor]
+SquaredNorms = Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
 Factors = Callable[[torch.Tensor], torch.Tensor]
 Layers = list[tuple[str, nn.Module]]
 
@@ -768,7 +768,7 @@ def clipped_sums(
     records: list[LayerRecord],
     deltas: tuple[torch.Tensor | None, ...],
     batch: int,
-    squared_norm_upper: SquaredNorm,
+    squared_norms_upper: SquaredNorms,
     factors_of: Factors,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
@@ -784,25 +784,37 @@ def clipped_sums(
     device = records[0].outputs[0].device
     squared = torch.zeros(batch, dtype=torch.float64, device=device)
     parts = _one_per_param([part for record in records for part in _parts(record)], batch)
+    # The bounds of every block formed at once are taken together (one call), then
+    # added part by part in order; chunked parameters are formed and bounded in turn.
+    blocks: list[torch.Tensor] = []
     for part in parts:
         if isinstance(part, _Outer):
-            delta_sq = squared_norm_upper(part.delta)
+            blocks.append(part.delta)
             if part.module.weight.requires_grad:
-                squared += squared_norm_upper(part.act) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
+                blocks.append(part.act)
+        elif isinstance(part, _Dense):
+            blocks.append(part.grads)
+        elif isinstance(part, _Rows):
+            blocks.append(part.values)
+    bounds = iter(squared_norms_upper(blocks))
+    for part in parts:
+        if isinstance(part, _Outer):
+            delta_sq = next(bounds)
+            if part.module.weight.requires_grad:
+                squared += next(bounds) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
             if part.module.bias is not None and part.module.bias.requires_grad:
                 squared += delta_sq
         elif isinstance(part, _Dense):
-            squared += squared_norm_upper(part.grads)
+            squared += next(bounds)
         elif isinstance(part, _Chunked):
             part.squared = torch.cat(
-                [squared_norm_upper(part.form(a, b)) for a, b in part.ranges()]
+                [squared_norms_upper([part.form(a, b)])[0] for a, b in part.ranges()]
             )
             squared += part.squared
         else:
             # Per-row bounds added per example in float64 (relative error below 2⁻³⁰ for
             # fewer than 2²² rows, covered by the factor).
-            rows = squared_norm_upper(part.values) * (1 + 2.0**-30)
-            squared.index_add_(0, part.example, rows)
+            squared.index_add_(0, part.example, next(bounds) * (1 + 2.0**-30))
     factors = factors_of(squared)
     dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
     sums: dict[int, torch.Tensor] = {}
@@ -831,7 +843,7 @@ def clipped_sums(
                 grads = _drop(part.form(a, b), dropped[a:b])
                 bad = ~torch.isfinite(grads.reshape(grads.shape[0], -1)).all(1)
                 grads = _drop(grads, bad)
-                first, again = part.squared[a:b], squared_norm_upper(grads)
+                first, again = part.squared[a:b], squared_norms_upper([grads])[0]
                 shrink = torch.where(
                     ~(again <= first), torch.sqrt(first / again) * (1 - 2.0**-40), 1.0
                 )
@@ -864,7 +876,7 @@ def ghost_clipped_sums(
     loss_fn: LossFn,
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    squared_norm_upper: SquaredNorm,
+    squared_norms_upper: SquaredNorms,
     factors_of: Factors,
     *,
     copy: set[str] | None = None,
@@ -876,6 +888,8 @@ def ghost_clipped_sums(
     Also returns the layer records (for :func:`signature`). Returns None when the
     fast path does not apply to this batch (a layer ran more than once or in a
     configuration the formulas do not cover); the caller then uses ``torch.func``.
+    ``squared_norms_upper(blocks)`` bounds each example's squared norm in each block
+    ``[B, …]`` of a list (one call for all the blocks formed at once);
     ``factors_of`` turns per-example squared-norm bounds into clip factors.
     ``model(inputs)`` is the forward pass, on the whole batch: the caller must make
     sure it processes examples independently (``gaussdp.ml.dpsgd`` passes the graph
@@ -900,7 +914,7 @@ def ghost_clipped_sums(
     losses = per_example_losses(loss_fn, output, targets)
     outs = [out for record in records for out in record.outputs]
     deltas = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
-    sums, squared = clipped_sums(records, deltas, batch, squared_norm_upper, factors_of)
+    sums, squared = clipped_sums(records, deltas, batch, squared_norms_upper, factors_of)
     return sums, losses.detach(), squared, records
 
 
