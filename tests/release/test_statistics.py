@@ -182,7 +182,9 @@ def _aggregate_sql(release: Release) -> tuple[str, ...]:
 
     engine = _open(release)
     try:
-        return _prepare(release, release.plan(), engine, ChaCha20Random(0))[1]
+        return tuple(
+            sql for sql, _ in _prepare(release, release.plan(), engine, ChaCha20Random(0))[1]
+        )
     finally:
         engine.close()
 
