@@ -26,7 +26,7 @@ No floating-point step: every number here is an integer.
 
 Memory and speed: each batch is partitioned by a hash of the unit (a counting sort,
 :func:`partition`), so that the units of one partition, bounded together
-(:func:`bound_partition`), fit in the processor's cache; the partitioned rows are held
+(:func:`feed`, :func:`collect`), fit in the processor's cache; the partitioned rows are held
 until all have arrived (24 bytes a row with one value, plus 4 per further value), and
 :func:`bound` gives up (returns ``None``, and the engine runs the SQL) when they would
 pass the memory budget, or when a sum could leave int64 (where the SQL raises).
@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from gaussdp.release.sql import STREAM_NULL, Bounding
 
-__all__ = ["KINDS", "bound", "bound_partition", "partition"]
+__all__ = ["KINDS", "bound", "collect", "feed", "partition"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -55,8 +55,7 @@ KINDS = {"rows": 0, "valid": 1, "sum": 2, "sumsq": 3, "units": 4}
 _SIGN = np.int64(-(2**63))  # h ^ _SIGN as int64 sorts as h as uint64
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the unit
 _PART_BITS = 8  # 256 partitions
-_OVERFLOW = -2  # bound_partition: a rescaling's 2·S·L could leave int64
-_FULL = -1  # bound_partition: the table needs to grow
+_FULL = -1  # feed: the table needs to grow
 
 
 @_jit
@@ -103,15 +102,74 @@ def _rescaled(n: int, s: int, linf: int) -> int:  # pragma: no cover - compiled
 
 
 @_jit
-def bound_partition(
-    pus: Any,
-    hs: Any,
-    kcs: Any,
-    vs: Any,
-    offsets: Any,
-    q: int,
+def feed(
+    pu: Any, h: Any, kc: Any, v: Any, start: int, stop: int, table: Any, count: int, l0: int
+) -> int:  # pragma: no cover - compiled
+    """Add rows ``start:stop`` of one partitioned batch to the open-addressing ``table``
+    (one row per unit: the unit, its slots used, then L0 slots of
+    ``h, key code, n, (valid, sum, sum of squares) per value``) that holds ``count``
+    units; returns the new count, or ``_FULL`` (grow the table and start the partition
+    again: it is then partly filled)."""
+    nv = v.shape[1]
+    sw = 3 + 3 * nv
+    mask = table.shape[0] - 1
+    limit = (table.shape[0] * 5) // 8
+    for r in range(start, stop):
+        u = pu[r]
+        p = np.int64((np.uint64(u) * _MUL) >> np.uint64(24)) & mask
+        while True:
+            if table[p, 1] == 0:
+                if count >= limit:
+                    return _FULL
+                table[p, 0] = u
+                count += 1
+                break
+            if table[p, 0] == u:
+                break
+            p = (p + 1) & mask
+        hr = h[r]
+        kr = np.int64(kc[r])
+        used = table[p, 1]
+        hit = -1
+        last = -1
+        lh = np.int64(0)
+        lk = np.int64(0)
+        for j in range(used):
+            c = 2 + j * sw
+            sh = table[p, c]
+            sk = table[p, c + 1]
+            if sh == hr and sk == kr:
+                hit = c
+                break
+            if last < 0 or sh > lh or (sh == lh and sk > lk):
+                last, lh, lk = c, sh, sk
+        if hit < 0:
+            if used < l0:
+                hit = 2 + used * sw
+                table[p, 1] = used + 1
+            elif hr < lh or (hr == lh and kr < lk):
+                hit = last  # the unit's last cell so far: never among its first L0
+            else:
+                continue  # after L0 cells of the unit: never among its first L0
+            table[p, hit] = hr
+            table[p, hit + 1] = kr
+            for w in range(hit + 2, hit + sw):
+                table[p, w] = 0
+        table[p, hit + 2] += 1
+        for a in range(nv):
+            x = np.int64(v[r, a])
+            if x != STREAM_NULL:
+                c = hit + 3 + 3 * a
+                table[p, c] += 1
+                table[p, c + 1] += x
+                table[p, c + 2] += x * x
+    return count
+
+
+@_jit
+def collect(
     table: Any,
-    l0: int,
+    nv: int,
     linf: int,
     kinds: Any,
     which: Any,
@@ -119,82 +177,20 @@ def bound_partition(
     hi: Any,
     units: Any,
     totals: Any,
-) -> int:  # pragma: no cover - compiled
-    """Bound partition ``q`` of every batch with the open-addressing ``table`` (one row
-    per unit: unit, slots used, then L0 slots of ``h, code, n, (valid, sum, sumsq)…``),
-    then add its kept cells to ``units`` and ``totals`` (groups × outputs).
-
-    Returns the number of units, or ``_FULL`` (nothing added: grow ``table``, call
-    again) or ``_OVERFLOW`` (nothing added: the SQL decides).
-    """
-    nv = vs[0].shape[1]
+) -> bool:  # pragma: no cover - compiled
+    """Add the kept cells of ``table`` (see :func:`feed`) to ``units`` and ``totals``
+    (groups × outputs) by the SQL's L∞ rule; ``False`` (nothing added) where a
+    rescaling's ``2·S·L + n`` could leave int64 (the SQL then decides)."""
     sw = 3 + 3 * nv
-    size = table.shape[0]
-    mask = size - 1
-    limit = (size * 5) // 8
-    for p in range(size):
-        table[p, 1] = 0
-    count = 0
-    for b in range(len(pus)):
-        pu, hh_, kc, v, off = pus[b], hs[b], kcs[b], vs[b], offsets[b]
-        for r in range(off[q], off[q + 1]):
-            u = pu[r]
-            p = np.int64((np.uint64(u) * _MUL) >> np.uint64(24)) & mask
-            while True:
-                if table[p, 1] == 0:
-                    if count >= limit:
-                        return _FULL
-                    table[p, 0] = u
-                    count += 1
-                    break
-                if table[p, 0] == u:
-                    break
-                p = (p + 1) & mask
-            hr = hh_[r]
-            kr = np.int64(kc[r])
-            used = table[p, 1]
-            hit = -1
-            last = -1
-            lh = np.int64(0)
-            lk = np.int64(0)
-            for j in range(used):
-                c = 2 + j * sw
-                sh = table[p, c]
-                sk = table[p, c + 1]
-                if sh == hr and sk == kr:
-                    hit = c
-                    break
-                if last < 0 or sh > lh or (sh == lh and sk > lk):
-                    last, lh, lk = c, sh, sk
-            if hit < 0:
-                if used < l0:
-                    hit = 2 + used * sw
-                    table[p, 1] = used + 1
-                elif hr < lh or (hr == lh and kr < lk):
-                    hit = last
-                else:
-                    continue
-                table[p, hit] = hr
-                table[p, hit + 1] = kr
-                for w in range(hit + 2, hit + sw):
-                    table[p, w] = 0
-            table[p, hit + 2] += 1
-            for a in range(nv):
-                x = np.int64(v[r, a])
-                if x != STREAM_NULL:
-                    c = hit + 3 + 3 * a
-                    table[p, c] += 1
-                    table[p, c + 1] += x
-                    table[p, c + 2] += x * x
     # |grid integer| ≤ 2¹⁰, so a cell's sums stay far inside int64; 2·S·L + n must too.
     cap = (np.int64(1) << 61) // linf
-    for p in range(size):
+    for p in range(table.shape[0]):
         for j in range(table[p, 1]):
             c = 2 + j * sw
             for a in range(nv):
                 if abs(table[p, c + 4 + 3 * a]) > cap or table[p, c + 5 + 3 * a] > cap:
-                    return _OVERFLOW
-    for p in range(size):
+                    return False
+    for p in range(table.shape[0]):
         for j in range(table[p, 1]):
             c = 2 + j * sw
             g = table[p, c + 1]
@@ -213,7 +209,7 @@ def bound_partition(
                     else:
                         s = _rescaled(m, table[p, at + 1 if kind == 2 else at + 2], linf)
                         totals[g, o] += min(max(s, lo[o]), hi[o])
-    return count
+    return True
 
 
 def bound(batches: Iterable[Any], b: Bounding, groups: int, budget: int) -> tuple[I64, I64] | None:
@@ -250,19 +246,21 @@ def bound(batches: Iterable[Any], b: Bounding, groups: int, budget: int) -> tupl
             return None
     units = np.zeros(groups, np.int64)
     totals = np.zeros((groups, len(b.outputs)), np.int64)
-    if not parts[0]:
-        return units, totals
     width = 2 + b.l0 * (3 + 3 * nv)
     table = np.zeros((1 << 12, width), np.int64)
-    typed = [numba.typed.List(store) for store in parts]
-    run: Any = bound_partition  # a numba dispatcher: its arguments are typed when compiled
+    batches = list(zip(*parts, strict=True))
     for q in range(1 << _PART_BITS):
-        while (
-            found := run(*typed, q, table, b.l0, b.linf, kinds, which, lo, hi, units, totals)
-        ) == _FULL:
-            if held + 2 * table.nbytes > budget:
-                return None
-            table = np.zeros((2 * table.shape[0], width), np.int64)
-        if found == _OVERFLOW:
+        count = _FULL
+        while count == _FULL:
+            table[:, 1] = 0
+            count = 0
+            for pu, h, kc, v, offsets in batches:
+                count = feed(pu, h, kc, v, offsets[q], offsets[q + 1], table, count, b.l0)
+                if count == _FULL:
+                    if held + 2 * table.nbytes > budget:
+                        return None
+                    table = np.zeros((2 * table.shape[0], width), np.int64)
+                    break
+        if not collect(table, nv, b.linf, kinds, which, lo, hi, units, totals):
             return None
     return units, totals

@@ -912,6 +912,7 @@ class DuckDBEngine(Engine):
         self._owned = True
         #: Per :meth:`columns` call with a ``bounding``, the path taken: compiled or sql.
         self.bounded_by: list[str] = []
+        self._memory: int | None = None  # the memory limit in bytes (own connection)
         if isinstance(source, tuple) and len(source) == 2:
             # (connection, table name): the caller's connection and settings, used as they are.
             connection, table = source
