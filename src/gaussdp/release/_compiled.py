@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from gaussdp.release.sql import STREAM_NULL, Bounding
 
-__all__ = ["KINDS", "bound", "collect", "feed", "partition"]
+__all__ = ["KINDS", "bound", "collect", "feed", "partition", "row_bytes"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -51,6 +51,12 @@ _jit = numba.njit(cache=True, nogil=True)
 
 #: Output kinds the compiled path computes (``Output.kind`` → the code of its loops).
 KINDS = {"rows": 0, "valid": 1, "sum": 2, "sumsq": 3, "units": 4}
+
+
+def row_bytes(values: int) -> int:
+    """Bytes a held row takes (unit, ``h``, key code, one int32 per value)."""
+    return 8 + 8 + 4 + 4 * values
+
 
 _SIGN = np.int64(-(2**63))  # h ^ _SIGN as int64 sorts as h as uint64
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the unit

@@ -913,6 +913,7 @@ class DuckDBEngine(Engine):
         #: Per :meth:`columns` call with a ``bounding``, the path taken: compiled or sql.
         self.bounded_by: list[str] = []
         self._memory: int | None = None  # the memory limit in bytes (own connection)
+        self._rows: dict[str, int] = {}  # view → rows with a unit (validate)
         if isinstance(source, tuple) and len(source) == 2:
             # (connection, table name): the caller's connection and settings, used as they are.
             connection, table = source
@@ -1099,6 +1100,12 @@ class DuckDBEngine(Engine):
                 # Arrow's conversion raises where ``fetchall`` clamps them.
                 return _columns_of(relation.fetchall(), len(relation.columns))
 
+    def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
+        counts = super().validate(view, columns)
+        if "pu" in counts:  # the compiled path's estimate of the rows it would hold
+            self._rows[view] = counts["pu"]
+        return counts
+
     def _not_compiled(self, b: Bounding) -> str | None:
         """Why ``b`` cannot take the compiled path here, or ``None``."""
         module = _compiled_module()
@@ -1114,6 +1121,9 @@ class DuckDBEngine(Engine):
             return "an output other than counts, sums, sums of squares and units"
         if self._memory is None:
             return "an unknown memory limit"
+        rows = self._rows.get(b.source, 0)
+        if rows * module.row_bytes(len(b.values)) > self._memory:
+            return "a table whose rows would pass the memory limit"
         columns = ", ".join(("pu", *b.keys))
         unit, *keys = (str(t) for t in self._con.sql(f"SELECT {columns} FROM {b.source}").types)
         if unit not in _COMPILED_UNITS:
