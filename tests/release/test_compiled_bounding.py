@@ -185,6 +185,11 @@ def test_rescaling_and_clamping_are_the_sqls(monkeypatch: pytest.MonkeyPatch) ->
             lambda r: r.count(),
         ),
         (
+            "large L0",
+            pd.DataFrame({"user": [1, 2, 1], "page": ["a", "b", "c"]}),
+            lambda r: r.count(by="page", keys=["a", "b", "c"], max_groups_per_unit=33),
+        ),
+        (
             "histogram",
             pd.DataFrame({"user": [1, 2, 1], "minutes": [1.0, 50.0, 99.0]}),
             lambda r: r.histogram("minutes", bins=[0, 50, 100]),

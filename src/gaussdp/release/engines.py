@@ -720,6 +720,10 @@ BOUNDING_MODES = ("auto", "sql", "compiled")
 _COMPILED_UNITS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
 _COMPILED_KEYS = _COMPILED_UNITS | {"UBIGINT", "VARCHAR", "DATE", "BOOLEAN"}
 
+#: Largest L0 the compiled path takes: its state is L0 slots per unit, and each row scans
+#: its unit's slots.
+_COMPILED_MAX_L0 = 32
+
 #: Rows per record batch of the compiled path's stream.
 _BATCH_ROWS = 2**20
 
@@ -1115,6 +1119,8 @@ class DuckDBEngine(Engine):
             return "a caller's connection (its settings, collations)"
         if not b.keys or b.histogram is not None:
             return "a grouping without keys or with histogram bins"
+        if b.l0 > _COMPILED_MAX_L0:
+            return f"max_groups_per_unit above {_COMPILED_MAX_L0}"
         if not all(isinstance(v, ScalarValue) for v in b.values):
             return "a vector sum"
         if any(o.kind not in module.KINDS for o in b.outputs):
