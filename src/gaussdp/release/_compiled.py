@@ -10,7 +10,8 @@ sorts as the keys do), in record batches, and the compiled loops here keep, per 
 its first L0 cells in the order ``(h, keys…)``:
 
 - a unit's state is at most L0 slots, each a cell ``(h, key code)`` with its row
-  count and, per value, its valid-row count, exact integer sum and sum of squares;
+  count and, per value, its valid-row count, exact integer sum and (for a variance)
+  sum of squares;
 - a row of a cell in a slot adds to it; a row of another cell takes a free slot, or
   replaces the unit's last slot in ``(h, key code)`` order when it comes before it
   (the replaced cell has L0 cells of the unit before it: it is never among the first
@@ -109,15 +110,24 @@ def _rescaled(n: int, s: int, linf: int) -> int:  # pragma: no cover - compiled
 
 @_jit
 def feed(
-    pu: Any, h: Any, kc: Any, v: Any, start: int, stop: int, table: Any, count: int, l0: int
+    pu: Any,
+    h: Any,
+    kc: Any,
+    v: Any,
+    start: int,
+    stop: int,
+    table: Any,
+    count: int,
+    l0: int,
+    per: int,
 ) -> int:  # pragma: no cover - compiled
     """Add rows ``start:stop`` of one partitioned batch to the open-addressing ``table``
     (one row per unit: the unit, its slots used, then L0 slots of
-    ``h, key code, n, (valid, sum, sum of squares) per value``) that holds ``count``
-    units; returns the new count, or ``_FULL`` (grow the table and start the partition
-    again: it is then partly filled)."""
+    ``h, key code, n, (valid, sum[, sum of squares]) per value``: ``per`` = 2 or 3
+    words a value) that holds ``count`` units; returns the new count, or ``_FULL``
+    (grow the table and start the partition again: it is then partly filled)."""
     nv = v.shape[1]
-    sw = 3 + 3 * nv
+    sw = 3 + per * nv
     mask = table.shape[0] - 1
     limit = (table.shape[0] * 5) // 8
     for r in range(start, stop):
@@ -165,10 +175,11 @@ def feed(
         for a in range(nv):
             x = np.int64(v[r, a])
             if x != STREAM_NULL:
-                c = hit + 3 + 3 * a
+                c = hit + 3 + per * a
                 table[p, c] += 1
                 table[p, c + 1] += x
-                table[p, c + 2] += x * x
+                if per == 3:
+                    table[p, c + 2] += x * x
     return count
 
 
@@ -176,6 +187,7 @@ def feed(
 def collect(
     table: Any,
     nv: int,
+    per: int,
     linf: int,
     kinds: Any,
     which: Any,
@@ -187,14 +199,16 @@ def collect(
     """Add the kept cells of ``table`` (see :func:`feed`) to ``units`` and ``totals``
     (groups × outputs) by the SQL's L∞ rule; ``False`` (nothing added) where a
     rescaling's ``2·S·L + n`` could leave int64 (the SQL then decides)."""
-    sw = 3 + 3 * nv
+    sw = 3 + per * nv
     # |grid integer| ≤ 2¹⁰, so a cell's sums stay far inside int64; 2·S·L + n must too.
     cap = (np.int64(1) << 61) // linf
     for p in range(table.shape[0]):
         for j in range(table[p, 1]):
             c = 2 + j * sw
             for a in range(nv):
-                if abs(table[p, c + 4 + 3 * a]) > cap or table[p, c + 5 + 3 * a] > cap:
+                if abs(table[p, c + 4 + per * a]) > cap:
+                    return False
+                if per == 3 and table[p, c + 5 + per * a] > cap:
                     return False
     for p in range(table.shape[0]):
         for j in range(table[p, 1]):
@@ -208,7 +222,7 @@ def collect(
                 elif kind == 4:
                     totals[g, o] += 1
                 else:
-                    at = c + 3 + 3 * which[o]
+                    at = c + 3 + per * which[o]
                     m = table[p, at]
                     if kind == 1:
                         totals[g, o] += min(m, linf)
@@ -252,7 +266,8 @@ def bound(batches: Iterable[Any], b: Bounding, groups: int, budget: int) -> tupl
             return None
     units = np.zeros(groups, np.int64)
     totals = np.zeros((groups, len(b.outputs)), np.int64)
-    width = 2 + b.l0 * (3 + 3 * nv)
+    per = 3 if "sumsq" in {o.kind for o in b.outputs} else 2  # words per value and slot
+    width = 2 + b.l0 * (3 + per * nv)
     table = np.zeros((1 << 12, width), np.int64)
     batches = list(zip(*parts, strict=True))
     for q in range(1 << _PART_BITS):
@@ -261,12 +276,12 @@ def bound(batches: Iterable[Any], b: Bounding, groups: int, budget: int) -> tupl
             table[:, 1] = 0
             count = 0
             for pu, h, kc, v, offsets in batches:
-                count = feed(pu, h, kc, v, offsets[q], offsets[q + 1], table, count, b.l0)
+                count = feed(pu, h, kc, v, offsets[q], offsets[q + 1], table, count, b.l0, per)
                 if count == _FULL:
                     if held + 2 * table.nbytes > budget:
                         return None
                     table = np.zeros((2 * table.shape[0], width), np.int64)
                     break
-        if not collect(table, nv, b.linf, kinds, which, lo, hi, units, totals):
+        if not collect(table, nv, per, b.linf, kinds, which, lo, hi, units, totals):
             return None
     return units, totals
