@@ -225,7 +225,7 @@ def test_past_the_memory_limit_it_takes_the_sql(monkeypatch: pytest.MonkeyPatch)
     n = 2_000_000  # 20 bytes a held row: 40 MB, past a 32 MiB limit
     frame = pd.DataFrame({"user": rng.integers(0, 10**5, n), "page": rng.integers(0, 50, n)})
 
-    def build(limit: int | None) -> Any:
+    def build(limit: int | str | None) -> Any:
         return lambda: Release(
             frame,
             privacy_unit="user",
@@ -240,6 +240,9 @@ def test_past_the_memory_limit_it_takes_the_sql(monkeypatch: pytest.MonkeyPatch)
     want = pre_noise(monkeypatch, "sql", build(None))
     assert pre_noise(monkeypatch, "auto", build(32 * 2**20)) == want
     assert pre_noise(monkeypatch, "compiled", build(None)) == want
+    assert pre_noise(monkeypatch, "compiled", build("1GB")) == want  # a size string too
+    with pytest.raises(RuntimeError, match="the memory limit"):
+        pre_noise(monkeypatch, "compiled", build("32MiB"))
 
 
 def test_a_callers_connection_takes_the_sql(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -764,7 +764,7 @@ _SIZE_UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 
 def _size_bytes(text: str) -> int | None:
-    """DuckDB's spelling of a size (``'1.0 GiB'``, ``'953.6 MiB'``) in bytes."""
+    """A size as ``memory_limit`` takes it (``'2GB'``, ``'512 MiB'``) in bytes, or ``None``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
     if match is None or match.group(2).upper() not in _SIZE_UNITS:
         return None
@@ -941,6 +941,7 @@ class DuckDBEngine(Engine):
             self._tmp = tempfile.mkdtemp(prefix="gaussdp-duckdb-")
             temp_directory = self._tmp
         limit = default_memory_limit() if memory_limit is None else memory_limit
+        self._memory = limit if isinstance(limit, int) else _size_bytes(limit)
         config: dict[str, Any] = {
             "memory_limit": f"{limit}B" if isinstance(limit, int) else limit,
             "temp_directory": str(temp_directory),
@@ -957,8 +958,6 @@ class DuckDBEngine(Engine):
                 invalid("DuckDB settings", "valid (memory_limit, threads)", str(error))
             ) from None
         con = self._con
-        ((setting,),) = con.execute("SELECT current_setting('memory_limit')").fetchall()
-        self._memory = _size_bytes(str(setting))
         # DuckDB prints its own progress bar by default (to stderr, on long queries): a library
         # prints nothing; Release.run's `progress` reports to whoever asks.
         con.execute("SET enable_progress_bar_print = false")
