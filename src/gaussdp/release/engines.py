@@ -5,7 +5,8 @@ pandas/polars/Arrow frame, or for Spark a DataFrame or table name) and report
 its schema; register a view whose columns carry gaussdp's fixed internal names
 (the user's names are passed as column *objects*, never spliced into SQL); run
 the SQL of :mod:`gaussdp.release.sql` and return the small per-group result as
-Python tuples. The privacy-relevant logic is all in that one SQL text.
+Python tuples. The privacy-relevant logic is all in that one SQL text, and in
+DuckDB's compiled path (``gaussdp.release._compiled``), which computes the same result.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The one portable SQL template that bounds contributions and aggregates.
 
-Every engine runs the SQL built here unchanged (DuckDB and Spark SQL). It reads
+Every engine runs the SQL built here unchanged (DuckDB and Spark SQL); DuckDB may
+compute the same result by its compiled path (``gaussdp.release._compiled``, which
+reads rows through :func:`stream_sql`, this template's own first steps). It reads
 a view whose columns have fixed internal names — ``pu`` (the privacy unit),
 ``k0, k1, …`` (group keys), ``x0, x1, …`` (value columns) — registered by the
 engine adapter, so user column names never appear in the SQL text. Bounds enter
