@@ -23,6 +23,25 @@ def no_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_noise, "draw", zeros)
 
 
+@pytest.fixture(params=["sql", "auto"])
+def bounding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Run the test with DuckDB's SQL bounding, then with its default (the compiled path
+    where a grouping allows it; ``GAUSSDP_BOUNDING``). Returns the path each grouping took
+    (``DuckDBEngine.bounded_by`` of every engine closed during the test)."""
+    from gaussdp.release.engines import DuckDBEngine
+
+    monkeypatch.setenv("GAUSSDP_BOUNDING", request.param)
+    paths: list[str] = []
+    close = DuckDBEngine.close
+
+    def closing(engine: DuckDBEngine) -> None:
+        paths.extend(engine.bounded_by)
+        close(engine)
+
+    monkeypatch.setattr(DuckDBEngine, "close", closing)
+    return paths
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local Spark session for all Spark tests (ENGINES.md: start it once)."""

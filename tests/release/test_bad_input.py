@@ -404,7 +404,9 @@ def test_engine_error_after_reservation_is_one_line(
     # reservation stays counted.
     columns = DuckDBEngine.columns
 
-    def failing(self: DuckDBEngine, sql: str, *, action: str = "running") -> Any:
+    def failing(
+        self: DuckDBEngine, sql: str, *, action: str = "running", bounding: object = None
+    ) -> Any:
         return columns(self, "SELECT CAST('7,a,abc' AS INTEGER)", action=action)
 
     monkeypatch.setattr(DuckDBEngine, "columns", failing)

@@ -12,6 +12,7 @@ order, the thread count or the engine.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,9 @@ def adversarial(units: int, order_seed: int | None) -> pd.DataFrame:
 
 
 def release(source: object, *, engine: str = "duckdb", threads: int | None = None) -> Release:
-    return (
+    """Sum, mean and (on the SQL bounding, ``GAUSSDP_BOUNDING=sql``) a vector sum by page;
+    without the vector sum the grouping takes DuckDB's compiled path by default."""
+    built = (
         Release(
             source,
             privacy_unit="user",
@@ -57,8 +60,10 @@ def release(source: object, *, engine: str = "duckdb", threads: int | None = Non
         )
         .sum("minutes", bounds=(-100, 100), by="page", keys=["a"])
         .mean("minutes", bounds=(-100, 100), by="page", keys=["a"])
-        .vector_sum(["x", "y"], norm=5.0, by="page", keys=["a"])
     )
+    if os.environ.get("GAUSSDP_BOUNDING") == "auto":
+        return built
+    return built.vector_sum(["x", "y"], norm=5.0, by="page", keys=["a"])
 
 
 def pre_noise(r: Release) -> list[tuple[Any, ...]]:
@@ -76,7 +81,7 @@ def test_the_table_is_adversarial_for_a_float_sum() -> None:
     assert cell([0.6, -0.6, 3.5]) == 4
 
 
-def test_aggregate_is_bit_identical_under_shuffling_and_threads() -> None:
+def test_aggregate_is_bit_identical_under_shuffling_and_threads(bounding: list[str]) -> None:
     reference = pre_noise(release(adversarial(UNITS, None), threads=1))
     # Each row on the grid γ = 2^⌊log2(100/256)⌋ = 1/4: 3.5 → 14, 0.6 → 2, −0.6 → −2.
     # The mean shares the sum's column (a0) and adds the valid-row count (a1).
@@ -85,10 +90,14 @@ def test_aggregate_is_bit_identical_under_shuffling_and_threads() -> None:
     assert s == 14 * UNITS
     for seed, threads in [(1, 1), (2, 2), (3, 4), (4, None)]:
         assert pre_noise(release(adversarial(UNITS, seed), threads=threads)) == reference
-    assert len(coords) == 2
+    compiled = os.environ["GAUSSDP_BOUNDING"] == "auto"
+    assert len(coords) == (0 if compiled else 2)
+    assert set(bounding) == {"compiled" if compiled else "sql"}
 
 
-def test_adding_a_unit_moves_the_aggregate_by_at_most_the_sensitivity() -> None:
+def test_adding_a_unit_moves_the_aggregate_by_at_most_the_sensitivity(
+    bounding: list[str],
+) -> None:
     base = adversarial(20_000, 7)
     r = release(base)
     (cost,) = [c for c in r.report.costs if c.query == "sum(minutes)"]
@@ -110,7 +119,7 @@ def test_adding_a_unit_moves_the_aggregate_by_at_most_the_sensitivity() -> None:
     assert before - after == k
 
 
-def test_rescaling_to_linf_rows_is_exact_rounding() -> None:
+def test_rescaling_to_linf_rows_is_exact_rounding(bounding: list[str]) -> None:
     # One unit, 7 rows on the grid γ = 1/4 summing to S = 14+2+2+2+2+2+2 = 26 steps; with
     # L∞ = 3 the cell is ⌊26·3/7 + ½⌋ = ⌊11.64⌋ = 11 (exact rational, no float drift).
     frame = pd.DataFrame(

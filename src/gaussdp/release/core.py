@@ -29,7 +29,7 @@ from gaussdp.release.engines import DECLARABLE, Engine, open_engine
 from gaussdp.release.keys import typed_keys
 from gaussdp.release.plan import Grouping, Measure, Plan, PlanAccounting, make_plan
 from gaussdp.release.queries import KeyTuple, Query, Statistic, key_tuples
-from gaussdp.release.sql import MAX_ROWS_PER_GROUP, grouping_sql, tree_sql
+from gaussdp.release.sql import MAX_ROWS_PER_GROUP, Bounding, tree_sql
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -851,7 +851,7 @@ class Release:
         try:
             tracker = _Tracker(progress, engine, len(plan.groupings) + 1)
             tracker.stage("reading the data")
-            typed, sqls = _prepare(self, plan, engine, source, tracker)
+            typed, queries = _prepare(self, plan, engine, source, tracker)
             reservation = None
             if ledger is not None:
                 reservation = ledger.reserve(
@@ -863,16 +863,16 @@ class Release:
             else:
                 spend_to.accept(event, what="this release")
             aggregates = []
-            for sql in sqls:
+            for sql, bounding in queries:
                 tracker.stage("bounding and aggregating")
-                aggregates.append(engine.columns(sql))
+                aggregates.append(engine.columns(sql, bounding=bounding))
         finally:
             engine.close()
         tracker.stage("adding noise")
         frame = _results(self, plan, typed, aggregates, source, noise, raw=raw)
         if ledger is not None and reservation is not None:
             ledger.commit(reservation)
-        return ReleaseResult(frame, report, sqls)
+        return ReleaseResult(frame, report, tuple(sql for sql, _ in queries))
 
     # -- spec -------------------------------------------------------------------------
     @classmethod
@@ -991,7 +991,7 @@ def _prepare(
     engine: Engine,
     rng: RandomSource,
     tracker: _Tracker | None = None,
-) -> tuple[list[tuple[KeyTuple, ...] | None], tuple[str, ...]]:
+) -> tuple[list[tuple[KeyTuple, ...] | None], tuple[tuple[str, Bounding | None], ...]]:
     """Every check that reads the input, before anything is reserved; the SQL to run.
 
     Engine failures here (a malformed line, a value that does not convert, a
@@ -1167,21 +1167,25 @@ def _key_kind(value: object) -> str:
 
 def _sqls(
     plan: Plan, view: str, rng: RandomSource, *, nan: Mapping[str, str] | None = None
-) -> tuple[str, ...]:
+) -> tuple[tuple[str, Bounding | None], ...]:
     """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
-    ``rng`` (issue 11 item 5)."""
-    return tuple(
-        tree_sql(
-            source=view,
-            keys=g.by,
-            tree=g.tree,
-            l0=g.l0,
-            linf=g.linf,
-            salt=rng.randbits(62),
-            nan=nan,
-        )
-        if g.tree is not None
-        else grouping_sql(
+    ``rng`` (issue 11 item 5). A grouping without a quantile tree also gets its
+    :class:`Bounding`, which lets DuckDB compute the same result by its compiled path."""
+    queries: list[tuple[str, Bounding | None]] = []
+    for g in plan.groupings:
+        if g.tree is not None:
+            sql = tree_sql(
+                source=view,
+                keys=g.by,
+                tree=g.tree,
+                l0=g.l0,
+                linf=g.linf,
+                salt=rng.randbits(62),
+                nan=nan,
+            )
+            queries.append((sql, None))
+            continue
+        bounding = Bounding(
             source=view,
             keys=g.by,
             histogram=g.histogram,
@@ -1192,8 +1196,8 @@ def _sqls(
             salt=rng.randbits(62),
             nan=nan,
         )
-        for g in plan.groupings
-    )
+        queries.append((bounding.sql(), bounding))
+    return tuple(queries)
 
 
 _SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
@@ -1250,8 +1254,8 @@ def _aggregate(
     plan = release.plan()
     engine = _open(release)
     try:
-        _, sqls = _prepare(release, plan, engine, check_rng(rng))
-        results = [engine.columns(sql) for sql in sqls]
+        _, queries = _prepare(release, plan, engine, check_rng(rng))
+        results = [engine.columns(sql, bounding=bounding) for sql, bounding in queries]
     finally:
         engine.close()
     return plan, [list(zip(*(c.tolist() for c in columns), strict=True)) for columns in results]

@@ -1,6 +1,8 @@
 """The one portable SQL template that bounds contributions and aggregates.
 
-Every engine runs the SQL built here unchanged (DuckDB and Spark SQL). It reads
+Every engine runs the SQL built here unchanged (DuckDB and Spark SQL); DuckDB may
+compute the same result by its compiled path (``gaussdp.release._compiled``, which
+reads rows through :func:`stream_sql`, this template's own first steps). It reads
 a view whose columns have fixed internal names — ``pu`` (the privacy unit),
 ``k0, k1, …`` (group keys), ``x0, x1, …`` (value columns) — registered by the
 engine adapter, so user column names never appear in the SQL text. Bounds enter
@@ -67,14 +69,18 @@ from dataclasses import dataclass
 
 __all__ = [
     "MAX_ROWS_PER_GROUP",
+    "STREAM_NULL",
     "TEMPLATE",
     "TREE_TEMPLATE",
+    "Bounding",
     "Output",
     "ScalarValue",
     "Tree",
     "VectorValue",
+    "codes_sql",
     "double",
     "grouping_sql",
+    "stream_sql",
     "tree_sql",
 ]
 
@@ -243,59 +249,26 @@ def _rescaled(n: str, s: str, linf: int) -> str:
     return f"CASE WHEN {n} > {linf} THEN {exact} ELSE {s} END"
 
 
-def grouping_sql(
+@dataclass(frozen=True, slots=True)
+class _Base:
+    """The pieces of :data:`TEMPLATE`'s ``raw``, ``base`` and ``cells`` steps for one grouping."""
+
+    raw_select: str
+    key_select: str
+    key_filter: str
+    value_select: str
+    cell_aggs: str
+    bin_filter: str
+
+
+def _base(
     *,
-    source: str,
     keys: tuple[str, ...],
     histogram: tuple[str, tuple[float, ...]] | None,
     values: tuple[ScalarValue | VectorValue, ...],
-    outputs: tuple[Output, ...],
-    l0: int,
-    linf: int,
-    salt: int,
-    nan: Mapping[str, str] | None = None,
-) -> str:
-    """Fill :data:`TEMPLATE` for one grouping.
-
-    Parameters
-    ----------
-    source : str
-        The internal view name (an identifier gaussdp generated).
-    keys : tuple of str
-        Internal key columns (``k0``, …).
-    histogram : (str, tuple of float), optional
-        Internal value column and bin edges; adds the bin key ``kb``.
-    values, outputs
-        What to aggregate; see :class:`ScalarValue`, :class:`VectorValue`, :class:`Output`.
-    l0, linf : int
-        Max groups per unit, max rows per unit and group.
-    salt : int
-        The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
-        release's ``rng``).
-    nan : mapping of str to str, optional
-        The unit's and key columns' NaN (internal name → ``"float"``: a floating-point
-        column, ``"text"``: one read as text, where the text ``nan`` in any ASCII case is
-        NaN). A NaN unit or key, like a NULL one, identifies no one and no group: its
-        rows are dropped (the same rule for every input kind, :func:`_row_filter`).
-
-    Returns
-    -------
-    str
-        The SQL; its result columns are the keys, ``units`` (distinct units per
-        group after bounding) and ``a0, a1, …`` (one per output, BIGINT).
-
-    Examples
-    --------
-    >>> sql = grouping_sql(source="v", keys=("k0",), histogram=None, values=(),
-    ...                    outputs=(Output("rows"),), l0=2, linf=3, salt=5)
-    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "slot <= 2" in sql
-    True
-    """
-    if not 0 <= salt < 2**62:
-        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
-    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
-        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
-    all_keys = keys + (("kb",) if histogram is not None else ())
+    nan: Mapping[str, str] | None,
+) -> _Base:
+    """Rows filtered, values clamped and put on the grid: the one text of both bounding paths."""
     key_select = "".join(f", {k}" for k in keys)
     key_filter = _row_filter(keys, nan or {})
     raw_select = ""
@@ -351,6 +324,65 @@ def grouping_sql(
             f" ELSE {len(edges) - 2} END AS kb"
         )
         bin_filter = " WHERE kb IS NOT NULL"
+    return _Base(raw_select, key_select, key_filter, value_select, cell_aggs, bin_filter)
+
+
+def grouping_sql(
+    *,
+    source: str,
+    keys: tuple[str, ...],
+    histogram: tuple[str, tuple[float, ...]] | None,
+    values: tuple[ScalarValue | VectorValue, ...],
+    outputs: tuple[Output, ...],
+    l0: int,
+    linf: int,
+    salt: int,
+    nan: Mapping[str, str] | None = None,
+) -> str:
+    """Fill :data:`TEMPLATE` for one grouping.
+
+    Parameters
+    ----------
+    source : str
+        The internal view name (an identifier gaussdp generated).
+    keys : tuple of str
+        Internal key columns (``k0``, …).
+    histogram : (str, tuple of float), optional
+        Internal value column and bin edges; adds the bin key ``kb``.
+    values, outputs
+        What to aggregate; see :class:`ScalarValue`, :class:`VectorValue`, :class:`Output`.
+    l0, linf : int
+        Max groups per unit, max rows per unit and group.
+    salt : int
+        The L0 hash salt, a non-negative integer below 2⁶² (drawn from the
+        release's ``rng``).
+    nan : mapping of str to str, optional
+        The unit's and key columns' NaN (internal name → ``"float"``: a floating-point
+        column, ``"text"``: one read as text, where the text ``nan`` in any ASCII case is
+        NaN). A NaN unit or key, like a NULL one, identifies no one and no group: its
+        rows are dropped (the same rule for every input kind, :func:`_row_filter`).
+
+    Returns
+    -------
+    str
+        The SQL; its result columns are the keys, ``units`` (distinct units per
+        group after bounding) and ``a0, a1, …`` (one per output, BIGINT).
+
+    Examples
+    --------
+    >>> sql = grouping_sql(source="v", keys=("k0",), histogram=None, values=(),
+    ...                    outputs=(Output("rows"),), l0=2, linf=3, salt=5)
+    >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "slot <= 2" in sql
+    True
+    """
+    if not 0 <= salt < 2**62:
+        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
+    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
+        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
+    all_keys = keys + (("kb",) if histogram is not None else ())
+    base = _base(keys=keys, histogram=histogram, values=values, nan=nan)
+    raw_select, key_select, key_filter = base.raw_select, base.key_select, base.key_filter
+    value_select, cell_aggs, bin_filter = base.value_select, base.cell_aggs, base.bin_filter
     final_aggs = ""
     for j, out in enumerate(outputs):
         if out.kind == "rows":
@@ -397,6 +429,115 @@ def grouping_sql(
         group_by=(
             f"\nGROUP BY {', '.join(all_keys)}\nORDER BY {', '.join(all_keys)}" if all_keys else ""
         ),
+    )
+
+
+#: A NULL or NaN value in :func:`stream_sql`'s rows (grid integers are ``|v| ≤ 2⁹ + 1``).
+STREAM_NULL = -(2**31)
+
+STREAM_TEMPLATE = """\
+WITH raw AS (
+  SELECT *{raw_select}
+  FROM {source}
+  WHERE pu IS NOT NULL{key_filter}
+),
+base AS (
+  SELECT pu{key_select}{value_select}
+  FROM raw
+)
+SELECT CAST(pu AS BIGINT) AS pu, {cell_hash} AS h, gdp_codes.kc{values}
+FROM base JOIN {codes} AS gdp_codes USING ({keys})"""
+
+CODES_TEMPLATE = """\
+WITH raw AS (
+  SELECT *
+  FROM {source}
+  WHERE pu IS NOT NULL{key_filter}
+)
+SELECT {keys}, CAST(ROW_NUMBER() OVER (ORDER BY {keys}) - 1 AS INTEGER) AS kc
+FROM raw
+GROUP BY {keys}"""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounding:
+    """One grouping's bounding and aggregation: :func:`grouping_sql`'s arguments.
+
+    The SQL path runs :meth:`sql`; the compiled path (``gaussdp.release._compiled``,
+    DuckDB) reads the same rows through :func:`codes_sql` and :func:`stream_sql` and
+    computes the same result.
+    """
+
+    source: str
+    keys: tuple[str, ...]
+    histogram: tuple[str, tuple[float, ...]] | None
+    values: tuple[ScalarValue | VectorValue, ...]
+    outputs: tuple[Output, ...]
+    l0: int
+    linf: int
+    salt: int
+    nan: Mapping[str, str] | None = None
+
+    def sql(self) -> str:
+        """The grouping's query (:func:`grouping_sql`)."""
+        return grouping_sql(
+            source=self.source,
+            keys=self.keys,
+            histogram=self.histogram,
+            values=self.values,
+            outputs=self.outputs,
+            l0=self.l0,
+            linf=self.linf,
+            salt=self.salt,
+            nan=self.nan,
+        )
+
+
+def codes_sql(b: Bounding) -> str:
+    """The distinct group keys of the rows :data:`TEMPLATE` keeps, each with its exact
+    integer code ``kc``: its rank in ``ORDER BY keys…`` from 0, so that codes sort as the
+    keys do in ``ORDER BY h, keys…`` (the engine's own order; never a hash of the keys).
+
+    Examples
+    --------
+    >>> b = Bounding("v", ("k0", "k1"), None, (), (Output("rows"),), 2, 3, 5)
+    >>> print(codes_sql(b).splitlines()[-3])
+    SELECT k0, k1, CAST(ROW_NUMBER() OVER (ORDER BY k0, k1) - 1 AS INTEGER) AS kc
+    """
+    keys = ", ".join(b.keys)
+    key_filter = _base(keys=b.keys, histogram=None, values=(), nan=b.nan).key_filter
+    return CODES_TEMPLATE.format(source=b.source, key_filter=key_filter, keys=keys)
+
+
+def stream_sql(b: Bounding, codes: str) -> str:
+    """One row per input row that :data:`TEMPLATE`'s ``base`` step keeps: the unit (an
+    integer column), the cell hash ``h`` (:data:`CELL_HASH`, the same salt), the key
+    code ``kc`` (from ``codes``, a table of :func:`codes_sql`'s rows) and each scalar
+    value's grid integer ``v0, v1, …`` (:data:`STREAM_NULL` for a NULL or NaN value).
+    The filters, clamps and grid are :data:`TEMPLATE`'s own text.
+
+    Examples
+    --------
+    >>> b = Bounding("v", ("k0",), None, (ScalarValue("x0", 0.0, 1.0, 0.5),),
+    ...              (Output("sum", 0),), 2, 3, 5)
+    >>> sql = stream_sql(b, "c")
+    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "COALESCE(v0, -2147483648)" in sql
+    True
+    """
+    base = _base(keys=b.keys, histogram=b.histogram, values=b.values, nan=b.nan)
+    values = "".join(f", COALESCE(v{i}, {STREAM_NULL}) AS v{i}" for i in range(len(b.values)))
+    qualified = "".join(f", base.{k}" for k in b.keys)
+    return STREAM_TEMPLATE.format(
+        source=b.source,
+        raw_select=base.raw_select,
+        key_filter=base.key_filter,
+        key_select=base.key_select,
+        value_select=base.value_select,
+        # base's own key columns (not the join's): the very values TEMPLATE hashes
+        cell_hash=CELL_HASH.format(keys=qualified, salt=int(b.salt)),
+        values=values,
+        codes=codes,
+        keys=", ".join(b.keys),
     )
 
 
