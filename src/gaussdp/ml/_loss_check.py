@@ -1,0 +1,270 @@
+"""The check that a loss given to ``loss.backward()`` keeps examples apart.
+
+On the ``loss.backward()`` path (:class:`gaussdp.ml.PrivateModule`) the step clips
+example i's gradient of ⟨outputᵢ, s·Gᵢ⟩, where G = ∂loss/∂output is what the user's
+backward pass recorded. That is example i's own gradient only if Gᵢ depends on no
+other example: a loss that mixes the batch (a penalty on the batch mean of the
+outputs, a softmax across examples, an in-batch contrastive loss) makes every clipped
+gradient move when one example is removed, and the sum's sensitivity exceeds the
+clipping norm C the noise is calibrated to (audit26: 1.88·C and 1.15·C).
+
+**What is checked.** On probed steps (:meth:`LossCheck.due`: the first
+:data:`FIRST_STEPS` steps, then every :data:`EVERY` steps) the training call returns
+its outputs as :class:`_Probed` tensors, a ``__torch_function__`` subclass that every
+result computed from them inherits, so the loss is one too. Its ``backward``
+(``loss.backward()`` or ``torch.autograd.backward``) first runs, with the user's
+graph still intact:
+
+1. G = ∂loss/∂output with ``create_graph=True``; then, for each bit k of the example
+   index (⌈log₂ B⌉ of them), the Hessian-vector product H·v for a random v nonzero
+   only on the examples whose bit k is 1. Rows of H·v of the other examples must be
+   exactly zero: H_ij = ∂Gᵢ/∂outputⱼ = 0 for every pair i ≠ j, because any two
+   indices differ in some bit (H is symmetric, so one direction suffices). A
+   structurally zero block gives exact zeros; a nonzero one gives a nonzero row
+   with probability 1 over v (Gaussian, from a fixed-seed generator: the user's
+   random state is not touched).
+2. For the trainable parameters the loss reaches directly (a regulariser): the
+   gradient the step adds unclipped, ∂loss/∂w, must not depend on the outputs
+   (λ‖w‖² passes; ``model(x) @ w`` with a parameter w of the model does not: it
+   would add a data-dependent gradient without clipping or noise).
+
+A failure raises ``ValueError`` from ``loss.backward()``, before the backward pass
+runs: nothing is captured, so no step can follow, and nothing is drawn or charged.
+A probed output whose gradient reached the step without this check (a loss computed
+outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
+After the probed steps the outputs are plain tensors: no cost.
+
+**What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
+probed steps' values. Dependence with a zero second derivative goes unnoticed —
+through piecewise-linear operations (``abs``, ``relu``, ``max``, sorting, top-k
+selection of the batch's hardest examples), through values taken out of the graph
+(``.detach()``, ``.item()``) — and so does dependence on the batch that does not go
+through the outputs: weights computed from the batch's labels (``cross_entropy``
+with ``weight=`` and the mean reduction divides by the batch's summed weights), a
+normalisation by the batch size other than the declared ``loss_reduction``. A loss
+whose form changes after the probed steps is checked only on the next probed step.
+``model.backward(x, y)`` with ``loss_fn`` evaluates each example's loss on its own,
+so no coupling is possible there.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from gaussdp.errors import invalid
+
+# Steps probed first, then one step in EVERY (see the module notes).
+FIRST_STEPS = 3
+EVERY = 100
+
+# What the refusal asks for: the rule of PrivateModule, and the way out.
+_RULE = (
+    "a sum or mean over the batch of per-example terms, each depending on its own "
+    "example's output only (a term that mixes examples — a batch mean or softmax across "
+    "the batch, an in-batch contrastive loss — lets one example move every other "
+    "example's clipped gradient, so the noise calibrated to max_grad_norm would "
+    "under-report epsilon): compute such terms per example, or use model.backward(x, y) "
+    "with loss_fn, which evaluates each example's loss on its own"
+)
+
+
+class Probe:
+    """The captured outputs of one probed training call, until its backward is checked."""
+
+    def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
+        self.outputs = outputs
+        self.batch = batch
+        self.checked = batch < 2  # one example (or none) cannot be mixed with another
+
+
+class LossCheck:
+    """The loss check of one :func:`gaussdp.ml.make_private` call (see the module notes)."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.params = list(params)
+        self.steps = 0
+        self.pending: list[Probe] = []
+
+    def due(self) -> bool:
+        """Whether the training calls of the coming step are probed."""
+        return self.steps < FIRST_STEPS or self.steps % EVERY == 0
+
+    def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
+        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe."""
+        probe = Probe(outputs, batch)
+        self.pending.append(probe)
+        _ACTIVE.add(self)
+        return [t.as_subclass(_Probed) for t in outputs], probe
+
+    def stepped(self, probes: Sequence[Probe | None]) -> None:
+        """At the step, before anything is drawn: refuse if a captured probe was not checked.
+
+        ``probes``: those of the training calls whose gradients the step uses.
+        """
+        self.pending = []
+        _ACTIVE.discard(self)
+        if not all(p is None or p.checked for p in probes):
+            raise RuntimeError(
+                "the loss of a probed step reached the private model's outputs without "
+                "gaussdp's check that it keeps examples apart (see gaussdp.ml._loss_check): "
+                "compute the loss with torch operations on the model's output and call "
+                "loss.backward() (or torch.autograd.backward) on it"
+            )
+        self.steps += 1
+
+    def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
+        """Check the pending probes this backward pass reaches (raises ``ValueError``)."""
+        waiting = [p for p in self.pending if not p.checked]
+        if not waiting:
+            return
+        outs = [t for p in waiting for t in p.outputs]
+        inputs = outs + [w for w in self.params if w.requires_grad]
+        try:
+            grads = torch.autograd.grad(
+                roots, inputs, seeds, retain_graph=True, create_graph=True, allow_unused=True
+            )
+        except RuntimeError as error:
+            raise _unchecked(error) from error
+        start = 0
+        for probe in waiting:
+            mine = grads[start : start + len(probe.outputs)]
+            start += len(probe.outputs)
+            if all(g is None for g in mine):
+                continue  # another backward pass's outputs
+            _check_examples(probe, mine)
+            probe.checked = True
+        _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
+
+
+def _gradient(
+    outputs: list[torch.Tensor], inputs: list[torch.Tensor], cots: list[torch.Tensor]
+) -> tuple[torch.Tensor | None, ...]:
+    """Σ ⟨output, cotangent⟩ differentiated with respect to ``inputs``; failures explained."""
+    try:
+        return torch.autograd.grad(outputs, inputs, cots, retain_graph=True, allow_unused=True)
+    except RuntimeError as error:
+        raise _unchecked(error) from error
+
+
+def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
+    """Refuse if ∂Gᵢ/∂outputⱼ ≠ 0 for some i ≠ j (step 1 of the module notes)."""
+    used = [(i, g) for i, g in enumerate(grads) if g is not None and g.requires_grad]
+    if not used:
+        return  # G does not depend on the outputs at all (a loss linear in them)
+    index = torch.arange(probe.batch, device=probe.outputs[0].device)
+    for bit in range((probe.batch - 1).bit_length()):
+        side = (index >> bit) & 1 == 1
+        cots = [_random_rows(probe.outputs[i], side, bit) for i, _ in used]
+        hv = _gradient([g for _, g in used], probe.outputs, cots)
+        for h in hv:
+            if h is None:
+                continue
+            moved = h[~side] != 0  # NaN counts as moved
+            rows = moved if moved.dim() == 1 else moved.flatten(1).any(1)
+            if bool(rows.any()):
+                i = int(index[~side][rows][0])
+                j = int(index[side][0])
+                raise ValueError(
+                    invalid(
+                        "the loss given to loss.backward()",
+                        _RULE,
+                        f"a loss whose gradient for example {i} of the batch depends on "
+                        "the outputs of other examples (its second derivative across "
+                        f"examples is not zero, or not finite; example {j} is one of "
+                        "those probed)",
+                    )
+                )
+
+
+def _check_direct(
+    outs: list[torch.Tensor],
+    params: list[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+) -> None:
+    """Refuse if a parameter's direct gradient depends on the outputs (step 2)."""
+    used = [(w, g) for w, g in zip(params, grads, strict=True) if g is not None and g.requires_grad]
+    if not used:
+        return
+    generator = torch.Generator(device=used[0][1].device).manual_seed(0)
+    cots = [
+        torch.randn(g.shape, generator=generator, dtype=g.dtype, device=g.device) for _, g in used
+    ]
+    hv = _gradient([g for _, g in used], outs, cots)
+    if any(h is not None and bool((h != 0).any()) for h in hv):
+        raise ValueError(
+            invalid(
+                "the loss given to loss.backward()",
+                "a function of the model's outputs plus terms of the parameters alone "
+                "(regularisers such as λ‖w‖²): the gradient the loss gives a parameter "
+                "directly is added without clipping or noise, so it must not depend on "
+                "the data; apply every layer that uses a trained parameter inside the "
+                "model",
+                "a loss that combines a trained parameter with the model's outputs",
+            )
+        )
+
+
+def _random_rows(output: torch.Tensor, side: torch.Tensor, bit: int) -> torch.Tensor:
+    """Gaussian values on the examples of ``side``, zero on the others (fixed seed)."""
+    generator = torch.Generator(device=output.device).manual_seed(bit)
+    v = torch.randn(output.shape, generator=generator, dtype=output.dtype, device=output.device)
+    return v * side.reshape(-1, *([1] * (output.dim() - 1))).to(output.dtype)
+
+
+def _unchecked(error: Exception) -> ValueError:
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ValueError(
+        invalid(
+            "the loss given to loss.backward()",
+            "twice differentiable by torch (gaussdp checks with its second derivative that "
+            "no example's gradient depends on another's), or computed per example by "
+            "model.backward(x, y) with loss_fn",
+            f"a loss torch could not differentiate twice ({first})",
+        )
+    )
+
+
+# The LossChecks with probes awaiting their backward pass.
+_ACTIVE: weakref.WeakSet[LossCheck] = weakref.WeakSet()
+_BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autograd.backward)
+
+
+class _Probed(torch.Tensor):
+    """A probed output, and every tensor computed from it: its backward is checked first."""
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _BACKWARDS and _ACTIVE:
+            with torch._C.DisableTorchFunctionSubclass():
+                roots, seeds = _roots(func, args, kwargs)
+                if any(r.requires_grad for r in roots):  # else backward raises torch's error
+                    for check in list(_ACTIVE):
+                        check.check(roots, seeds)
+        return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+
+
+def _roots(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """The tensors and seed gradients of a ``Tensor.backward`` or ``autograd.backward`` call."""
+    if func is torch.Tensor.backward:
+        tensors: Any = args[0]
+        seeds: Any = args[1] if len(args) > 1 else kwargs.get("gradient")
+    else:
+        tensors = args[0] if args else kwargs["tensors"]
+        seeds = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+    roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    if seeds is None or isinstance(seeds, torch.Tensor):
+        seeds = [seeds] * len(roots) if seeds is None else [seeds]
+    return roots, list(seeds)

@@ -1,0 +1,253 @@
+"""The loss.backward() path refuses a loss that mixes examples (gaussdp.ml._loss_check).
+
+audit26 item 9: ``cross_entropy + 10·‖batch mean of the outputs‖²`` gave the clipped sum
+a brute-force sensitivity of 1.88·C, a softmax across the batch 1.15·C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from brute_force import sensitivity, zero_noise_private  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from gaussdp.ml import _loss_check, make_private  # noqa: E402
+from gaussdp.random import ChaCha20Random  # noqa: E402
+
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+MODES = ["auto", "functorch"]
+MIXES = "gradient for example .* depends on the outputs of other examples"
+
+
+def _data(n: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return 5 * torch.randn(n, 4, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+
+
+def _clipped_sum(net: nn.Module, model: object, optimizer: object, loss_fn: Loss):  # type: ignore[no-untyped-def]
+    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()  # type: ignore[attr-defined]
+        loss_fn(model(inputs), targets).backward()  # type: ignore[operator]
+        optimizer.step()  # type: ignore[attr-defined]
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
+        return flat.to(torch.float64) * optimizer.expected_batch_size  # type: ignore[attr-defined,no-any-return]
+
+    return clipped_sum
+
+
+def _batch_mean_penalty(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nnf.cross_entropy(out, y) + 10 * (out.mean(0) ** 2).sum()
+
+
+def _batch_softmax(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return -(out[:, 0].log_softmax(0)).mean()
+
+
+def _pair(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Examples 2 and 3 only are coupled (a siamese term inside one batch)."""
+    return nnf.cross_entropy(out, y) + ((out[2] - out[3]) ** 2).sum()
+
+
+def _cancelling(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Coupled through a direction that a probe of all-equal values would miss."""
+    return nnf.cross_entropy(out, y) + (out[:, 0].mean() - out[:, 1].mean()) ** 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("loss_fn", [_batch_mean_penalty, _batch_softmax, _pair, _cancelling])
+def test_a_loss_mixing_examples_is_refused_and_nothing_is_charged(mode: str, loss_fn: Loss) -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    before = [p.detach().clone() for p in net.parameters()]
+    optimizer.zero_grad()
+    loss = loss_fn(model(x[:8]), y[:8])
+    refusal = f"the loss given to loss.backward\\(\\) must be .*{MIXES}"
+    with pytest.raises(ValueError, match=refusal):
+        loss.backward()
+    assert all(p.grad is None for p in net.parameters())  # the backward pass did not run
+    with pytest.raises(RuntimeError, match="must follow loss.backward"):
+        optimizer.step()
+    assert optimizer.steps == 0
+    assert all(torch.equal(a, p) for a, p in zip(before, net.parameters(), strict=True))
+    # The same model trains on with a per-example loss.
+    optimizer.zero_grad()
+    nnf.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    assert optimizer.steps == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_auditors_coupling_losses_never_give_a_sensitivity_above_c(mode: str) -> None:
+    x, y = _data()
+    for loss_fn in (_batch_mean_penalty, _batch_softmax):
+        net = _net()
+        model, optimizer, _ = zero_noise_private(net, x, y, mode)
+        with pytest.raises(ValueError, match=MIXES):
+            sensitivity(_clipped_sum(net, model, optimizer, loss_fn), x, y)
+
+
+def _regularised(net: nn.Module) -> Loss:
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        penalty = sum((p**2).sum() for p in net.parameters())
+        return nnf.cross_entropy(out, y) + 0.01 * penalty  # type: ignore[no-any-return]
+
+    return loss_fn
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_per_example_losses_and_parameter_regularisers_pass_with_sensitivity_c(mode: str) -> None:
+    x, y = _data()
+    losses: dict[str, Callable[[nn.Module], Loss]] = {
+        "mean": lambda _: nnf.cross_entropy,
+        "regularised": _regularised,
+        "squared error": lambda _: lambda out, t: nnf.mse_loss(out, nnf.one_hot(t, 3).float()),
+    }
+    for make in losses.values():
+        net = _net()
+        model, optimizer, _ = zero_noise_private(net, x, y, mode)
+        # 13 steps: probed ones (the first three) and unprobed ones alike.
+        assert sensitivity(_clipped_sum(net, model, optimizer, make(net)), x, y) <= 1.0 + 1e-5
+
+
+def _train(loss_name: str, probed: bool, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    monkeypatch.setattr(_loss_check, "FIRST_STEPS", 3 if probed else 0)
+    monkeypatch.setattr(_loss_check, "EVERY", 2 if probed else 10**9)
+    x, y = _data(n=40)
+    net = _net()
+    loss_fn = {"mean": nnf.cross_entropy, "regularised": _regularised(net)}[loss_name]
+    model, optimizer, loader = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        DataLoader(TensorDataset(x, y), batch_size=10),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        delta=1e-5,
+        rng=ChaCha20Random(3),
+    )
+    torch.manual_seed(5)  # the loader's batches
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        optimizer.step()
+    if probed:  # the schedule probed steps 0, 1, 2 and every second one after (and step 0 of 1)
+        assert model._engine.loss_check.steps == optimizer.steps
+    return [p.detach().clone() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("loss_name", ["mean", "regularised"])
+def test_the_check_changes_no_result(loss_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as patch:
+        checked = _train(loss_name, True, patch)
+    with monkeypatch.context() as patch:
+        unchecked = _train(loss_name, False, patch)
+    assert all(torch.equal(a, b) for a, b in zip(checked, unchecked, strict=True))
+
+
+def test_a_parameter_combined_with_the_outputs_is_refused() -> None:
+    """``model(x) @ w`` with a trained w: its gradient would be added unclipped."""
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    head = net[2].weight  # (3, 6): reused on the outputs outside the model
+    optimizer.zero_grad()
+    loss = nnf.cross_entropy(model(x) @ head[:, :3], y)
+    with pytest.raises(ValueError, match="combines a trained parameter with the model's outputs"):
+        loss.backward()
+    assert optimizer.steps == 0
+
+
+def test_functional_backward_and_several_outputs_are_checked() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "functorch")
+    optimizer.zero_grad()
+    out = model(x)
+    loss = nnf.cross_entropy(out, y) + (out * out.detach().mean(0)).sum()  # a documented limit:
+    # a factor taken out of the graph (detach) is invisible to the second derivative
+    torch.autograd.backward([loss])
+    optimizer.step()
+    optimizer.zero_grad()
+    out = model(x)
+    with pytest.raises(ValueError, match=MIXES):
+        torch.autograd.backward([nnf.cross_entropy(out, y) + out.std(0).sum()])
+
+
+def test_accumulated_batches_and_single_examples_pass() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    for _ in range(2):
+        optimizer.zero_grad()
+        for start in (0, 1, 5):  # batches of 1, 4 and 7 examples before one step
+            end = {0: 1, 1: 5, 5: 12}[start]
+            nnf.cross_entropy(model(x[start:end]), y[start:end]).backward()
+        optimizer.step()
+    assert optimizer.steps == 2
+
+
+def test_a_later_probed_step_finds_a_loss_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_loss_check, "EVERY", 5)
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    for step in range(5):  # steps 3 and 4 are not probed: a mixing loss goes unseen there
+        optimizer.zero_grad()
+        loss_fn = _batch_softmax if step in (3, 4) else nnf.cross_entropy
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    optimizer.zero_grad()
+    with pytest.raises(ValueError, match=MIXES):
+        _batch_softmax(model(x), y).backward()
+    assert optimizer.steps == 5
+
+
+def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    optimizer.zero_grad()
+    out = model(x)
+    with torch._C.DisableTorchFunctionSubclass():  # as a C++ extension would compute it
+        loss = nnf.cross_entropy(out, y)
+    assert type(loss) is torch.Tensor
+    loss.backward()
+    with pytest.raises(RuntimeError, match="without gaussdp's check"):
+        optimizer.step()
+    assert optimizer.steps == 0
+
+
+def test_a_loss_without_a_second_derivative_is_refused() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    optimizer.zero_grad()
+    with pytest.raises(ValueError, match="could not differentiate twice .*multi_margin"):
+        nnf.multi_margin_loss(model(x), y).backward()
+    assert optimizer.steps == 0
+
+
+def test_evaluation_and_steps_after_the_probes_return_plain_tensors() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    with torch.no_grad():
+        assert type(model(x)) is torch.Tensor
+    for step in range(_loss_check.FIRST_STEPS + 1):
+        optimizer.zero_grad()
+        out = model(x)
+        assert (type(out) is torch.Tensor) == (step >= _loss_check.FIRST_STEPS)
+        nnf.cross_entropy(out, y).backward()
+        optimizer.step()
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 1
