@@ -28,32 +28,48 @@ graph still intact:
    (λ‖w‖² passes; ``model(x) @ w`` with a parameter w of the model does not: it
    would add a data-dependent gradient without clipping or noise).
 
-A failure raises ``ValueError`` from ``loss.backward()``, before the backward pass
-runs: nothing is captured, so no step can follow, and nothing is drawn or charged.
-A probed output whose gradient reached the step without this check (a loss computed
-outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
-After the probed steps the outputs are plain tensors: no cost.
+3. A second evaluation: every call made on the probed tensors is recorded with its
+   result (:data:`_TRACE`), and the loss is recomputed from that record with the
+   outputs as they were and, for each bit k, with the examples whose bit k is 1
+   given far-off values; the other examples' rows of G must come out equal bit for
+   bit. This sees what step 1 cannot when the change crosses a kink: mixing through
+   piecewise-linear operations (``(out - out.mean(0)).abs()``, top-k selection of
+   the batch's hardest examples) and through values taken out of the graph
+   (``.detach()``). A record it cannot recompute (a call that changes a tensor the
+   outputs did not produce, a call that fails) leaves the loss to steps 1 and 2.
+4. Class weights with the mean reduction (``cross_entropy`` / ``nll_loss`` with
+   unequal ``weight=``, class-index targets) are refused when the loss is computed:
+   the mean divides by the batch's summed weights, the other examples' labels.
+
+A failure raises ``ValueError`` from ``loss.backward()`` (or from the loss function,
+step 4) before the backward pass runs: nothing is captured, so no step can follow,
+and nothing is drawn or charged. A probed output whose gradient reached the step
+without this check (a loss computed outside torch's functions, so not a
+:class:`_Probed` tensor) makes the step refuse. After the probed steps the outputs
+are plain tensors: no cost.
 
 **What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
-probed steps' values. Dependence with a zero second derivative goes unnoticed —
-through piecewise-linear operations (``abs``, ``relu``, ``max``, sorting, top-k
-selection of the batch's hardest examples), through values taken out of the graph
-(``.detach()``, ``.item()``) — and so does dependence on the batch that does not go
-through the outputs: weights computed from the batch's labels (``cross_entropy``
-with ``weight=`` and the mean reduction divides by the batch's summed weights), a
-normalisation by the batch size other than the declared ``loss_reduction``. A loss
-whose form changes after the probed steps is checked only on the next probed step.
+probed steps' values and on the changes step 3 tries. It misses dependence on the
+batch that does not go through the outputs (weights or normalisations computed from
+the batch's labels other than step 4's, a division by the batch size other than the
+declared ``loss_reduction``), values that leave torch (``.item()``, numpy) and come
+back as constants, a kink that step 3's changes do not cross, and a loss whose form
+changes after the probed steps (until the next probed step). A term that mixes
+examples only for some data is refused on the probed step whose data shows it.
 ``model.backward(x, y)`` with ``loss_fn`` evaluates each example's loss on its own,
-so no coupling is possible there.
+so no mixing is possible there.
 """
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.nn._reduction import legacy_get_string
+from torch.utils._pytree import tree_flatten, tree_map
 
 from gaussdp.errors import invalid
 
@@ -78,6 +94,9 @@ class Probe:
     def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
         self.outputs = outputs
         self.batch = batch
+        self.wrapped: list[torch.Tensor] = [
+            t.as_subclass(_Probed) for t in outputs
+        ]  # what the caller gets
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
 
 
@@ -98,7 +117,7 @@ class LossCheck:
         probe = Probe(outputs, batch)
         self.pending.append(probe)
         _ACTIVE.add(self)
-        return [t.as_subclass(_Probed) for t in outputs], probe
+        return probe.wrapped, probe
 
     def stepped(self, probes: Sequence[Probe | None]) -> None:
         """At the step, before anything is drawn: refuse if a captured probe was not checked.
@@ -107,6 +126,8 @@ class LossCheck:
         """
         self.pending = []
         _ACTIVE.discard(self)
+        if not _ACTIVE:
+            _TRACE.clear()
         if not all(p is None or p.checked for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
@@ -136,6 +157,7 @@ class LossCheck:
             if all(g is None for g in mine):
                 continue  # another backward pass's outputs
             _check_examples(probe, mine)
+            _check_replayed(probe, roots, seeds)
             probe.checked = True
         _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
 
@@ -180,6 +202,105 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
                 )
 
 
+def _check_replayed(
+    probe: Probe, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]
+) -> None:
+    """Refuse if changing some examples' outputs changes another example's Gᵢ (step 3).
+
+    The loss is recomputed from :data:`_TRACE` (the calls made on the probed outputs and
+    what came of them) with the outputs replaced: once as they were, and once per bit
+    k of the example index with the examples whose bit k is 1 given far-off values.
+    The other examples' rows of G must be equal bit for bit. Sees piecewise-linear
+    mixing (``abs``, ``max``, top-k selection, ``detach``) when the change crosses a
+    kink; a loss the trace cannot recompute is left to steps 1 and 2.
+    """
+    device = probe.outputs[0].device
+    index = torch.arange(probe.batch, device=device)
+    scale = [float(o.detach().abs().max()) + 1.0 for o in probe.outputs]
+    base = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
+    if base is None:
+        return
+    for bit in range((probe.batch - 1).bit_length()):
+        side = (index >> bit) & 1 == 1
+        moved = [
+            torch.where(_rows(side, o), 4 * c * _random_rows(o, side, bit) - o.detach(), o.detach())
+            for o, c in zip(probe.outputs, scale, strict=True)
+        ]
+        again = _replayed(probe, moved, roots, seeds)
+        if again is None:
+            return
+        for a, b in zip(base, again, strict=True):
+            if a is None and b is None:
+                continue
+            ref = b if a is None else a
+            assert ref is not None
+            first = torch.zeros_like(ref) if a is None else a
+            second = torch.zeros_like(ref) if b is None else b
+            x, y = first[~side], second[~side]
+            same = (x == y) | (x.isnan() & y.isnan())
+            if not bool(same.all()):
+                raise ValueError(
+                    invalid(
+                        "the loss given to loss.backward()",
+                        _RULE,
+                        "a loss whose gradient for some examples of the batch changes "
+                        "when the outputs of other examples change (the loss recomputed "
+                        "with those outputs changed)",
+                    )
+                )
+
+
+def _replayed(
+    probe: Probe,
+    values: list[torch.Tensor],
+    roots: list[torch.Tensor],
+    seeds: list[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, ...] | None:
+    """G of the loss recomputed from :data:`_TRACE` at ``values``; None if it cannot be.
+
+    Random draws start from the random state of now (each recomputation the same),
+    which is restored afterwards. Calls that take nothing computed from ``values``
+    are not made again (their results are kept). A call that changes a tensor in
+    place is made again only if that tensor was computed from ``values`` (else it
+    would change the caller's state): otherwise, or if a call fails, None.
+    """
+    leaves = [v.clone().requires_grad_() for v in values]
+    env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+
+    def swap(a: Any) -> Any:
+        return env.get(id(a), a) if isinstance(a, torch.Tensor) else a
+
+    device = values[0].device
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        for func, args, kwargs, result in _TRACE:
+            if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
+                continue  # its result is the same: kept
+            name = getattr(func, "__name__", "")
+            in_place = (
+                name == "__setitem__"
+                or name.startswith("__i")
+                or (name.endswith("_") and not name.endswith("__"))
+            )
+            if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
+                return None
+            try:
+                fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
+            except (RuntimeError, TypeError, ValueError, IndexError):
+                return None
+            for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
+                if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+                    env[id(old)] = new
+        if not all(id(r) in env for r in roots):
+            return None
+        try:
+            return torch.autograd.grad(
+                [env[id(r)] for r in roots], leaves, [swap(g) for g in seeds], allow_unused=True
+            )
+        except RuntimeError:
+            return None
+
+
 def _check_direct(
     outs: list[torch.Tensor],
     params: list[torch.Tensor],
@@ -208,11 +329,16 @@ def _check_direct(
         )
 
 
+def _rows(side: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """``side`` (one flag per example) shaped to broadcast over ``output``."""
+    return side.reshape(-1, *([1] * (output.dim() - 1)))
+
+
 def _random_rows(output: torch.Tensor, side: torch.Tensor, bit: int) -> torch.Tensor:
     """Gaussian values on the examples of ``side``, zero on the others (fixed seed)."""
     generator = torch.Generator(device=output.device).manual_seed(bit)
     v = torch.randn(output.shape, generator=generator, dtype=output.dtype, device=output.device)
-    return v * side.reshape(-1, *([1] * (output.dim() - 1))).to(output.dtype)
+    return v * _rows(side, output).to(output.dtype)
 
 
 def _unchecked(error: Exception) -> ValueError:
@@ -228,6 +354,47 @@ def _unchecked(error: Exception) -> ValueError:
     )
 
 
+def _check_class_weights(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Refuse class weights with the mean reduction: it divides by the batch's summed weights.
+
+    Each example's term is then wᵧᵢ·ℓᵢ / Σⱼ wᵧⱼ: its gradient depends on the other
+    examples' labels, which the second derivative with respect to the outputs cannot
+    see. Equal weights (a constant factor) and probability targets (the mean divides by
+    the batch size) keep examples apart.
+    """
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    values = bound.arguments
+    weight, target = values.get("weight"), values["target"]
+    if weight is None or target.is_floating_point():
+        return
+    legacy = (values.get("size_average"), values.get("reduce"))
+    if legacy != (None, None):
+        reduction = legacy_get_string(*legacy, emit_warning=False)
+    else:
+        reduction = values.get("reduction", "mean")
+    if reduction == "mean" and bool((weight != weight.reshape(-1)[0]).any()):
+        raise ValueError(
+            invalid(
+                f"the weight of {func.__name__} with reduction='mean'",
+                "equal for every class, or applied per example: "
+                f"(w[y] * {func.__name__}(output, y, reduction='none')).mean() (the mean "
+                "reduction divides by the batch's summed weights, so each example's "
+                "gradient would depend on the other examples' labels)",
+                f"a weight of {weight.numel()} unequal entries",
+            )
+        )
+
+
+_CLASS_WEIGHTED: tuple[Callable[..., Any], ...] = (
+    torch.nn.functional.cross_entropy,
+    torch.nn.functional.nll_loss,
+)
+
+# Every call made on probed tensors since the probes began, with its result (kept alive,
+# so that ids stay unique): the loss as computed, for _replayed.
+_TRACE: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]] = []
 # The LossChecks with probes awaiting their backward pass.
 _ACTIVE: weakref.WeakSet[LossCheck] = weakref.WeakSet()
 _BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autograd.backward)
@@ -245,13 +412,19 @@ class _Probed(torch.Tensor):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if func in _CLASS_WEIGHTED and _ACTIVE:
+            with torch._C.DisableTorchFunctionSubclass():
+                _check_class_weights(func, args, kwargs)
         if func in _BACKWARDS and _ACTIVE:
             with torch._C.DisableTorchFunctionSubclass():
                 roots, seeds = _roots(func, args, kwargs)
                 if any(r.requires_grad for r in roots):  # else backward raises torch's error
                     for check in list(_ACTIVE):
                         check.check(roots, seeds)
-        return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        result = super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        if _ACTIVE and func not in _BACKWARDS:
+            _TRACE.append((func, args, kwargs, result))
+        return result
 
 
 def _roots(
