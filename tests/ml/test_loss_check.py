@@ -7,6 +7,7 @@ a brute-force sensitivity of 1.88·C, a softmax across the batch 1.15·C.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,14 @@ def _data(n: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
 def _net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+
+
+def _private(mode: str = "auto") -> tuple[nn.Module, Any, Any, torch.Tensor, torch.Tensor]:
+    """The MLP made private with no noise, learning rate 0, and the data (12 examples)."""
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    return net, model, optimizer, x, y
 
 
 def _clipped_sum(net: nn.Module, model: object, optimizer: object, loss_fn: Loss):  # type: ignore[no-untyped-def]
@@ -67,9 +76,7 @@ def _cancelling(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("loss_fn", [_batch_mean_penalty, _batch_softmax, _pair, _cancelling])
 def test_a_loss_mixing_examples_is_refused_and_nothing_is_charged(mode: str, loss_fn: Loss) -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    net, model, optimizer, x, y = _private(mode)
     before = [p.detach().clone() for p in net.parameters()]
     optimizer.zero_grad()
     loss = loss_fn(model(x[:8]), y[:8])
@@ -157,9 +164,7 @@ def test_the_check_changes_no_result(loss_name: str, monkeypatch: pytest.MonkeyP
 
 def test_a_parameter_combined_with_the_outputs_is_refused() -> None:
     """``model(x) @ w`` with a trained w: its gradient would be added unclipped."""
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    net, model, optimizer, x, y = _private()
     head = net[2].weight  # (3, 6): reused on the outputs outside the model
     optimizer.zero_grad()
     loss = nnf.cross_entropy(model(x) @ head[:, :3], y)
@@ -169,9 +174,7 @@ def test_a_parameter_combined_with_the_outputs_is_refused() -> None:
 
 
 def test_functional_backward_is_checked() -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "functorch")
+    _, model, optimizer, x, y = _private("functorch")
     optimizer.zero_grad()
     out = model(x)
     with pytest.raises(ValueError, match=MIXES):
@@ -197,9 +200,7 @@ def _detached_mean(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("loss_fn", [_abs_deviation, _hardest, _detached_mean])
 def test_mixing_without_a_second_derivative_is_found_by_recomputing(loss_fn: Loss) -> None:
     """The brute-force sensitivities were 1.75·C, 1.39·C and 0.01·C (lossmix/blind_spots)."""
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    net, model, optimizer, x, y = _private()
     with pytest.raises(ValueError, match="changes when the outputs of other examples change"):
         sensitivity(_clipped_sum(net, model, optimizer, loss_fn), x, y)
     assert optimizer.steps == 0
@@ -207,9 +208,7 @@ def test_mixing_without_a_second_derivative_is_found_by_recomputing(loss_fn: Los
 
 def test_class_weights_with_the_mean_reduction_are_refused() -> None:
     """The mean divides by the batch's summed weights: the other examples' labels."""
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     weight = torch.tensor([1.0, 5.0, 0.2])
     criterion = nn.CrossEntropyLoss(weight=weight)
     optimizer.zero_grad()
@@ -226,9 +225,7 @@ def test_class_weights_with_the_mean_reduction_are_refused() -> None:
 
 
 def test_accumulated_batches_and_single_examples_pass() -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     for _ in range(2):
         optimizer.zero_grad()
         for start in (0, 1, 5):  # batches of 1, 4 and 7 examples before one step
@@ -240,9 +237,7 @@ def test_accumulated_batches_and_single_examples_pass() -> None:
 
 def test_a_later_probed_step_finds_a_loss_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_loss_check, "EVERY", 5)
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     for step in range(5):  # steps 3 and 4 are not probed: a mixing loss goes unseen there
         optimizer.zero_grad()
         loss_fn = _batch_softmax if step in (3, 4) else nnf.cross_entropy
@@ -255,9 +250,7 @@ def test_a_later_probed_step_finds_a_loss_that_changed(monkeypatch: pytest.Monke
 
 
 def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
     out = model(x)
     with torch._C.DisableTorchFunctionSubclass():  # as a C++ extension would compute it
@@ -270,9 +263,7 @@ def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
 
 
 def test_a_loss_without_a_second_derivative_is_refused() -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
     with pytest.raises(ValueError, match="could not differentiate twice .*multi_margin"):
         nnf.multi_margin_loss(model(x), y).backward()
@@ -280,9 +271,7 @@ def test_a_loss_without_a_second_derivative_is_refused() -> None:
 
 
 def test_evaluation_and_steps_after_the_probes_return_plain_tensors() -> None:
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor
     for step in range(_loss_check.FIRST_STEPS + 1):
@@ -296,9 +285,7 @@ def test_evaluation_and_steps_after_the_probes_return_plain_tensors() -> None:
 
 def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> None:
     """A logging buffer changed in place is not changed again; dropout in the loss passes."""
-    x, y = _data()
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    _, model, optimizer, x, y = _private()
     running = torch.zeros(3)
     optimizer.zero_grad()
     out = model(x)
@@ -312,4 +299,33 @@ def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> Non
     assert torch.equal(after, torch.rand(4))  # the checks drew nothing from torch's state
     optimizer.step()
     assert torch.equal(running, expected)
+    assert optimizer.steps == 1
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 6)
+        self.cls = nn.Linear(6, 3)
+        self.value = nn.Linear(6, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.tanh(self.body(x))
+        return self.cls(h), self.value(h).squeeze(1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mixing_in_one_head_of_several_is_refused(mode: str) -> None:
+    x, y = _data()
+    torch.manual_seed(0)
+    net = _TwoHeads()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    optimizer.zero_grad()
+    logits, value = model(x)
+    with pytest.raises(ValueError, match=MIXES):
+        (nnf.cross_entropy(logits, y) + value.softmax(0).max()).backward()
+    optimizer.zero_grad()
+    logits, value = model(x)
+    (nnf.cross_entropy(logits, y) + (value**2).mean()).backward()
+    optimizer.step()
     assert optimizer.steps == 1
