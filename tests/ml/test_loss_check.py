@@ -299,6 +299,13 @@ def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> Non
     assert torch.equal(after, torch.rand(4))  # the checks drew nothing from torch's state
     optimizer.step()
     assert torch.equal(running, expected)
+    optimizer.zero_grad()
+    out = model(x)
+    running.add_(out.detach().sum(0))  # not made again by the recomputation
+    expected += out.detach().sum(0)
+    with pytest.raises(ValueError, match="changes when the outputs of other examples change"):
+        _abs_deviation(out, y).backward()
+    assert torch.equal(running, expected)
     assert optimizer.steps == 1
 
 

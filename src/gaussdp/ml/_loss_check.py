@@ -35,8 +35,9 @@ graph still intact:
    bit. This sees what step 1 cannot when the change crosses a kink: mixing through
    piecewise-linear operations (``(out - out.mean(0)).abs()``, top-k selection of
    the batch's hardest examples) and through values taken out of the graph
-   (``.detach()``). A record it cannot recompute (a call that changes a tensor the
-   outputs did not produce, a call that fails) leaves the loss to steps 1 and 2.
+   (``.detach()``). A call that changes in place a tensor the outputs did not
+   produce (a running log) is not made again; a record it cannot recompute (a call
+   that fails) leaves the loss to steps 1 and 2.
 4. Class weights with the mean reduction (``cross_entropy`` / ``nll_loss`` with
    unequal ``weight=``, class-index targets) are refused when the loss is computed:
    the mean divides by the batch's summed weights, the other examples' labels.
@@ -53,7 +54,8 @@ probed steps' values and on the changes step 3 tries. It misses dependence on th
 batch that does not go through the outputs (weights or normalisations computed from
 the batch's labels other than step 4's, a division by the batch size other than the
 declared ``loss_reduction``), values that leave torch (``.item()``, numpy) and come
-back as constants, a kink that step 3's changes do not cross, and a loss whose form
+back as constants, state that a call changes in place and the loss reads (a running
+mean of the outputs), a kink that step 3's changes do not cross, and a loss whose form
 changes after the probed steps (until the next probed step). A term that mixes
 examples only for some data is refused on the probed step whose data shows it.
 ``model.backward(x, y)`` with ``loss_fn`` evaluates each example's loss on its own,
@@ -94,9 +96,8 @@ class Probe:
     def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
         self.outputs = outputs
         self.batch = batch
-        self.wrapped: list[torch.Tensor] = [
-            t.as_subclass(_Probed) for t in outputs
-        ]  # what the caller gets
+        # What the caller gets: the same data and graph, as _Probed tensors.
+        self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
 
 
@@ -212,7 +213,7 @@ def _check_replayed(
     k of the example index with the examples whose bit k is 1 given far-off values.
     The other examples' rows of G must be equal bit for bit. Sees piecewise-linear
     mixing (``abs``, ``max``, top-k selection, ``detach``) when the change crosses a
-    kink; a loss the trace cannot recompute is left to steps 1 and 2.
+    kink; a loss the record cannot recompute is left to steps 1 and 2.
     """
     device = probe.outputs[0].device
     index = torch.arange(probe.batch, device=device)
@@ -260,9 +261,9 @@ def _replayed(
 
     Random draws start from the random state of now (each recomputation the same),
     which is restored afterwards. Calls that take nothing computed from ``values``
-    are not made again (their results are kept). A call that changes a tensor in
-    place is made again only if that tensor was computed from ``values`` (else it
-    would change the caller's state): otherwise, or if a call fails, None.
+    are not made again (their results are kept), nor are calls that change in place
+    a tensor not computed from ``values`` (a running log of the caller's: it would
+    change the caller's state). None if a call fails.
     """
     leaves = [v.clone().requires_grad_() for v in values]
     env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
@@ -283,7 +284,7 @@ def _replayed(
                 or (name.endswith("_") and not name.endswith("__"))
             )
             if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
-                return None
+                continue  # it changed a tensor of the caller's (a log): not again
             try:
                 fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
             except (RuntimeError, TypeError, ValueError, IndexError):
