@@ -52,14 +52,15 @@ are plain tensors: no cost.
 **What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
 probed steps' values and on the changes step 3 tries. It misses dependence on the
 batch that does not go through the outputs (weights or normalisations computed from
-the batch's labels other than step 4's, a division by the batch size other than the
-declared ``loss_reduction``), values that leave torch (``.item()``, numpy) and come
-back as constants, state that a call changes in place and the loss reads (a running
-mean of the outputs), a kink that step 3's changes do not cross, and a loss whose form
-changes after the probed steps (until the next probed step). A term that mixes
-examples only for some data is refused on the probed step whose data shows it.
-``model.backward(x, y)`` with ``loss_fn`` evaluates each example's loss on its own,
-so no mixing is possible there.
+the batch's labels other than step 4's, such as ``ignore_index`` with the mean
+reduction, a division by the batch size other than the declared ``loss_reduction``),
+values that leave torch (``.item()``, numpy) and come back as constants, state that
+a call changes in place and the loss reads (a running mean of the outputs), a kink
+that step 3's changes do not cross, and a loss whose form changes after the probed
+steps (until the next probed step). A term that mixes examples only for some data is
+refused on the probed step whose data shows it. ``model.backward(x, y)`` with
+``loss_fn`` evaluates each example's loss on its own, so no mixing is possible
+there.
 """
 
 from __future__ import annotations
