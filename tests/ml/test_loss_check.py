@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from brute_force import sensitivity, zero_noise_private  # noqa: E402
+from test_idiom import TwoHeads  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -309,30 +310,18 @@ def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> Non
     assert optimizer.steps == 1
 
 
-class _TwoHeads(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Linear(4, 6)
-        self.cls = nn.Linear(6, 3)
-        self.value = nn.Linear(6, 1)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = torch.tanh(self.body(x))
-        return self.cls(h), self.value(h).squeeze(1)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_mixing_in_one_head_of_several_is_refused(mode: str) -> None:
-    x, y = _data()
+    x, y = torch.randn(12, 5, generator=torch.Generator().manual_seed(0)), _data()[1]
     torch.manual_seed(0)
-    net = _TwoHeads()
+    net = TwoHeads()  # {"logits": ..., "value": ...}
     model, optimizer, _ = zero_noise_private(net, x, y, mode)
     optimizer.zero_grad()
-    logits, value = model(x)
+    out = model(x)
     with pytest.raises(ValueError, match=MIXES):
-        (nnf.cross_entropy(logits, y) + value.softmax(0).max()).backward()
+        (nnf.cross_entropy(out["logits"], y) + out["value"].softmax(0).max()).backward()
     optimizer.zero_grad()
-    logits, value = model(x)
-    (nnf.cross_entropy(logits, y) + (value**2).mean()).backward()
+    out = model(x)
+    (nnf.cross_entropy(out["logits"], y) + (out["value"] ** 2).mean()).backward()
     optimizer.step()
     assert optimizer.steps == 1
