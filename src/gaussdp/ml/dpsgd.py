@@ -1389,7 +1389,8 @@ class PrivateModule(nn.Module):
     so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
     softmax, contrastive losses over the batch) breaks the per-example bound and is
     refused: on probed steps ``loss.backward()`` first checks, with the loss's second
-    derivative, that no example's Gᵢ depends on another example's output
+    derivative and a second evaluation of the loss with other examples' outputs
+    changed, that no example's Gᵢ depends on another example's output
     (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see). A
     wrong ``loss_reduction`` breaks the bound too and is not detected (each clipped
     gradient would then scale with the actual batch size, and one example could move
@@ -1400,9 +1401,10 @@ class PrivateModule(nn.Module):
     as λ‖w‖² over ``model.parameters()``) reach ``param.grad`` through the ordinary
     backward pass; the step adds that gradient, unclipped and un-noised, to the noisy
     average. This is private only if such terms do not depend on the data: data must
-    reach the loss only through the private model's outputs. A call of the
-    *unwrapped* model with gradients enabled since the last ``zero_grad()`` makes the
-    step refuse if any parameter holds a gradient.
+    reach the loss only through the private model's outputs, and no parameter may
+    meet those outputs outside the model (``model(x) @ w`` is refused on probed
+    steps). A call of the *unwrapped* model with gradients enabled since the last
+    ``zero_grad()`` makes the step refuse if any parameter holds a gradient.
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
