@@ -325,3 +325,19 @@ def test_mixing_in_one_head_of_several_is_refused(mode: str) -> None:
     (nnf.cross_entropy(out["logits"], y) + (out["value"] ** 2).mean()).backward()
     optimizer.step()
     assert optimizer.steps == 1
+
+
+def test_an_example_with_a_non_finite_loss_is_no_reason_to_refuse() -> None:
+    """Clipping counts its gradient as zero; only finite evidence of mixing counts."""
+    _, model, optimizer, x, y = _private()
+    scale = torch.ones(12)
+    scale[3] = float("inf")  # example 3's own loss (as a log(0) would make it)
+    optimizer.zero_grad()
+    (scale * nnf.cross_entropy(model(x), y, reduction="none")).mean().backward()
+    optimizer.step()
+    assert optimizer.steps == 1
+    optimizer.zero_grad()
+    out = model(x)
+    mixed = nnf.cross_entropy(out, y, reduction="none") * (out[:, 0].mean() ** 2) * scale
+    with pytest.raises(ValueError, match=MIXES):
+        mixed.mean().backward()

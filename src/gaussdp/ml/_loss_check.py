@@ -22,7 +22,9 @@ graph still intact:
    indices differ in some bit (H is symmetric, so one direction suffices). A
    structurally zero block gives exact zeros; a nonzero one gives a nonzero row
    with probability 1 over v (Gaussian, from a fixed-seed generator: the user's
-   random state is not touched).
+   random state is not touched). Non-finite values are not evidence (an example
+   whose own loss is not finite gives 0·inf = NaN; clipping counts its gradient as
+   zero): they are left to step 3, which compares them too.
 2. For the trainable parameters the loss reaches directly (a regulariser): the
    gradient the step adds unclipped, ∂loss/∂w, must not depend on the outputs
    (λ‖w‖² passes; ``model(x) @ w`` with a parameter w of the model does not: it
@@ -187,7 +189,11 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
         for h in hv:
             if h is None:
                 continue
-            moved = h[~side] != 0  # NaN counts as moved
+            rest = h[~side]
+            # Only finite values tell: 0·inf is NaN for an example whose own terms are
+            # not finite, which clipping zeroes (gaussdp.ml.dpsgd.clip_factors) on its
+            # own; mixing through non-finite values is left to step 3.
+            moved = (rest != 0) & rest.isfinite()
             rows = moved if moved.dim() == 1 else moved.flatten(1).any(1)
             if bool(rows.any()):
                 i = int(index[~side][rows][0])
@@ -198,8 +204,7 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
                         _RULE,
                         f"a loss whose gradient for example {i} of the batch depends on "
                         "the outputs of other examples (its second derivative across "
-                        f"examples is not zero, or not finite; example {j} is one of "
-                        "those probed)",
+                        f"examples is not zero; example {j} is one of those probed)",
                     )
                 )
 
