@@ -341,3 +341,17 @@ def test_an_example_with_a_non_finite_loss_is_no_reason_to_refuse() -> None:
     mixed = nnf.cross_entropy(out, y, reduction="none") * (out[:, 0].mean() ** 2) * scale
     with pytest.raises(ValueError, match=MIXES):
         mixed.mean().backward()
+
+
+def test_a_generator_passed_to_the_loss_is_left_as_the_loss_left_it() -> None:
+    """Per-example random weights from the caller's generator: drawn once, loss accepted."""
+    _, model, optimizer, x, y = _private()
+    gen = torch.Generator().manual_seed(1)
+    optimizer.zero_grad()
+    out = model(x)
+    keep = torch.bernoulli(out[:, 0].detach() * 0 + 0.5, generator=gen)
+    state = gen.get_state()
+    (keep * nnf.cross_entropy(out, y, reduction="none")).mean().backward()
+    assert torch.equal(gen.get_state(), state)
+    optimizer.step()
+    assert optimizer.steps == 1

@@ -217,7 +217,9 @@ def _check_replayed(
     The loss is recomputed from :data:`_TRACE` (the calls made on the probed outputs and
     what came of them) with the outputs replaced: once as they were, and once per bit
     k of the example index with the examples whose bit k is 1 given far-off values.
-    The other examples' rows of G must be equal bit for bit. Sees piecewise-linear
+    The other examples' rows of G must be equal bit for bit (the comparison is skipped
+    when two evaluations at the same values differ: a loss that is not bit for bit
+    reproducible, such as one using atomic additions on a GPU). Sees piecewise-linear
     mixing (``abs``, ``max``, top-k selection, ``detach``) when the change crosses a
     kink; a loss the record cannot recompute is left to steps 1 and 2.
     """
@@ -225,8 +227,9 @@ def _check_replayed(
     index = torch.arange(probe.batch, device=device)
     scale = [float(o.detach().abs().max()) + 1.0 for o in probe.outputs]
     base = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
-    if base is None:
-        return
+    twice = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
+    if base is None or twice is None or not _same(base, twice, index >= 0):
+        return  # not recomputable, or not bit for bit the same twice (atomics on a GPU)
     for bit in range((probe.batch - 1).bit_length()):
         side = (index >> bit) & 1 == 1
         moved = [
@@ -236,25 +239,32 @@ def _check_replayed(
         again = _replayed(probe, moved, roots, seeds)
         if again is None:
             return
-        for a, b in zip(base, again, strict=True):
-            if a is None and b is None:
-                continue
-            ref = b if a is None else a
-            assert ref is not None
-            first = torch.zeros_like(ref) if a is None else a
-            second = torch.zeros_like(ref) if b is None else b
-            x, y = first[~side], second[~side]
-            same = (x == y) | (x.isnan() & y.isnan())
-            if not bool(same.all()):
-                raise ValueError(
-                    invalid(
-                        "the loss given to loss.backward()",
-                        _RULE,
-                        "a loss whose gradient for some examples of the batch changes "
-                        "when the outputs of other examples change (the loss recomputed "
-                        "with those outputs changed)",
-                    )
+        if not _same(base, again, ~side):
+            raise ValueError(
+                invalid(
+                    "the loss given to loss.backward()",
+                    _RULE,
+                    "a loss whose gradient for some examples of the batch changes "
+                    "when the outputs of other examples change (the loss recomputed "
+                    "with those outputs changed)",
                 )
+            )
+
+
+def _same(
+    first: Sequence[torch.Tensor | None], second: Sequence[torch.Tensor | None], rows: torch.Tensor
+) -> bool:
+    """Whether two evaluations of G agree bit for bit on ``rows`` (NaN equal to NaN)."""
+    for a, b in zip(first, second, strict=True):
+        if a is None and b is None:
+            continue
+        ref = b if a is None else a
+        assert ref is not None
+        x = (torch.zeros_like(ref) if a is None else a)[rows]
+        y = (torch.zeros_like(ref) if b is None else b)[rows]
+        if not bool(((x == y) | (x.isnan() & y.isnan())).all()):
+            return False
+    return True
 
 
 def _replayed(
@@ -265,47 +275,67 @@ def _replayed(
 ) -> tuple[torch.Tensor | None, ...] | None:
     """G of the loss recomputed from :data:`_TRACE` at ``values``; None if it cannot be.
 
-    Random draws start from the random state of now (each recomputation the same),
-    which is restored afterwards. Calls that take nothing computed from ``values``
-    are not made again (their results are kept), nor are calls that change in place
-    a tensor not computed from ``values`` (a running log of the caller's: it would
-    change the caller's state). None if a call fails.
+    Random draws start from the random state of now (each recomputation the same):
+    torch's, and that of any generator passed to a call, restored afterwards. Calls
+    that take nothing computed from ``values`` are not made again (their results are
+    kept), nor are calls that change in place a tensor not computed from ``values`` (a
+    running log of the caller's: it would change the caller's state). None if a call
+    fails.
     """
     leaves = [v.clone().requires_grad_() for v in values]
     env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+    device = values[0].device
+    generators = {
+        id(g): (g, g.get_state())
+        for _, args, kwargs, _ in _TRACE
+        for g in tree_flatten((args, kwargs))[0]
+        if isinstance(g, torch.Generator)
+    }
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            return _recomputed(env, leaves, roots, seeds)
+    finally:
+        for g, state in generators.values():
+            g.set_state(state)
+
+
+def _recomputed(
+    env: dict[int, Any],
+    leaves: list[torch.Tensor],
+    roots: list[torch.Tensor],
+    seeds: list[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, ...] | None:
+    """The calls of :data:`_TRACE` made again (:func:`_replayed`), and G."""
 
     def swap(a: Any) -> Any:
         return env.get(id(a), a) if isinstance(a, torch.Tensor) else a
 
-    device = values[0].device
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        for func, args, kwargs, result in _TRACE:
-            if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
-                continue  # its result is the same: kept
-            name = getattr(func, "__name__", "")
-            in_place = (
-                name == "__setitem__"
-                or name.startswith("__i")
-                or (name.endswith("_") and not name.endswith("__"))
-            )
-            if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
-                continue  # it changed a tensor of the caller's (a log): not again
-            try:
-                fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
-            except (RuntimeError, TypeError, ValueError, IndexError):
-                return None
-            for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
-                if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-                    env[id(old)] = new
-        if not all(id(r) in env for r in roots):
-            return None
+    for func, args, kwargs, result in _TRACE:
+        if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
+            continue  # its result is the same: kept
+        name = getattr(func, "__name__", "")
+        in_place = (
+            name == "__setitem__"
+            or name.startswith("__i")
+            or (name.endswith("_") and not name.endswith("__"))
+        )
+        if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
+            continue  # it changed a tensor of the caller's (a log): not again
         try:
-            return torch.autograd.grad(
-                [env[id(r)] for r in roots], leaves, [swap(g) for g in seeds], allow_unused=True
-            )
-        except RuntimeError:
+            fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
+        except (RuntimeError, TypeError, ValueError, IndexError):
             return None
+        for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+                env[id(old)] = new
+    if not all(id(r) in env for r in roots):
+        return None
+    try:
+        return torch.autograd.grad(
+            [env[id(r)] for r in roots], leaves, [swap(g) for g in seeds], allow_unused=True
+        )
+    except RuntimeError:
+        return None
 
 
 def _check_direct(
