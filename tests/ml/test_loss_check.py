@@ -6,7 +6,10 @@ a brute-force sensitivity of 1.88·C, a softmax across the batch 1.15·C.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -355,3 +358,18 @@ def test_a_generator_passed_to_the_loss_is_left_as_the_loss_left_it() -> None:
     assert torch.equal(gen.get_state(), state)
     optimizer.step()
     assert optimizer.steps == 1
+
+
+def test_the_benchmark_runs_its_three_arms() -> None:
+    """benchmarks/loss_check.py end to end, one round of one step (no timing checked)."""
+    root = Path(__file__).resolve().parents[2]
+    argv = ["--rounds", "1", "--block", "1", "--warmup", "1", "--batch", "8"]
+    run = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "loss_check.py"), *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    arms = [line.split()[0] for line in run.stdout.splitlines()[2:]]
+    assert arms == ["off", "default", "every"]
