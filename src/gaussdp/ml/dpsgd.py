@@ -104,6 +104,7 @@ from gaussdp.ml._ghost import (
     signature,
     vmap_attention,
 )
+from gaussdp.ml._loss_check import LossCheck, Probe
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
     NoiseMode,
@@ -657,6 +658,7 @@ class _Engine:
         self.records: list[_Record] = []
         self.forward_calls = 0
         self.anchor = torch.zeros((), requires_grad=True)  # makes captured outputs differentiable
+        self.loss_check = LossCheck(self.params)  # the loss keeps examples apart (probed steps)
         self.inside = False  # True while the engine itself runs the model
         self.raw_forward = False  # the unwrapped model ran with gradients enabled
         module.register_forward_pre_hook(self._watch_raw_calls)
@@ -1048,6 +1050,8 @@ class _Engine:
             self.anchor,
             *(out_leaves[i].detach() for i in record.floating),
         )
+        if self.loss_check.due():
+            captured, record.probe = self.loss_check.wrap(list(captured), batch)
         for i, tensor in zip(record.floating, captured, strict=True):
             out_leaves[i] = tensor
         self.records.append(record)
@@ -1168,6 +1172,7 @@ class _Engine:
                 "its own backward (call the model once per batch; evaluate under "
                 "torch.no_grad())"
             )
+        self.loss_check.stepped([r.probe for r in captured])
         total: list[torch.Tensor] | None = None
         for record in captured:
             sums = self._finish(record)
@@ -1291,6 +1296,7 @@ class _Record:
         self.origin = engine.origin()  # the process whose examples these are
         self.grads: list[torch.Tensor | None] | None = None
         self.captured_at = -1
+        self.probe: Probe | None = None  # the loss check of a probed step (_loss_check)
 
     def capture(self, grads: tuple[torch.Tensor | None, ...]) -> None:
         if self.grads is None:
@@ -1509,17 +1515,23 @@ class PrivateModule(nn.Module):
     size) of per-example terms, each depending on its own example's output only** —
     so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
     softmax, contrastive losses over the batch) breaks the per-example bound and is
-    not supported; so does a wrong ``loss_reduction`` (each clipped gradient would then
-    scale with the actual batch size, and one example could move the sum by about 2C).
+    refused: on probed steps ``loss.backward()`` first checks, with the loss's second
+    derivative and a second evaluation of the loss with other examples' outputs
+    changed, that no example's Gᵢ depends on another example's output
+    (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see). A
+    wrong ``loss_reduction`` breaks the bound too and is not detected (each clipped
+    gradient would then scale with the actual batch size, and one example could move
+    the sum by about 2C).
     Any number of outputs (tuples, dicts) works.
 
     **Regularisers.** Terms of the loss that depend on the parameters directly (such
     as λ‖w‖² over ``model.parameters()``) reach ``param.grad`` through the ordinary
     backward pass; the step adds that gradient, unclipped and un-noised, to the noisy
     average. This is private only if such terms do not depend on the data: data must
-    reach the loss only through the private model's outputs. A call of the
-    *unwrapped* model with gradients enabled since the last ``zero_grad()`` makes the
-    step refuse if any parameter holds a gradient.
+    reach the loss only through the private model's outputs, and no parameter may
+    meet those outputs outside the model (``model(x) @ w`` is refused on probed
+    steps). A call of the *unwrapped* model with gradients enabled since the last
+    ``zero_grad()`` makes the step refuse if any parameter holds a gradient.
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
@@ -1760,8 +1772,10 @@ class DPOptimizer(torch.optim.Optimizer):
         RuntimeError
             If no gradient was captured since the last step (an empty batch must
             still go through the model and ``loss.backward()``, or
-            ``model.backward``), if two outputs reached one backward pass, or if the
-            unwrapped model ran with gradients enabled and parameters hold gradients.
+            ``model.backward``), if two outputs reached one backward pass, if a
+            probed output's gradient arrived without the loss check of
+            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model ran with gradients
+            enabled and parameters hold gradients.
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the

@@ -1,0 +1,480 @@
+"""The check that a loss given to ``loss.backward()`` keeps examples apart.
+
+On the ``loss.backward()`` path (:class:`gaussdp.ml.PrivateModule`) the step clips
+example i's gradient of ⟨outputᵢ, s·Gᵢ⟩, where G = ∂loss/∂output is what the user's
+backward pass recorded. That is example i's own gradient only if Gᵢ depends on no
+other example: a loss that mixes the batch (a penalty on the batch mean of the
+outputs, a softmax across examples, an in-batch contrastive loss) makes every clipped
+gradient move when one example is removed, and the sum's sensitivity exceeds the
+clipping norm C the noise is calibrated to (audit26: 1.88·C and 1.15·C).
+
+**What is checked.** On probed steps (:meth:`LossCheck.due`: the first
+:data:`FIRST_STEPS` steps, then every :data:`EVERY` steps) the training call returns
+its outputs as :class:`_Probed` tensors, a ``__torch_function__`` subclass that every
+result computed from them inherits, so the loss is one too. Its ``backward``
+(``loss.backward()`` or ``torch.autograd.backward``) first runs, with the user's
+graph still intact:
+
+1. G = ∂loss/∂output with ``create_graph=True``; then, for each bit k of the example
+   index (⌈log₂ B⌉ of them), the Hessian-vector product H·v for a random v nonzero
+   only on the examples whose bit k is 1. Rows of H·v of the other examples must be
+   exactly zero: H_ij = ∂Gᵢ/∂outputⱼ = 0 for every pair i ≠ j, because any two
+   indices differ in some bit (H is symmetric, so one direction suffices). A
+   structurally zero block gives exact zeros; a nonzero one gives a nonzero row
+   with probability 1 over v (Gaussian, from a fixed-seed generator: the user's
+   random state is not touched). Non-finite values are not evidence (an example
+   whose own loss is not finite gives 0·inf = NaN; clipping counts its gradient as
+   zero): they are left to step 3, which compares them too.
+2. For the trainable parameters the loss reaches directly (a regulariser): the
+   gradient the step adds unclipped, ∂loss/∂w, must not depend on the outputs
+   (λ‖w‖² passes; ``model(x) @ w`` with a parameter w of the model does not: it
+   would add a data-dependent gradient without clipping or noise).
+
+3. A second evaluation: every call made on the probed tensors is recorded with its
+   result (:data:`_TRACE`), and the loss is recomputed from that record with the
+   outputs as they were and, for each bit k, with the examples whose bit k is 1
+   given far-off values; the other examples' rows of G must come out equal bit for
+   bit. This sees what step 1 cannot when the change crosses a kink: mixing through
+   piecewise-linear operations (``(out - out.mean(0)).abs()``, top-k selection of
+   the batch's hardest examples) and through values taken out of the graph
+   (``.detach()``). A call that changes in place a tensor the outputs did not
+   produce (a running log) is not made again; a record it cannot recompute (a call
+   that fails) leaves the loss to steps 1 and 2.
+4. Class weights with the mean reduction (``cross_entropy`` / ``nll_loss`` with
+   unequal ``weight=``, class-index targets) are refused when the loss is computed:
+   the mean divides by the batch's summed weights, the other examples' labels.
+
+A failure raises ``ValueError`` from ``loss.backward()`` (or from the loss function,
+step 4) before the backward pass runs: nothing is captured, so no step can follow,
+and nothing is drawn or charged. A probed output whose gradient reached the step
+without this check (a loss computed outside torch's functions, so not a
+:class:`_Probed` tensor) makes the step refuse. After the probed steps the outputs
+are plain tensors: no cost.
+
+**What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
+probed steps' values and on the changes step 3 tries. It misses dependence on the
+batch that does not go through the outputs (weights or normalisations computed from
+the batch's labels other than step 4's, such as ``ignore_index`` with the mean
+reduction, a division by the batch size other than the declared ``loss_reduction``),
+values that leave torch (``.item()``, numpy) and come back as constants, state that
+a call changes in place and the loss reads (a running mean of the outputs), a kink
+that step 3's changes do not cross, and a loss whose form changes after the probed
+steps (until the next probed step). A term that mixes examples only for some data is
+refused on the probed step whose data shows it. ``model.backward(x, y)`` with
+``loss_fn`` evaluates each example's loss on its own, so no mixing is possible
+there.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.nn._reduction import legacy_get_string
+from torch.utils._pytree import tree_flatten, tree_map
+
+from gaussdp.errors import invalid
+
+# Steps probed first, then one step in EVERY (see the module notes).
+FIRST_STEPS = 3
+EVERY = 100
+
+# What the refusal asks for: the rule of PrivateModule, and the way out.
+_RULE = (
+    "a sum or mean over the batch of per-example terms, each depending on its own "
+    "example's output only (a term that mixes examples — a batch mean or softmax across "
+    "the batch, an in-batch contrastive loss — lets one example move every other "
+    "example's clipped gradient, so the noise calibrated to max_grad_norm would "
+    "under-report epsilon): compute such terms per example, or use model.backward(x, y) "
+    "with loss_fn, which evaluates each example's loss on its own"
+)
+
+
+class Probe:
+    """The captured outputs of one probed training call, until its backward is checked."""
+
+    def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
+        self.outputs = outputs
+        self.batch = batch
+        # What the caller gets: the same data and graph, as _Probed tensors.
+        self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
+        self.checked = batch < 2  # one example (or none) cannot be mixed with another
+
+
+class LossCheck:
+    """The loss check of one :func:`gaussdp.ml.make_private` call (see the module notes)."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.params = list(params)
+        self.steps = 0
+        self.pending: list[Probe] = []
+
+    def due(self) -> bool:
+        """Whether the training calls of the coming step are probed."""
+        return self.steps < FIRST_STEPS or self.steps % EVERY == 0
+
+    def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
+        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe."""
+        probe = Probe(outputs, batch)
+        self.pending.append(probe)
+        _ACTIVE.add(self)
+        return probe.wrapped, probe
+
+    def stepped(self, probes: Sequence[Probe | None]) -> None:
+        """At the step, before anything is drawn: refuse if a captured probe was not checked.
+
+        ``probes``: those of the training calls whose gradients the step uses.
+        """
+        self.pending = []
+        _ACTIVE.discard(self)
+        if not _ACTIVE:
+            _TRACE.clear()
+        if not all(p is None or p.checked for p in probes):
+            raise RuntimeError(
+                "the loss of a probed step reached the private model's outputs without "
+                "gaussdp's check that it keeps examples apart (see gaussdp.ml._loss_check): "
+                "compute the loss with torch operations on the model's output and call "
+                "loss.backward() (or torch.autograd.backward) on it"
+            )
+        self.steps += 1
+
+    def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
+        """Check the pending probes this backward pass reaches (raises ``ValueError``)."""
+        waiting = [p for p in self.pending if not p.checked]
+        if not waiting:
+            return
+        outs = [t for p in waiting for t in p.outputs]
+        inputs = outs + [w for w in self.params if w.requires_grad]
+        try:
+            grads = torch.autograd.grad(
+                roots, inputs, seeds, retain_graph=True, create_graph=True, allow_unused=True
+            )
+        except RuntimeError as error:
+            raise _unchecked(error) from error
+        start = 0
+        for probe in waiting:
+            mine = grads[start : start + len(probe.outputs)]
+            start += len(probe.outputs)
+            if all(g is None for g in mine):
+                continue  # another backward pass's outputs
+            _check_examples(probe, mine)
+            _check_replayed(probe, roots, seeds)
+            probe.checked = True
+        _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
+
+
+def _gradient(
+    outputs: list[torch.Tensor], inputs: list[torch.Tensor], cots: list[torch.Tensor]
+) -> tuple[torch.Tensor | None, ...]:
+    """Σ ⟨output, cotangent⟩ differentiated with respect to ``inputs``; failures explained."""
+    try:
+        return torch.autograd.grad(outputs, inputs, cots, retain_graph=True, allow_unused=True)
+    except RuntimeError as error:
+        raise _unchecked(error) from error
+
+
+def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
+    """Refuse if ∂Gᵢ/∂outputⱼ ≠ 0 for some i ≠ j (step 1 of the module notes)."""
+    used = [(i, g) for i, g in enumerate(grads) if g is not None and g.requires_grad]
+    if not used:
+        return  # G does not depend on the outputs at all (a loss linear in them)
+    index = torch.arange(probe.batch, device=probe.outputs[0].device)
+    for bit in range((probe.batch - 1).bit_length()):
+        side = (index >> bit) & 1 == 1
+        cots = [_random_rows(probe.outputs[i], side, bit) for i, _ in used]
+        hv = _gradient([g for _, g in used], probe.outputs, cots)
+        for h in hv:
+            if h is None:
+                continue
+            rest = h[~side]
+            # Only finite values tell: 0·inf is NaN for an example whose own terms are
+            # not finite, which clipping zeroes (gaussdp.ml.dpsgd.clip_factors) on its
+            # own; mixing through non-finite values is left to step 3.
+            moved = (rest != 0) & rest.isfinite()
+            rows = moved if moved.dim() == 1 else moved.flatten(1).any(1)
+            if bool(rows.any()):
+                i = int(index[~side][rows][0])
+                j = int(index[side][0])
+                raise ValueError(
+                    invalid(
+                        "the loss given to loss.backward()",
+                        _RULE,
+                        f"a loss whose gradient for example {i} of the batch depends on "
+                        "the outputs of other examples (its second derivative across "
+                        f"examples is not zero; example {j} is one of those probed)",
+                    )
+                )
+
+
+def _check_replayed(
+    probe: Probe, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]
+) -> None:
+    """Refuse if changing some examples' outputs changes another example's Gᵢ (step 3).
+
+    The loss is recomputed from :data:`_TRACE` (the calls made on the probed outputs and
+    what came of them) with the outputs replaced: once as they were, and once per bit
+    k of the example index with the examples whose bit k is 1 given far-off values.
+    The other examples' rows of G must be equal bit for bit (the comparison is skipped
+    when two evaluations at the same values differ: a loss that is not bit for bit
+    reproducible, such as one using atomic additions on a GPU). Sees piecewise-linear
+    mixing (``abs``, ``max``, top-k selection, ``detach``) when the change crosses a
+    kink; a loss the record cannot recompute is left to steps 1 and 2.
+    """
+    device = probe.outputs[0].device
+    index = torch.arange(probe.batch, device=device)
+    scale = [float(o.detach().abs().max()) + 1.0 for o in probe.outputs]
+    base = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
+    twice = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
+    if base is None or twice is None or not _same(base, twice, index >= 0):
+        return  # not recomputable, or not bit for bit the same twice (atomics on a GPU)
+    for bit in range((probe.batch - 1).bit_length()):
+        side = (index >> bit) & 1 == 1
+        moved = [
+            torch.where(_rows(side, o), 4 * c * _random_rows(o, side, bit) - o.detach(), o.detach())
+            for o, c in zip(probe.outputs, scale, strict=True)
+        ]
+        again = _replayed(probe, moved, roots, seeds)
+        if again is None:
+            return
+        if not _same(base, again, ~side):
+            raise ValueError(
+                invalid(
+                    "the loss given to loss.backward()",
+                    _RULE,
+                    "a loss whose gradient for some examples of the batch changes "
+                    "when the outputs of other examples change (the loss recomputed "
+                    "with those outputs changed)",
+                )
+            )
+
+
+def _same(
+    first: Sequence[torch.Tensor | None], second: Sequence[torch.Tensor | None], rows: torch.Tensor
+) -> bool:
+    """Whether two evaluations of G agree bit for bit on ``rows`` (NaN equal to NaN)."""
+    for a, b in zip(first, second, strict=True):
+        if a is None and b is None:
+            continue
+        ref = b if a is None else a
+        assert ref is not None
+        x = (torch.zeros_like(ref) if a is None else a)[rows]
+        y = (torch.zeros_like(ref) if b is None else b)[rows]
+        if not bool(((x == y) | (x.isnan() & y.isnan())).all()):
+            return False
+    return True
+
+
+def _replayed(
+    probe: Probe,
+    values: list[torch.Tensor],
+    roots: list[torch.Tensor],
+    seeds: list[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, ...] | None:
+    """G of the loss recomputed from :data:`_TRACE` at ``values``; None if it cannot be.
+
+    Random draws start from the random state of now (each recomputation the same):
+    torch's, and that of any generator passed to a call, restored afterwards. Calls
+    that take nothing computed from ``values`` are not made again (their results are
+    kept), nor are calls that change in place a tensor not computed from ``values`` (a
+    running log of the caller's: it would change the caller's state). None if a call
+    fails.
+    """
+    leaves = [v.clone().requires_grad_() for v in values]
+    env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+    device = values[0].device
+    generators = {
+        id(g): (g, g.get_state())
+        for _, args, kwargs, _ in _TRACE
+        for g in tree_flatten((args, kwargs))[0]
+        if isinstance(g, torch.Generator)
+    }
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            return _recomputed(env, leaves, roots, seeds)
+    finally:
+        for g, state in generators.values():
+            g.set_state(state)
+
+
+def _recomputed(
+    env: dict[int, Any],
+    leaves: list[torch.Tensor],
+    roots: list[torch.Tensor],
+    seeds: list[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, ...] | None:
+    """The calls of :data:`_TRACE` made again (:func:`_replayed`), and G."""
+
+    def swap(a: Any) -> Any:
+        return env.get(id(a), a) if isinstance(a, torch.Tensor) else a
+
+    for func, args, kwargs, result in _TRACE:
+        if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
+            continue  # its result is the same: kept
+        name = getattr(func, "__name__", "")
+        in_place = (
+            name == "__setitem__"
+            or name.startswith("__i")
+            or (name.endswith("_") and not name.endswith("__"))
+        )
+        if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
+            continue  # it changed a tensor of the caller's (a log): not again
+        try:
+            fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            return None
+        for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+                env[id(old)] = new
+    if not all(id(r) in env for r in roots):
+        return None
+    try:
+        return torch.autograd.grad(
+            [env[id(r)] for r in roots], leaves, [swap(g) for g in seeds], allow_unused=True
+        )
+    except RuntimeError:
+        return None
+
+
+def _check_direct(
+    outs: list[torch.Tensor],
+    params: list[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+) -> None:
+    """Refuse if a parameter's direct gradient depends on the outputs (step 2)."""
+    used = [(w, g) for w, g in zip(params, grads, strict=True) if g is not None and g.requires_grad]
+    if not used:
+        return
+    generator = torch.Generator(device=used[0][1].device).manual_seed(0)
+    cots = [
+        torch.randn(g.shape, generator=generator, dtype=g.dtype, device=g.device) for _, g in used
+    ]
+    hv = _gradient([g for _, g in used], outs, cots)
+    if any(h is not None and bool((h != 0).any()) for h in hv):
+        raise ValueError(
+            invalid(
+                "the loss given to loss.backward()",
+                "a function of the model's outputs plus terms of the parameters alone "
+                "(regularisers such as λ‖w‖²): the gradient the loss gives a parameter "
+                "directly is added without clipping or noise, so it must not depend on "
+                "the data; apply every layer that uses a trained parameter inside the "
+                "model",
+                "a loss that combines a trained parameter with the model's outputs",
+            )
+        )
+
+
+def _rows(side: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """``side`` (one flag per example) shaped to broadcast over ``output``."""
+    return side.reshape(-1, *([1] * (output.dim() - 1)))
+
+
+def _random_rows(output: torch.Tensor, side: torch.Tensor, bit: int) -> torch.Tensor:
+    """Gaussian values on the examples of ``side``, zero on the others (fixed seed)."""
+    generator = torch.Generator(device=output.device).manual_seed(bit)
+    v = torch.randn(output.shape, generator=generator, dtype=output.dtype, device=output.device)
+    return v * _rows(side, output).to(output.dtype)
+
+
+def _unchecked(error: Exception) -> ValueError:
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ValueError(
+        invalid(
+            "the loss given to loss.backward()",
+            "twice differentiable by torch (gaussdp checks with its second derivative that "
+            "no example's gradient depends on another's), or computed per example by "
+            "model.backward(x, y) with loss_fn",
+            f"a loss torch could not differentiate twice ({first})",
+        )
+    )
+
+
+def _check_class_weights(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Refuse class weights with the mean reduction: it divides by the batch's summed weights.
+
+    Each example's term is then wᵧᵢ·ℓᵢ / Σⱼ wᵧⱼ: its gradient depends on the other
+    examples' labels, which the second derivative with respect to the outputs cannot
+    see. Equal weights (a constant factor) and probability targets (the mean divides by
+    the batch size) keep examples apart.
+    """
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    values = bound.arguments
+    weight, target = values.get("weight"), values["target"]
+    if weight is None or target.is_floating_point():
+        return
+    legacy = (values.get("size_average"), values.get("reduce"))
+    if legacy != (None, None):
+        reduction = legacy_get_string(*legacy, emit_warning=False)
+    else:
+        reduction = values.get("reduction", "mean")
+    if reduction == "mean" and bool((weight != weight.reshape(-1)[0]).any()):
+        raise ValueError(
+            invalid(
+                f"the weight of {func.__name__} with reduction='mean'",
+                "equal for every class, or applied per example: "
+                f"(w[y] * {func.__name__}(output, y, reduction='none')).mean() (the mean "
+                "reduction divides by the batch's summed weights, so each example's "
+                "gradient would depend on the other examples' labels)",
+                f"a weight of {weight.numel()} unequal entries",
+            )
+        )
+
+
+_CLASS_WEIGHTED: tuple[Callable[..., Any], ...] = (
+    torch.nn.functional.cross_entropy,
+    torch.nn.functional.nll_loss,
+)
+
+# Every call made on probed tensors since the probes began, with its result (kept alive,
+# so that ids stay unique): the loss as computed, for _replayed.
+_TRACE: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]] = []
+# The LossChecks with probes awaiting their backward pass.
+_ACTIVE: weakref.WeakSet[LossCheck] = weakref.WeakSet()
+_BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autograd.backward)
+
+
+class _Probed(torch.Tensor):
+    """A probed output, and every tensor computed from it: its backward is checked first."""
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _CLASS_WEIGHTED and _ACTIVE:
+            with torch._C.DisableTorchFunctionSubclass():
+                _check_class_weights(func, args, kwargs)
+        if func in _BACKWARDS and _ACTIVE:
+            with torch._C.DisableTorchFunctionSubclass():
+                roots, seeds = _roots(func, args, kwargs)
+                if any(r.requires_grad for r in roots):  # else backward raises torch's error
+                    for check in list(_ACTIVE):
+                        check.check(roots, seeds)
+        result = super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+        if _ACTIVE and func not in _BACKWARDS:
+            _TRACE.append((func, args, kwargs, result))
+        return result
+
+
+def _roots(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """The tensors and seed gradients of a ``Tensor.backward`` or ``autograd.backward`` call."""
+    if func is torch.Tensor.backward:
+        tensors: Any = args[0]
+        seeds: Any = args[1] if len(args) > 1 else kwargs.get("gradient")
+    else:
+        tensors = args[0] if args else kwargs["tensors"]
+        seeds = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+    roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    if seeds is None or isinstance(seeds, torch.Tensor):
+        seeds = [seeds] * len(roots) if seeds is None else [seeds]
+    return roots, list(seeds)
