@@ -501,3 +501,23 @@ def test_ledger_says_when_zcdp_certified_the_spend(tmp_path: Path) -> None:
     assert summary.note.startswith("certified by the zCDP bound")
     assert ledger_json(summary)["note"] == summary.note
     assert str(ledger_table("ledger", summary, 80).caption).endswith(f"({summary.note})")
+
+
+def test_a_ledger_file_replaced_under_a_process_is_refused_not_overspent(tmp_path: Path) -> None:
+    # A long-lived Ledger read ρ = 10; the file at its path is then replaced by one whose
+    # total is ρ = 1. Checking against the total read at start-up let a ρ = 2 reservation
+    # into the new file (spent 2 of 1).
+    path, small = tmp_path / "budget.db", tmp_path / "small.db"
+    service = Ledger(path, total=Budget(rho=10.0))
+    Ledger(small, total=Budget(rho=1.0))
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(f"{small}{suffix}"):
+            os.replace(f"{small}{suffix}", f"{path}{suffix}")
+    with pytest.raises(LedgerError, match="changed under this process"):
+        service.reserve(Gaussian(sigma=0.5), label="rho = 2")
+    fresh = Ledger(path)
+    assert fresh.total == Budget(rho=1.0)
+    assert fresh.entries() == []
+    assert fresh.spent == 0
+    with pytest.raises(BudgetExceededError, match="left of 1"):  # the file's own total
+        fresh.reserve(Gaussian(sigma=0.5), label="rho = 2")

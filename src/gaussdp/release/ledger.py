@@ -298,6 +298,7 @@ class Ledger:
         with self._connect() as con:
             con.execute("BEGIN IMMEDIATE")  # the writer lock: checks cannot interleave
             try:
+                self._same_total(con)
                 yield con
                 con.execute("COMMIT")
             except BaseException:
@@ -316,6 +317,29 @@ class Ledger:
                 "INSERT OR IGNORE INTO meta VALUES ('total', ?)", (json.dumps(total.as_dict()),)
             )
             con.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
+
+    def _same_total(self, con: sqlite3.Connection) -> None:
+        """Refuse a write when the file's stored total is not the one this object read.
+
+        The checks of :meth:`reserve` and :meth:`commit_part` use ``self.total``; a file
+        replaced under a running process (a restored backup, a new ledger moved to the
+        path) with another total would otherwise be spent past its own total. Read under
+        the writer lock, so no write can come between this and the check.
+        """
+        total = getattr(self, "total", None)
+        if total is None:  # creating or migrating: the total is not read yet
+            return
+        stored = self._meta(con).get("total")
+        try:
+            same = stored is not None and Budget(**json.loads(stored)) == total
+        except (TypeError, ValueError, json.JSONDecodeError):
+            same = False
+        if not same:
+            raise self._error(
+                f"changed under this process: its stored total is {stored!r}, this object "
+                f"read {total} (nothing was spent)",
+                "open the ledger again (Ledger(path)) to spend from the file's own total",
+            )
 
     def _meta(self, con: sqlite3.Connection) -> dict[str, str]:
         try:
