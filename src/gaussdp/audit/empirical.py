@@ -112,6 +112,9 @@ def audit_table_release(
 ) -> AuditResult:
     r"""Audit a table release: ``runs`` runs with and without the rows of ``unit``.
 
+    The ``2·runs`` releases are charged nowhere (each gets a fresh filter, not your
+    ledger): run audits on a test table, never on data whose budget matters.
+
     Parameters
     ----------
     data : pandas.DataFrame
