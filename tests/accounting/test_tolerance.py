@@ -14,11 +14,13 @@ from gaussdp.accounting import (
     DeltaBounds,
     EpsilonBounds,
     FallbackAccountant,
+    GDPAccountant,
     PLDAccountant,
     PrivacyLossDistribution,
     RDPAccountant,
     SelfComposed,
     Subsampled,
+    ZCDPAccountant,
     _adaptive,
     accountants,
     calibrate_noise_multiplier,
@@ -33,6 +35,7 @@ from gaussdp.accounting._adaptive import (
 )
 from gaussdp.accounting.events import DiscreteGaussianVector
 from gaussdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+from gaussdp.privacy import gdp_epsilon, zcdp_epsilon
 
 REFERENCE = Subsampled(Gaussian(1.1), 256 / 60000)
 
@@ -544,3 +547,17 @@ def test_a_long_double_grid_that_does_not_fit_is_built_at_a_coarser_step(
     assert acc._adaptive._extended
     assert acc.value_discretization > first
     assert b.lower <= 4.17462 <= b.upper < 4.1760
+
+
+@pytest.mark.parametrize(
+    ("accountant", "label"), [(GDPAccountant, "gdp"), (ZCDPAccountant, "zcdp")]
+)
+def test_closed_form_accountants_label_their_bounds(accountant: type, label: str) -> None:
+    # Their bounds carried method='' while docs/accounting.md lists the labels.
+    acc = accountant()
+    acc.compose(Gaussian(sigma=1.0))
+    eps, delta = acc.epsilon(1e-5), acc.delta(1.0)
+    assert (eps.method, delta.method) == (label, label)
+    # the closed forms (ρ = 1/(2σ²) may be rounded up by the accountant: at least 0.5)
+    want = gdp_epsilon(1.0, 1e-5) if label == "gdp" else zcdp_epsilon(0.5, 1e-5)
+    assert want <= eps.upper <= want * (1 + 1e-12)

@@ -584,10 +584,10 @@ class GDPAccountant(Accountant):
         return type(self)()
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
-        return _gdp_epsilon_bounds(self.mu, delta, mu_floor=_gaussian_mu_floor(self._leaves))
+        return _gdp_epsilon_bounds(self.mu, delta, "gdp", mu_floor=_gaussian_mu_floor(self._leaves))
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
-        return _gdp_delta_bounds(self.mu, epsilon, mu_floor=_gaussian_mu_floor(self._leaves))
+        return _gdp_delta_bounds(self.mu, epsilon, "gdp", mu_floor=_gaussian_mu_floor(self._leaves))
 
 
 def _gdp_epsilon_bounds(
@@ -673,12 +673,12 @@ class ZCDPAccountant(Accountant):
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
         rho = self.rho  # ∞ past the float range: no finite guarantee
         upper = math.inf if math.isinf(rho) else zcdp_epsilon(rho, delta)  # CKS Cor 13
-        return EpsilonBounds(lower=0.0, upper=upper)
+        return EpsilonBounds(lower=0.0, upper=upper, method="zcdp")
 
     def _base_delta(self, epsilon: float) -> DeltaBounds:
         rho = self.rho
         upper = 1.0 if math.isinf(rho) else zcdp_delta(rho, epsilon)  # CKS Cor 13
-        return DeltaBounds(lower=0.0, upper=upper)
+        return DeltaBounds(lower=0.0, upper=upper, method="zcdp")
 
 
 _RHO_TYPES: tuple[type, ...] = (
