@@ -88,7 +88,9 @@ __all__ = [
 #: intermediates 2·S·L stay far inside BIGINT (an overflow would raise, not wrap).
 MAX_ROWS_PER_GROUP = 2**20
 
-TEMPLATE = """\
+#: The rows both bounding paths start from: :data:`TEMPLATE`'s and :data:`STREAM_TEMPLATE`'s
+#: ``raw`` and ``base`` steps (units and keys filtered, values clamped and on the grid).
+BASE_CTES = """\
 WITH raw AS (
   SELECT *{raw_select}
   FROM {source}
@@ -97,7 +99,11 @@ WITH raw AS (
 base AS (
   SELECT pu{key_select}{value_select}
   FROM raw
-),
+)"""
+
+TEMPLATE = (
+    BASE_CTES
+    + """,
 ranked AS (
   {ranked}
 ),
@@ -111,6 +117,7 @@ kept AS (
 )
 SELECT {final_keys}COUNT(*) AS units{final_aggs}
 FROM kept{group_by}"""
+)
 
 RANKED_L0 = """\
 SELECT * FROM (
@@ -435,18 +442,12 @@ def grouping_sql(
 #: A NULL or NaN value in :func:`stream_sql`'s rows (grid integers are ``|v| ≤ 2⁹ + 1``).
 STREAM_NULL = -(2**31)
 
-STREAM_TEMPLATE = """\
-WITH raw AS (
-  SELECT *{raw_select}
-  FROM {source}
-  WHERE pu IS NOT NULL{key_filter}
-),
-base AS (
-  SELECT pu{key_select}{value_select}
-  FROM raw
-)
+STREAM_TEMPLATE = (
+    BASE_CTES
+    + """
 SELECT CAST(pu AS BIGINT) AS pu, {cell_hash} AS h, gdp_codes.kc{values}
 FROM base JOIN {codes} AS gdp_codes USING ({keys})"""
+)
 
 CODES_TEMPLATE = """\
 WITH raw AS (
