@@ -228,6 +228,14 @@ def _row_filter(keys: tuple[str, ...], nan: Mapping[str, str]) -> str:
     return out
 
 
+def _check_salt_linf(salt: int, linf: int) -> None:
+    """The L0 salt and L∞ every bounding query takes (:func:`grouping_sql`, :func:`tree_sql`)."""
+    if not 0 <= salt < 2**62:
+        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
+    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
+        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
+
+
 def _on_grid(expr: str, gamma: float) -> str:
     """The grid integer ⌊x/γ + ½⌋ of one row's (clamped) double ``expr``."""
     return f"CAST(FLOOR({expr} / {double(gamma)} + {_HALF}) AS BIGINT)"
@@ -382,10 +390,7 @@ def grouping_sql(
     >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "slot <= 2" in sql
     True
     """
-    if not 0 <= salt < 2**62:
-        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
-    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
-        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
+    _check_salt_linf(salt, linf)
     all_keys = keys + (("kb",) if histogram is not None else ())
     base = _base(keys=keys, histogram=histogram, values=values, nan=nan)
     raw_select, key_select, key_filter = base.raw_select, base.key_select, base.key_filter
@@ -631,10 +636,7 @@ def tree_sql(
     >>> "ORDER BY h, k0" in sql and "rn < 2" in sql and "hash(pu, k0, 6)" in sql
     True
     """
-    if not 0 <= salt < 2**62:
-        raise ValueError(f"salt must be in [0, 2**62), got {salt!r}")
-    if not 1 <= linf <= MAX_ROWS_PER_GROUP:
-        raise ValueError(f"linf must be in [1, {MAX_ROWS_PER_GROUP}], got {linf!r}")
+    _check_salt_linf(salt, linf)
     keys_csv = "".join(f", {k}" for k in keys)
     key_filter = _row_filter(keys, nan or {})
     # The tree's leaves are not cells, so the L0 step is the exact one-step ranking of the
