@@ -154,7 +154,7 @@ def test_a_mu_ledger_refuses_partition_selection_before_reading(
 
 def test_more_bad_inputs_one_line_exit_2_nothing_reserved(app: typer.Typer, tmp_path: Path) -> None:
     # Issue 12 item 3's rule on inputs the issue did not list: a glob or a directory that
-    # matches nothing, a spec naming a column the table lacks (a value or a key), a line
+    # does not exist, a spec naming a column the table lacks (a value or a key), a line
     # with an extra field. Each is one line on stderr, exit 2, and the ledger stays empty.
     # (A ρ budget and one query: planning is instant, the test is about the input.)
     from gaussdp.release import Ledger
@@ -169,12 +169,13 @@ def test_more_bad_inputs_one_line_exit_2_nothing_reserved(app: typer.Typer, tmp_
         '[[query]]\nstatistic = "sum"\ncolumn = "minutes"\nbounds = [0, 60]\n'
         'by = "page"\nkeys = ["home"]\n'
     )
-    (tmp_path / "empty").mkdir()
+    # (A directory or glob that matches no file is an empty table, released as one:
+    # test_inputs.py. A glob's leading folder must exist.)
     good = tmp_path / "good.csv"
     good.write_text("user_id,page,minutes\n1,home,3\n")
     cases = [
-        (spec, tmp_path / "nothing*.parquet", "glob"),
-        (spec, tmp_path / "empty", "directory or glob"),
+        (spec, tmp_path / "missing" / "*.parquet", "an existing file, directory or glob"),
+        (spec, tmp_path / "missing", "an existing file, directory or glob"),
         (spec.replace('column = "minutes"', 'column = "secs"'), good, "'secs'"),
         (spec.replace('by = "page"', 'by = "pages"'), good, "'pages'"),
     ]

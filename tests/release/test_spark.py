@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from release_reference import arrow_table, make_rows
@@ -356,11 +357,15 @@ def test_cli_on_spark_prints_no_spark_log_lines(tmp_path: Path) -> None:
     assert code == 0, lines
     assert lines == []
     # Regression: a failed read printed Spark's ERROR lines and a Java stack trace
-    # (43 lines) before gaussdp's one line.
-    whole = gzip.compress((examples / "visits.csv").read_bytes())
-    truncated = tmp_path / "visits.csv.gz"
-    truncated.write_bytes(whole[: len(whole) // 2])
-    code, lines = release_on_spark(truncated, tmp_path)
+    # (43 lines for a truncated .csv.gz, now refused before Spark reads it) before
+    # gaussdp's one line. A Parquet page Spark cannot decompress (its footer is whole):
+    corrupt = tmp_path / "visits.parquet"
+    pq.write_table(pa.Table.from_pandas(pd.read_csv(examples / "visits.csv")), corrupt)
+    page = pq.ParquetFile(corrupt).metadata.row_group(0).column(3).data_page_offset
+    data = bytearray(corrupt.read_bytes())
+    data[page + 30 : page + 200] = bytes(b ^ 0x5A for b in data[page + 30 : page + 200])
+    corrupt.write_bytes(bytes(data))
+    code, lines = release_on_spark(corrupt, tmp_path)
     assert code == 2
     assert len(lines) == 1
     assert lines[0].startswith("error: spark failed reading the data"), lines[0]
@@ -501,3 +506,25 @@ def test_a_corrupt_parquet_file_is_refused_in_one_line_on_spark(spark: Any, tmp_
         match = re.escape(f"spark failed opening {shown}:")
         refused(summing(str(source), engine="spark"), tmp_path, match)
     refused(summing(str(binary), engine="spark"), tmp_path, "spark failed opening binary.parquet")
+
+
+def test_folders_of_no_rows_and_gzip_files_not_whole_on_spark(
+    spark: Any, tmp_path: Path, no_noise: None
+) -> None:
+    # As on DuckDB (test_inputs): a folder none of whose files adds rows is an empty
+    # table; a gzipped CSV that is not whole holds no rows; a column no CSV file has is
+    # NULL. Spark failed the whole read of a truncated .gz.
+    from test_inputs import FRAME, count_and_sum, folders_of_no_rows, gzip_not_whole, unit_rows
+
+    for what, source in folders_of_no_rows(tmp_path / "folders").items():
+        assert count_and_sum(source, "spark") == [0.0, 0.0, 0.0], what
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.drop(columns="minutes").to_csv(parts / "a.csv", index=False)
+    assert count_and_sum(parts, "spark") == count_and_sum(parts) == [4.0, 2.0, 0.0]
+    data = unit_rows(100, 1000)
+    for what, spoilt in gzip_not_whole(data).items():
+        (parts / "u.csv.gz").write_bytes(spoilt)
+        assert count_and_sum(parts, "spark") == [4.0, 2.0, 0.0], what
+    (parts / "u.csv.gz").write_bytes(gzip.compress(data[:500]) + gzip.compress(data[500:]))
+    assert count_and_sum(parts, "spark") == count_and_sum(parts) == [4.0, 1002.0, 0.0]
