@@ -224,9 +224,14 @@ def test_out_of_scope_groupings_take_the_sql(
 def test_past_the_memory_limit_it_takes_the_sql(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from gaussdp.release import _compiled
+
     rng = np.random.default_rng(8)
-    n = 2_000_000  # 20 bytes a held row: 40 MB, past a 32 MiB limit
+    n = 2_000_000
     frame = pd.DataFrame({"user": rng.integers(0, 10**5, n), "page": rng.integers(0, 50, n)})
+    # 80 bytes a held row: 160 MB, past a 128 MiB limit (the least memory_limit is
+    # 125 MB, so the rows are made to weigh more than they do)
+    monkeypatch.setattr(_compiled, "row_bytes", lambda values: 80)
 
     def build(limit: int | str | None) -> Any:
         return lambda: Release(
@@ -236,20 +241,16 @@ def test_past_the_memory_limit_it_takes_the_sql(
             max_groups_per_unit=2,
             max_rows_per_group=2,
             memory_limit=limit,
-            # one thread and a spill folder: the SQL's sort fits 32 MiB whatever the load
-            # (with every core it ran out of memory once in a loaded CI run)
-            threads=1,
-            temp_directory=tmp_path,
         ).count(by="page", keys=list(range(50)))
 
     with pytest.raises(RuntimeError, match="the memory limit"):
-        pre_noise(monkeypatch, "compiled", build(32 * 2**20))
+        pre_noise(monkeypatch, "compiled", build(128 * 2**20))
     want = pre_noise(monkeypatch, "sql", build(None))
-    assert pre_noise(monkeypatch, "auto", build(32 * 2**20)) == want
+    assert pre_noise(monkeypatch, "auto", build(128 * 2**20)) == want
     assert pre_noise(monkeypatch, "compiled", build(None)) == want
     assert pre_noise(monkeypatch, "compiled", build("1GB")) == want  # a size string too
     with pytest.raises(RuntimeError, match="the memory limit"):
-        pre_noise(monkeypatch, "compiled", build("32MiB"))
+        pre_noise(monkeypatch, "compiled", build("128MiB"))
 
 
 def test_a_callers_connection_takes_the_sql(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,6 +120,41 @@ def test_refused_inputs(tmp_path: Path) -> None:
         counts(tmp_path / "t.json")
 
 
+def test_duckdb_runs_at_most_one_thread_per_125_mb_of_its_memory_limit() -> None:
+    # The SQL bounding path at memory_limit 32 MiB ran out of memory with 4 threads (2·10⁶
+    # rows), and with one at 10⁷ rows: an EngineError after the reservation, whether it
+    # happened depending on the table's size. DuckDB documents 125 MB a thread as its
+    # minimum: a connection runs at most one thread per 125 MB, and a smaller limit is
+    # refused when the Release is made, before anything is read or spent.
+    from gaussdp.release.engines import THREAD_MEMORY, DuckDBEngine
+
+    def threads(limit: int | str, asked: int | None) -> int:
+        engine = DuckDBEngine(FRAME, memory_limit=limit, threads=asked)
+        try:
+            setting = engine._con.execute("SELECT current_setting('threads')")  # type: ignore[attr-defined]
+            return int(setting.fetchone()[0])
+        finally:
+            engine.close()
+
+    assert threads(THREAD_MEMORY, 4) == threads("128MiB", 4) == 1
+    assert threads("250MB", 4) == 2
+    assert 1 <= threads("250MB", None) <= 2  # DuckDB's default, all cores, capped
+    assert threads("1GB", 16) == 8
+    assert threads("4GB", 3) == 3
+    for small in (32 * 2**20, THREAD_MEMORY - 1, "124MB", "100MiB"):
+        with pytest.raises(ValueError, match="memory_limit must be at least 125 MB"):
+            Release(
+                FRAME,
+                privacy_unit="user",
+                budget=Budget(rho=1.0),
+                max_groups_per_unit=1,
+                max_rows_per_group=1,
+                memory_limit=small,
+            )
+        with pytest.raises(ValueError, match="memory_limit must be at least 125 MB"):
+            DuckDBEngine(FRAME, memory_limit=small)
+
+
 def test_the_specs_duckdb_settings_reach_the_connection(tmp_path: Path) -> None:
     from gaussdp.release import load_spec, release_from_spec
     from gaussdp.release.core import _open
@@ -127,7 +162,7 @@ def test_the_specs_duckdb_settings_reach_the_connection(tmp_path: Path) -> None:
     examples = Path(__file__).parents[2] / "examples"
     spill = tmp_path / "spill"
     text = (examples / "visits.toml").read_text(encoding="utf-8")
-    settings = f'memory_limit = "64MB"\ntemp_directory = "{spill}"\nthreads = 1\n'
+    settings = f'memory_limit = "128MB"\ntemp_directory = "{spill}"\nthreads = 1\n'
     spec = tmp_path / "visits.toml"
     spec.write_text(settings + text.replace('memory_limit = "1GB"', ""), encoding="utf-8")
     release = release_from_spec(load_spec(spec), examples / "visits.csv")
@@ -138,7 +173,7 @@ def test_the_specs_duckdb_settings_reach_the_connection(tmp_path: Path) -> None:
         assert con.execute(setting, ["temp_directory"]).fetchone()[0] == str(spill)
         assert con.execute(setting, ["threads"]).fetchone()[0] == 1
         limit = con.execute(setting, ["memory_limit"]).fetchone()[0]
-        assert limit.replace(" ", "") in {"64.0MB", "61.0MiB"}, limit
+        assert limit.replace(" ", "") in {"128.0MB", "122.0MiB"}, limit
     finally:
         engine.close()
     # A directory the user named is theirs: closing does not remove it (DuckDB creates

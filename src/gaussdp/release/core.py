@@ -25,7 +25,7 @@ from gaussdp.mechanisms import DiscreteGaussian
 from gaussdp.privacy.discrete import SIGMA2_MAX, SIGMA2_MIN
 from gaussdp.random import RandomSource, _refuse_foreign_seed, check_rng
 from gaussdp.release import _noise, tree
-from gaussdp.release.engines import DECLARABLE, Engine, open_engine
+from gaussdp.release.engines import DECLARABLE, Engine, check_memory_limit, open_engine
 from gaussdp.release.keys import typed_keys
 from gaussdp.release.plan import Grouping, Measure, Plan, PlanAccounting, make_plan
 from gaussdp.release.queries import KeyTuple, Query, Statistic, key_tuples
@@ -281,14 +281,17 @@ class Release:
         (default 1).
     memory_limit : int or str, optional
         DuckDB only: the memory DuckDB may use, in bytes or as a size string
-        (``"2GB"``, ``"512MiB"``). Default a quarter of the machine's memory, at
-        most 1 GiB; beyond it DuckDB spills to ``temp_directory``.
+        (``"2GB"``, ``"512MiB"``), at least 125 MB (DuckDB's documented minimum
+        for a thread). Default a quarter of the machine's memory, at most 1 GiB;
+        beyond it DuckDB spills to ``temp_directory``.
     temp_directory : str or path, optional
         DuckDB only: where it spills (default a fresh directory under the
         system's temporary directory, removed after the run).
     threads : int, optional
-        DuckDB only: worker threads (default all cores). Results do not depend
-        on it: the bounding is exact integer arithmetic.
+        DuckDB only: worker threads (default all cores), at most one per 125 MB
+        of ``memory_limit`` (DuckDB's documented minimum a thread; more ran out of
+        memory). Results do not depend on it: the bounding is exact integer
+        arithmetic.
     column_types : mapping, optional
         Declared types of some columns, ``{column: type}`` with types among
         ``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``DATE``, ``TIMESTAMP``, ``BOOLEAN``;
@@ -1204,15 +1207,17 @@ _SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
 
 
 def _memory_limit(value: object) -> int | str | None:
-    """A memory limit: bytes (int ≥ 1 MiB) or a size string like ``"2GB"``/``"512MiB"``."""
+    """A memory limit: bytes (an int) or a size string like ``"2GB"``/``"512MiB"``, at
+    least 125 MB (:func:`~gaussdp.release.engines.check_memory_limit`)."""
     if value is None:
         return None
-    if isinstance(value, str) and _SIZE.fullmatch(value):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 2**20:
+    if (isinstance(value, str) and _SIZE.fullmatch(value)) or (
+        isinstance(value, int) and not isinstance(value, bool)
+    ):
+        check_memory_limit(value)
         return value
     raise ValueError(
-        invalid("memory_limit", "bytes (an int >= 1 MiB) or a size such as '2GB'", value)
+        invalid("memory_limit", "bytes (an int >= 125 MB) or a size such as '2GB'", value)
     )
 
 
