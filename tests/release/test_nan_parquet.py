@@ -179,3 +179,67 @@ def test_a_callers_connection_gets_its_optimizer_setting_back(tmp_path: Path) ->
 def test_spark_reads_nan_in_parquet_as_duckdb(spark: Any, tmp_path: Path) -> None:
     path = write(tmp_path / "t.parquet", "pyarrow", columns(False))
     assert pre_noise(queries(path, engine="spark")) == pre_noise(queries(path))
+
+
+def test_a_callers_setting_comes_back_exactly_however_the_query_ends() -> None:
+    # disabled_optimizers is global in DuckDB (it cannot be set for one connection). It
+    # was set back on the caller's connection, where, in the caller's transaction after
+    # a failed query, DuckDB runs no statement: the setting stayed changed for the whole
+    # database. It is now set, and set back to its exact text, on a cursor of gaussdp's.
+    from gaussdp.errors import EngineError
+    from gaussdp.release.engines import DuckDBEngine
+
+    con = duckdb.connect()
+    con.execute("SET disabled_optimizers = 'filter_pushdown,join_order'")
+    con.execute("CREATE TABLE t AS SELECT 1 AS user")
+    setting = "SELECT current_setting('disabled_optimizers')"
+    ((before,),) = con.execute(setting).fetchall()
+    engine = DuckDBEngine((con, "t"))
+    try:
+        assert engine.query(setting) == [(f"{before},statistics_propagation",)]
+        assert con.execute(setting).fetchall() == [(before,)]
+        con.execute("BEGIN")
+        with pytest.raises(EngineError, match="does not convert"):
+            engine.query("SELECT CAST('a' AS INTEGER)")
+        con.execute("ROLLBACK")
+        assert con.execute(setting).fetchall() == [(before,)]
+    finally:
+        engine.close()
+    assert con.execute(setting).fetchall() == [(before,)]
+
+
+def test_gaussdp_queries_on_one_database_do_not_overlap() -> None:
+    # Two releases on two cursors of one database: the second found the optimizer off
+    # (the first's setting) and ran; the first then set it back while the second was
+    # still to plan, so the second's query ran with it on (NaN units kept). Now a
+    # gaussdp query on a caller's connection waits for the other to end.
+    import threading
+
+    from gaussdp.release.engines import DuckDBEngine
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 1 AS user")
+    first_running, second_ran = threading.Event(), threading.Event()
+
+    def first_waits() -> int:
+        first_running.set()
+        return int(second_ran.wait(timeout=1.0))  # 1: the second ran meanwhile
+
+    def second_runs() -> int:
+        second_ran.set()
+        return 0
+
+    con.create_function("gdp_first", first_waits, [], "BIGINT", side_effects=True)
+    con.create_function("gdp_second", second_runs, [], "BIGINT", side_effects=True)
+    first, second = DuckDBEngine((con.cursor(), "t")), DuckDBEngine((con.cursor(), "t"))
+    try:
+        later = threading.Thread(
+            target=lambda: first_running.wait(5.0) and second.query("SELECT gdp_second()")
+        )
+        later.start()
+        assert first.query("SELECT gdp_first()") == [(0,)]
+        later.join()
+        assert second_ran.is_set()
+    finally:
+        first.close()
+        second.close()

@@ -1040,6 +1040,10 @@ def _spark_by_rule(column: Any, kind: str) -> Any:
 _NO_STATISTICS = "statistics_propagation"
 
 
+#: Held while a gaussdp query runs on a caller's connection (:meth:`DuckDBEngine._nan_exact`).
+_CALLERS_SETTINGS = threading.RLock()
+
+
 def _refuse_unfinished(duckdb: Any, connection: Any) -> None:
     """Refuse a caller's connection whose ``execute()`` result is not read to its end.
 
@@ -1104,6 +1108,7 @@ class DuckDBEngine(Engine):
         self._sunk: str | None = None  # the folder of a LazyFrame's Parquet file
         self._views: list[str] = []
         self._owned = True
+        self._settings: Any = None  # a cursor of a caller's connection (_nan_exact)
         #: Per :meth:`columns` call with a ``bounding``, the path taken: compiled or sql.
         self.bounded_by: list[str] = []
         self._memory: int | None = None  # the memory limit in bytes (own connection)
@@ -1127,6 +1132,8 @@ class DuckDBEngine(Engine):
             with self.failures("opening the table"):
                 _refuse_unfinished(duckdb, connection)
                 self._rel = connection.table(table)
+                # Its own transaction: a caller's aborted one runs no statement (_nan_exact)
+                self._settings = connection.cursor()
             return
         if temp_directory is None:
             self._tmp = tempfile.mkdtemp(prefix="gaussdp-duckdb-")
@@ -1428,22 +1435,37 @@ class DuckDBEngine(Engine):
     def _nan_exact(self) -> Iterator[None]:
         """Run a query with DuckDB's statistics propagation off (:data:`_NO_STATISTICS`).
 
-        gaussdp's own connection has it off from the start; a caller's connection gets
-        it off for the query and its setting back afterwards.
+        gaussdp's own connection has it off from the start. On a caller's connection
+        ``disabled_optimizers`` is a global setting (DuckDB 2.0 refuses to set it for
+        one connection: "cannot be set locally"), so it is off for the whole database
+        while the query runs — other connections' queries then run without that
+        optimizer, with the same results — and set back to its exact prior text after,
+        however the query ends. Both statements run on a cursor of gaussdp's own (its own
+        transaction: in a caller's transaction that a failed query has aborted, DuckDB
+        runs no statement, and the setting stayed changed). One lock for the process:
+        two gaussdp queries on connections to one database never overlap, so neither
+        sets the value back while the other runs.
         """
         if self._owned:
             yield
             return
-        ((before,),) = self._con.execute("SELECT current_setting('disabled_optimizers')").fetchall()
-        names = [n.strip() for n in str(before).split(",") if n.strip()]
-        if _NO_STATISTICS in names:
-            yield
-            return
-        self._con.execute(f"SET disabled_optimizers = '{', '.join([*names, _NO_STATISTICS])}'")
-        try:
-            yield
-        finally:
-            self._con.execute(f"SET disabled_optimizers = '{', '.join(names)}'")
+        with _CALLERS_SETTINGS:
+            settings = self._settings
+            ((before,),) = settings.execute(
+                "SELECT current_setting('disabled_optimizers')"
+            ).fetchall()
+            names = [n.strip().lower() for n in str(before).split(",")]
+            if _NO_STATISTICS in names:
+                yield
+                return
+            off = ",".join(
+                [str(before), _NO_STATISTICS] if str(before).strip() else [_NO_STATISTICS]
+            )
+            try:
+                settings.execute(f"SET disabled_optimizers = {_sql_text(off)}")
+                yield
+            finally:
+                settings.execute(f"SET disabled_optimizers = {_sql_text(str(before))}")
 
     @contextlib.contextmanager
     def _watch(self) -> Iterator[None]:
@@ -1481,6 +1503,8 @@ class DuckDBEngine(Engine):
             for view in self._views:
                 with contextlib.suppress(self._duckdb.Error):
                     self._con.execute(f"DROP VIEW IF EXISTS {view}")
+            if self._settings is not None:
+                self._settings.close()
         self._views.clear()
         self._remove_tmp()
 
