@@ -294,7 +294,7 @@ def test_ledger_show_on_a_narrow_terminal_stacks_labels_and_values(
     book = Ledger(db, total=Budget(epsilon=3.0, delta=1e-5))
     for label in ("counts of visits per page and day", "sums"):
         book.charge(Gaussian(sigma=4.0), label=label)
-    # A process of its own: the CLI reads COLUMNS once, when its console is made.
+    # A process of its own, as a user runs it.
     r = subprocess.run(
         [sys.executable, "-m", "gaussdp", "ledger", "show", str(db)],
         capture_output=True,
@@ -319,3 +319,29 @@ def test_ledger_show_on_a_narrow_terminal_stacks_labels_and_values(
     assert "".join(str(caption).split()) in "".join(r.stdout.split())
     if columns == 20:
         assert sum(cell.strip() == "id: 1" for cell in cells) == 1  # one field a line
+
+
+def test_each_invocation_in_a_process_takes_its_own_columns(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    # The stdout console was made once a process (functools.cache) and rich reads
+    # COLUMNS when a console is made: every CliRunner invocation after the first got
+    # the first one's width (146 columns at COLUMNS=60 here). Now the environment's.
+    from gaussdp.mechanisms import Gaussian
+    from gaussdp.release import Budget, Ledger
+
+    db = tmp_path / "eps.db"
+    book = Ledger(db, total=Budget(epsilon=3.0, delta=1e-5))
+    for label in ("counts of visits per page and day", "sums"):
+        book.charge(Gaussian(sigma=4.0), label=label)
+    runner = CliRunner()
+    widths = []
+    for columns in ("200", "60", None, "200"):  # None: not a terminal, 80 columns
+        r = runner.invoke(app, ["ledger", "show", str(db)], env={"COLUMNS": columns})
+        assert r.exit_code == 0, r.output
+        widths.append(max(len(line) for line in r.output.splitlines()))
+    wide, narrow, plain, again = widths
+    assert 80 < wide <= 200
+    assert narrow <= 60
+    assert plain <= 80
+    assert again == wide

@@ -126,6 +126,9 @@ def test_the_printed_report_is_the_plan_charged_to_a_mu_ledger(
     assert Ledger(ledger).spent == pytest.approx(charged.mu, rel=1e-12)
     r = runner.invoke(app, args, env={"COLUMNS": "100"})  # the table says so too
     assert r.exit_code == 0, r.output
+    # COLUMNS reached the table (the console was made once a process: an earlier
+    # invocation's width was kept).
+    assert 80 < max(len(line) for line in r.output.splitlines()) <= 100
     assert "accounted in μ" in r.output
     assert "re-planned for the filter or ledger" in " ".join(r.output.split())
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -240,20 +241,29 @@ def progress(message: str, *, as_json: bool = False) -> Any:
     return error_console().status(message)
 
 
-@functools.cache
 def error_console() -> Console:
-    """The rich console on stderr (progress, errors)."""
-    from rich.console import Console
-
-    return Console(stderr=True)
+    """The rich console on stderr (progress, errors), for the environment's size now."""
+    return _console(True, os.environ.get("COLUMNS"), os.environ.get("LINES"))
 
 
-@functools.cache
 def console() -> Console:
-    """The rich console for tables on stdout."""
+    """The rich console for tables on stdout, for the environment's size now.
+
+    Rich reads ``COLUMNS`` (and ``LINES``) once, when a console is made, and a console
+    made with them keeps that width: one console for the process gave every later
+    invocation in it (typer's ``CliRunner``) the first one's width. Without them the
+    width is the terminal's, read as each table prints (80 when not a terminal).
+    """
+    return _console(False, os.environ.get("COLUMNS"), os.environ.get("LINES"))
+
+
+@functools.lru_cache(maxsize=16)
+def _console(stderr: bool, columns: str | None, lines: str | None) -> Console:
+    """One console per stream and size (``columns``, ``lines``: the environment's, which
+    rich reads when the console is made)."""
     from rich.console import Console
 
-    return Console()
+    return Console(stderr=stderr)
 
 
 def json_number(value: object) -> object:
