@@ -24,21 +24,21 @@ FRAME = pd.DataFrame(
 )
 
 
-def counts(source: object, engine: str = "duckdb") -> list[float]:
-    return (
-        Release(
-            source,
-            privacy_unit="user",
-            budget=Budget(rho=1.0),
-            max_groups_per_unit=2,
-            max_rows_per_group=1,
-            engine=engine,
-        )
-        .count(by="page", keys=["a", "b"])
-        .run()
-        .frame["value"]
-        .tolist()
+def frame_release(source: object, engine: str = "duckdb") -> Release:
+    """A release of ``source`` (FRAME's columns): unit ``user``, L0 = 2, L∞ = 1."""
+    return Release(
+        source,
+        privacy_unit="user",
+        budget=Budget(rho=1.0),
+        max_groups_per_unit=2,
+        max_rows_per_group=1,
+        engine=engine,
     )
+
+
+def counts(source: object, engine: str = "duckdb") -> list[float]:
+    release = frame_release(source, engine).count(by="page", keys=["a", "b"])
+    return release.run().frame["value"].tolist()
 
 
 def test_all_input_kinds_agree(tmp_path: Path, no_noise: None) -> None:
@@ -465,15 +465,8 @@ def test_a_0_byte_file_of_a_folder_holds_no_rows(
 
 def count_and_sum(source: object, engine: str = "duckdb") -> list[float]:
     """Counts by page (keys a, b) and sums of ``minutes`` by page (key a) of ``source``."""
-    release = Release(
-        source,
-        privacy_unit="user",
-        budget=Budget(rho=1.0),
-        max_groups_per_unit=2,
-        max_rows_per_group=1,
-        engine=engine,
-    )
-    release.count(by="page", keys=["a", "b"]).sum("minutes", bounds=(0, 10), by="page", keys=["a"])
+    release = frame_release(source, engine).count(by="page", keys=["a", "b"])
+    release.sum("minutes", bounds=(0, 10), by="page", keys=["a"])
     return [float(v) for v in release.run().frame["value"]]
 
 
