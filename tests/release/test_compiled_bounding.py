@@ -94,6 +94,59 @@ def test_compiled_equals_sql_on_random_tables(monkeypatch: pytest.MonkeyPatch, s
     assert all(rows for rows in results)  # non-trivial: every grouping has groups
 
 
+@pytest.mark.parametrize(("batch", "bits", "first"), [(5, 1, 2), (7, 3, 4), (64, 2, 2)])
+def test_many_batches_partitions_and_table_growth(
+    monkeypatch: pytest.MonkeyPatch, batch: int, bits: int, first: int
+) -> None:
+    """Record batches of a few rows, 2 to 8 partitions, a first table of 2 or 4 rows (so
+    that it grows, and a partition is fed again): the same result."""
+    from gaussdp.release import _compiled, engines
+
+    monkeypatch.setattr(engines, "_BATCH_ROWS", batch)
+    monkeypatch.setattr(_compiled, "_PART_BITS", bits)
+    monkeypatch.setattr(_compiled, "_TABLE_ROWS", first)
+    frame = random_table(200 + bits)
+
+    def build() -> Release:
+        return (
+            Release(
+                frame,
+                privacy_unit="user",
+                budget=BUDGET,
+                max_groups_per_unit=3,
+                max_rows_per_group=2,
+            )
+            .count(by="page")
+            .variance("minutes", bounds=(-5, 120), by="page")
+            .mean("minutes", bounds=(0, 60), by="page")
+        )
+
+    assert all(both(monkeypatch, build))
+
+
+def test_more_rows_than_counted_take_the_sql() -> None:
+    """The buffer is sized by the rows counted before the stream: more rows (the input
+    changed between the two reads) give up, as the memory budget does."""
+    from gaussdp.release import _compiled
+
+    batch = pa.record_batch(
+        {
+            "pu": pa.array([1, 2, 3], pa.int64()),
+            "h": pa.array([5, 6, 7], pa.uint64()),
+            "kc": pa.array([0, 0, 1], pa.int32()),
+        }
+    )
+    b = sql_module.Bounding("v", ("k0",), None, (), (sql_module.Output("rows"),), 2, 3, 5)
+    assert _compiled.bound([batch], b, 2, 2**20, 2) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 5) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 6) is not None
+    result = _compiled.bound([batch], b, 2, 2**20, 3)
+    assert result is not None
+    units, totals = result
+    assert units.tolist() == [2, 1]
+    assert totals[:, 0].tolist() == [2, 1]
+
+
 @pytest.mark.parametrize("modulus", [1, 2, 5])
 def test_hash_collisions_are_broken_by_the_keys_on_both_paths(
     monkeypatch: pytest.MonkeyPatch, modulus: int
@@ -225,7 +278,7 @@ def test_past_the_memory_limit_it_takes_the_sql(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(8)
-    n = 2_000_000  # 20 bytes a held row: 40 MB, past a 32 MiB limit
+    n = 2_000_000  # 24 bytes a held row: 48 MB, past a 32 MiB limit
     frame = pd.DataFrame({"user": rng.integers(0, 10**5, n), "page": rng.integers(0, 50, n)})
 
     def build(limit: int | str | None) -> Any:

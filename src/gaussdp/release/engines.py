@@ -787,7 +787,7 @@ _COMPILED_KEYS = _COMPILED_UNITS | {"UBIGINT", "VARCHAR", "DATE", "BOOLEAN"}
 _COMPILED_MAX_L0 = 32
 
 #: Rows per record batch of the compiled path's stream.
-_BATCH_ROWS = 2**20
+_BATCH_ROWS = 2**17
 
 
 def bounding_mode() -> str:
@@ -1293,7 +1293,8 @@ class DuckDBEngine(Engine):
                 ((groups,),) = self._con.execute(f"SELECT COUNT(*) FROM {codes}").fetchall()
                 reader = self._con.sql(stream_sql(b, codes)).to_arrow_reader(_BATCH_ROWS)
                 try:
-                    result = _compiled_module().bound(reader, b, int(groups), self._memory)
+                    rows = self._rows.get(b.source, 0)
+                    result = _compiled_module().bound(reader, b, int(groups), self._memory, rows)
                 finally:
                     reader.close()
                 if result is not None:

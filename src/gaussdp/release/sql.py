@@ -519,7 +519,8 @@ def stream_sql(b: Bounding, codes: str) -> str:
     """One row per input row that :data:`TEMPLATE`'s ``base`` step keeps: the unit (an
     integer column), the cell hash ``h`` (:data:`CELL_HASH`, the same salt), the key
     code ``kc`` (from ``codes``, a table of :func:`codes_sql`'s rows) and each scalar
-    value's grid integer ``v0, v1, …`` (:data:`STREAM_NULL` for a NULL or NaN value).
+    value's grid integer ``v0, v1, …`` as INTEGER (:data:`STREAM_NULL` for a NULL or NaN
+    value).
     The filters, clamps and grid are :data:`TEMPLATE`'s own text.
 
     Examples
@@ -527,11 +528,13 @@ def stream_sql(b: Bounding, codes: str) -> str:
     >>> b = Bounding("v", ("k0",), None, (ScalarValue("x0", 0.0, 1.0, 0.5),),
     ...              (Output("sum", 0),), 2, 3, 5)
     >>> sql = stream_sql(b, "c")
-    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "COALESCE(v0, -2147483648)" in sql
+    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "COALESCE(v0, -2147483648) AS INTEGER" in sql
     True
     """
     base = _base(keys=b.keys, histogram=b.histogram, values=b.values, nan=b.nan)
-    values = "".join(f", COALESCE(v{i}, {STREAM_NULL}) AS v{i}" for i in range(len(b.values)))
+    values = "".join(
+        f", CAST(COALESCE(v{i}, {STREAM_NULL}) AS INTEGER) AS v{i}" for i in range(len(b.values))
+    )
     qualified = "".join(f", base.{k}" for k in b.keys)
     return STREAM_TEMPLATE.format(
         source=b.source,
