@@ -38,6 +38,7 @@ changed), or when a sum could leave int64 (where the SQL raises).
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable
 from typing import Any
 
@@ -265,6 +266,17 @@ def bound_all(
     return _OK
 
 
+def _buffer(rows: int, words: int) -> I64:
+    """A zeroed (rows × words) int64 buffer in anonymous memory of the system's ordinary
+    page size, its pages mapped at once where the system can (``MAP_POPULATE``). numpy
+    asks for transparent huge pages on large arrays; on a busy machine the kernel's
+    compaction to find them took 0.4–0.6 s of system CPU for the 10⁷-row benchmark's
+    240 MB, against ≈ 0.2 s for ordinary pages (fresh processes, measured)."""
+    flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+    memory = mmap.mmap(-1, max(rows * words * 8, 1), flags=flags)
+    return np.frombuffer(memory, np.int64, rows * words).reshape(rows, words)
+
+
 def bound(
     batches: Iterable[Any], b: Bounding, groups: int, budget: int, rows: int
 ) -> tuple[I64, I64] | None:
@@ -287,7 +299,7 @@ def bound(
     which = np.array([max(o.value, 0) for o in b.outputs], np.int64)
     lo = np.array([o.total_lo for o in b.outputs], np.int64)
     hi = np.array([o.total_hi for o in b.outputs], np.int64)
-    wide = np.empty((rows, row_words(nv)), np.int64)
+    wide = _buffer(rows, row_words(nv))
     narrow = wide.view(np.int32)
     offsets: list[I64] = []
     held = 0
