@@ -272,6 +272,8 @@ def _buffer(rows: int, words: int) -> I64:
     asks for transparent huge pages on large arrays; on a busy machine the kernel's
     compaction to find them took 0.4–0.6 s of system CPU for the 10⁷-row benchmark's
     240 MB, against ≈ 0.2 s for ordinary pages (fresh processes, measured)."""
+    if not hasattr(mmap, "MAP_PRIVATE"):  # pragma: no cover - Windows: numpy's own memory
+        return np.zeros((rows, words), np.int64)
     flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
     memory = mmap.mmap(-1, max(rows * words * 8, 1), flags=flags)
     return np.frombuffer(memory, np.int64, rows * words).reshape(rows, words)
