@@ -813,7 +813,9 @@ class Release:
             Bad queries, missing or non-numeric columns, keys that do not fit
             their column's type, unreadable or malformed data (one line that
             never shows data values), noise the sampler cannot draw, a bad
-            ``rng``, both ``ledger`` and ``filter``. Nothing was charged.
+            ``rng``, both ``ledger`` and ``filter``, ``GAUSSDP_BOUNDING=compiled``
+            for a grouping the compiled path cannot take (decided while the data
+            are read). Nothing was charged.
         RuntimeError
             A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
             other than the one that made it (a forked child repeats the parent's noise,
