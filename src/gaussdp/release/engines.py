@@ -802,8 +802,9 @@ def bounding_mode() -> str:
     text, date or boolean type, outputs among counts, sums, sums of squares and distinct
     units of scalar values (no histogram, vector or quantile tree), rows that fit the
     memory limit — and the SQL otherwise; ``sql``: always the SQL; ``compiled``: the
-    compiled path or an error saying why not (for tests and benchmarks). Both paths give
-    identical results (docs/release.md).
+    compiled path, or a one-line ``ValueError`` saying why not, raised while the data are
+    read (:meth:`DuckDBEngine.validate`), before anything is reserved (for tests and
+    benchmarks). Both paths give identical results (docs/release.md).
 
     Raises
     ------
