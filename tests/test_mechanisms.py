@@ -188,6 +188,21 @@ class TestDiscreteGaussian:
         smaller = float(mpmath.fsum(pmf[y] for y in range(-h + 1, h)))
         assert inside >= 0.95 > smaller
 
+    @pytest.mark.parametrize("sigma2", [Fraction(1, 10**6), Fraction(1, 3), 2, 37, 10**4, 10**9])
+    @pytest.mark.parametrize("level", [1e-9, 0.3, 0.9, 0.95, 0.999, 1 - 1e-9])
+    def test_confidence_interval_is_the_smallest_by_a_linear_scan(
+        self, sigma2: Fraction | int, level: float
+    ) -> None:
+        """The search that starts at the continuous quantile returns the smallest half-width
+        whose tail passes, as a scan from 0 (over the same exact tail) finds it."""
+        dg = DiscreteGaussian(sigma2)
+        h = dg.confidence_interval(level).high
+        tail = (1 - level) / 2
+        assert dg._sf(h) <= tail
+        assert h == 0 or dg._sf(h - 1) > tail
+        if h < 2000:  # the scan itself, where it is short
+            assert h == next(k for k in range(h + 1) if dg._sf(k) <= tail)
+
     @pytest.mark.parametrize(
         ("kwargs", "error", "message"),
         [

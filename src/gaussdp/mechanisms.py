@@ -760,8 +760,22 @@ class DiscreteGaussian:
         """
         level = _check_level(level)
         tail = (1 - level) / 2
-        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2 (exact integer search).
-        h = smallest_passing_int(lambda h: self._sf(h) <= tail, 0)
+
+        def covers(h: int) -> bool:
+            return self._sf(h) <= tail
+
+        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2 (exact integer search), tried
+        # first at the continuous Gaussian's quantile and its neighbour below: P[Y > h]
+        # is non-increasing in h, so a pass there and a failure below is the answer, and
+        # otherwise the search goes on from the side the tries left (≈ 2 evaluations of
+        # the tail instead of ≈ 20 from 0).
+        guess = max(0, math.floor(math.sqrt(self.sigma2) * float(special.ndtri(1 - tail))))
+        if not covers(guess):
+            h = smallest_passing_int(covers, guess + 1)
+        elif guess == 0 or not covers(guess - 1):
+            h = guess
+        else:
+            h = smallest_passing_int(covers, 0, guess - 1)
         return Interval(value - h, value + h)
 
 

@@ -8,6 +8,7 @@ comparison is of the engine's result before noise, value for value.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,59 @@ def test_compiled_equals_sql_on_random_tables(monkeypatch: pytest.MonkeyPatch, s
 
     results = both(monkeypatch, build, seed)
     assert all(rows for rows in results)  # non-trivial: every grouping has groups
+
+
+@pytest.mark.parametrize(("batch", "bits", "first"), [(5, 1, 2), (7, 3, 4), (64, 2, 2)])
+def test_many_batches_partitions_and_table_growth(
+    monkeypatch: pytest.MonkeyPatch, batch: int, bits: int, first: int
+) -> None:
+    """Record batches of a few rows, 2 to 8 partitions, a first table of 2 or 4 rows (so
+    that it grows, and a partition is fed again): the same result."""
+    from gaussdp.release import _compiled, engines
+
+    monkeypatch.setattr(engines, "_BATCH_ROWS", batch)
+    monkeypatch.setattr(_compiled, "_PART_BITS", bits)
+    monkeypatch.setattr(_compiled, "_TABLE_ROWS", first)
+    frame = random_table(200 + bits)
+
+    def build() -> Release:
+        return (
+            Release(
+                frame,
+                privacy_unit="user",
+                budget=BUDGET,
+                max_groups_per_unit=3,
+                max_rows_per_group=2,
+            )
+            .count(by="page")
+            .variance("minutes", bounds=(-5, 120), by="page")
+            .mean("minutes", bounds=(0, 60), by="page")
+        )
+
+    assert all(both(monkeypatch, build))
+
+
+def test_more_rows_than_counted_take_the_sql() -> None:
+    """The buffer is sized by the rows counted before the stream: more rows (the input
+    changed between the two reads) give up, as the memory budget does."""
+    from gaussdp.release import _compiled
+
+    batch = pa.record_batch(
+        {
+            "pu": pa.array([1, 2, 3], pa.int64()),
+            "h": pa.array([5, 6, 7], pa.uint64()),
+            "kc": pa.array([0, 0, 1], pa.int32()),
+        }
+    )
+    b = sql_module.Bounding("v", ("k0",), None, (), (sql_module.Output("rows"),), 2, 3, 5)
+    assert _compiled.bound([batch], b, 2, 2**20, 2) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 5) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 6) is not None
+    result = _compiled.bound([batch], b, 2, 2**20, 3)
+    assert result is not None
+    units, totals = result
+    assert units.tolist() == [2, 1]
+    assert totals[:, 0].tolist() == [2, 1]
 
 
 @pytest.mark.parametrize("modulus", [1, 2, 5])
@@ -216,7 +270,7 @@ def test_out_of_scope_groupings_take_the_sql(
             )
         )
 
-    with pytest.raises(RuntimeError, match="GAUSSDP_BOUNDING=compiled: not for"):
+    with pytest.raises(ValueError, match="GAUSSDP_BOUNDING=compiled: not for"):
         pre_noise(monkeypatch, "compiled", build)
     assert pre_noise(monkeypatch, "auto", build) == pre_noise(monkeypatch, "sql", build)
 
@@ -243,13 +297,13 @@ def test_past_the_memory_limit_it_takes_the_sql(
             memory_limit=limit,
         ).count(by="page", keys=list(range(50)))
 
-    with pytest.raises(RuntimeError, match="the memory limit"):
+    with pytest.raises(ValueError, match="the memory limit"):
         pre_noise(monkeypatch, "compiled", build(128 * 2**20))
     want = pre_noise(monkeypatch, "sql", build(None))
     assert pre_noise(monkeypatch, "auto", build(128 * 2**20)) == want
     assert pre_noise(monkeypatch, "compiled", build(None)) == want
     assert pre_noise(monkeypatch, "compiled", build("1GB")) == want  # a size string too
-    with pytest.raises(RuntimeError, match="the memory limit"):
+    with pytest.raises(ValueError, match="the memory limit"):
         pre_noise(monkeypatch, "compiled", build("128MiB"))
 
 
@@ -268,7 +322,7 @@ def test_a_callers_connection_takes_the_sql(monkeypatch: pytest.MonkeyPatch) -> 
             max_rows_per_group=2,
         ).count(by="page", keys=[0, 1, 2])
 
-    with pytest.raises(RuntimeError, match="a caller's connection"):
+    with pytest.raises(ValueError, match="a caller's connection"):
         pre_noise(monkeypatch, "compiled", build)
     assert pre_noise(monkeypatch, "auto", build) == pre_noise(monkeypatch, "sql", build)
 
@@ -298,3 +352,102 @@ def test_an_engine_failure_on_the_compiled_path_is_one_line(
     assert "\n" not in str(caught.value)
     assert "abc" not in str(caught.value)
     assert caught.value.__cause__ is None or "abc" not in str(caught.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (pd.DataFrame({"user": [1.0, 2.0], "page": ["a", "b"]}), "a privacy unit of type DOUBLE"),
+        (pd.DataFrame({"user": [1, 2], "page": [0.5, 1.5]}), "group keys of types"),
+    ],
+)
+def test_a_refusal_of_the_compiled_mode_spends_and_draws_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, frame: pd.DataFrame, why: str
+) -> None:
+    """``GAUSSDP_BOUNDING=compiled`` on a grouping the compiled path cannot take is refused
+    while the data are read, before the reservation: one line, the ledger unchanged, the
+    seeded rng not drawn from (its next draw is a fresh one's)."""
+    from gaussdp.release import Ledger
+
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "compiled")
+    book = Ledger(tmp_path / "b.db", total=Budget(epsilon=5.0, delta=1e-5))
+    before = (tmp_path / "b.db").read_bytes()
+    release = Release(
+        frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+    ).count(by="page")
+    rng = ChaCha20Random(7)
+    with pytest.raises(ValueError, match=f"GAUSSDP_BOUNDING=compiled: not for {why}") as caught:
+        release.run(ledger=book, rng=rng)
+    assert "\n" not in str(caught.value)
+    assert book.entries() == []
+    assert (tmp_path / "b.db").read_bytes() == before
+    assert rng.randbits(62) == ChaCha20Random(7).randbits(62)
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "auto")
+    assert len(release.run(ledger=book).frame) >= 0  # the same release runs on the SQL
+    assert len(book.entries()) == 1
+
+
+def test_the_cli_refuses_the_compiled_mode_before_the_ledger(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The example CSV (a CSV's unit is text: never compiled) under
+    ``GAUSSDP_BOUNDING=compiled``: exit status 2, one line, no ledger entry (it was an
+    "internal error … a bug" after the reservation)."""
+    from typer.testing import CliRunner
+
+    from gaussdp.cli import app
+
+    examples = Path(__file__).parents[2] / "examples"
+    ledger = tmp_path / "budget.db"
+    runner = CliRunner()
+    made = runner.invoke(app, ["ledger", "init", str(ledger), "--epsilon", "3", "--delta", "1e-5"])
+    assert made.exit_code == 0, made.output
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "compiled")
+    args = ["release", str(examples / "visits.toml"), "--data", str(examples / "visits.csv")]
+    result = runner.invoke(app, [*args, "--ledger", str(ledger)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "GAUSSDP_BOUNDING=compiled: not for a privacy unit of type VARCHAR" in lines[0]
+    assert "internal error" not in result.output
+    shown = runner.invoke(app, ["ledger", "show", str(ledger), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["entries"] == []
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_keys_read_counts_as_the_plain_validation(seed: int) -> None:
+    """The compiled path's validation read (:func:`keys_sql`, grouped by the keys) gives
+    the plain read's counts; its codes are the ranks of the key tuples of the rows the
+    template keeps, and it counts those rows."""
+    from dataclasses import replace
+
+    from gaussdp.release.engines import DuckDBEngine
+
+    frame = random_table(300 + seed)
+    internal = {"pu": "user", "k0": "page", "k1": "day", "x0": "minutes"}
+    b = sql_module.Bounding("", ("k0", "k1"), None, (), (sql_module.Output("rows"),), 2, 2, 1)
+    counts = []
+    for compiled in (False, True):
+        engine = DuckDBEngine(frame)
+        try:
+            view = engine.register(internal)
+            drafts = [replace(b, source=view)] if compiled else []
+            counts.append(engine.validate(view, list(internal), drafts))
+            assert len(engine._keys) == int(compiled)
+            if compiled:
+                ((table, kept),) = engine._keys.values()
+                con = engine._con
+                codes = con.execute(sql_module.codes_sql(b, table) + " ORDER BY kc").fetchall()
+                where = "WHERE pu IS NOT NULL AND k0 IS NOT NULL AND k1 IS NOT NULL"
+                want = con.execute(
+                    f"SELECT k0, k1 FROM {view} {where} GROUP BY k0, k1 ORDER BY k0, k1"
+                ).fetchall()
+                assert [c[:2] for c in codes] == want
+                assert [c[2] for c in codes] == list(range(len(want)))
+                ((n,),) = con.execute(f"SELECT COUNT(*) FROM {view} {where}").fetchall()
+                assert kept == n
+        finally:
+            engine.close()
+    assert counts[0] == counts[1]
+    assert 0 < counts[0]["pu"] < len(frame)  # NULL units are in the table

@@ -25,16 +25,20 @@ of ``n > L`` values becomes ``⌊S·L/n + ½⌋``, in integer arithmetic; sums o
 likewise; per-cell clamps) and is added to its group; ``units`` counts the kept cells.
 No floating-point step: every number here is an integer.
 
-Memory and speed: each batch is partitioned by a hash of the unit (a counting sort,
-:func:`partition`), so that the units of one partition, bounded together
-(:func:`feed`, :func:`collect`), fit in the processor's cache; the partitioned rows are held
-until all have arrived (24 bytes a row with one value, plus 4 per further value), and
-:func:`bound` gives up (returns ``None``, and the engine runs the SQL) when they would
-pass the memory budget, or when a sum could leave int64 (where the SQL raises).
+Memory and speed: each record batch is partitioned by a hash of the unit (a counting
+sort, :func:`partition`) into one buffer of packed rows (:func:`row_words` 64-bit words a
+row: the unit, ``h``, then the key code and the values as 32-bit fields), so that the
+units of one partition, bounded together (:func:`bound_all`, one call for every
+partition), fit in the processor's cache. The buffer holds every row until all have
+arrived; it is sized from the rows DuckDB counted before (an exact count of the rows the
+stream sends), and :func:`bound` gives up (returns ``None``, and the engine runs the SQL)
+when it would pass the memory budget, when more rows arrive than were counted (the input
+changed), or when a sum could leave int64 (where the SQL raises).
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,9 +46,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp.release.sql import STREAM_NULL, Bounding
+from gaussdp.release.sql import STREAM_NULL, Bounding, Output, ScalarValue
 
-__all__ = ["KINDS", "bound", "collect", "feed", "partition", "row_bytes"]
+__all__ = ["KINDS", "bound", "bound_all", "partition", "row_bytes", "row_words", "warm"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -54,50 +58,55 @@ _jit = numba.njit(cache=True, nogil=True)
 KINDS = {"rows": 0, "valid": 1, "sum": 2, "sumsq": 3, "units": 4}
 
 
+def row_words(values: int) -> int:
+    """64-bit words a held row takes: the unit, ``h``, then the key code and one grid
+    integer per value as 32-bit fields, two to a word."""
+    return 2 + (2 + values) // 2
+
+
 def row_bytes(values: int) -> int:
-    """Bytes a held row takes (unit, ``h``, key code, one int32 per value)."""
-    return 8 + 8 + 4 + 4 * values
+    """Bytes a held row takes (:func:`row_words`)."""
+    return 8 * row_words(values)
 
 
 _SIGN = np.int64(-(2**63))  # h ^ _SIGN as int64 sorts as h as uint64
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the unit
-_PART_BITS = 8  # 256 partitions
-_FULL = -1  # feed: the table needs to grow
+_PART_BITS = 10  # 1024 partitions: ≈ 10³ units each at 10⁶ units, a table in L2
+_TABLE_ROWS = 256  # a partition's first table; doubled while its units do not fit
+_OK, _MEMORY, _INT64 = 0, 1, 2  # bound_all's outcomes
 
 
 @_jit
 def partition(
-    pu: Any, h: Any, kc: Any, v: Any, bits: int
-) -> tuple[Any, Any, Any, Any, Any]:  # pragma: no cover - compiled
-    """One batch's rows ordered by the top ``bits`` of their unit's hash (a counting
-    sort): the units, ``h`` as sortable int64, key codes, values (int32, rows × values)
-    and the partitions' offsets (``bits``² + 1)."""
+    pu: Any, h: Any, kc: Any, v: Any, bits: int, wide: Any, narrow: Any, start: int, offsets: Any
+) -> None:  # pragma: no cover - compiled
+    """Write one batch's rows to ``wide[start:start + n]`` ordered by the top ``bits``
+    (1 to 16) of their unit's hash (a counting sort): the unit and ``h`` as sortable int64
+    in ``wide`` (rows × words, int64), the key code and the values (``v``: int32, rows ×
+    values) in ``narrow``, the same buffer as int32 (fields 4, 5, …). ``offsets``
+    (``2**bits`` + 1) gets each partition's first row in the buffer, then the end."""
     n = pu.shape[0]
     nv = v.shape[1]
     shift = np.uint64(64 - bits)
-    part = np.empty(n, np.int64)
-    offsets = np.zeros((1 << bits) + 1, np.int64)
+    part = np.empty(n, np.uint16)
+    counts = np.zeros((1 << bits) + 1, np.int64)
     for r in range(n):
         q = np.int64((np.uint64(pu[r]) * _MUL) >> shift)
         part[r] = q
-        offsets[q + 1] += 1
+        counts[q + 1] += 1
+    offsets[0] = start
     for k in range(1 << bits):
-        offsets[k + 1] += offsets[k]
+        offsets[k + 1] = offsets[k] + counts[k + 1]
     at = offsets[:-1].copy()
-    opu = np.empty(n, np.int64)
-    oh = np.empty(n, np.int64)
-    okc = np.empty(n, np.int32)
-    ov = np.empty((n, nv), np.int32)
     for r in range(n):
         q = part[r]
         d = at[q]
         at[q] = d + 1
-        opu[d] = pu[r]
-        oh[d] = np.int64(h[r]) ^ _SIGN
-        okc[d] = kc[r]
+        wide[d, 0] = pu[r]
+        wide[d, 1] = np.int64(h[r]) ^ _SIGN
+        narrow[d, 4] = kc[r]
         for a in range(nv):
-            ov[d, a] = v[r, a]
-    return opu, oh, okc, ov, offsets
+            narrow[d, 5 + a] = v[r, a]
 
 
 @_jit
@@ -109,82 +118,74 @@ def _rescaled(n: int, s: int, linf: int) -> int:  # pragma: no cover - compiled
 
 
 @_jit
-def feed(
-    pu: Any,
-    h: Any,
-    kc: Any,
-    v: Any,
-    start: int,
-    stop: int,
-    table: Any,
-    count: int,
-    l0: int,
-    per: int,
-) -> int:  # pragma: no cover - compiled
-    """Add rows ``start:stop`` of one partitioned batch to the open-addressing ``table``
-    (one row per unit: the unit, its slots used, then L0 slots of
-    ``h, key code, n, (valid, sum[, sum of squares]) per value``: ``per`` = 2 or 3
-    words a value) that holds ``count`` units; returns the new count, or ``_FULL``
-    (grow the table and start the partition again: it is then partly filled)."""
-    nv = v.shape[1]
+def _feed(
+    wide: Any, narrow: Any, offsets: Any, q: int, nv: int, table: Any, l0: int, per: int
+) -> bool:  # pragma: no cover - compiled
+    """Add partition ``q``'s rows (of every batch) to the open-addressing ``table``, emptied
+    first (one row per unit: the unit, its slots used, then L0 slots of
+    ``h, key code, n, (valid, sum[, sum of squares]) per value``: ``per`` = 2 or 3 words a
+    value); ``False`` where its units do not fit (grow the table and feed again)."""
     sw = 3 + per * nv
     mask = table.shape[0] - 1
     limit = (table.shape[0] * 5) // 8
-    for r in range(start, stop):
-        u = pu[r]
-        p = np.int64((np.uint64(u) * _MUL) >> np.uint64(24)) & mask
-        while True:
-            if table[p, 1] == 0:
-                if count >= limit:
-                    return _FULL
-                table[p, 0] = u
-                count += 1
-                break
-            if table[p, 0] == u:
-                break
-            p = (p + 1) & mask
-        hr = h[r]
-        kr = np.int64(kc[r])
-        used = table[p, 1]
-        hit = -1
-        last = -1
-        lh = np.int64(0)
-        lk = np.int64(0)
-        for j in range(used):
-            c = 2 + j * sw
-            sh = table[p, c]
-            sk = table[p, c + 1]
-            if sh == hr and sk == kr:
-                hit = c
-                break
-            if last < 0 or sh > lh or (sh == lh and sk > lk):
-                last, lh, lk = c, sh, sk
-        if hit < 0:
-            if used < l0:
-                hit = 2 + used * sw
-                table[p, 1] = used + 1
-            elif hr < lh or (hr == lh and kr < lk):
-                hit = last  # the unit's last cell so far: never among its first L0
-            else:
-                continue  # after L0 cells of the unit: never among its first L0
-            table[p, hit] = hr
-            table[p, hit + 1] = kr
-            for w in range(hit + 2, hit + sw):
-                table[p, w] = 0
-        table[p, hit + 2] += 1
-        for a in range(nv):
-            x = np.int64(v[r, a])
-            if x != STREAM_NULL:
-                c = hit + 3 + per * a
-                table[p, c] += 1
-                table[p, c + 1] += x
-                if per == 3:
-                    table[p, c + 2] += x * x
-    return count
+    table[:, 1] = 0
+    count = 0
+    for b in range(offsets.shape[0]):
+        for r in range(offsets[b, q], offsets[b, q + 1]):
+            u = wide[r, 0]
+            p = np.int64((np.uint64(u) * _MUL) >> np.uint64(24)) & mask
+            while True:
+                if table[p, 1] == 0:
+                    if count >= limit:
+                        return False
+                    table[p, 0] = u
+                    count += 1
+                    break
+                if table[p, 0] == u:
+                    break
+                p = (p + 1) & mask
+            hr = wide[r, 1]
+            kr = np.int64(narrow[r, 4])
+            used = table[p, 1]
+            hit = -1
+            last = -1
+            lh = np.int64(0)
+            lk = np.int64(0)
+            for j in range(used):
+                c = 2 + j * sw
+                sh = table[p, c]
+                sk = table[p, c + 1]
+                if sh == hr and sk == kr:
+                    hit = c
+                    break
+                if last < 0 or sh > lh or (sh == lh and sk > lk):
+                    last, lh, lk = c, sh, sk
+            if hit < 0:
+                if used < l0:
+                    hit = 2 + used * sw
+                    table[p, 1] = used + 1
+                elif hr < lh or (hr == lh and kr < lk):
+                    hit = last  # the unit's last cell so far: never among its first L0
+                else:
+                    continue  # after L0 cells of the unit: never among its first L0
+                table[p, hit] = hr
+                table[p, hit + 1] = kr
+                for w in range(hit + 2, hit + sw):
+                    table[p, w] = 0
+            table[p, hit + 2] += 1
+            for a in range(nv):
+                x = np.int64(narrow[r, 5 + a])
+                if x != STREAM_NULL:
+                    c = hit + 3 + per * a
+                    table[p, c] += 1
+                    table[p, c + 1] += x
+                    if per == 3:
+                        table[p, c + 2] += x * x
+    return True
 
 
 @_jit
-def collect(
+def _collect(
     table: Any,
     nv: int,
     per: int,
@@ -196,7 +197,7 @@ def collect(
     units: Any,
     totals: Any,
 ) -> bool:  # pragma: no cover - compiled
-    """Add the kept cells of ``table`` (see :func:`feed`) to ``units`` and ``totals``
+    """Add the kept cells of ``table`` (see :func:`_feed`) to ``units`` and ``totals``
     (groups × outputs) by the SQL's L∞ rule; ``False`` (nothing added) where a
     rescaling's ``2·S·L + n`` could leave int64 (the SQL then decides)."""
     sw = 3 + per * nv
@@ -232,56 +233,120 @@ def collect(
     return True
 
 
-def bound(batches: Iterable[Any], b: Bounding, groups: int, budget: int) -> tuple[I64, I64] | None:
+@_jit
+def bound_all(
+    wide: Any,
+    narrow: Any,
+    offsets: Any,
+    nv: int,
+    l0: int,
+    linf: int,
+    per: int,
+    kinds: Any,
+    which: Any,
+    lo: Any,
+    hi: Any,
+    units: Any,
+    totals: Any,
+    first: int,
+    room: int,
+) -> int:  # pragma: no cover - compiled
+    """Bound every partition of the buffer (:func:`partition`; ``offsets``: batches ×
+    (partitions + 1)) into ``units`` and ``totals``, with a table of ``first`` rows (a
+    power of two) doubled while a partition's units do not fit: ``_OK``, or ``_MEMORY``
+    when a table would pass ``room`` bytes, ``_INT64`` when a sum could leave int64."""
+    table = np.zeros((first, 2 + l0 * (3 + per * nv)), np.int64)
+    for q in range(offsets.shape[1] - 1):
+        while not _feed(wide, narrow, offsets, q, nv, table, l0, per):
+            if 2 * table.nbytes > room:
+                return _MEMORY
+            table = np.zeros((2 * table.shape[0], table.shape[1]), np.int64)
+        if not _collect(table, nv, per, linf, kinds, which, lo, hi, units, totals):
+            return _INT64
+    return _OK
+
+
+def _buffer(rows: int, words: int) -> I64:
+    """A zeroed (rows × words) int64 buffer in anonymous memory of the system's ordinary
+    page size, its pages mapped at once where the system can (``MAP_POPULATE``). numpy
+    asks for transparent huge pages on large arrays; on a busy machine the kernel's
+    compaction to find them took 0.4–0.6 s of system CPU for the 10⁷-row benchmark's
+    240 MB, against ≈ 0.2 s for ordinary pages (fresh processes, measured)."""
+    if not hasattr(mmap, "MAP_PRIVATE"):  # pragma: no cover - Windows: numpy's own memory
+        return np.zeros((rows, words), np.int64)
+    flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+    memory = mmap.mmap(-1, max(rows * words * 8, 1), flags=flags)
+    return np.frombuffer(memory, np.int64, rows * words).reshape(rows, words)
+
+
+def bound(
+    batches: Iterable[Any], b: Bounding, groups: int, budget: int, rows: int
+) -> tuple[I64, I64] | None:
     """Bound and aggregate the record ``batches`` of :func:`stream_sql` (columns ``pu``,
-    ``h``, ``kc``, ``v0``, …) for ``b``, with ``groups`` key codes.
+    ``h``, ``kc``, ``v0``, …) for ``b``, with ``groups`` key codes and at most ``rows``
+    rows (counted before).
 
     Returns
     -------
     (units, totals) or None
         Per group code: units after bounding (``int64``, groups) and the outputs
         (``int64``, groups × outputs), as the SQL computes them; ``None`` when the
-        partitioned rows pass ``budget`` bytes or a sum could leave int64.
+        held rows and tables pass ``budget`` bytes, when more than ``rows`` rows
+        arrive, or when a sum could leave int64.
     """
     nv = len(b.values)
+    if rows * row_bytes(nv) > budget:
+        return None
     kinds = np.array([KINDS[o.kind] for o in b.outputs], np.int64)
     which = np.array([max(o.value, 0) for o in b.outputs], np.int64)
     lo = np.array([o.total_lo for o in b.outputs], np.int64)
     hi = np.array([o.total_hi for o in b.outputs], np.int64)
-    parts: tuple[list[Any], ...] = ([], [], [], [], [])
+    wide = _buffer(rows, row_words(nv))
+    narrow = wide.view(np.int32)
+    offsets: list[I64] = []
     held = 0
     for batch in batches:
-        if batch.num_rows == 0:
+        n = batch.num_rows
+        if n == 0:
             continue
-        pu = batch.column(0).to_numpy()
-        h = batch.column(1).to_numpy()
-        kc = batch.column(2).to_numpy()
-        v = np.empty((batch.num_rows, nv), np.int64)
+        if held + n > rows:
+            return None
+        v = np.empty((n, nv), np.int32)
         for a in range(nv):
             v[:, a] = batch.column(3 + a).to_numpy()
-        for store, array in zip(parts, partition(pu, h, kc, v, _PART_BITS), strict=True):
-            store.append(array)
-            held += array.nbytes
-        if held > budget:
-            return None
+        at = np.empty((1 << _PART_BITS) + 1, np.int64)
+        pu, h, kc = (batch.column(i).to_numpy() for i in range(3))
+        partition(pu, h, kc, v, _PART_BITS, wide, narrow, held, at)
+        offsets.append(at)
+        held += n
     units = np.zeros(groups, np.int64)
     totals = np.zeros((groups, len(b.outputs)), np.int64)
+    if not offsets:
+        return units, totals
     per = 3 if "sumsq" in {o.kind for o in b.outputs} else 2  # words per value and slot
-    width = 2 + b.l0 * (3 + per * nv)
-    table = np.zeros((1 << 12, width), np.int64)
-    batches = list(zip(*parts, strict=True))
-    for q in range(1 << _PART_BITS):
-        count = _FULL
-        while count == _FULL:
-            table[:, 1] = 0
-            count = 0
-            for pu, h, kc, v, offsets in batches:
-                count = feed(pu, h, kc, v, offsets[q], offsets[q + 1], table, count, b.l0, per)
-                if count == _FULL:
-                    if held + 2 * table.nbytes > budget:
-                        return None
-                    table = np.zeros((2 * table.shape[0], width), np.int64)
-                    break
-        if not collect(table, nv, per, b.linf, kinds, which, lo, hi, units, totals):
-            return None
+    room = budget - held * row_bytes(nv)
+    args = (np.stack(offsets), nv, b.l0, b.linf, per, kinds, which, lo, hi, units, totals)
+    if bound_all(wide, narrow, *args, _TABLE_ROWS, room) != _OK:
+        return None
     return units, totals
+
+
+def warm() -> None:
+    """Load the compiled loops into this process now (numba's own set-up and the machine
+    code from its cache, ≈ 0.2 s of CPU; on a new installation, compile them, ≈ 1.5 s):
+    what the first compiled release in a process otherwise does. Bounds one row of one
+    unit, with the types a release's record batches have."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    batch = pa.record_batch(
+        [
+            pa.array([1], pa.int64()),
+            pa.array([1], pa.uint64()),
+            pa.array([0], pa.int32()),
+            pa.array([1], pa.int32()),
+        ],
+        names=["pu", "h", "kc", "v0"],
+    )
+    value = ScalarValue("x0", 0.0, 1.0, 1.0)
+    b = Bounding("", ("k0",), None, (value,), (Output("sum", 0, -1, 0, 1),), 1, 1, 0)
+    bound([batch], b, 1, 2**20, 1)

@@ -816,7 +816,9 @@ class Release:
             Bad queries, missing or non-numeric columns, keys that do not fit
             their column's type, unreadable or malformed data (one line that
             never shows data values), noise the sampler cannot draw, a bad
-            ``rng``, both ``ledger`` and ``filter``. Nothing was charged.
+            ``rng``, both ``ledger`` and ``filter``, ``GAUSSDP_BOUNDING=compiled``
+            for a grouping the compiled path cannot take (decided while the data
+            are read). Nothing was charged.
         RuntimeError
             A seeded ``rng`` (:class:`~gaussdp.random.ChaCha20Random`) in a process
             other than the one that made it (a forked child repeats the parent's noise,
@@ -1058,18 +1060,21 @@ def _prepare(
             converted[c] = "DOUBLE" if needs[c] else _csv_key_type(c, plan)
         engine.declare({**converted, **release.column_types})
         view = engine.register(plan.internal)
-        counts = engine.validate(view, list(plan.internal))
+        schema = engine.schema
+        nan = _nan_kinds(plan, schema, converted)
+        # The groupings to bound, their salts not drawn yet (nothing is drawn before the
+        # checks): the engine may choose their path while it reads, or refuse one.
+        drafts = [b for b in _boundings(plan, view, [0] * len(plan.groupings), nan) if b]
+        counts = engine.validate(view, list(plan.internal), drafts)
         if tracker is not None:
             tracker.state = replace(tracker.state, rows=counts.get("pu"))
         # By the schema alone: whether a column holds a value must not change a refusal.
         engine.check_columns(needs)
-        schema = engine.schema
         typed: list[tuple[KeyTuple, ...] | None] = []
         for g in plan.groupings:
             columns = [plan.internal[k] for k in g.by]
             types = [schema[c] for c in columns]
             typed.append(None if g.keys is None else typed_keys(g.keys, columns, types))
-        nan = _nan_kinds(plan, schema, converted)
         _refuse_text_nan_keys(plan, nan)
         return typed, _sqls(plan, view, rng, nan=nan)
     except EngineError as error:
@@ -1168,27 +1173,14 @@ def _key_kind(value: object) -> str:
     return "VARCHAR"
 
 
-def _sqls(
-    plan: Plan, view: str, rng: RandomSource, *, nan: Mapping[str, str] | None = None
-) -> tuple[tuple[str, Bounding | None], ...]:
-    """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
-    ``rng`` (issue 11 item 5). A grouping without a quantile tree also gets its
-    :class:`Bounding`, which lets DuckDB compute the same result by its compiled path."""
-    queries: list[tuple[str, Bounding | None]] = []
-    for g in plan.groupings:
-        if g.tree is not None:
-            sql = tree_sql(
-                source=view,
-                keys=g.by,
-                tree=g.tree,
-                l0=g.l0,
-                linf=g.linf,
-                salt=rng.randbits(62),
-                nan=nan,
-            )
-            queries.append((sql, None))
-            continue
-        bounding = Bounding(
+def _boundings(
+    plan: Plan, view: str, salts: Sequence[int], nan: Mapping[str, str] | None
+) -> list[Bounding | None]:
+    """Each grouping's :class:`Bounding` with its L0 salt (``None`` for a quantile tree's)."""
+    return [
+        None
+        if g.tree is not None
+        else Bounding(
             source=view,
             keys=g.by,
             histogram=g.histogram,
@@ -1196,10 +1188,32 @@ def _sqls(
             outputs=tuple(g.outputs),
             l0=g.l0,
             linf=g.linf,
-            salt=rng.randbits(62),
+            salt=salt,
             nan=nan,
         )
-        queries.append((bounding.sql(), bounding))
+        for g, salt in zip(plan.groupings, salts, strict=True)
+    ]
+
+
+def _sqls(
+    plan: Plan, view: str, rng: RandomSource, *, nan: Mapping[str, str] | None = None
+) -> tuple[tuple[str, Bounding | None], ...]:
+    """One query per grouping, with its own L0 and L∞; each L0 salt is 62 bits drawn from
+    ``rng`` (issue 11 item 5). A grouping without a quantile tree also gets its
+    :class:`Bounding`, which lets DuckDB compute the same result by its compiled path."""
+    salts = [rng.randbits(62) for _ in plan.groupings]
+    queries: list[tuple[str, Bounding | None]] = []
+    for g, salt, bounding in zip(
+        plan.groupings, salts, _boundings(plan, view, salts, nan), strict=True
+    ):
+        if bounding is None:
+            assert g.tree is not None
+            sql = tree_sql(
+                source=view, keys=g.by, tree=g.tree, l0=g.l0, linf=g.linf, salt=salt, nan=nan
+            )
+            queries.append((sql, None))
+        else:
+            queries.append((bounding.sql(), bounding))
     return tuple(queries)
 
 

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gaussdp.errors import EngineError, MissingExtraError, invalid
-from gaussdp.release.sql import Bounding, ScalarValue, codes_sql, stream_sql
+from gaussdp.release.sql import Bounding, ScalarValue, codes_sql, keys_sql, stream_sql
 from gaussdp.release.values import column_text, type_label
 
 __all__ = [
@@ -753,12 +753,16 @@ class Engine(ABC):
         a value that does not convert is NULL: refusing it would depend on one row."""
         self._declared = dict(types)
 
-    def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
+    def validate(
+        self, view: str, columns: Sequence[str], boundings: Sequence[Bounding] = ()
+    ) -> dict[str, int]:
         """Read every row of ``view`` (all of ``columns``, internal names) once.
 
         A value that does not convert, a malformed line or a corrupt page fails
         here, before anything is reserved (:class:`EngineError`). Returns the
-        number of non-NULL values per column.
+        number of non-NULL values per column. ``boundings`` are the groupings
+        :meth:`columns` will bound (their salts not yet drawn): an engine may choose
+        their path here, and refuse one it cannot take as told (``ValueError``).
         """
         counts = ", ".join(f"COUNT({c})" for c in columns)
         (row,) = self.query(f"SELECT {counts} FROM {view}", action="reading the data")
@@ -880,7 +884,7 @@ _COMPILED_KEYS = _COMPILED_UNITS | {"UBIGINT", "VARCHAR", "DATE", "BOOLEAN"}
 _COMPILED_MAX_L0 = 32
 
 #: Rows per record batch of the compiled path's stream.
-_BATCH_ROWS = 2**20
+_BATCH_ROWS = 2**17
 
 
 def bounding_mode() -> str:
@@ -891,8 +895,9 @@ def bounding_mode() -> str:
     text, date or boolean type, outputs among counts, sums, sums of squares and distinct
     units of scalar values (no histogram, vector or quantile tree), rows that fit the
     memory limit — and the SQL otherwise; ``sql``: always the SQL; ``compiled``: the
-    compiled path or an error saying why not (for tests and benchmarks). Both paths give
-    identical results (docs/release.md).
+    compiled path, or a one-line ``ValueError`` saying why not, raised while the data are
+    read (:meth:`DuckDBEngine.validate`), before anything is reserved (for tests and
+    benchmarks). Both paths give identical results (docs/release.md).
 
     Raises
     ------
@@ -903,6 +908,11 @@ def bounding_mode() -> str:
     if mode not in BOUNDING_MODES:
         raise ValueError(invalid("GAUSSDP_BOUNDING", f"one of {list(BOUNDING_MODES)}", mode))
     return mode
+
+
+def _keys_key(b: Bounding) -> tuple[object, ...]:
+    """What a grouping's key codes depend on: the view, the key columns, the NaN rule."""
+    return (b.source, b.keys, tuple(sorted((b.nan or {}).items())))
 
 
 def _compiled_module() -> Any:
@@ -1113,6 +1123,8 @@ class DuckDBEngine(Engine):
         self.bounded_by: list[str] = []
         self._memory: int | None = None  # the memory limit in bytes (own connection)
         self._rows: dict[str, int] = {}  # view → rows with a unit (validate)
+        #: Per (view, keys, NaN rule): a table of keys_sql's rows and the rows it keeps.
+        self._keys: dict[tuple[object, ...], tuple[str, int]] = {}
         if isinstance(source, tuple) and len(source) == 2:
             # (connection, table name): the caller's connection and settings, used as they are.
             connection, table = source
@@ -1180,7 +1192,8 @@ class DuckDBEngine(Engine):
                     elif kind == "parquet":
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
-                        self.mixed_columns = parquet_layout(files)[1]
+                        if len(files) > 1:  # one file's columns have one type each
+                            self.mixed_columns = parquet_layout(files)[1]
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -1335,9 +1348,7 @@ class DuckDBEngine(Engine):
         else:
             arrow = True
         if bounding is not None:
-            compiled = self._compiled(bounding, action) if arrow else None
-            if compiled is None and bounding_mode() == "compiled":
-                raise RuntimeError("GAUSSDP_BOUNDING=compiled: pyarrow is not installed")
+            compiled = self._compiled(bounding, action)
             self.bounded_by.append("sql" if compiled is None else "compiled")
             if compiled is not None:
                 return compiled
@@ -1355,17 +1366,54 @@ class DuckDBEngine(Engine):
                 # Arrow's conversion raises where ``fetchall`` clamps them.
                 return _columns_of(relation.fetchall(), len(relation.columns))
 
-    def validate(self, view: str, columns: Sequence[str]) -> dict[str, int]:
-        counts = super().validate(view, columns)
-        if "pu" in counts:  # the compiled path's estimate of the rows it would hold
+    def validate(
+        self, view: str, columns: Sequence[str], boundings: Sequence[Bounding] = ()
+    ) -> dict[str, int]:
+        """:meth:`Engine.validate`, which also decides which ``boundings`` take the compiled
+        path (:func:`bounding_mode`) before anything is reserved: for the first one that
+        does, the read is :func:`keys_sql` (its keys and how many rows it keeps, with
+        every column's count), so that its key codes need no pass of their own. Under
+        ``GAUSSDP_BOUNDING=compiled`` a grouping the compiled path cannot take is refused
+        here (``ValueError``, one line saying why): nothing is spent on it."""
+        mode = bounding_mode()
+        fast = [b for b in boundings if mode != "sql" and self._not_compiled(b, 0) is None]
+        if not fast:
+            counts = super().validate(view, columns)
+        else:
+            first = fast[0]
+            table = f"gdp_keys_{uuid.uuid4().hex}"
+            sums = ", ".join(f"SUM(c{i})" for i in range(len(columns)))
+            with self.failures("reading the data"), self._watch(), self._nan_exact():
+                self._con.execute(f"CREATE TEMP TABLE {table} AS {keys_sql(first, columns)}")
+                row = self._con.execute(f"SELECT {sums}, SUM(kept) FROM {table}").fetchall()[0]
+            *sums_read, kept = (0 if n is None else int(n) for n in row)  # NULL: no rows
+            counts = dict(zip(columns, sums_read, strict=True))
+            self._keys[_keys_key(first)] = (table, kept)
+        if "pu" in counts:  # the compiled path's bound on the rows it would hold
             self._rows[view] = counts["pu"]
+        if mode == "compiled":
+            for b in boundings:
+                reason = self._not_compiled(b, self._held_rows(b))
+                if reason is not None:
+                    raise ValueError(f"GAUSSDP_BOUNDING=compiled: not for {reason}")
         return counts
 
-    def _not_compiled(self, b: Bounding) -> str | None:
-        """Why ``b`` cannot take the compiled path here, or ``None``."""
+    def _held_rows(self, b: Bounding) -> int:
+        """The rows the compiled path would hold for ``b``: those its keys' table counted
+        as kept (:meth:`validate`), else every row with a unit."""
+        known = self._keys.get(_keys_key(b))
+        return known[1] if known is not None else self._rows.get(b.source, 0)
+
+    def _not_compiled(self, b: Bounding, rows: int) -> str | None:
+        """Why ``b`` cannot take the compiled path here with ``rows`` rows held, or
+        ``None``."""
         module = _compiled_module()
         if module is None:
             return "numba is not installed"
+        try:
+            import pyarrow  # noqa: F401  (the stream's record batches)
+        except ImportError:  # pragma: no cover - pyarrow comes with the extras numba does
+            return "pyarrow is not installed"
         if not self._owned:
             return "a caller's connection (its settings, collations)"
         if not b.keys or b.histogram is not None:
@@ -1378,7 +1426,6 @@ class DuckDBEngine(Engine):
             return "an output other than counts, sums, sums of squares and units"
         if self._memory is None:
             return "an unknown memory limit"
-        rows = self._rows.get(b.source, 0)
         if rows * module.row_bytes(len(b.values)) > self._memory:
             return "a table whose rows would pass the memory limit"
         columns = ", ".join(("pu", *b.keys))
@@ -1394,21 +1441,29 @@ class DuckDBEngine(Engine):
         mode = bounding_mode()
         if mode == "sql":
             return None
-        reason = self._not_compiled(b)
+        rows = self._held_rows(b)
+        reason = self._not_compiled(b, rows)
         if reason is not None:
-            if mode == "compiled":
+            if mode == "compiled":  # pragma: no cover - validate() refused it
                 raise RuntimeError(f"GAUSSDP_BOUNDING=compiled: not for {reason}")
             return None
         assert self._memory is not None
+        known = self._keys.get(_keys_key(b))
         codes = f"gdp_codes_{uuid.uuid4().hex}"
         keys = ", ".join(b.keys)
         with self.failures(action), self._watch(), self._nan_exact():
-            self._con.execute(f"CREATE TEMP TABLE {codes} AS {codes_sql(b)}")
+            if known is None:  # a second grouping's keys: read them now
+                name = f"gdp_keys_{uuid.uuid4().hex}"
+                self._con.execute(f"CREATE TEMP TABLE {name} AS {keys_sql(b)}")
+                ((kept,),) = self._con.execute(f"SELECT SUM(kept) FROM {name}").fetchall()
+                known = self._keys[_keys_key(b)] = (name, int(kept or 0))
+                rows = known[1]
+            self._con.execute(f"CREATE TEMP TABLE {codes} AS {codes_sql(b, known[0])}")
             try:
                 ((groups,),) = self._con.execute(f"SELECT COUNT(*) FROM {codes}").fetchall()
                 reader = self._con.sql(stream_sql(b, codes)).to_arrow_reader(_BATCH_ROWS)
                 try:
-                    result = _compiled_module().bound(reader, b, int(groups), self._memory)
+                    result = _compiled_module().bound(reader, b, int(groups), self._memory, rows)
                 finally:
                     reader.close()
                 if result is not None:
@@ -1417,18 +1472,22 @@ class DuckDBEngine(Engine):
             finally:
                 self._con.execute(f"DROP TABLE IF EXISTS {codes}")
         if result is None:
-            if mode == "compiled":
-                raise RuntimeError("GAUSSDP_BOUNDING=compiled: past the memory limit or int64")
+            if mode == "compiled":  # after the reservation: one line, as an engine failure
+                raise EngineError(
+                    "duckdb failed while bounding by the compiled path "
+                    "(GAUSSDP_BOUNDING=compiled): past the memory limit, more rows than "
+                    "counted, or a sum past int64; the SQL path (auto, sql) takes it"
+                )
             return None
         units, totals = result
-        kept = np.flatnonzero(units > 0)
-        key_table = key_table.take(kept)
+        kept_groups = np.flatnonzero(units > 0)
+        key_table = key_table.take(kept_groups)
         try:
             out = [_from_arrow(key_table.column(i)) for i in range(key_table.num_columns)]
         except (OverflowError, ValueError):  # as in columns(): values beyond Python's range
             return None
-        out.append(units[kept])
-        out += [np.ascontiguousarray(totals[kept, j]) for j in range(totals.shape[1])]
+        out.append(units[kept_groups])
+        out += [np.ascontiguousarray(totals[kept_groups, j]) for j in range(totals.shape[1])]
         return out
 
     @contextlib.contextmanager

@@ -64,7 +64,7 @@ The query, for one grouping (:data:`TEMPLATE`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "codes_sql",
     "double",
     "grouping_sql",
+    "keys_sql",
     "stream_sql",
     "tree_sql",
 ]
@@ -454,15 +455,15 @@ SELECT CAST(pu AS BIGINT) AS pu, {cell_hash} AS h, gdp_codes.kc{values}
 FROM base JOIN {codes} AS gdp_codes USING ({keys})"""
 )
 
-CODES_TEMPLATE = """\
-WITH raw AS (
-  SELECT *
-  FROM {source}
-  WHERE pu IS NOT NULL{key_filter}
-)
-SELECT {keys}, CAST(ROW_NUMBER() OVER (ORDER BY {keys}) - 1 AS INTEGER) AS kc
-FROM raw
+KEYS_TEMPLATE = """\
+SELECT {keys}{counts}, COUNT(*) FILTER (WHERE pu IS NOT NULL{key_filter}) AS kept
+FROM {source}
 GROUP BY {keys}"""
+
+CODES_TEMPLATE = """\
+SELECT {keys}, CAST(ROW_NUMBER() OVER (ORDER BY {keys}) - 1 AS INTEGER) AS kc
+FROM {keys_table}
+WHERE kept > 0"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,8 +471,8 @@ class Bounding:
     """One grouping's bounding and aggregation: :func:`grouping_sql`'s arguments.
 
     The SQL path runs :meth:`sql`; the compiled path (``gaussdp.release._compiled``,
-    DuckDB) reads the same rows through :func:`codes_sql` and :func:`stream_sql` and
-    computes the same result.
+    DuckDB) reads the same rows through :func:`keys_sql`, :func:`codes_sql` and
+    :func:`stream_sql` and computes the same result.
     """
 
     source: str
@@ -499,27 +500,48 @@ class Bounding:
         )
 
 
-def codes_sql(b: Bounding) -> str:
-    """The distinct group keys of the rows :data:`TEMPLATE` keeps, each with its exact
-    integer code ``kc``: its rank in ``ORDER BY keys…`` from 0, so that codes sort as the
-    keys do in ``ORDER BY h, keys…`` (the engine's own order; never a hash of the keys).
+def keys_sql(b: Bounding, columns: Sequence[str] = ()) -> str:
+    """Every row of ``b``'s source read once, grouped by its keys: per distinct key tuple
+    (NULL included), the non-NULL values of each of ``columns`` (``c0``, ``c1``, …) and
+    ``kept``, its rows that :data:`TEMPLATE`'s ``raw`` step keeps (a unit, no NULL or NaN
+    unit or key: :func:`_row_filter`). Summed, the counts are an engine's validation read;
+    the key tuples with ``kept > 0`` are :func:`codes_sql`'s.
+
+    Examples
+    --------
+    >>> b = Bounding("v", ("k0",), None, (), (Output("rows"),), 2, 3, 5)
+    >>> sql = keys_sql(b, ["pu", "x0"])
+    >>> "COUNT(x0) AS c1" in sql and "(WHERE pu IS NOT NULL AND k0 IS NOT NULL) AS kept" in sql
+    True
+    """
+    counts = "".join(f", COUNT({c}) AS c{i}" for i, c in enumerate(columns))
+    key_filter = _base(keys=b.keys, histogram=None, values=(), nan=b.nan).key_filter
+    return KEYS_TEMPLATE.format(
+        source=b.source, keys=", ".join(b.keys), counts=counts, key_filter=key_filter
+    )
+
+
+def codes_sql(b: Bounding, keys_table: str) -> str:
+    """The distinct group keys of the rows :data:`TEMPLATE` keeps (from ``keys_table``, a
+    table of :func:`keys_sql`'s rows), each with its exact integer code ``kc``: its rank
+    in ``ORDER BY keys…`` from 0, so that codes sort as the keys do in
+    ``ORDER BY h, keys…`` (the engine's own order; never a hash of the keys).
 
     Examples
     --------
     >>> b = Bounding("v", ("k0", "k1"), None, (), (Output("rows"),), 2, 3, 5)
-    >>> print(codes_sql(b).splitlines()[-3])
+    >>> print(codes_sql(b, "t").splitlines()[0])
     SELECT k0, k1, CAST(ROW_NUMBER() OVER (ORDER BY k0, k1) - 1 AS INTEGER) AS kc
     """
-    keys = ", ".join(b.keys)
-    key_filter = _base(keys=b.keys, histogram=None, values=(), nan=b.nan).key_filter
-    return CODES_TEMPLATE.format(source=b.source, key_filter=key_filter, keys=keys)
+    return CODES_TEMPLATE.format(keys=", ".join(b.keys), keys_table=keys_table)
 
 
 def stream_sql(b: Bounding, codes: str) -> str:
     """One row per input row that :data:`TEMPLATE`'s ``base`` step keeps: the unit (an
     integer column), the cell hash ``h`` (:data:`CELL_HASH`, the same salt), the key
     code ``kc`` (from ``codes``, a table of :func:`codes_sql`'s rows) and each scalar
-    value's grid integer ``v0, v1, …`` (:data:`STREAM_NULL` for a NULL or NaN value).
+    value's grid integer ``v0, v1, …`` as INTEGER (:data:`STREAM_NULL` for a NULL or NaN
+    value).
     The filters, clamps and grid are :data:`TEMPLATE`'s own text.
 
     Examples
@@ -527,11 +549,13 @@ def stream_sql(b: Bounding, codes: str) -> str:
     >>> b = Bounding("v", ("k0",), None, (ScalarValue("x0", 0.0, 1.0, 0.5),),
     ...              (Output("sum", 0),), 2, 3, 5)
     >>> sql = stream_sql(b, "c")
-    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "COALESCE(v0, -2147483648)" in sql
+    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "COALESCE(v0, -2147483648) AS INTEGER" in sql
     True
     """
     base = _base(keys=b.keys, histogram=b.histogram, values=b.values, nan=b.nan)
-    values = "".join(f", COALESCE(v{i}, {STREAM_NULL}) AS v{i}" for i in range(len(b.values)))
+    values = "".join(
+        f", CAST(COALESCE(v{i}, {STREAM_NULL}) AS INTEGER) AS v{i}" for i in range(len(b.values))
+    )
     qualified = "".join(f", base.{k}" for k in b.keys)
     return STREAM_TEMPLATE.format(
         source=b.source,
