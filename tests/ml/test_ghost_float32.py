@@ -6,8 +6,9 @@ constant clip margin (module notes): per batch the error is at most γ_{k+n+1}·
 < 2⁻¹⁰·C, so neighbouring batches' sums differ by at most C. Checked here: the rule
 that picks n, the entrywise error bound on values chosen to make float error large
 (all terms of an entry of one sign, mantissas full), the brute-force sensitivity of
-the whole clipped sum in lattice units (and that without the margin it would exceed
-C), and that other settings and values take the float64 product.
+the whole clipped sum in lattice units (and that the float32 error of a neighbour
+pair's difference exceeds what the per-example path's 2⁻²⁰ margin covers), and that
+other settings and values take the float64 product.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gaussdp.ml._ghost import (  # noqa: E402
     ghost_layers,
 )
 from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norms_upper  # noqa: E402
-from gaussdp.ml.noise import CLIP_MARGIN, sum_lattice  # noqa: E402
+from gaussdp.ml.noise import sum_lattice  # noqa: E402
 
 U32 = Fraction(1, 2**24)
 
@@ -131,9 +132,7 @@ class _MLP(nn.Module):
         return self.out(torch.relu(self.hidden(x)))
 
 
-def _lattice_sums(
-    net: nn.Module, x: torch.Tensor, y: torch.Tensor, unit: float, margin: float
-) -> torch.Tensor:
+def _lattice_sums(net: nn.Module, x: torch.Tensor, y: torch.Tensor, unit: float) -> torch.Tensor:
     """The ghost path's clipped sums (C = 1) in lattice units, as DP-SGD's secure path has them."""
     layers = ghost_layers(net)
     assert layers is not None
@@ -144,24 +143,20 @@ def _lattice_sums(
         x,
         y,
         _squared_norms_upper,
-        lambda squared: _factors_from_squared(squared, 1.0, margin) / unit,
+        lambda squared: _factors_from_squared(squared, 1.0, GHOST_MARGIN) / unit,
     )
     assert result is not None
     return torch.cat([result[0][id(p)].reshape(-1) for p in net.parameters()])
 
 
-def _worst_neighbour(
-    net: nn.Module, x: torch.Tensor, y: torch.Tensor, margin: float = GHOST_MARGIN
-) -> float:
-    """max over i of ‖S(batch) − S(batch without i)‖ over C (C = 1, S in lattice units)."""
+def _neighbours(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """S(batch) and S(batch without i) for every i, over C (C = 1; computed in lattice units)."""
     unit = sum_lattice(1.0, 1.0, sum(p.numel() for p in net.parameters())).gamma
-    full = _lattice_sums(net, x, y, unit, margin)
-    worst = 0.0
-    for i in range(x.shape[0]):
-        keep = torch.arange(x.shape[0]) != i
-        part = _lattice_sums(net, x[keep], y[keep], unit, margin)
-        worst = max(worst, float(torch.linalg.vector_norm(full - part)) * unit)
-    return worst
+    full = _lattice_sums(net, x, y, unit) * unit
+    rows = torch.arange(x.shape[0])
+    return full, [_lattice_sums(net, x[rows != i], y[rows != i], unit) * unit for i in rows]
 
 
 def _aligned_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,14 +173,19 @@ def test_neighbouring_clipped_sums_differ_by_at_most_c(monkeypatch: pytest.Monke
     torch.manual_seed(3)
     net = _MLP()
     x, y = _aligned_batch(256)
-    worst = _worst_neighbour(net, x, y)
-    assert 1 - 2.0**-8 < worst <= 1.0  # every example clipped, and within C
-    # With the per-example path's margin (1 − 2⁻²⁰, which covers float64's error) the
-    # float32 products' error shows: the same batches then differ by more than C.
-    assert _worst_neighbour(net, x, y, CLIP_MARGIN) > 1.0
-    # The float64 products with that margin stay within C: the larger one is float32's.
+    full, parts = _neighbours(net, x, y)
+    changes = [float(torch.linalg.vector_norm(full - part)) for part in parts]
+    assert 1 - 2.0**-8 < max(changes) <= 1.0  # every example clipped, and within C
+    # The same sums with float64 products (error below 2⁻³⁷·C at this batch): the float32
+    # error of a neighbour pair's difference is more than the 2⁻²⁰·C that the per-example
+    # path's margin covers (so that margin would not do), and within the 2·2⁻¹⁰·C paid for.
     monkeypatch.setattr(ghost_module, "_ieee_float32_products", lambda: False)
-    assert _worst_neighbour(net, x, y, CLIP_MARGIN) <= 1.0
+    full64, parts64 = _neighbours(net, x, y)
+    errors = [
+        float(torch.linalg.vector_norm((full - part) - (full64 - part64)))
+        for part, part64 in zip(parts, parts64, strict=True)
+    ]
+    assert 2.0**-20 < max(errors) <= 2.0**-9
 
 
 def _float64_product(delta: torch.Tensor, act: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:

@@ -76,7 +76,7 @@ all parameters at once) the whole error then has L2 norm at most
   CPU — the one product that costs as much as the layer's own backward pass — when
   :func:`float32_chunks` allows it: the examples are split into n ranges of at most k
   examples, the product Σᵢ (cᵢδᵢ)aᵢᵀ of each range is one float32 matrix product and
-  the n results are summed in float32. A term cᵢδᵢₖaᵢⱼ goes through at most k + n + 1
+  the n results are added up in float32. A term cᵢδᵢₖaᵢⱼ goes through at most k + n + 1
   roundings (cᵢ to float32, cᵢ·δᵢₖ, the product with aᵢⱼ, k − 1 additions in its
   range, n − 1 across ranges), so the error is at most γ_{k+n+1}·B·C, and
   :func:`float32_chunks` allows only (k + n + 1)·B ≤ 2¹⁴ − 2⁶, hence
@@ -111,6 +111,7 @@ norms with the per-example path on some calls.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -988,13 +989,14 @@ def _outer_sum(
         and _float32_range(factors, delta_sq, act_sq)
     ):
         weighted = delta * factors.to(torch.float32)[:, None]
-        if chunks == 1:
-            return (weighted.T @ act).to(torch.float64)
         ends = [batch * j // chunks for j in range(chunks + 1)]
-        out = weighted.new_empty((chunks, out_features, in_features))
-        for j in range(chunks):
-            torch.mm(weighted[ends[j] : ends[j + 1]].T, act[ends[j] : ends[j + 1]], out=out[j])
-        return out.sum(0).to(torch.float64)
+        total = weighted[: ends[1]].T @ act[: ends[1]]
+        part = torch.empty_like(total) if chunks > 1 else total
+        for a, b in itertools.pairwise(ends[1:]):
+            # each range's product on its own, then added: one more rounding per range
+            torch.mm(weighted[a:b].T, act[a:b], out=part)
+            total += part
+        return total.to(torch.float64)
     weighted64 = delta.to(torch.float64) * factors[:, None]
     return weighted64.T @ act.to(torch.float64)
 
