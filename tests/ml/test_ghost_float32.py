@@ -224,6 +224,18 @@ def test_new_style_precision_settings_take_the_float64_product() -> None:
     assert not torch.equal(_outer_sum(delta, act, factors, delta_sq, act_sq), expected)
 
 
+@pytest.mark.parametrize("name", ["ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"])
+def test_onednn_reduced_precision_takes_the_float64_product(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delta, act, factors, delta_sq, act_sq = _adversarial(64, 128, 128, 4)
+    expected = _float64_product(delta, act, factors)
+    monkeypatch.setenv(name, "strict")
+    assert not torch.equal(_outer_sum(delta, act, factors, delta_sq, act_sq), expected)
+    monkeypatch.setenv(name, "BF16")
+    assert torch.equal(_outer_sum(delta, act, factors, delta_sq, act_sq), expected)
+
+
 @pytest.mark.parametrize(
     "case", ["tiny factor", "huge activation", "huge delta", "float64", "small weight"]
 )

@@ -83,7 +83,8 @@ all parameters at once) the whole error then has L2 norm at most
   γ_{k+n+1}·B < 2⁻¹⁰(1 − 2⁻⁹). The float64 sums of the other parameters have the
   smaller γ, so this bound covers the whole error. It needs IEEE single precision:
   float32 is used only while torch's float32 matrix-product settings are IEEE (not
-  ``torch.set_float32_matmul_precision("medium")`` or a bf16/tf32 oneDNN setting)
+  ``torch.set_float32_matmul_precision("medium")``, a bf16/tf32 oneDNN setting or
+  ``ONEDNN_DEFAULT_FPMATH_MODE``)
   and only where every kept example has 2⁻¹⁰⁰ ≤ cᵢ ≤ 2⁴⁰ and ‖aᵢ‖, cᵢ‖δᵢ‖ ≤ 2⁴⁰
   (from the norm bounds): no value overflows, cᵢ is a normal float32, and each
   underflow (gradual, or flushed to zero, inputs included, under
@@ -110,9 +111,11 @@ norms with the per-example path on some calls.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
+import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -922,6 +925,7 @@ def clipped_sums(
     return sums, squared
 
 
+@functools.lru_cache(maxsize=1024)
 def float32_chunks(batch: int) -> int | None:
     """The number n of example ranges of a float32 Linear product for a batch of B, or None.
 
@@ -944,9 +948,13 @@ def _ieee_float32_products() -> bool:
     """Whether torch computes float32 matrix products on the CPU in IEEE single precision.
 
     Not under ``torch.set_float32_matmul_precision("medium")`` or ``"high"``, nor a
-    ``bf16``/``tf32`` setting of ``torch.backends.fp32_precision`` or of oneDNN's: those
+    ``bf16``/``tf32`` setting of ``torch.backends.fp32_precision`` or of oneDNN's, nor
+    oneDNN's ``ONEDNN_DEFAULT_FPMATH_MODE`` (``DNNL_…``) other than ``STRICT``: those
     allow lower-precision products, outside the float32 bound (module notes).
     """
+    for variable in ("ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"):
+        if os.environ.get(variable, "STRICT").upper() != "STRICT":
+            return False
     backends = torch.backends
     owners = (backends, backends.mkldnn, getattr(backends.mkldnn, "matmul", None))
     # None where this torch has no such setting (then only the legacy one counts)
