@@ -54,10 +54,10 @@ constant, whatever the batch: it pays for the float error of the sums below, les
 than 2⁻¹⁰·C per batch, so that between neighbouring batches the computed sums differ
 by less than C(1 − 2⁻⁹) + 2·2⁻¹⁰·C = C. (A margin that depended on the batch size B
 would not do: neighbours differ in B, and a factor changed by ε moves the whole sum,
-B·C·ε.) Rounding both sums to the lattice adds at most √d (one
-unit per coordinate) — within :meth:`gaussdp.LatticeGaussian.sensitivity_bound`
-= C/γ + ⌈√d⌉. Sums are taken in lattice units (the factors include 1/γ), where
-C/γ ≥ 250√d (:meth:`gaussdp.Gaussian.lattice`).
+B·C·ε.) Rounding both sums to the lattice adds at most √d (one unit per coordinate)
+— within :meth:`gaussdp.LatticeGaussian.sensitivity_bound` = C/γ + ⌈√d⌉. Sums are
+taken in lattice units (the factors include 1/γ), where C/γ ≥ 250√d
+(:meth:`gaussdp.Gaussian.lattice`).
 
 The float error of a sum, whichever of the two ways below computes it, is bounded
 entry by entry by γ_n (Higham 2002: γ_n = nu/(1 − nu), u the unit roundoff) times the
@@ -66,7 +66,7 @@ any term goes through; by the triangle inequality over examples (Minkowski's, ov
 all parameters at once) the whole error then has L2 norm at most
 γ_n·Σᵢ cᵢ‖gᵢ‖ ≤ γ_n·B·C — whatever the order of the additions (any summation tree).
 
-- Float64 (u = 2⁻⁵³; every sum except the two below): each entry is a sum of at most
+- Float64 (u = 2⁻⁵³; every sum but the one below): each entry is a sum of at most
   B products cᵢ·gᵢⱼ (the Linear outer products δᵢₖ aᵢⱼ with one more rounding), so
   n ≤ B + 2 and the error is at most γ_{B+2}·B·C ≤ 2⁻²¹·C for B ≤ 2¹⁶ − 3.
   (Sums over the positions t are done inside each example's gᵢ, before clipping,
@@ -84,22 +84,22 @@ all parameters at once) the whole error then has L2 norm at most
   smaller γ, so this bound covers the whole error. It needs IEEE single precision:
   float32 is used only while torch's float32 matrix-product settings are IEEE (not
   ``torch.set_float32_matmul_precision("medium")``, a bf16/tf32 oneDNN setting or
-  ``ONEDNN_DEFAULT_FPMATH_MODE``)
-  and only where every kept example has 2⁻¹⁰⁰ ≤ cᵢ ≤ 2⁴⁰ and ‖aᵢ‖, cᵢ‖δᵢ‖ ≤ 2⁴⁰
-  (from the norm bounds): no value overflows, cᵢ is a normal float32, and each
-  underflow (gradual, or flushed to zero, inputs included, under
-  ``torch.set_flush_denormal``) errs by at most 2⁻¹²⁶ times at most 2⁸⁰ — below
-  B·√d·2⁻⁴⁴ ≤ 2⁻³⁶·C/γ in all, inside the slack of the bound (γ_{k+n+1}·B·C is
-  below 2⁻¹⁰·C by more than 2⁻¹⁹·C). Otherwise (a larger batch, other settings or
-  values, GPUs) float64.
+  ``ONEDNN_DEFAULT_FPMATH_MODE``) and only where every kept example has
+  2⁻¹⁰⁰ ≤ cᵢ ≤ 2⁴⁰ and ‖aᵢ‖, cᵢ‖δᵢ‖ ≤ 2⁴⁰ (from the norm bounds): no value
+  overflows, cᵢ is a normal float32, and each underflow (gradual, or flushed to
+  zero, inputs included, under ``torch.set_flush_denormal``) errs by at most 2⁻¹²⁶
+  times at most 2⁸⁰ — below B·√d·2⁻⁴⁴ ≤ 2⁻³⁶·C/γ in all, inside the slack of the
+  bound (γ_{k+n+1}·B·C is below 2⁻¹⁰·C by more than 2⁻¹⁹·C). Otherwise (a larger
+  batch, other settings or values, GPUs) float64.
 
 Which way a batch takes depends on its size and values, and that is allowed: each way
 keeps its error within 2⁻¹⁰·C, so the sensitivity bound holds whatever the two
 neighbouring batches took. The margin costs 0.2 % of the clipped signal (the noise
 stays calibrated to C) — less than the lattice's 0.4 % — and makes the MLP of
 ``benchmarks/dpsgd.py`` (batch 256: n = 5 ranges of ≤ 52) compute its largest product
-in float32, about half the CPU of float64. A batch of 2¹⁶ − 2 examples or more takes
-the per-example path (:mod:`gaussdp.ml.dpsgd`); :func:`check_batch` refuses it here.
+in float32, at 0.6–0.7× the CPU of the float64 product. A batch of 2¹⁶ − 2 examples
+or more takes the per-example path (:mod:`gaussdp.ml.dpsgd`); :func:`check_batch`
+refuses it here.
 
 Independence. These formulas attribute slice i of each recorded tensor to example i;
 that holds only if the model processes examples independently along the first
