@@ -20,8 +20,15 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 
 from gaussdp.ml import clip_factors, clip_gradients  # noqa: E402
-from gaussdp.ml._ghost import ghost_clipped_sums, ghost_layers  # noqa: E402
+from gaussdp.ml._ghost import (  # noqa: E402
+    GHOST_MARGIN,
+    ghost_clipped_sums,
+    ghost_layers,
+)
 from gaussdp.ml.dpsgd import _factors_from_squared, _squared_norms_upper  # noqa: E402
+from gaussdp.ml.noise import CLIP_MARGIN  # noqa: E402
+
+SHRINK = GHOST_MARGIN / CLIP_MARGIN  # ghost clipping's margin for its float error
 
 CLIP = 1.0
 
@@ -186,4 +193,5 @@ def test_an_example_with_a_huge_gradient_contributes_norm_c(mode: str, api: str)
     clipped_sum = _clipped_sum_fn(lambda: net, mode, api)
     x, y = _data(n=1)
     norm = float(torch.linalg.vector_norm(clipped_sum(1e25 * x, y)))
-    assert CLIP * (1 - 1e-5) <= norm <= CLIP
+    margin = SHRINK if mode == "ghost" else 1.0
+    assert CLIP * margin * (1 - 1e-5) <= norm <= CLIP

@@ -45,20 +45,61 @@ twice) makes the batch go through the ``torch.func`` path. (An embedding with
 
 Rigour. A per-example vector gᵢ is what is clipped and summed; its squared norm is
 bounded above from float32 dot products as in :func:`gaussdp.ml.dpsgd.clip_factors`
-(for ghost Linear layers, ‖aᵢ‖²‖δᵢ‖², a product of two such bounds), so each exact
-contribution cᵢgᵢ has norm ≤ C(1 − 2⁻²⁰). The sums over examples are computed in
-float64: each entry is a sum of at most B products cᵢ·gᵢⱼ (the Linear outer products
-δᵢₖ aᵢⱼ with one more rounding), so whatever the order its error is at most γ_{B+2}
-times the sum of the absolute terms (Higham 2002, eq. 3.5); by the triangle inequality
-over examples (Minkowski's, over all parameters at once) the whole error has L2 norm
-at most γ_{B+2}·Σᵢ cᵢ‖gᵢ‖ ≤ γ_{B+2}·B·C ≤ 2⁻²¹·C for B ≤ 2¹⁶ − 3. (Sums over the
-positions t are done inside each example's gᵢ, before clipping, never mixed with the
-sum over examples: there a cancellation between positions could make the float error
-of the mixed sum larger than C.) Between neighbouring batches the float64 sums thus
-differ by at most C(1 − 2⁻²⁰) + 2·2⁻²¹·C = C, and rounding both to the lattice adds at
-most √d (one unit per coordinate) — within :meth:`gaussdp.LatticeGaussian.sensitivity_bound`
-= C/γ + ⌈√d⌉. A batch of 2¹⁶ − 2 examples or more is refused (with Poisson sampling
-at an expected batch ≤ 2¹⁴ this has probability below 10⁻¹⁰⁰⁰).
+(for ghost Linear layers, ‖aᵢ‖²‖δᵢ‖², a product of two such bounds), and its clip
+factor is min(1, C/‖gᵢ‖)·:data:`GHOST_MARGIN`, GHOST_MARGIN = (1 − 2⁻²⁰)(1 − 2⁻⁹)
+(exact in float64; :mod:`gaussdp.ml.dpsgd` passes it, the per-example path keeping
+1 − 2⁻²⁰), so each exact contribution cᵢgᵢ has norm ≤ C·GHOST_MARGIN·(1 + 2⁻⁵⁰)
+< C(1 − 2⁻⁹) (the last factor: the float64 roundings of the factor). The margin is a
+constant, whatever the batch: it pays for the float error of the sums below, less
+than 2⁻¹⁰·C per batch, so that between neighbouring batches the computed sums differ
+by less than C(1 − 2⁻⁹) + 2·2⁻¹⁰·C = C. (A margin that depended on the batch size B
+would not do: neighbours differ in B, and a factor changed by ε moves the whole sum,
+B·C·ε.) Rounding both sums to the lattice adds at most √d (one unit per coordinate)
+— within :meth:`gaussdp.LatticeGaussian.sensitivity_bound` = C/γ + ⌈√d⌉. Sums are
+taken in lattice units (the factors include 1/γ), where C/γ ≥ 250√d
+(:meth:`gaussdp.Gaussian.lattice`).
+
+The float error of a sum, whichever of the two ways below computes it, is bounded
+entry by entry by γ_n (Higham 2002: γ_n = nu/(1 − nu), u the unit roundoff) times the
+sum of the absolute exact terms cᵢ|gᵢⱼ|, where n is the largest number of roundings
+any term goes through; by the triangle inequality over examples (Minkowski's, over
+all parameters at once) the whole error then has L2 norm at most
+γ_n·Σᵢ cᵢ‖gᵢ‖ ≤ γ_n·B·C — whatever the order of the additions (any summation tree).
+
+- Float64 (u = 2⁻⁵³; every sum but the one below): each entry is a sum of at most
+  B products cᵢ·gᵢⱼ (the Linear outer products δᵢₖ aᵢⱼ with one more rounding), so
+  n ≤ B + 2 and the error is at most γ_{B+2}·B·C ≤ 2⁻²¹·C for B ≤ 2¹⁶ − 3.
+  (Sums over the positions t are done inside each example's gᵢ, before clipping,
+  never mixed with the sum over examples: there a cancellation between positions
+  could make the float error of the mixed sum larger than C.)
+- Float32 (u = 2⁻²⁴), for the weight of a Linear layer on ``[B, features]`` on the
+  CPU — the one product that costs as much as the layer's own backward pass — when
+  :func:`float32_chunks` allows it: the examples are split into n ranges of at most k
+  examples, the product Σᵢ (cᵢδᵢ)aᵢᵀ of each range is one float32 matrix product and
+  the n results are added up in float32. A term cᵢδᵢₖaᵢⱼ goes through at most k + n + 1
+  roundings (cᵢ to float32, cᵢ·δᵢₖ, the product with aᵢⱼ, k − 1 additions in its
+  range, n − 1 across ranges), so the error is at most γ_{k+n+1}·B·C, and
+  :func:`float32_chunks` allows only (k + n + 1)·B ≤ 2¹⁴ − 2⁶, hence
+  γ_{k+n+1}·B < 2⁻¹⁰(1 − 2⁻⁹). The float64 sums of the other parameters have the
+  smaller γ, so this bound covers the whole error. It needs IEEE single precision:
+  float32 is used only while torch's float32 matrix-product settings are IEEE (not
+  ``torch.set_float32_matmul_precision("medium")``, a bf16/tf32 oneDNN setting or
+  ``ONEDNN_DEFAULT_FPMATH_MODE``) and only where every kept example has
+  2⁻¹⁰⁰ ≤ cᵢ ≤ 2⁴⁰ and ‖aᵢ‖, cᵢ‖δᵢ‖ ≤ 2⁴⁰ (from the norm bounds): no value
+  overflows, cᵢ is a normal float32, and each underflow (gradual, or flushed to
+  zero, inputs included, under ``torch.set_flush_denormal``) errs by at most 2⁻¹²⁶
+  times at most 2⁸⁰ — below B·√d·2⁻⁴⁴ ≤ 2⁻³⁶·C/γ in all, inside the slack of the
+  bound (γ_{k+n+1}·B·C is below 2⁻¹⁰·C by more than 2⁻¹⁹·C). Otherwise (a larger
+  batch, other settings or values, GPUs) float64.
+
+Which way a batch takes depends on its size and values, and that is allowed: each way
+keeps its error within 2⁻¹⁰·C, so the sensitivity bound holds whatever the two
+neighbouring batches took. The margin costs 0.2 % of the clipped signal (the noise
+stays calibrated to C) — less than the lattice's 0.4 % — and makes the MLP of
+``benchmarks/dpsgd.py`` (batch 256: n = 5 ranges of ≤ 52) compute its largest product
+in float32, at 0.6–0.7× the CPU of the float64 product. A batch of 2¹⁶ − 2 examples
+or more takes the per-example path (:mod:`gaussdp.ml.dpsgd`); :func:`check_batch`
+refuses it here.
 
 Independence. These formulas attribute slice i of each recorded tensor to example i;
 that holds only if the model processes examples independently along the first
@@ -70,7 +111,11 @@ norms with the per-example path on some calls.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import itertools
+import math
+import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -86,11 +131,13 @@ from gaussdp.errors import invalid
 
 __all__ = [
     "GHOST_LAYERS",
+    "GHOST_MARGIN",
     "GHOST_MAX_BATCH",
     "LayerRecord",
     "LayerRecorder",
     "check_batch",
     "clipped_sums",
+    "float32_chunks",
     "ghost_clipped_sums",
     "ghost_layers",
     "input_guard",
@@ -102,6 +149,21 @@ __all__ = [
 
 #: Largest batch for which the float64 error bound above holds.
 GHOST_MAX_BATCH = 2**16 - 3
+
+#: Clip factors of this path are min(1, C/‖gᵢ‖) times this (exact) constant: the margin
+#: 2⁻²⁰ of the per-example path and 2⁻⁹ more for the float error of the sums (module notes).
+GHOST_MARGIN = (1.0 - 2.0**-20) * (1.0 - 2.0**-9)
+
+# Float32 products are allowed while (k + n + 1)·B stays within this (module notes):
+# then γ_{k+n+1}·B < 2⁻¹⁰(1 − 2⁻⁹), u = 2⁻²⁴.
+_FLOAT32_ROUNDINGS = 2**14 - 2**6
+
+# Clip factors and norms for which the float32 product has no overflow and negligible
+# underflow (module notes).
+_FLOAT32_FACTORS = (2.0**-100, 2.0**40)
+_FLOAT32_NORM_SQ = 2.0**80
+# Smaller weights (out × in entries) keep the float64 product: it costs less than the checks.
+_FLOAT32_MIN_SIZE = 2**14
 
 #: Float64 elements per chunk of the clipped sum of materialised per-example gradients.
 _CHUNK = 2**22
@@ -775,7 +837,9 @@ def clipped_sums(
 
     ``deltas`` are the gradients of the per-example objective with respect to every
     recorded output, layer after layer (None for an output that does not reach it);
-    ``batch`` is the number of examples.
+    ``batch`` is the number of examples. ``factors_of`` turns per-example squared-norm
+    bounds into clip factors, min(1, C/‖gᵢ‖)·:data:`GHOST_MARGIN` for the sensitivity
+    bound of the module notes.
     """
     position = 0
     for record in records:
@@ -797,11 +861,14 @@ def clipped_sums(
         elif isinstance(part, _Rows):
             blocks.append(part.values)
     bounds = iter(squared_norms_upper(blocks))
+    outer_bounds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # ‖δᵢ‖², ‖aᵢ‖² bounds
     for part in parts:
         if isinstance(part, _Outer):
             delta_sq = next(bounds)
             if part.module.weight.requires_grad:
-                squared += next(bounds) * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
+                act_sq = next(bounds)
+                outer_bounds[id(part)] = delta_sq, act_sq
+                squared += act_sq * delta_sq  # ‖δ aᵀ‖_F² = ‖a‖²‖δ‖²
             if part.module.bias is not None and part.module.bias.requires_grad:
                 squared += delta_sq
         elif isinstance(part, _Dense):
@@ -821,11 +888,12 @@ def clipped_sums(
     for part in parts:
         if isinstance(part, _Outer):
             act, d = _drop(part.act, dropped), _drop(part.delta, dropped)
-            weighted = d.to(torch.float64) * factors[:, None]
             if part.module.weight.requires_grad:
-                sums[id(part.module.weight)] = weighted.T @ act.to(torch.float64)  # Σᵢ cᵢδᵢaᵢᵀ
+                sums[id(part.module.weight)] = _outer_sum(
+                    d, act, factors, *outer_bounds[id(part)]
+                )  # Σᵢ cᵢδᵢaᵢᵀ
             if part.module.bias is not None and part.module.bias.requires_grad:
-                sums[id(part.module.bias)] = weighted.sum(0)
+                sums[id(part.module.bias)] = (d.to(torch.float64) * factors[:, None]).sum(0)
         elif isinstance(part, _Dense):
             total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
             _add_weighted(total, _drop(part.grads, dropped), factors)
@@ -855,6 +923,110 @@ def clipped_sums(
             total = torch.zeros(part.param.shape, dtype=torch.float64, device=device)
             sums[id(part.param)] = total.index_add_(0, part.row[keep], scaled)
     return sums, squared
+
+
+@functools.lru_cache(maxsize=1024)
+def float32_chunks(batch: int) -> int | None:
+    """The number n of example ranges of a float32 Linear product for a batch of B, or None.
+
+    The least n ≥ 1 with (⌈B/n⌉ + n + 1)·B within the float32 budget of the module
+    notes (fewest products: fastest), or None where no n qualifies (B above 400 or so,
+    as ⌈B/n⌉ + n ≥ 2√B): the product is then computed in float64.
+    """
+    if batch < 1 or (2 * math.isqrt(batch) + 1) * batch > _FLOAT32_ROUNDINGS:
+        return None
+    for n in range(1, batch + 1):
+        k = -(-batch // n)
+        if (k + n + 1) * batch <= _FLOAT32_ROUNDINGS:
+            return n
+        if n > k:  # k + n only grows from here
+            break
+    return None
+
+
+def _ieee_float32_products() -> bool:
+    """Whether torch computes float32 matrix products on the CPU in IEEE single precision.
+
+    Not under ``torch.set_float32_matmul_precision("medium")`` or ``"high"``, nor a
+    ``bf16``/``tf32`` setting of ``torch.backends.fp32_precision`` or of oneDNN's, nor
+    oneDNN's ``ONEDNN_DEFAULT_FPMATH_MODE`` (``DNNL_…``) other than ``STRICT``: those
+    allow lower-precision products, outside the float32 bound (module notes).
+    """
+    for variable in ("ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE"):
+        if os.environ.get(variable, "STRICT").upper() != "STRICT":
+            return False
+    backends = torch.backends
+    owners = (backends, backends.mkldnn, getattr(backends.mkldnn, "matmul", None))
+    # None where this torch has no such setting (then only the legacy one counts)
+    settings = [getattr(owner, "fp32_precision", None) for owner in owners]
+    known = [setting for setting in settings if setting is not None]
+    if any(setting not in ("none", "ieee") for setting in known):
+        return False
+    try:
+        return torch.get_float32_matmul_precision() == "highest"
+    except RuntimeError:  # raised where the legacy and the new settings were both used
+        return bool(known)
+
+
+def _outer_sum(
+    delta: torch.Tensor,
+    act: torch.Tensor,
+    factors: torch.Tensor,
+    delta_sq: torch.Tensor,
+    act_sq: torch.Tensor,
+) -> torch.Tensor:
+    """Σᵢ cᵢδᵢaᵢᵀ (float64) of a Linear layer on ``[B, features]``: float32 where allowed.
+
+    ``delta_sq`` and ``act_sq`` are the per-example bounds on ‖δᵢ‖² and ‖aᵢ‖²; rows with
+    factor 0 are zero in ``delta`` and ``act``. In float32 (module notes: IEEE products
+    on the CPU, :func:`float32_chunks`, factors and norms in range; weights of at least
+    2¹⁴ entries) the examples are split into n ranges, one product each, summed in
+    float32; otherwise one float64 product.
+    """
+    batch, out_features, in_features = act.shape[0], delta.shape[1], act.shape[1]
+    chunks = (
+        float32_chunks(batch)
+        if act.device.type == "cpu"
+        and act.dtype == delta.dtype == torch.float32
+        and out_features * in_features >= _FLOAT32_MIN_SIZE
+        else None
+    )
+    if (
+        chunks is not None
+        and _ieee_float32_products()
+        and _float32_range(factors, delta_sq, act_sq)
+    ):
+        weighted = delta * factors.to(torch.float32)[:, None]
+        ends = [batch * j // chunks for j in range(chunks + 1)]
+        total = weighted[: ends[1]].T @ act[: ends[1]]
+        part = torch.empty_like(total) if chunks > 1 else total
+        for a, b in itertools.pairwise(ends[1:]):
+            # each range's product on its own, then added: one more rounding per range
+            torch.mm(weighted[a:b].T, act[a:b], out=part)
+            total += part
+        return total.to(torch.float64)
+    weighted64 = delta.to(torch.float64) * factors[:, None]
+    return weighted64.T @ act.to(torch.float64)
+
+
+def _float32_range(factors: torch.Tensor, delta_sq: torch.Tensor, act_sq: torch.Tensor) -> bool:
+    """Whether every kept example has 2⁻¹⁰⁰ ≤ cᵢ ≤ 2⁴⁰ and ‖aᵢ‖², cᵢ²‖δᵢ‖² ≤ 2⁸⁰ (notes).
+
+    Dropped examples (factor 0) do not count; a NaN bound fails. In numpy: a dozen
+    torch operations on ``[B]`` vectors cost about 0.1 ms a step.
+    """
+    c = factors.detach().numpy()
+    kept = c != 0
+    if not kept.any():
+        return True
+    c = c[kept]
+    low, high = _FLOAT32_FACTORS
+    return bool(
+        c.min() >= low
+        and c.max() <= high
+        and act_sq.detach().numpy()[kept].max() <= _FLOAT32_NORM_SQ
+        and (c * c * delta_sq.detach().numpy()[kept]).max() <= _FLOAT32_NORM_SQ
+    )
 
 
 def _add_weighted(total: torch.Tensor, grads: torch.Tensor, factors: torch.Tensor) -> None:
@@ -890,9 +1062,10 @@ def ghost_clipped_sums(
     configuration the formulas do not cover); the caller then uses ``torch.func``.
     ``squared_norms_upper(blocks)`` bounds each example's squared norm in each block
     ``[B, …]`` of a list (one call for all the blocks formed at once);
-    ``factors_of`` turns per-example squared-norm bounds into clip factors.
-    ``model(inputs)`` is the forward pass, on the whole batch: the caller must make
-    sure it processes examples independently (``gaussdp.ml.dpsgd`` passes the graph
+    ``factors_of`` turns per-example squared-norm bounds into clip factors (with
+    :data:`GHOST_MARGIN`, see :func:`clipped_sums`). ``model(inputs)`` is the forward
+    pass, on the whole batch: the caller must make sure it processes examples
+    independently (``gaussdp.ml.dpsgd`` passes the graph
     :func:`gaussdp.ml._independence.prove` proved, which calls the model's own
     layers, and compares the losses and squared norms returned here with a
     per-example pass on some calls). ``copy``, ``replay`` and

@@ -94,6 +94,7 @@ from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
+    GHOST_MARGIN,
     GHOST_MAX_BATCH,
     LayerRecord,
     clipped_sums,
@@ -374,8 +375,13 @@ def clip_factors(grads: Mapping[str, torch.Tensor], max_grad_norm: float) -> tor
     return _factors_from_squared(_total_squared_norms(grads, batch), clip)
 
 
-def _factors_from_squared(squared: torch.Tensor, clip: float) -> torch.Tensor:
-    """min(1, C/‖gᵢ‖)·(1 − 2⁻²⁰) from upper bounds on ‖gᵢ‖² (float64)."""
+def _factors_from_squared(
+    squared: torch.Tensor, clip: float, margin: float = CLIP_MARGIN
+) -> torch.Tensor:
+    """min(1, C/‖gᵢ‖)·(1 − 2⁻²⁰) from upper bounds on ‖gᵢ‖² (float64).
+
+    ``margin`` replaces 1 − 2⁻²⁰ (ghost clipping's :data:`~gaussdp.ml._ghost.GHOST_MARGIN`).
+    """
     if math.isinf(clip):
         return torch.ones_like(squared)
     norms = torch.sqrt(squared)
@@ -384,7 +390,7 @@ def _factors_from_squared(squared: torch.Tensor, clip: float) -> torch.Tensor:
     # A gradient with an inf or NaN entry counts as zero (factor 0, see clip_factors): it
     # must not turn the noisy sum into NaN, which would reveal that the example is present.
     ratio = torch.where(torch.isfinite(norms), ratio, 0.0)
-    return ratio.mul_(CLIP_MARGIN)
+    return ratio.mul_(margin)
 
 
 def clip_gradients(
@@ -764,7 +770,7 @@ class _Engine:
                     targets,
                     _squared_norms_upper,
                     # Factors over the noiser's unit (γ = 2**k, exact): sums in lattice units.
-                    lambda squared: _factors_from_squared(squared, clip) / unit,
+                    lambda squared: _factors_from_squared(squared, clip, GHOST_MARGIN) / unit,
                     copy=self.copy_outputs,
                     replay=lambda: _replaying(rng_state, self.device),
                     restore=restore,
@@ -1211,7 +1217,7 @@ class _Engine:
                 deltas,
                 record.batch,
                 _squared_norms_upper,
-                lambda sq: _factors_from_squared(sq, clip) / unit,
+                lambda sq: _factors_from_squared(sq, clip, GHOST_MARGIN) / unit,
             )
             if not record.check:
                 return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
