@@ -660,12 +660,44 @@ class _Engine:
         self.anchor = torch.zeros((), requires_grad=True)  # makes captured outputs differentiable
         self.loss_check = LossCheck(self.params)  # the loss keeps examples apart (probed steps)
         self.inside = False  # True while the engine itself runs the model
-        self.raw_forward = False  # the unwrapped model ran with gradients enabled
-        module.register_forward_pre_hook(self._watch_raw_calls)
+        self.raw_forward = False  # the unwrapped model or a part ran with gradients enabled
+        self.raw_module = ""  # the name of the first one that did
+        # On the model and on every module that holds a trainable parameter (itself or
+        # in a submodule): a call of a part (an auxiliary head, an activation penalty on
+        # features) runs on data too.
+        self.module_names = {id(m): n for n, m in module.named_modules()}
+        for sub in module.modules():
+            if sub is module or any(p.requires_grad for p in sub.parameters()):
+                sub.register_forward_pre_hook(self._watch_raw_calls)
 
-    def _watch_raw_calls(self, _module: nn.Module, _args: Any) -> None:
-        if not self.inside and torch.is_grad_enabled():
-            self.raw_forward = True
+    def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
+        if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
+            self.raw_forward = True  # named by the first (outermost) call
+            self.raw_module = self.module_names.get(id(module), type(module).__name__)
+
+    def refuse_raw_calls(self) -> None:
+        """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
+
+        Every module holding a trainable parameter (itself or in a submodule) watches
+        its calls: one outside the engine with gradients enabled since the last
+        ``zero_grad()`` may have put unclipped per-example gradients into ``param.grad``,
+        which the step would add un-noised as a regulariser. A parameter used on data
+        outside any module call (``w @ x.T`` in the loss) is not seen (see
+        :class:`PrivateModule`). Raised before anything is captured, drawn or charged.
+        """
+        if self.raw_forward and any(p.grad is not None for p in self.params):
+            part = f"'s submodule {self.raw_module!r}" if self.raw_module else ""
+            raise RuntimeError(
+                invalid(
+                    "optimizer.step()",
+                    "called without the unwrapped model or any of its layers having run "
+                    "with gradients enabled since the last zero_grad() while parameters "
+                    "hold gradients (they may be unclipped per-example gradients, added "
+                    "un-noised): train through the model make_private returned and run "
+                    "the unwrapped one and its parts under torch.no_grad()",
+                    f"the unwrapped model{part} ran with gradients enabled",
+                )
+            )
 
     def check_params(self) -> None:
         """Refuse a model whose trainable parameters of ``make_private`` were replaced.
@@ -937,7 +969,7 @@ class _Engine:
                     self.expected,
                     args,
                     kwargs,
-                    allowed_hook=lambda m, h: m is self.module and h == self._watch_raw_calls,
+                    allowed_hook=lambda _, h: h == self._watch_raw_calls,
                 )
             finally:
                 self.inside = inside
@@ -1530,8 +1562,10 @@ class PrivateModule(nn.Module):
     average. This is private only if such terms do not depend on the data: data must
     reach the loss only through the private model's outputs, and no parameter may
     meet those outputs outside the model (``model(x) @ w`` is refused on probed
-    steps). A call of the *unwrapped* model with gradients enabled since the last
-    ``zero_grad()`` makes the step refuse if any parameter holds a gradient.
+    steps). A call of the *unwrapped* model, or of any of its modules that holds a
+    trainable parameter, with gradients enabled since the last ``zero_grad()`` makes
+    the step refuse if any parameter holds a gradient. Not detected: a parameter used
+    on data outside every module call (``net[0].weight @ x.T`` in the loss).
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
@@ -1774,8 +1808,9 @@ class DPOptimizer(torch.optim.Optimizer):
             still go through the model and ``loss.backward()``, or
             ``model.backward``), if two outputs reached one backward pass, if a
             probed output's gradient arrived without the loss check of
-            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model ran with gradients
-            enabled and parameters hold gradients.
+            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model or one of its
+            modules with trainable parameters ran with gradients enabled and
+            parameters hold gradients.
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the
@@ -1800,13 +1835,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
             )
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
-        if engine.raw_forward and any(p.grad is not None for p in engine.params):
-            raise RuntimeError(
-                "the unwrapped model ran with gradients enabled since the last zero_grad() "
-                "and its parameters hold gradients, which may be unclipped per-example "
-                "gradients: train through the model returned by make_private (run the "
-                "unwrapped one under torch.no_grad())"
-            )
+        engine.refuse_raw_calls()
         engine.check_params()
         captured = engine.take_records()
         sums = engine.pending
