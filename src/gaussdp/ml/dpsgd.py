@@ -105,6 +105,7 @@ from gaussdp.ml._ghost import (
     vmap_attention,
 )
 from gaussdp.ml._loss_check import LossCheck, Probe
+from gaussdp.ml._masks import MaskStates
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
     NoiseMode,
@@ -607,6 +608,7 @@ class _Engine:
         num_examples: int,
         noise: NoiseMode,
         rng: RandomSource,
+        mask_rng: RandomSource,
         grad_sample_mode: GradSampleMode = "auto",
         loss_reduction: LossReduction = "mean",
     ) -> None:
@@ -639,6 +641,8 @@ class _Engine:
         self.device = self.params[0].device if self.params else torch.device("cpu")
         dim = sum(p.numel() for p in self.params)
         self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
+        # Secret generator states, one per training pass: its dropout masks (_masks).
+        self.masks = MaskStates(mask_rng, self.device)
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -765,6 +769,11 @@ class _Engine:
         )
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``model.backward(x, y)``, its random layers drawing from a secret state (_masks)."""
+        with _replaying(self.masks.next(), self.device):
+            return self._backward(inputs, targets)
+
+    def _backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_params()
         if self.loss_fn is None:
             raise ValueError(
@@ -1061,11 +1070,13 @@ class _Engine:
         self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
         batch = _batch_of(leaves)
-        record = _Record(self, leaves, spec, batch, _rng_snapshot(self.device))
+        # Its random layers draw from a secret state, the same in every re-run (_masks).
+        record = _Record(self, leaves, spec, batch, self.masks.next())
         self.forward_calls += 1
         self.inside = True
         try:
-            output = self._record_forward(record)
+            with _replaying(record.rng_state, self.device):
+                output = self._record_forward(record)
         finally:
             self.inside = False
         out_leaves, out_spec = tree_flatten(output)
@@ -1370,12 +1381,22 @@ def _rng_snapshot(device: torch.device) -> RngState:
 
 @contextlib.contextmanager
 def _replaying(state: RngState, device: torch.device) -> Iterator[None]:
-    """Run with the generators set to ``state`` (same dropout masks), then restore them."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.set_rng_state(state[0])
-        if state[1] is not None:
-            torch.cuda.set_rng_state(state[1], device)
+    """Run with the generators set to ``state`` (same dropout masks), then restore them.
+
+    ``torch.random.fork_rng(devices=[device])`` without its per-call device lookup.
+    """
+    saved = _rng_snapshot(device)
+    _set_rng(state, device)
+    try:
         yield
+    finally:
+        _set_rng(saved, device)
+
+
+def _set_rng(state: RngState, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 def _rng_moved(state: RngState, device: torch.device) -> bool:
@@ -2319,9 +2340,12 @@ def make_private(
         faster, an upper bound only and looser (lower bound reported as 0). Also
         used to calibrate σ from ``target_epsilon``.
     rng : RandomSource, optional
-        Source of the sampling and noise randomness; ``None`` is the operating
-        system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
-        ChaCha20 streams keyed from it drive the loader and the noise; when ``rng``
+        Source of the sampling, noise and dropout-mask randomness; ``None`` is the
+        operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Three
+        ChaCha20 streams keyed from it drive the loader, the noise and the generator
+        states every training pass of the model runs under (its dropout masks, secret
+        unless ``rng`` is seeded; torch's own generators are left as they were, see
+        :mod:`gaussdp.ml._masks`); when ``rng``
         is not a seeded stream, a forked process re-keys them from it (it never
         repeats the parent's noise), while under a seed a forked process continues
         the parent's streams: give each process its own seed. With a ``ledger`` or
@@ -2481,6 +2505,7 @@ def make_private(
     # Streams of their own, re-keyed in a forked child (see gaussdp.random).
     loader_rng = _DerivedStream(source)
     noise_rng = _DerivedStream(source)
+    mask_rng = _DerivedStream(source)  # the dropout masks' (gaussdp.ml._masks)
     engine = _Engine(
         model,
         loss_fn,
@@ -2490,6 +2515,7 @@ def make_private(
         num_examples=size,
         noise=mode,
         rng=noise_rng,
+        mask_rng=mask_rng,
         grad_sample_mode=grad_sample_mode,
         loss_reduction=loss_reduction,
     )
