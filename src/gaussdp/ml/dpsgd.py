@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import secrets
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1691,6 +1692,8 @@ class DPOptimizer(torch.optim.Optimizer):
         self._loaded_steps = 0
         self._loaded = False  # a history was loaded: a second load_state_dict is refused
         self._charger: Charger | None = None
+        # The loaded history's steps and where each was charged (see load_state_dict).
+        self._segments: list[Segment] = []
         if ledger is not None or filter is not None:
             check_spender(ledger, filter)
             if engine.noiser.noise_multiplier == 0:
@@ -1714,6 +1717,9 @@ class DPOptimizer(torch.optim.Optimizer):
                     "max_grad_norm": engine.max_grad_norm,
                     "sample_rate": engine.sample_rate,
                     "noise": engine.noiser.noise,
+                    # Marks this run's entries: a checkpoint's steps are charged here
+                    # iff the ledger holds their run's entries (load_state_dict).
+                    "run": secrets.token_hex(16),
                 },
                 rng=engine.noiser.rng,
             )
@@ -1972,10 +1978,13 @@ class DPOptimizer(torch.optim.Optimizer):
 
         ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 2,
         "accountant": "pld" | "rdp", "steps": n, "non_private_steps": m,
-        "history": <JSON of the history event>}}``: the history is :attr:`history`
-        in the events' JSON form (:func:`gaussdp.accounting.events.event_to_json`),
-        the same form a :class:`gaussdp.Ledger` stores. :meth:`load_state_dict`
-        restores both.
+        "history": <JSON of the history event>, "charges": [...]}}``: the history is
+        :attr:`history` in the events' JSON form
+        (:func:`gaussdp.accounting.events.event_to_json`), the same form a
+        :class:`gaussdp.Ledger` stores; ``charges`` splits its steps by where they
+        were charged, ``{"event": <JSON of a step event>, "count": k, "charged":
+        "ledger:<run>" | "filter:<token>" | None}`` each (see :meth:`load_state_dict`).
+        :meth:`load_state_dict` restores them.
         """
         return {
             "optimizer": self._optimizer.state_dict(),
@@ -1985,15 +1994,39 @@ class DPOptimizer(torch.optim.Optimizer):
                 "steps": self._loaded_steps + self._steps,
                 "non_private_steps": self._free_steps,
                 "history": event_to_json(self.history),
+                "charges": self._charges(),
             },
         }
+
+    def _charges(self) -> list[dict[str, Any]]:
+        """The ``charges`` of :meth:`state_dict`: loaded segments, then this run's steps."""
+        segments = list(self._segments)
+        if self._steps and self._engine.noiser.noise_multiplier > 0:
+            where = None if self._charger is None else self._charger.where
+            segments.append((self.step_event, self._steps, where))
+        merged: list[Segment] = []
+        for event, count, where in segments:
+            if merged and merged[-1][0] == event and merged[-1][2] == where:
+                merged[-1] = (event, merged[-1][1] + count, where)
+            else:
+                merged.append((event, count, where))
+        return [{"event": event_to_json(e), "count": c, "charged": w} for e, c, w in merged]
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`: the wrapped optimizer's state and the privacy history.
 
         The history is composed into a fresh accountant, so :meth:`privacy_spent`
-        continues the ε of the checkpointed run. It is not charged again to the
-        ledger or filter of :func:`make_private`: only steps taken from now on are.
+        continues the ε of the checkpointed run. With a ``ledger`` or ``filter``
+        given to :func:`make_private`, the model's whole history ends up there: the
+        checkpoint records where each of its steps was charged (``charges``), and
+        the steps that this ledger (it holds the entries of the run that took them)
+        or this filter object does not hold are charged at once, one entry, before
+        anything is loaded — so a run trained without a ledger and resumed with one
+        has its earlier steps charged, while a resume of a run charged to the same
+        ledger charges nothing again. A checkpoint that does not say (written by
+        gaussdp before ``charges``) counts as charged nowhere: charged again, the
+        safe side. A checkpoint with steps taken without noise is refused with a
+        ledger or filter (its ε is infinite).
         A state without the privacy history (e.g. a plain optimizer's) is refused:
         it would restart ε at 0. Loading is for a fresh optimizer only: once this
         optimizer has taken a step or loaded a history it is refused, since the
@@ -2005,7 +2038,11 @@ class DPOptimizer(torch.optim.Optimizer):
         ValueError
             If the state lacks a valid privacy history, or has the format 1 of
             gaussdp before events, or this optimizer has already taken a step or
-            loaded a history. Nothing changes.
+            loaded a history, or holds steps without noise while a ledger or filter
+            is given. Nothing changes.
+        BudgetExceededError
+            If the ledger or filter cannot admit the history's steps it does not
+            hold yet; nothing is charged or loaded.
         """
         if not isinstance(state_dict, Mapping) or "privacy" not in state_dict:
             keys = sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict
@@ -2018,6 +2055,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 )
             )
         history, steps, free = _check_privacy(state_dict["privacy"])
+        segments = _check_charges(state_dict["privacy"], history)
         if self._steps or self._loaded:
             raise ValueError(
                 invalid(
@@ -2034,11 +2072,83 @@ class DPOptimizer(torch.optim.Optimizer):
                 accountant.compose(event.event, event.count)
             else:
                 accountant.compose(event)
+        if self._charger is not None:
+            if free:
+                raise ValueError(
+                    invalid(
+                        "state_dict['privacy']['non_private_steps']",
+                        "0 with a ledger or filter (steps taken without noise have no "
+                        "finite epsilon to charge)",
+                        free,
+                    )
+                )
+            segments = self._charge_loaded(self._charger, segments)
+        self._segments = segments
         self._optimizer.load_state_dict(state_dict["optimizer"])
         self._accountant = accountant
         self._steps = self._unaccounted = 0
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
+
+    def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
+        """Charge the loaded steps ``charger`` does not hold; all are then held there."""
+        held = [charger.holds(where) for _, _, where in segments]
+        missing = [(e, c) for (e, c, _), h in zip(segments, held, strict=True) if not h]
+        if missing:
+            parts = tuple(e if c == 1 else SelfComposed(e, c) for e, c in missing)
+            event = parts[0] if len(parts) == 1 else Composed(parts)
+            charger.charge_taken(event, sum(c for _, c in missing))
+        return [
+            (e, c, where if h else charger.where)
+            for (e, c, where), h in zip(segments, held, strict=True)
+        ]
+
+
+#: Steps of one step event, and where they were charged (:meth:`DPOptimizer.state_dict`).
+Segment = tuple[Event, int, str | None]
+
+
+def _history_counts(history: Composed) -> dict[Event, int]:
+    counts: dict[Event, int] = {}
+    for event in history.events:
+        one, count = (event.event, event.count) if isinstance(event, SelfComposed) else (event, 1)
+        counts[one] = counts.get(one, 0) + count
+    return counts
+
+
+def _check_charges(privacy: Mapping[str, Any], history: Composed) -> list[Segment]:
+    """The ``charges`` of a checkpoint's privacy part, checked against its history.
+
+    A checkpoint without them (gaussdp before they were recorded) has its history's
+    steps charged nowhere known.
+    """
+    counts = _history_counts(history)
+    if "charges" not in privacy:
+        return [(event, count, None) for event, count in counts.items()]
+    raw = privacy["charges"]
+    constraint = (
+        "a list of {'event': <JSON>, 'count': n, 'charged': str or None} whose steps "
+        "add up to the history's (from DPOptimizer.state_dict())"
+    )
+    segments: list[Segment] = []
+    if not isinstance(raw, list):
+        raise ValueError(invalid("state_dict['privacy']['charges']", constraint, raw))
+    for item in raw:
+        where = item.get("charged") if isinstance(item, Mapping) else None
+        if not (
+            isinstance(item, Mapping)
+            and isinstance(item.get("event"), str)
+            and (where is None or isinstance(where, str))
+        ):
+            raise ValueError(invalid("state_dict['privacy']['charges']", constraint, item))
+        count = check_int("state_dict['privacy']['charges'] count", item.get("count"), minimum=1)
+        segments.append((event_from_json(item["event"]), count, where))
+    totals: dict[Event, int] = {}
+    for event, count, _ in segments:
+        totals[event] = totals.get(event, 0) + count
+    if totals != counts:
+        raise ValueError(invalid("state_dict['privacy']['charges']", constraint, raw))
+    return segments
 
 
 _CHECKPOINT_FORMAT = 2
