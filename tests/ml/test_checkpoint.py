@@ -235,12 +235,17 @@ def _pld(event, steps: int) -> float:  # type: ignore[no-untyped-def]
     return PLDAccountant().compose(event, steps).epsilon(DELTA).upper
 
 
+def _trained(passes: int, **kwargs: object):  # type: ignore[no-untyped-def]
+    """The optimizer of a run of ``passes`` passes (seed 1) and its checkpoint."""
+    model, optimizer, loader = _setup(1, **kwargs)
+    _train(model, optimizer, loader, passes)
+    return optimizer, _checkpoint(optimizer)
+
+
 def test_a_history_charged_nowhere_is_charged_when_resumed_with_a_ledger(tmp_path: Path) -> None:
     # The reviewer's case: 50 steps without a ledger, resumed with one; the ledger said
     # 50 steps while the model carried 100.
-    model, optimizer, loader = _setup(1)
-    _train(model, optimizer, loader, 5)
-    saved = _checkpoint(optimizer)
+    optimizer, saved = _trained(5)
     assert saved["privacy"]["charges"][0]["charged"] is None
     ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
     fresh_model, fresh, fresh_loader = _setup(2, ledger=ledger, reserve_steps=5)
@@ -283,9 +288,7 @@ def test_only_the_steps_charged_nowhere_are_charged_on_resume(tmp_path: Path) ->
 
 def test_a_filter_holds_its_own_runs_only() -> None:
     spend = PrivacyFilter(Budget(epsilon=50.0, delta=DELTA))
-    model, optimizer, loader = _setup(1, filter=spend, reserve_steps=10)
-    _train(model, optimizer, loader, 1)
-    saved = _checkpoint(optimizer)
+    optimizer, saved = _trained(1, filter=spend, reserve_steps=10)
     _, same, _ = _setup(2, filter=spend)
     same.load_state_dict(saved)
     assert spend.spent == _pld(optimizer.step_event, 10)  # held by this filter
@@ -296,9 +299,7 @@ def test_a_filter_holds_its_own_runs_only() -> None:
 
 
 def test_a_resume_the_budget_cannot_hold_loads_nothing(tmp_path: Path) -> None:
-    model, optimizer, loader = _setup(1)
-    _train(model, optimizer, loader, 5)
-    saved = _checkpoint(optimizer)
+    optimizer, saved = _trained(5)
     ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=0.5, delta=DELTA))
     _, fresh, _ = _setup(2, ledger=ledger)
     with pytest.raises(BudgetExceededError, match="the 50 DP-SGD steps taken before"):
@@ -314,9 +315,7 @@ def test_a_resume_the_budget_cannot_hold_loads_nothing(tmp_path: Path) -> None:
 
 
 def test_charges_that_do_not_add_up_or_steps_without_noise_are_refused(tmp_path: Path) -> None:
-    model, optimizer, loader = _setup(1)
-    _train(model, optimizer, loader, 1)
-    saved = _checkpoint(optimizer)
+    _, saved = _trained(1)
     saved["privacy"]["charges"][0]["count"] = 4  # the history has 10
     _, fresh, _ = _setup(2)
     with pytest.raises(ValueError, match=r"\['charges'\] must be a list of"):
