@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -114,3 +115,25 @@ def test_each_training_pass_draws_fresh_masks() -> None:
         outputs.append([model(x).detach() for _ in range(2)])
     assert not torch.equal(outputs[0][0], outputs[0][1])  # two passes, two secret states
     assert all(torch.equal(a, b) for a, b in zip(*outputs, strict=True))  # seeded: replayed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_process_draws_masks_of_its_own() -> None:
+    from gaussdp.ml._masks import MaskStates
+    from gaussdp.random import _DerivedStream, check_rng
+
+    masks = MaskStates(_DerivedStream(check_rng(None)), torch.device("cpu"))
+    masks.next()  # the parent has read states ahead
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next state, not the parent's next one
+        try:
+            os.write(write, masks.next()[0].numpy()[24:88].tobytes())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == 64
+    assert child != masks.next()[0].numpy()[24:88].tobytes()

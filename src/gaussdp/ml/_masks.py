@@ -49,8 +49,8 @@ __all__ = ["MaskStates"]
 #: state (``CPUGeneratorImplStateLegacy``: a uint64 seed, int left, int seeded, a
 #: uint64 ``next``, then 624 words each held in a uint64), checked by :func:`_cpu_layout`.
 _MT_OFFSET, _MT_WORDS = 24, 624
-#: States drawn from the stream at once (one ChaCha20 read; ≈ 40 KB on the CPU).
-_AHEAD = 16
+#: States drawn from the stream at once (one ChaCha20 read; ≈ 160 KB on the CPU).
+_AHEAD = 32
 
 
 @functools.cache
@@ -137,7 +137,6 @@ class MaskStates:
         # Each word zero-extended into its uint64 slot, as torch stores it.
         slots = states[:, _MT_OFFSET : _MT_OFFSET + 8 * _MT_WORDS].view("<u8")
         slots[:] = block[:, :_MT_WORDS]
-        cpu = torch.from_numpy(states)
         out: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for i in reversed(range(_AHEAD)):  # popped from the end: drawn order
             cuda = None
@@ -145,7 +144,7 @@ class MaskStates:
                 key = np.zeros(16, dtype=np.uint8)  # the 64-bit Philox key, offset 0
                 key[:8] = block[i, _MT_WORDS:].view(np.uint8)
                 cuda = torch.from_numpy(key)
-            # A tensor of its own: torch.set_rng_state of a view at a storage offset
-            # crashed (segmentation fault, torch 2.13).
-            out.append((cpu[i].clone(), cuda))
+            # Each row a tensor whose storage starts at it: torch.set_rng_state of a
+            # view at a storage offset crashed (segmentation fault, torch 2.13).
+            out.append((torch.from_numpy(states[i]), cuda))
         return out
