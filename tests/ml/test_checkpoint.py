@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -15,15 +16,18 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from gaussdp import Budget, Ledger  # noqa: E402
 from gaussdp.accounting import (  # noqa: E402
     Composed,
     PLDAccountant,
+    PrivacyFilter,
     RDPAccountant,
     SelfComposed,
     Subsampled,
     calibrate_noise_multiplier,
 )
 from gaussdp.accounting.events import event_from_json, event_to_json  # noqa: E402
+from gaussdp.errors import BudgetExceededError  # noqa: E402
 from gaussdp.mechanisms import Gaussian, LatticeGaussian  # noqa: E402
 from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.random import ChaCha20Random  # noqa: E402
@@ -217,3 +221,110 @@ def test_target_epsilon_with_rdp_calibrates_with_rdp() -> None:
 def test_bad_accountant_is_refused() -> None:
     with pytest.raises(ValueError, match="accountant must be 'pld' or 'rdp', got 'gdp'"):
         _setup(1, accountant="gdp")
+
+
+# -- resuming under a ledger or filter: the whole history ends up there (rev27-ml #6) ----
+def _checkpoint(optimizer) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)  # type: ignore[no-any-return]
+
+
+def _pld(event, steps: int) -> float:  # type: ignore[no-untyped-def]
+    return PLDAccountant().compose(event, steps).epsilon(DELTA).upper
+
+
+def _trained(passes: int, **kwargs: object):  # type: ignore[no-untyped-def]
+    """The optimizer of a run of ``passes`` passes (seed 1) and its checkpoint."""
+    model, optimizer, loader = _setup(1, **kwargs)
+    _train(model, optimizer, loader, passes)
+    return optimizer, _checkpoint(optimizer)
+
+
+def test_a_history_charged_nowhere_is_charged_when_resumed_with_a_ledger(tmp_path: Path) -> None:
+    # The reviewer's case: 50 steps without a ledger, resumed with one; the ledger said
+    # 50 steps while the model carried 100.
+    optimizer, saved = _trained(5)
+    assert saved["privacy"]["charges"][0]["charged"] is None
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    fresh_model, fresh, fresh_loader = _setup(2, ledger=ledger, reserve_steps=5)
+    fresh.load_state_dict(saved)
+    (entry,) = ledger.entries()  # the 50 loaded steps, charged at once
+    assert entry.event == SelfComposed(optimizer.step_event, 50)
+    assert entry.detail is not None
+    assert entry.detail["runs"] == 50
+    _train(fresh_model, fresh, fresh_loader, 5)
+    fresh.close()
+    assert ledger.spent == _pld(optimizer.step_event, 100) == fresh.privacy_spent(DELTA).upper
+    # Resumed again under the same ledger: every step is held there, nothing is charged.
+    _, again, _ = _setup(3, ledger=ledger)
+    again.load_state_dict(_checkpoint(fresh))
+    assert ledger.spent == _pld(optimizer.step_event, 100)
+    # Under another ledger: none of them is held there, all 100 are charged.
+    other = Ledger(tmp_path / "other.db", total=Budget(epsilon=50.0, delta=DELTA))
+    _, elsewhere, _ = _setup(4, ledger=other)
+    elsewhere.load_state_dict(_checkpoint(fresh))
+    assert other.spent == _pld(optimizer.step_event, 100)
+
+
+def test_only_the_steps_charged_nowhere_are_charged_on_resume(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, charged, loader = _setup(1, ledger=ledger, reserve_steps=10)
+    _train(model, charged, loader, 1)  # 10 steps charged to the ledger
+    plain_model, plain, plain_loader = _setup(2)
+    plain.load_state_dict(_checkpoint(charged))  # no ledger: nothing charged
+    _train(plain_model, plain, plain_loader, 1)  # 10 steps charged nowhere
+    mixed = _checkpoint(plain)
+    assert [(c["count"], c["charged"] is None) for c in mixed["privacy"]["charges"]] == [
+        (10, False),
+        (10, True),
+    ]
+    _, resumed, _ = _setup(3, ledger=ledger)
+    resumed.load_state_dict(mixed)
+    assert [e.event for e in ledger.entries()] == [SelfComposed(charged.step_event, 10)] * 2
+    assert ledger.spent == _pld(charged.step_event, 20) == resumed.privacy_spent(DELTA).upper
+
+
+def test_a_filter_holds_its_own_runs_only() -> None:
+    spend = PrivacyFilter(Budget(epsilon=50.0, delta=DELTA))
+    optimizer, saved = _trained(1, filter=spend, reserve_steps=10)
+    _, same, _ = _setup(2, filter=spend)
+    same.load_state_dict(saved)
+    assert spend.spent == _pld(optimizer.step_event, 10)  # held by this filter
+    other = PrivacyFilter(Budget(epsilon=50.0, delta=DELTA))
+    _, fresh, _ = _setup(3, filter=other)
+    fresh.load_state_dict(saved)
+    assert other.spent == _pld(optimizer.step_event, 10)
+
+
+def test_a_resume_the_budget_cannot_hold_loads_nothing(tmp_path: Path) -> None:
+    optimizer, saved = _trained(5)
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=0.5, delta=DELTA))
+    _, fresh, _ = _setup(2, ledger=ledger)
+    with pytest.raises(BudgetExceededError, match="the 50 DP-SGD steps taken before"):
+        fresh.load_state_dict(saved)
+    assert ledger.entries() == []
+    assert fresh.privacy_spent(DELTA).upper == 0.0
+    # A checkpoint of gaussdp before charges were recorded counts as charged nowhere.
+    del saved["privacy"]["charges"]
+    roomy = Ledger(tmp_path / "roomy.db", total=Budget(epsilon=50.0, delta=DELTA))
+    _, old, _ = _setup(3, ledger=roomy)
+    old.load_state_dict(saved)
+    assert roomy.spent == _pld(optimizer.step_event, 50)
+
+
+def test_charges_that_do_not_add_up_or_steps_without_noise_are_refused(tmp_path: Path) -> None:
+    _, saved = _trained(1)
+    saved["privacy"]["charges"][0]["count"] = 4  # the history has 10
+    _, fresh, _ = _setup(2)
+    with pytest.raises(ValueError, match=r"\['charges'\] must be a list of"):
+        fresh.load_state_dict(saved)
+    with pytest.warns(UserWarning, match="NOT differentially private"):
+        free_model, free, free_loader = _setup(3, noise_multiplier=0.0)
+    _train(free_model, free, free_loader, 1)
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    _, charged, _ = _setup(4, ledger=ledger)
+    with pytest.raises(ValueError, match=r"\['non_private_steps'\] must be 0 with a ledger"):
+        charged.load_state_dict(_checkpoint(free))
+    assert ledger.entries() == []

@@ -13,7 +13,8 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
-from gaussdp.accounting import PLDAccountant, Subsampled  # noqa: E402
+from gaussdp import Budget  # noqa: E402
+from gaussdp.accounting import PLDAccountant, PrivacyFilter, Subsampled  # noqa: E402
 from gaussdp.mechanisms import Gaussian, LatticeGaussian  # noqa: E402
 from gaussdp.ml import DistributedDiscreteGaussian, DPAggregator, ddg_rho  # noqa: E402
 from gaussdp.privacy import zcdp_epsilon  # noqa: E402
@@ -31,6 +32,7 @@ def test_aggregator_clips_each_update() -> None:
 
 def test_aggregator_noise_std_and_empty_round() -> None:
     agg = DPAggregator(0.5, 2.0, dim=5000, client_rate=0.1, rng=ChaCha20Random(1))
+    agg.sample_clients(3)
     noise = agg.aggregate([]).double().numpy()  # an empty round is pure noise
     assert 1.0 <= agg.noise_std / 1.0 < 1.004
     s = float((noise**2).sum() / agg.noise_std**2)
@@ -42,7 +44,7 @@ def test_aggregator_accounting_matches_the_accountant() -> None:
     sub = DPAggregator(1.0, 1.5, dim=4, client_rate=0.2, rng=ChaCha20Random(2))
     for _ in range(5):
         full.aggregate([torch.ones(4)])
-        sub.aggregate([torch.ones(4)])
+        sub.aggregate([torch.ones(4) for _ in sub.sample_clients(10)])
     # Each round is the lattice mechanism actually run (subsampled at q < 1).
     assert isinstance(full.round_event, LatticeGaussian)
     assert sub.round_event == Subsampled(full.round_event, sample_rate=0.2)
@@ -66,6 +68,43 @@ def test_client_sampling_rate() -> None:
     total, n = sum(counts), 400 * 100
     z = (total - 0.25 * n) / math.sqrt(n * 0.25 * 0.75)
     assert abs(z) < stats.norm.isf(ALPHA / 2)
+
+
+def test_a_subsampled_round_needs_a_sample_of_its_own() -> None:
+    # rev27-ml #5: with client_rate < 1, aggregate() was accepted twice after one
+    # sample_clients() (ε 0.245 charged for two releases of one Poisson sample, each as
+    # an independently subsampled round), and with no sample at all (1000 updates
+    # charged as a round at q = 0.01: ε 0.199).
+    spend = PrivacyFilter(Budget(epsilon=10.0, delta=1e-5))
+    agg = DPAggregator(1.0, 1.0, dim=4, client_rate=0.01, rng=ChaCha20Random(0), filter=spend)
+    without = r"aggregate\(\) must be called once per sample_clients\(\) with client_rate < 1"
+    with pytest.raises(RuntimeError, match=without):
+        agg.aggregate([torch.ones(4) for _ in range(1000)])  # never sampled
+    assert agg.rounds == 0
+    assert spend.spent == 0.0
+    chosen = agg.sample_clients(1000)
+    assert 0 < len(chosen) < 1000
+    with pytest.raises(ValueError, match=rf"len\(updates\) must be at most the {len(chosen)} "):
+        agg.aggregate([torch.ones(4) for _ in range(len(chosen) + 1)])
+    with pytest.raises(TypeError):  # a bad update: refused before the charge, sample kept
+        agg.aggregate([[1.0, 2.0, 3.0, 4.0]])
+    assert agg.rounds == 0
+    assert spend.spent == 0.0
+    agg.aggregate([torch.ones(4) for _ in chosen[1:]])  # fewer (a client dropped out)
+    once = spend.spent
+    assert agg.rounds == 1
+    assert once > 0
+    with pytest.raises(RuntimeError, match=without):
+        agg.aggregate([torch.ones(4) for _ in chosen])  # the same sample again
+    assert agg.rounds == 1
+    assert spend.spent == once
+    agg.aggregate([torch.ones(4) for _ in agg.sample_clients(1000)])  # a new sample
+    assert agg.rounds == 2
+    # At client_rate 1 every client is in every round: no sample needed.
+    full = DPAggregator(1.0, 1.0, dim=4, rng=ChaCha20Random(1))
+    for _ in range(2):
+        full.aggregate([torch.ones(4) for _ in range(3)])
+    assert full.rounds == 2
 
 
 def test_aggregator_bad_input() -> None:

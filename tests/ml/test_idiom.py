@@ -17,6 +17,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from gaussdp import Budget  # noqa: E402
 from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.ml._ghost import GHOST_MARGIN  # noqa: E402
 from gaussdp.ml.noise import CLIP_MARGIN  # noqa: E402
@@ -179,8 +180,8 @@ def test_dropout_masks_agree_between_the_paths() -> None:
     results = []
     for mode in ("ghost", "functorch"):
         net = _net(dropout=0.5)
-        model, optimizer, _ = _private(net, grad_sample_mode=mode)
-        torch.manual_seed(123)
+        # The masks come from make_private's rng (gaussdp.ml._masks): one seed for both.
+        model, optimizer, _ = _private(net, grad_sample_mode=mode, rng=ChaCha20Random(123))
         optimizer.zero_grad()
         nnf.cross_entropy(model(x), y).backward()
         optimizer.step()  # the ghost call is checked against the per-example path
@@ -223,6 +224,48 @@ def test_unwrapped_model_gradients_are_refused() -> None:
     with pytest.raises(RuntimeError, match="the unwrapped model ran with gradients enabled"):
         optimizer.step()
     assert optimizer.steps == 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "functorch"])
+def test_a_submodule_run_on_data_with_gradients_is_refused_before_the_charge(mode: str) -> None:
+    # rev27-ml #2: the raw-call check watched the root only, so net[1](net[0](x)) with
+    # gradients put unclipped per-example gradients into param.grad and step() added
+    # them un-noised as a "regulariser": brute-force sensitivity 1.77·C at weight 0.5,
+    # growing without bound with the weight.
+    from gaussdp.accounting import PrivacyFilter
+
+    spend = PrivacyFilter(Budget(epsilon=100.0, delta=1e-5))
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0, grad_sample_mode=mode, filter=spend)
+    before = [p.detach().clone() for p in net.parameters()]
+    x, y = _data(n=6)
+    optimizer.zero_grad()
+    loss = nnf.cross_entropy(model(x), y)
+    features = net[1](net[0](x))  # an activation penalty on the data, outside the model
+    (loss + 50.0 * features.pow(2).mean()).backward()
+    with pytest.raises(RuntimeError, match="submodule '0' ran with gradients enabled"):
+        optimizer.step()
+    assert optimizer.steps == 0
+    assert spend.spent == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    # The same part run under torch.no_grad() (or after zero_grad()) is fine.
+    optimizer.zero_grad()
+    with torch.no_grad():
+        features = net[1](net[0](x))
+    nnf.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    assert optimizer.steps == 1
+
+
+def test_watching_the_parts_keeps_the_batched_path_proven() -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0, grad_sample_mode="ghost")
+    x, y = _data(n=6)
+    for _ in range(2):
+        optimizer.zero_grad()
+        nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert optimizer.steps == 2
 
 
 def test_step_without_backward_is_refused_and_empty_batch_steps() -> None:

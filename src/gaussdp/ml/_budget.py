@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 import weakref
 from collections.abc import Iterator
@@ -330,6 +331,65 @@ class Charger:
     def unused(self) -> int:
         """Runs paid for but not taken yet."""
         return self._left
+
+    # -- runs taken before this charger (a resumed DP-SGD run) ------------------------
+    @property
+    def where(self) -> str | None:
+        """Where this charger's runs are charged, as a checkpoint records it.
+
+        ``"ledger:<run>"`` (``detail["run"]``, a token stored with each of its ledger
+        entries), ``"filter:<token>"`` (a random token of the filter object, for this
+        process's life) or None (charged nowhere).
+        """
+        if self._ledger is not None:
+            return f"ledger:{self._detail['run']}"
+        if self._filter is not None:
+            return f"filter:{_filter_token(self._filter)}"
+        return None
+
+    def holds(self, where: object) -> bool:
+        """Whether runs recorded as charged at ``where`` (:attr:`where`) are charged here.
+
+        A ledger holds the runs of every run token among its entries' details (each
+        run was charged there before its noise was drawn); a filter only its own.
+        """
+        if not isinstance(where, str):
+            return False
+        if self._filter is not None:
+            return where == self.where
+        if self._ledger is not None and where.startswith("ledger:"):
+            runs = {(e.detail or {}).get("run") for e in self._ledger.entries()}
+            return where.removeprefix("ledger:") in runs
+        return False
+
+    def charge_taken(self, event: Event, runs: int) -> None:
+        """Charge ``event``, ``runs`` runs taken before this charger (nothing to run).
+
+        Raises :class:`~gaussdp.errors.BudgetExceededError` if it does not fit;
+        nothing is charged then.
+        """
+        what = f"the {runs} {self._what}s taken before, not charged here"
+        with self._lock:
+            self._forked()
+            if self._filter is not None:
+                self._filter.accept(event, what=what)
+            elif self._ledger is not None:
+                detail = {**self._detail, "runs": runs, "event": describe(event), "resumed": True}
+                reservation = self._ledger.reserve(
+                    event, label=self._label, detail=detail, what=what
+                )
+                self._ledger.commit(reservation)
+
+
+#: A random token per live filter object (PrivacyFilter is in memory, one process).
+_FILTER_TOKENS: weakref.WeakKeyDictionary[PrivacyFilter, str] = weakref.WeakKeyDictionary()
+
+
+def _filter_token(spend: PrivacyFilter) -> str:
+    token = _FILTER_TOKENS.get(spend)
+    if token is None:
+        token = _FILTER_TOKENS[spend] = secrets.token_hex(16)
+    return token
 
 
 def _after_fork_in_child() -> None:

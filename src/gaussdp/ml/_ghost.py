@@ -107,6 +107,17 @@ dimension (the batch dimension of attention with ``batch_first=False`` is the se
 :mod:`gaussdp.ml.dpsgd` proves it statically (:mod:`gaussdp.ml._independence`), runs
 the proven graph on the batched path, and compares per-example losses and squared
 norms with the per-example path on some calls.
+
+Bitwise assumption. The bound between neighbouring batches above takes every other
+example's exact contribution cⱼgⱼ to be the same in both, i.e. the *computed* aᵢ, δᵢ
+(and per-example gradients) of an example to depend on that example alone. The
+independence proof gives that in exact arithmetic; in floats a batched kernel may round
+one row differently with the batch size (a ``nn.Linear`` row in a batch of 5 or 7
+differs in its last bits from the same row in a batch of 300 on the CPU the project is
+tested on; batches of a multiple of 4 rows do not). Such a change of the other examples'
+contributions adds to the sensitivity; a well-conditioned model keeps it to a few
+lattice units, a model that amplifies rounding (features sin(10⁷·h)) does not — see
+docs/ml.md, "What the float arguments assume".
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import secrets
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -106,6 +107,7 @@ from gaussdp.ml._ghost import (
     vmap_attention,
 )
 from gaussdp.ml._loss_check import LossCheck, Probe
+from gaussdp.ml._masks import MaskStates
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
     NoiseMode,
@@ -613,6 +615,7 @@ class _Engine:
         num_examples: int,
         noise: NoiseMode,
         rng: RandomSource,
+        mask_rng: RandomSource,
         grad_sample_mode: GradSampleMode = "auto",
         loss_reduction: LossReduction = "mean",
     ) -> None:
@@ -645,6 +648,8 @@ class _Engine:
         self.device = self.params[0].device if self.params else torch.device("cpu")
         dim = sum(p.numel() for p in self.params)
         self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
+        # Secret generator states, one per training pass: its dropout masks (_masks).
+        self.masks = MaskStates(mask_rng, self.device)
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -666,12 +671,44 @@ class _Engine:
         self.anchor = torch.zeros((), requires_grad=True)  # makes captured outputs differentiable
         self.loss_check = LossCheck(self.params)  # the loss keeps examples apart (probed steps)
         self.inside = False  # True while the engine itself runs the model
-        self.raw_forward = False  # the unwrapped model ran with gradients enabled
-        module.register_forward_pre_hook(self._watch_raw_calls)
+        self.raw_forward = False  # the unwrapped model or a part ran with gradients enabled
+        self.raw_module = ""  # the name of the first one that did
+        # On the model and on every module that holds a trainable parameter (itself or
+        # in a submodule): a call of a part (an auxiliary head, an activation penalty on
+        # features) runs on data too.
+        self.module_names = {id(m): n for n, m in module.named_modules()}
+        for sub in module.modules():
+            if sub is module or any(p.requires_grad for p in sub.parameters()):
+                sub.register_forward_pre_hook(self._watch_raw_calls)
 
-    def _watch_raw_calls(self, _module: nn.Module, _args: Any) -> None:
-        if not self.inside and torch.is_grad_enabled():
-            self.raw_forward = True
+    def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
+        if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
+            self.raw_forward = True  # named by the first (outermost) call
+            self.raw_module = self.module_names.get(id(module), type(module).__name__)
+
+    def refuse_raw_calls(self) -> None:
+        """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
+
+        Every module holding a trainable parameter (itself or in a submodule) watches
+        its calls: one outside the engine with gradients enabled since the last
+        ``zero_grad()`` may have put unclipped per-example gradients into ``param.grad``,
+        which the step would add un-noised as a regulariser. A parameter used on data
+        outside any module call (``w @ x.T`` in the loss) is not seen (see
+        :class:`PrivateModule`). Raised before anything is captured, drawn or charged.
+        """
+        if self.raw_forward and any(p.grad is not None for p in self.params):
+            part = f"'s submodule {self.raw_module!r}" if self.raw_module else ""
+            raise RuntimeError(
+                invalid(
+                    "optimizer.step()",
+                    "called without the unwrapped model or any of its layers having run "
+                    "with gradients enabled since the last zero_grad() while parameters "
+                    "hold gradients (they may be unclipped per-example gradients, added "
+                    "un-noised): train through the model make_private returned and run "
+                    "the unwrapped one and its parts under torch.no_grad()",
+                    f"the unwrapped model{part} ran with gradients enabled",
+                )
+            )
 
     def check_params(self) -> None:
         """Refuse a model whose trainable parameters of ``make_private`` were replaced.
@@ -739,6 +776,11 @@ class _Engine:
         )
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``model.backward(x, y)``, its random layers drawing from a secret state (_masks)."""
+        with _replaying(self.masks.next(), self.device):
+            return self._backward(inputs, targets)
+
+    def _backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_params()
         if self.loss_fn is None:
             raise ValueError(
@@ -943,7 +985,7 @@ class _Engine:
                     self.expected,
                     args,
                     kwargs,
-                    allowed_hook=lambda m, h: m is self.module and h == self._watch_raw_calls,
+                    allowed_hook=lambda _, h: h == self._watch_raw_calls,
                 )
             finally:
                 self.inside = inside
@@ -1035,11 +1077,13 @@ class _Engine:
         self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
         batch = _batch_of(leaves)
-        record = _Record(self, leaves, spec, batch, _rng_snapshot(self.device))
+        # Its random layers draw from a secret state, the same in every re-run (_masks).
+        record = _Record(self, leaves, spec, batch, self.masks.next())
         self.forward_calls += 1
         self.inside = True
         try:
-            output = self._record_forward(record)
+            with _replaying(record.rng_state, self.device):
+                output = self._record_forward(record)
         finally:
             self.inside = False
         out_leaves, out_spec = tree_flatten(output)
@@ -1344,12 +1388,22 @@ def _rng_snapshot(device: torch.device) -> RngState:
 
 @contextlib.contextmanager
 def _replaying(state: RngState, device: torch.device) -> Iterator[None]:
-    """Run with the generators set to ``state`` (same dropout masks), then restore them."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.set_rng_state(state[0])
-        if state[1] is not None:
-            torch.cuda.set_rng_state(state[1], device)
+    """Run with the generators set to ``state`` (same dropout masks), then restore them.
+
+    ``torch.random.fork_rng(devices=[device])`` without its per-call device lookup.
+    """
+    saved = _rng_snapshot(device)
+    _set_rng(state, device)
+    try:
         yield
+    finally:
+        _set_rng(saved, device)
+
+
+def _set_rng(state: RngState, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 def _rng_moved(state: RngState, device: torch.device) -> bool:
@@ -1536,8 +1590,10 @@ class PrivateModule(nn.Module):
     average. This is private only if such terms do not depend on the data: data must
     reach the loss only through the private model's outputs, and no parameter may
     meet those outputs outside the model (``model(x) @ w`` is refused on probed
-    steps). A call of the *unwrapped* model with gradients enabled since the last
-    ``zero_grad()`` makes the step refuse if any parameter holds a gradient.
+    steps). A call of the *unwrapped* model, or of any of its modules that holds a
+    trainable parameter, with gradients enabled since the last ``zero_grad()`` makes
+    the step refuse if any parameter holds a gradient. Not detected: a parameter used
+    on data outside every module call (``net[0].weight @ x.T`` in the loss).
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
@@ -1642,6 +1698,8 @@ class DPOptimizer(torch.optim.Optimizer):
         self._loaded_steps = 0
         self._loaded = False  # a history was loaded: a second load_state_dict is refused
         self._charger: Charger | None = None
+        # The loaded history's steps and where each was charged (see load_state_dict).
+        self._segments: list[Segment] = []
         if ledger is not None or filter is not None:
             check_spender(ledger, filter)
             if engine.noiser.noise_multiplier == 0:
@@ -1665,6 +1723,9 @@ class DPOptimizer(torch.optim.Optimizer):
                     "max_grad_norm": engine.max_grad_norm,
                     "sample_rate": engine.sample_rate,
                     "noise": engine.noiser.noise,
+                    # Marks this run's entries: a checkpoint's steps are charged here
+                    # iff the ledger holds their run's entries (load_state_dict).
+                    "run": secrets.token_hex(16),
                 },
                 rng=engine.noiser.rng,
             )
@@ -1780,8 +1841,9 @@ class DPOptimizer(torch.optim.Optimizer):
             still go through the model and ``loss.backward()``, or
             ``model.backward``), if two outputs reached one backward pass, if a
             probed output's gradient arrived without the loss check of
-            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model ran with gradients
-            enabled and parameters hold gradients.
+            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model or one of its
+            modules with trainable parameters ran with gradients enabled and
+            parameters hold gradients.
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the
@@ -1806,13 +1868,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
             )
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
-        if engine.raw_forward and any(p.grad is not None for p in engine.params):
-            raise RuntimeError(
-                "the unwrapped model ran with gradients enabled since the last zero_grad() "
-                "and its parameters hold gradients, which may be unclipped per-example "
-                "gradients: train through the model returned by make_private (run the "
-                "unwrapped one under torch.no_grad())"
-            )
+        engine.refuse_raw_calls()
         engine.check_params()
         captured = engine.take_records()
         sums = engine.pending
@@ -1928,10 +1984,13 @@ class DPOptimizer(torch.optim.Optimizer):
 
         ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 2,
         "accountant": "pld" | "rdp", "steps": n, "non_private_steps": m,
-        "history": <JSON of the history event>}}``: the history is :attr:`history`
-        in the events' JSON form (:func:`gaussdp.accounting.events.event_to_json`),
-        the same form a :class:`gaussdp.Ledger` stores. :meth:`load_state_dict`
-        restores both.
+        "history": <JSON of the history event>, "charges": [...]}}``: the history is
+        :attr:`history` in the events' JSON form
+        (:func:`gaussdp.accounting.events.event_to_json`), the same form a
+        :class:`gaussdp.Ledger` stores; ``charges`` splits its steps by where they
+        were charged, ``{"event": <JSON of a step event>, "count": k, "charged":
+        "ledger:<run>" | "filter:<token>" | None}`` each (see :meth:`load_state_dict`).
+        :meth:`load_state_dict` restores them.
         """
         return {
             "optimizer": self._optimizer.state_dict(),
@@ -1941,15 +2000,39 @@ class DPOptimizer(torch.optim.Optimizer):
                 "steps": self._loaded_steps + self._steps,
                 "non_private_steps": self._free_steps,
                 "history": event_to_json(self.history),
+                "charges": self._charges(),
             },
         }
+
+    def _charges(self) -> list[dict[str, Any]]:
+        """The ``charges`` of :meth:`state_dict`: loaded segments, then this run's steps."""
+        segments = list(self._segments)
+        if self._steps and self._engine.noiser.noise_multiplier > 0:
+            where = None if self._charger is None else self._charger.where
+            segments.append((self.step_event, self._steps, where))
+        merged: list[Segment] = []
+        for event, count, where in segments:
+            if merged and merged[-1][0] == event and merged[-1][2] == where:
+                merged[-1] = (event, merged[-1][1] + count, where)
+            else:
+                merged.append((event, count, where))
+        return [{"event": event_to_json(e), "count": c, "charged": w} for e, c, w in merged]
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`: the wrapped optimizer's state and the privacy history.
 
         The history is composed into a fresh accountant, so :meth:`privacy_spent`
-        continues the ε of the checkpointed run. It is not charged again to the
-        ledger or filter of :func:`make_private`: only steps taken from now on are.
+        continues the ε of the checkpointed run. With a ``ledger`` or ``filter``
+        given to :func:`make_private`, the model's whole history ends up there: the
+        checkpoint records where each of its steps was charged (``charges``), and
+        the steps that this ledger (it holds the entries of the run that took them)
+        or this filter object does not hold are charged at once, one entry, before
+        anything is loaded — so a run trained without a ledger and resumed with one
+        has its earlier steps charged, while a resume of a run charged to the same
+        ledger charges nothing again. A checkpoint that does not say (written by
+        gaussdp before ``charges``) counts as charged nowhere: charged again, the
+        safe side. A checkpoint with steps taken without noise is refused with a
+        ledger or filter (its ε is infinite).
         A state without the privacy history (e.g. a plain optimizer's) is refused:
         it would restart ε at 0. Loading is for a fresh optimizer only: once this
         optimizer has taken a step or loaded a history it is refused, since the
@@ -1961,7 +2044,11 @@ class DPOptimizer(torch.optim.Optimizer):
         ValueError
             If the state lacks a valid privacy history, or has the format 1 of
             gaussdp before events, or this optimizer has already taken a step or
-            loaded a history. Nothing changes.
+            loaded a history, or holds steps without noise while a ledger or filter
+            is given. Nothing changes.
+        BudgetExceededError
+            If the ledger or filter cannot admit the history's steps it does not
+            hold yet; nothing is charged or loaded.
         """
         if not isinstance(state_dict, Mapping) or "privacy" not in state_dict:
             keys = sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict
@@ -1974,6 +2061,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 )
             )
         history, steps, free = _check_privacy(state_dict["privacy"])
+        segments = _check_charges(state_dict["privacy"], history)
         if self._steps or self._loaded:
             raise ValueError(
                 invalid(
@@ -1990,11 +2078,83 @@ class DPOptimizer(torch.optim.Optimizer):
                 accountant.compose(event.event, event.count)
             else:
                 accountant.compose(event)
+        if self._charger is not None:
+            if free:
+                raise ValueError(
+                    invalid(
+                        "state_dict['privacy']['non_private_steps']",
+                        "0 with a ledger or filter (steps taken without noise have no "
+                        "finite epsilon to charge)",
+                        free,
+                    )
+                )
+            segments = self._charge_loaded(self._charger, segments)
+        self._segments = segments
         self._optimizer.load_state_dict(state_dict["optimizer"])
         self._accountant = accountant
         self._steps = self._unaccounted = 0
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
+
+    def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
+        """Charge the loaded steps ``charger`` does not hold; all are then held there."""
+        held = [charger.holds(where) for _, _, where in segments]
+        missing = [(e, c) for (e, c, _), h in zip(segments, held, strict=True) if not h]
+        if missing:
+            parts = tuple(e if c == 1 else SelfComposed(e, c) for e, c in missing)
+            event = parts[0] if len(parts) == 1 else Composed(parts)
+            charger.charge_taken(event, sum(c for _, c in missing))
+        return [
+            (e, c, where if h else charger.where)
+            for (e, c, where), h in zip(segments, held, strict=True)
+        ]
+
+
+#: Steps of one step event, and where they were charged (:meth:`DPOptimizer.state_dict`).
+Segment = tuple[Event, int, str | None]
+
+
+def _history_counts(history: Composed) -> dict[Event, int]:
+    counts: dict[Event, int] = {}
+    for event in history.events:
+        one, count = (event.event, event.count) if isinstance(event, SelfComposed) else (event, 1)
+        counts[one] = counts.get(one, 0) + count
+    return counts
+
+
+def _check_charges(privacy: Mapping[str, Any], history: Composed) -> list[Segment]:
+    """The ``charges`` of a checkpoint's privacy part, checked against its history.
+
+    A checkpoint without them (gaussdp before they were recorded) has its history's
+    steps charged nowhere known.
+    """
+    counts = _history_counts(history)
+    if "charges" not in privacy:
+        return [(event, count, None) for event, count in counts.items()]
+    raw = privacy["charges"]
+    constraint = (
+        "a list of {'event': <JSON>, 'count': n, 'charged': str or None} whose steps "
+        "add up to the history's (from DPOptimizer.state_dict())"
+    )
+    segments: list[Segment] = []
+    if not isinstance(raw, list):
+        raise ValueError(invalid("state_dict['privacy']['charges']", constraint, raw))
+    for item in raw:
+        where = item.get("charged") if isinstance(item, Mapping) else None
+        if not (
+            isinstance(item, Mapping)
+            and isinstance(item.get("event"), str)
+            and (where is None or isinstance(where, str))
+        ):
+            raise ValueError(invalid("state_dict['privacy']['charges']", constraint, item))
+        count = check_int("state_dict['privacy']['charges'] count", item.get("count"), minimum=1)
+        segments.append((event_from_json(item["event"]), count, where))
+    totals: dict[Event, int] = {}
+    for event, count, _ in segments:
+        totals[event] = totals.get(event, 0) + count
+    if totals != counts:
+        raise ValueError(invalid("state_dict['privacy']['charges']", constraint, raw))
+    return segments
 
 
 _CHECKPOINT_FORMAT = 2
@@ -2296,9 +2456,12 @@ def make_private(
         faster, an upper bound only and looser (lower bound reported as 0). Also
         used to calibrate σ from ``target_epsilon``.
     rng : RandomSource, optional
-        Source of the sampling and noise randomness; ``None`` is the operating
-        system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Two
-        ChaCha20 streams keyed from it drive the loader and the noise; when ``rng``
+        Source of the sampling, noise and dropout-mask randomness; ``None`` is the
+        operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Three
+        ChaCha20 streams keyed from it drive the loader, the noise and the generator
+        states every training pass of the model runs under (its dropout masks, secret
+        unless ``rng`` is seeded; torch's own generators are left as they were, see
+        :mod:`gaussdp.ml._masks`); when ``rng``
         is not a seeded stream, a forked process re-keys them from it (it never
         repeats the parent's noise), while under a seed a forked process continues
         the parent's streams: give each process its own seed. With a ``ledger`` or
@@ -2458,6 +2621,7 @@ def make_private(
     # Streams of their own, re-keyed in a forked child (see gaussdp.random).
     loader_rng = _DerivedStream(source)
     noise_rng = _DerivedStream(source)
+    mask_rng = _DerivedStream(source)  # the dropout masks' (gaussdp.ml._masks)
     engine = _Engine(
         model,
         loss_fn,
@@ -2467,6 +2631,7 @@ def make_private(
         num_examples=size,
         noise=mode,
         rng=noise_rng,
+        mask_rng=mask_rng,
         grad_sample_mode=grad_sample_mode,
         loss_reduction=loss_reduction,
     )

@@ -24,6 +24,7 @@ sensitivity c.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -121,7 +122,9 @@ class DPAggregator:
     client_rate : float, default 1.0
         q in (0, 1]: the probability with which :meth:`sample_clients` picks each
         client in a round; rounds are accounted with amplification by subsampling.
-        Use :meth:`sample_clients` to choose the clients, or the accounting is void.
+        Each round's clients must come from :meth:`sample_clients`: one
+        :meth:`aggregate` per sample, of at most the clients it chose (refused
+        otherwise, before anything is charged or drawn).
     noise : {"secure", "insecure-float"}, default "secure"
         As in :class:`~gaussdp.ml.SumNoiser`.
     rng : RandomSource, optional
@@ -180,7 +183,10 @@ class DPAggregator:
         )
         self._accountant = PLDAccountant()
         self._rounds = 0
-        self._sampled_in: tuple[int, bytes] | None = None  # the last sample_clients' process
+        # client_rate < 1: the sample of the last sample_clients() not yet aggregated,
+        # as (the process that drew it, the number of clients chosen).
+        self._sample: tuple[tuple[int, bytes], int] | None = None
+        self._sample_lock = threading.Lock()
         self._charger = Charger(
             self.round_event,
             ledger=ledger,
@@ -223,15 +229,19 @@ class DPAggregator:
     def sample_clients(self, num_clients: int) -> list[int]:
         """Indices of the clients of one round: each kept independently with ``client_rate``.
 
-        The sample belongs to the process that drew it: with ``client_rate`` < 1, a
-        process forked after this call aggregates only once it has drawn its own
-        sample (see :meth:`aggregate`).
+        With ``client_rate`` < 1 each round needs a sample of its own: one
+        :meth:`aggregate` per call of this method, of at most the clients chosen, in
+        the process that drew it (a process forked after this call aggregates only
+        once it has drawn its own sample). A sample drawn anew before the last one was
+        aggregated replaces it; whether to draw again must not depend on the data.
         """
         from gaussdp.ml.dpsgd import PoissonBatchSampler
 
         sampler = PoissonBatchSampler(num_clients, self._rate, steps=1, rng=self._sample_rng)
         chosen = sampler.sample()
-        self._sampled_in = sampler.drawn_in
+        assert sampler.drawn_in is not None
+        with self._sample_lock:
+            self._sample = (sampler.drawn_in, len(chosen))
         return chosen
 
     def aggregate(self, updates: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -256,15 +266,78 @@ class DPAggregator:
             If the ledger or filter refuses the round; nothing is drawn.
         RuntimeError
             In a process forked from inside this round (the parent paid for it and
-            draws its noise), or with an in-memory filter in a forked process, or
-            with ``client_rate`` < 1 in a process forked after :meth:`sample_clients`
+            draws its noise), or with an in-memory filter in a forked process; with
+            ``client_rate`` < 1, without a :meth:`sample_clients` since the last
+            round (each round is charged as an independently subsampled one: a
+            second round on one sample, or a round on clients not sampled, would
+            be under-counted), or in a process forked after :meth:`sample_clients`
             that has not drawn a sample of its own (the parent's sample is the
-            parent's to release: two rounds of one Poisson sample are not two
-            independently subsampled rounds); nothing is charged or drawn.
+            parent's to release); nothing is charged or drawn.
+        ValueError
+            With ``client_rate`` < 1, for more updates than :meth:`sample_clients`
+            chose; nothing is charged or drawn.
         """
+        updates = list(updates)
+        # Taken at once (a second round on it is refused, in any thread); given back if
+        # the round is refused before its charge.
+        sample = self._take_sample(len(updates)) if self._rate < 1.0 else None
+        charged = False
+        try:
+            rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
+            for index, row in enumerate(rows[1:], start=1):
+                if row.device != rows[0].device:
+                    raise ValueError(
+                        invalid(
+                            f"updates[{index}].device",
+                            f"{rows[0].device}, as updates[0]'s",
+                            row.device,
+                        )
+                    )
+            # Stacked before the charge (it copies, reading no value into a decision).
+            stacked = torch.stack(rows) if rows else torch.zeros((0, self._dim))
+            with self._charger.run():  # rounds take turns
+                # Counted first, as the charger counts a run whose body raises.
+                charged = True
+                self._rounds += 1
+                self._accountant.compose(self.round_event)
+                if rows:
+                    factors = _clip_factor_rows(stacked, self._clip)
+                else:
+                    factors = torch.zeros(0, dtype=torch.float64)
+                sums = self._noiser.accumulate([stacked], factors)
+                self._charger.check_draw()  # a round the parent began, continued in a child
+                noisy = self._noiser.release(sums)[0]
+        finally:
+            if not charged and sample is not None:
+                with self._sample_lock:
+                    if self._sample is None:  # not replaced by a new sample meanwhile
+                        self._sample = sample
+        return noisy
+
+    def _take_sample(self, count: int) -> tuple[tuple[int, bytes], int]:
+        """The round's sample, taken; refused without one of this process, or too small."""
+        with self._sample_lock:
+            sample = self._sample
+            self._check_sample(sample, count)
+            self._sample = None
+        assert sample is not None
+        return sample
+
+    def _check_sample(self, sample: tuple[tuple[int, bytes], int] | None, count: int) -> None:
         here = _process_identity()
-        if self._rate < 1.0 and self._sampled_in not in (None, here):
-            assert self._sampled_in is not None
+        if sample is None:
+            raise RuntimeError(
+                invalid(
+                    "aggregate()",
+                    "called once per sample_clients() with client_rate < 1 (each round is "
+                    "accounted as an independent Poisson sample of the clients: call "
+                    "sample_clients() and aggregate the updates of the clients it chose; "
+                    "nothing is drawn or charged)",
+                    "a round without a sample of its own (none drawn, or its round taken)",
+                )
+            )
+        drawn_in, chosen = sample
+        if drawn_in != here:
             raise RuntimeError(
                 invalid(
                     "aggregate()",
@@ -272,31 +345,18 @@ class DPAggregator:
                     "process holds its parent's sample_clients(), which the parent "
                     "releases; nothing is drawn or charged: call sample_clients() in the "
                     "child first)",
-                    f"clients of process {self._sampled_in[0]} in process {here[0]}",
+                    f"clients of process {drawn_in[0]} in process {here[0]}",
                 )
             )
-        rows = [_flat_update(u, self._dim, i) for i, u in enumerate(updates)]
-        for index, row in enumerate(rows[1:], start=1):
-            if row.device != rows[0].device:
-                raise ValueError(
-                    invalid(
-                        f"updates[{index}].device", f"{rows[0].device}, as updates[0]'s", row.device
-                    )
+        if count > chosen:
+            raise ValueError(
+                invalid(
+                    "len(updates)",
+                    f"at most the {chosen} clients sample_clients() chose (nothing is drawn "
+                    "or charged)",
+                    count,
                 )
-        # Stacked before the charge (it copies, reading no value into a decision).
-        stacked = torch.stack(rows) if rows else torch.zeros((0, self._dim))
-        with self._charger.run():  # rounds take turns
-            # Counted first, as the charger counts a run whose body raises.
-            self._rounds += 1
-            self._accountant.compose(self.round_event)
-            if rows:
-                factors = _clip_factor_rows(stacked, self._clip)
-            else:
-                factors = torch.zeros(0, dtype=torch.float64)
-            sums = self._noiser.accumulate([stacked], factors)
-            self._charger.check_draw()  # a round the parent began, continued in a child
-            noisy = self._noiser.release(sums)[0]
-        return noisy
+            )
 
     def privacy_spent(self, delta: float) -> EpsilonBounds:
         """Bounds on ε at ``delta`` after the rounds so far (PLD accountant, lattice slack)."""

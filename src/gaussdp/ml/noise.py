@@ -14,8 +14,12 @@ is the float-safe path of :meth:`gaussdp.Gaussian.release`, applied to a sum:
    vectors are summed exactly (float64 holds every partial sum exactly, all being
    integers below 2⁵³). Removing one contribution r changes the sum by
    ‖r‖₂ ≤ C/γ + √d/2, within :meth:`~gaussdp.LatticeGaussian.sensitivity_bound`,
-   whatever the float rounding in the other contributions — rounding the float
-   sum instead would make the sensitivity depend on float summation order.
+   whatever the summation order — rounding the float sum instead would make the
+   sensitivity depend on it. This assumes that every *other* contribution is the
+   same vector in both neighbouring batches, bitwise: the caller must compute
+   each one from its own example alone. DP-SGD computes them with batched kernels,
+   whose float rounding of one row can depend on the batch size; a change there
+   adds to the sensitivity (docs/ml.md, "What the float arguments assume").
 3. Exact N_Z(0, σ_Z²) noise (CKS Alg 3, :func:`gaussdp.sampling.discrete_gaussian`)
    is added in integers and the result is multiplied by γ (exact). Casting to
    float32 afterwards is post-processing.
