@@ -451,3 +451,107 @@ def test_the_keys_read_counts_as_the_plain_validation(seed: int) -> None:
             engine.close()
     assert counts[0] == counts[1]
     assert 0 < counts[0]["pu"] < len(frame)  # NULL units are in the table
+
+
+def test_an_unknown_mode_spends_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An unknown ``GAUSSDP_BOUNDING`` is refused while the data are read: no ledger entry."""
+    from gaussdp.release import Ledger
+
+    book = Ledger(tmp_path / "b.db", total=Budget(epsilon=5.0, delta=1e-5))
+    before = (tmp_path / "b.db").read_bytes()
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "fast")
+    release = Release(
+        pd.DataFrame({"user": [1, 2], "page": ["a", "b"]}),
+        privacy_unit="user",
+        budget=BUDGET,
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    ).count(by="page", keys=["a"])
+    with pytest.raises(ValueError, match="GAUSSDP_BOUNDING"):
+        release.run(ledger=book)
+    assert book.entries() == []
+    assert (tmp_path / "b.db").read_bytes() == before
+
+
+class _Unloadable:
+    """An import hook under which ``gaussdp.release._compiled`` fails as numba does where
+    it cannot cache (a read-only installation, no writable home): a ``RuntimeError``."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name == "gaussdp.release._compiled":
+            raise RuntimeError("cannot cache function 'partition': no locator available")
+
+
+def test_a_compiled_module_that_does_not_load_leaves_the_sql(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where the compiled module fails to load, ``auto`` runs the SQL (the same result)
+    and ``compiled`` is refused before the reservation; nothing fails after a charge."""
+    import sys
+
+    import gaussdp.release
+    from gaussdp.release import Ledger
+
+    frame = pd.DataFrame({"user": [1, 2, 2, 3], "page": ["a", "b", "a", "a"]})
+
+    def build() -> Release:
+        return Release(
+            frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=1, max_rows_per_group=1
+        ).count(by="page", keys=["a", "b"])
+
+    want = pre_noise(monkeypatch, "sql", build)
+    monkeypatch.delitem(sys.modules, "gaussdp.release._compiled", raising=False)
+    monkeypatch.delattr(gaussdp.release, "_compiled", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Unloadable(), *sys.meta_path])
+    assert pre_noise(monkeypatch, "auto", build) == want
+    book = Ledger(tmp_path / "b.db", total=Budget(epsilon=5.0, delta=1e-5))
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "compiled")
+    with pytest.raises(ValueError, match="numba is not installed or does not load here"):
+        build().run(ledger=book)
+    assert book.entries() == []
+
+
+def test_numba_without_a_writable_cache_still_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba refuses ``cache=True`` where it has nowhere to write (``RuntimeError`` when a
+    function is decorated): the compiled loops are then compiled once a process."""
+    import numba
+
+    from gaussdp.release import _compiled
+
+    njit = numba.njit
+
+    def no_cache(*args: Any, **options: Any) -> Any:
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file")
+        return njit(*args, **options)
+
+    monkeypatch.setattr(numba, "njit", no_cache)
+
+    def twice(x: int) -> int:
+        return 2 * x
+
+    assert _compiled._jit(twice)(21) == 42
+
+
+def test_an_error_while_the_batches_are_read_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's errors while the compiled path reads its record batches come through Arrow
+    as an ``OSError`` quoting the value: one scrubbed line, as on the SQL path."""
+    from gaussdp.errors import EngineError
+    from gaussdp.release import _compiled
+
+    def failing(*args: Any, **options: Any) -> None:
+        raise OSError("Conversion Error: Could not convert string 'secret-of-unit-7' to INT32")
+
+    monkeypatch.setattr(_compiled, "bound", failing)
+    release = Release(
+        pd.DataFrame({"user": [1, 2], "page": ["a", "b"]}),
+        privacy_unit="user",
+        budget=BUDGET,
+        max_groups_per_unit=1,
+        max_rows_per_group=1,
+    ).count(by="page", keys=["a"])
+    with pytest.raises(EngineError) as caught:
+        pre_noise(monkeypatch, "compiled", lambda: release)
+    assert "\n" not in str(caught.value)
+    assert "secret" not in str(caught.value)
+    assert caught.value.__cause__ is None or "secret" not in str(caught.value.__cause__)

@@ -52,7 +52,18 @@ __all__ = ["KINDS", "bound", "bound_all", "partition", "row_bytes", "row_words",
 
 I64 = npt.NDArray[np.int64]
 
-_jit = numba.njit(cache=True, nogil=True)
+
+def _jit(function: Any) -> Any:
+    """numba's ``njit``, its machine code cached on disk (next to this file, or in numba's
+    user cache folder, or ``NUMBA_CACHE_DIR``) where numba finds a writable place, else
+    compiled once a process: a read-only installation run by a user without a writable
+    home still takes the compiled path (numba refuses ``cache=True`` there with a
+    ``RuntimeError`` when the function is decorated)."""
+    try:
+        return numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError:
+        return numba.njit(nogil=True)(function)
+
 
 #: Output kinds the compiled path computes (``Output.kind`` → the code of its loops).
 KINDS = {"rows": 0, "valid": 1, "sum": 2, "sumsq": 3, "units": 4}

@@ -916,10 +916,13 @@ def _keys_key(b: Bounding) -> tuple[object, ...]:
 
 
 def _compiled_module() -> Any:
-    """``gaussdp.release._compiled``, or ``None`` without numba."""
+    """``gaussdp.release._compiled``, or ``None`` without numba or where it fails to
+    load (any exception: a numba that cannot compile or cache here); then the SQL path
+    runs, with the same result. Called while the data are checked, before the
+    reservation, so such a failure never ends a release that was charged."""
     try:
         from gaussdp.release import _compiled
-    except ImportError:
+    except Exception:
         return None
     return _compiled
 
@@ -1409,7 +1412,7 @@ class DuckDBEngine(Engine):
         ``None``."""
         module = _compiled_module()
         if module is None:
-            return "numba is not installed"
+            return "numba is not installed or does not load here"
         try:
             import pyarrow  # noqa: F401  (the stream's record batches)
         except ImportError:  # pragma: no cover - pyarrow comes with the extras numba does
@@ -1462,10 +1465,19 @@ class DuckDBEngine(Engine):
             try:
                 ((groups,),) = self._con.execute(f"SELECT COUNT(*) FROM {codes}").fetchall()
                 reader = self._con.sql(stream_sql(b, codes)).to_arrow_reader(_BATCH_ROWS)
-                try:
-                    result = _compiled_module().bound(reader, b, int(groups), self._memory, rows)
-                finally:
-                    reader.close()
+                # DuckDB's errors while the batches are read come through Arrow (an
+                # OSError quoting the value): scrubbed to one line like DuckDB's own
+                import pyarrow as pa
+
+                with _Failures(self.name, action, (OSError, pa.ArrowException)):
+                    try:
+                        result = _compiled_module().bound(
+                            reader, b, int(groups), self._memory, rows
+                        )
+                    except MemoryError:  # the SQL (which can spill) takes it, or refuses
+                        result = None
+                    finally:
+                        reader.close()
                 if result is not None:
                     table = self._con.sql(f"SELECT {keys} FROM {codes} ORDER BY kc")
                     key_table = table.to_arrow_table()
