@@ -539,20 +539,115 @@ def test_the_dropout_check_leaves_inputs_changed_in_place_once(
 
 
 # -- a Poisson batch beyond the ghost bound -----------------------------------------------------
+def _limit(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lower GHOST_MAX_BATCH (65,533 and more) to keep the batches of a test small."""
+    monkeypatch.setattr(dpsgd_module, "GHOST_MAX_BATCH", limit)
+    monkeypatch.setattr(ghost_module, "GHOST_MAX_BATCH", limit)
+
+
 @pytest.mark.parametrize("api", APIS)
-def test_a_batch_beyond_the_ghost_bound_takes_the_per_example_path(
+def test_a_large_expected_batch_takes_the_per_example_path_for_the_run(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A Poisson batch above GHOST_MAX_BATCH (65,533) used to raise mid-training even in
-    # "auto" mode; the bound is lowered here to keep the batch small.
-    monkeypatch.setattr(dpsgd_module, "GHOST_MAX_BATCH", 3)
-    monkeypatch.setattr(ghost_module, "GHOST_MAX_BATCH", 3)  # the ghost path would raise
+    # Batches of 4 of 10 examples: P(B > 3) is far from negligible, so no batch of the
+    # run takes the ghost path, whatever its size ("ghost" is refused before anything).
+    _limit(3, monkeypatch)
     x, y = _features()
-    clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), "ghost", api)
-    got = clipped_sum(x, y)
-    assert model._engine.ghost_layers is not None  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="grad_sample_mode.*exceeds 3 with probability"):
+        _private(in_place_relu, (x, y), "ghost")
+    clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), "auto", api)
+    assert model._engine.ghost_layers is None  # type: ignore[attr-defined]
     reference, _ = _reference(in_place_relu, x, y, shrink=1.0)
-    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(clipped_sum(x, y), reference, rtol=1e-4, atol=1e-6)
+    small, _ = _reference(in_place_relu, x[:2], y[:2], shrink=1.0)  # below the limit too
+    torch.testing.assert_close(clipped_sum(x[:2], y[:2]), small, rtol=1e-4, atol=1e-6)
+
+
+def _pending_sum(model: object, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The pre-noise clipped sum of model.backward, in lattice units (integers)."""
+    engine = model._engine  # type: ignore[attr-defined]
+    engine.pending = None
+    model.backward(x, y)  # type: ignore[attr-defined]
+    sums = torch.cat([s.reshape(-1) for s in engine.pending])
+    engine.pending = None
+    return sums
+
+
+def test_neighbours_on_either_side_of_the_ghost_limit_keep_the_lattice_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once, a batch of 21 took the per-example path (each example rounded to the
+    # lattice, then summed) and its neighbour of 20 the ghost path (the float sum
+    # rounded once): for equal examples the two differ by up to B/2 units per
+    # coordinate, and the neighbours 2,118.5 units apart, above the bound of 2,056.
+    # Which way a batch goes is now decided
+    # for the run (expected batch 12 of 30), never by the realised batch size.
+    _limit(20, monkeypatch)
+    x = torch.full((21, 4), 3.7).add_(torch.arange(4.0))  # equal examples
+    y = torch.zeros(21, dtype=torch.long)
+    torch.manual_seed(0)
+    net = in_place_relu()
+    model, _, _ = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.0),
+        DataLoader(TensorDataset(torch.zeros(30, 4), torch.zeros(30)), batch_size=12),
+        loss_fn=nnf.cross_entropy,
+        noise_multiplier=1.0,
+        max_grad_norm=CLIP,
+        delta=1e-5,
+    )
+    engine = model._engine  # type: ignore[attr-defined]
+    assert engine.ghost_layers is None
+    lattice = engine.noiser.lattice
+    bound = float(lattice.sensitivity_bound(CLIP, lattice.gamma, engine.noiser.dim))
+    full = _pending_sum(model, x, y)
+    assert torch.equal(full, full.round())  # lattice units
+    gap = float(torch.linalg.vector_norm(full - _pending_sum(model, x[1:], y[1:])))
+    assert 0.5 * bound < gap <= bound
+
+
+@pytest.mark.parametrize("limit", [3, 40])
+def test_the_ghost_run_test_is_sound_against_the_exact_binomial_tail(
+    limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ghost_run's Chernoff bound against the exact tail P(B > limit) of the sampler's
+    # Binomial(N, q) (fractions), over rates across its True/False transition.
+    from fractions import Fraction
+    from math import comb
+
+    _limit(limit, monkeypatch)
+    size = 5 * limit
+    answers = []
+    for rate in (2.0**-k for k in range(1, 100, 2)):
+        q = Fraction(rate)
+        tail = sum(comb(size, b) * q**b * (1 - q) ** (size - b) for b in range(limit + 1, size + 1))
+        allowed = ghost_module.ghost_run(rate, size)
+        assert not allowed or tail <= Fraction(10) ** -100, rate
+        assert allowed or tail > Fraction(10) ** -120, rate  # pessimistic, not absurdly so
+        answers.append(allowed)
+    assert answers == sorted(answers)
+    assert answers[0] < answers[-1]
+    assert ghost_module.ghost_run(0.5, limit)
+    assert not ghost_module.ghost_run(1.0, limit + 1)
+
+
+def test_a_batch_above_the_limit_of_a_ghost_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run with a negligible tail takes the ghost path; the batch that exceeds the limit
+    # anyway (probability <= 1e-100) is refused before the mask stream moves.
+    _limit(3, monkeypatch)
+    monkeypatch.setattr(dpsgd_module, "ghost_run", lambda rate, size: True)
+    x, y = _features()
+    for api in APIS:
+        clipped_sum, model = _clipped_sum_fn(in_place_relu, (x, y), "auto", api)
+        engine = model._engine  # type: ignore[attr-defined]
+        assert engine.ghost_layers is not None
+        reference, _ = _reference(in_place_relu, x[:3], y[:3])
+        torch.testing.assert_close(clipped_sum(x[:3], y[:3]), reference, rtol=1e-4, atol=1e-6)
+        before = engine.masks.next  # the refusal draws no mask state
+        monkeypatch.setattr(engine.masks, "next", lambda: pytest.fail("mask drawn"))
+        with pytest.raises(ValueError, match="batch size.*at most 3 for ghost clipping"):
+            clipped_sum(x[:4], y[:4])
+        monkeypatch.setattr(engine.masks, "next", before)
 
 
 def _in_ranges_of(rows: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -577,8 +672,7 @@ def test_a_batch_beyond_the_ghost_bound_is_clipped_in_ranges(
 ) -> None:
     # Once: the per-example path held every example's gradient at once (a Poisson batch
     # above GHOST_MAX_BATCH on a large model). Bounds lowered to keep the test small.
-    monkeypatch.setattr(dpsgd_module, "GHOST_MAX_BATCH", 3)
-    monkeypatch.setattr(ghost_module, "GHOST_MAX_BATCH", 3)
+    _limit(3, monkeypatch)
     seen = _in_ranges_of(3, monkeypatch)
     x, y = _features()
     clipped_sum, _ = _clipped_sum_fn(in_place_relu, (x, y), "auto", api)

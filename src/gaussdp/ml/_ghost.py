@@ -144,6 +144,7 @@ __all__ = [
     "GHOST_LAYERS",
     "GHOST_MARGIN",
     "GHOST_MAX_BATCH",
+    "GHOST_TAIL",
     "LayerRecord",
     "LayerRecorder",
     "check_batch",
@@ -151,6 +152,7 @@ __all__ = [
     "float32_chunks",
     "ghost_clipped_sums",
     "ghost_layers",
+    "ghost_run",
     "input_guard",
     "per_example_losses",
     "recorded_forward",
@@ -160,6 +162,12 @@ __all__ = [
 
 #: Largest batch for which the float64 error bound above holds.
 GHOST_MAX_BATCH = 2**16 - 3
+
+#: A run takes this path only if its Poisson batch exceeds GHOST_MAX_BATCH with probability
+#: at most this (:func:`ghost_run`); such a batch is then refused (module notes).
+GHOST_TAIL = 1e-100
+# Below ln(GHOST_TAIL) = -230.2585…: the comparison errs on the side of no ghost path.
+_LOG_TAIL = -230.26
 
 #: Clip factors of this path are min(1, C/‖gᵢ‖) times this (exact) constant: the margin
 #: 2⁻²⁰ of the per-example path and 2⁻⁹ more for the float error of the sums (module notes).
@@ -1102,9 +1110,41 @@ def ghost_clipped_sums(
     return sums, losses.detach(), squared, records
 
 
+def ghost_run(sample_rate: float, num_examples: int) -> bool:
+    """Whether a run may take this path: P(B > :data:`GHOST_MAX_BATCH`) ≤ :data:`GHOST_TAIL`.
+
+    From public parameters only, never from a realised batch: B is the Poisson batch of
+    ``num_examples`` examples each kept with probability ``sample_rate`` (a Binomial,
+    whose moment generating function is at most that of a Poisson variable with the
+    same mean μ = q·N), so by Chernoff's bound P(B ≥ a) ≤ exp(a − μ − a·ln(a/μ)) for
+    a > μ, with a = GHOST_MAX_BATCH + 1. The bound increases with μ below a, so μ is
+    rounded up (the sampler's own rate, ⌊q·2⁶⁴⌋/2⁶⁴, is at most q); the float error of
+    the exponent (a few roundings of terms at most a(1 + |ln a| + |ln μ|) + μ, each
+    relative error below 2⁻⁵⁰ with a faithful ``log``) is bounded by 2⁻⁴⁰ times that
+    sum and added before comparing with ln(GHOST_TAIL), itself taken below its value.
+    A False answer may be pessimistic, never a True one optimistic.
+    """
+    refused = GHOST_MAX_BATCH + 1
+    if num_examples < refused:
+        return True  # B ≤ num_examples: never refused
+    mean = math.nextafter(sample_rate * num_examples, math.inf)
+    if mean >= refused:
+        return False
+    log_mean, log_refused = math.log(mean), math.log(refused)
+    exponent = refused - mean - refused * (log_refused - log_mean)
+    slack = 2.0**-40 * (refused * (1.0 + abs(log_refused) + abs(log_mean)) + mean)
+    return exponent + slack <= _LOG_TAIL
+
+
 def check_batch(batch: int) -> None:
     """Refuse a batch beyond the float64 error bound of the module notes."""
     if batch > GHOST_MAX_BATCH:
         raise ValueError(
-            invalid("batch size", f"at most {GHOST_MAX_BATCH} for ghost clipping", batch)
+            invalid(
+                "batch size",
+                f"at most {GHOST_MAX_BATCH} for ghost clipping (a run takes it only if a "
+                f"Poisson batch exceeds that with probability at most {GHOST_TAIL:g}; "
+                "nothing was captured, drawn or charged)",
+                batch,
+            )
         )

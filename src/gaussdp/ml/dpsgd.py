@@ -97,10 +97,13 @@ from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     GHOST_MARGIN,
     GHOST_MAX_BATCH,
+    GHOST_TAIL,
     LayerRecord,
+    check_batch,
     clipped_sums,
     ghost_clipped_sums,
     ghost_layers,
+    ghost_run,
     input_guard,
     recorded_forward,
     signature,
@@ -622,7 +625,24 @@ class _Engine:
         self.module = module
         self.mode = grad_sample_mode
         self.loss_reduction = loss_reduction
-        self.ghost_layers = None if grad_sample_mode == "functorch" else ghost_layers(module)
+        # Ghost or per-example for the whole run, from public parameters only: the ghost
+        # path rounds a float sum once, the per-example path each example, and neighbouring
+        # batches computed in different ways differ by more than the sensitivity bound.
+        if not ghost_run(sample_rate, num_examples) and grad_sample_mode == "ghost":
+            raise ValueError(
+                invalid(
+                    "grad_sample_mode",
+                    "'auto' or 'functorch' when the Poisson batch (expected "
+                    f"{sample_rate * num_examples:g} examples) exceeds {GHOST_MAX_BATCH} "
+                    f"with probability above {GHOST_TAIL:g} (gaussdp.ml._ghost.ghost_run)",
+                    grad_sample_mode,
+                )
+            )
+        self.ghost_layers = (
+            ghost_layers(module)
+            if grad_sample_mode != "functorch" and ghost_run(sample_rate, num_examples)
+            else None
+        )
         if grad_sample_mode == "ghost" and self.ghost_layers is None:
             names = ", ".join(t.__name__ for t in GHOST_LAYERS)
             raise ValueError(
@@ -777,6 +797,7 @@ class _Engine:
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``model.backward(x, y)``, its random layers drawing from a secret state (_masks)."""
+        self.check_batch(inputs.shape[0])  # before the mask stream moves
         with _replaying(self.masks.next(), self.device):
             return self._backward(inputs, targets)
 
@@ -792,9 +813,7 @@ class _Engine:
         restore: Callable[[], None] = _nothing  # before each later run on the same inputs
         proof = (
             self._proven((inputs,), {}, [inputs], key)
-            if self.ghost_layers is not None
-            and 0 < inputs.shape[0] <= GHOST_MAX_BATCH  # larger: per-example path
-            and key not in self.uncovered
+            if self.ghost_layers is not None and inputs.shape[0] > 0 and key not in self.uncovered
             else None
         )
         if proof is not None:
@@ -864,6 +883,19 @@ class _Engine:
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
         return losses.mean()
+
+    def check_batch(self, batch: int) -> None:
+        """Refuse a batch above :data:`~gaussdp.ml._ghost.GHOST_MAX_BATCH` in a ghost run.
+
+        A run takes the ghost path only where a Poisson batch exceeds the limit with
+        probability at most :data:`~gaussdp.ml._ghost.GHOST_TAIL` (10⁻¹⁰⁰,
+        :func:`~gaussdp.ml._ghost.ghost_run`); such a batch is refused rather than
+        computed the per-example way (neighbours computed in different ways differ by
+        more than the sensitivity bound). Raised before anything is captured, drawn or
+        charged (the mask stream included).
+        """
+        if self.ghost_layers is not None:
+            check_batch(batch)
 
     def _rows(self) -> int:
         """Examples per range of the per-example path (see :data:`PER_EXAMPLE_LIMIT`)."""
@@ -1077,6 +1109,7 @@ class _Engine:
         self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
         batch = _batch_of(leaves)
+        self.check_batch(batch)
         # Its random layers draw from a secret state, the same in every re-run (_masks).
         record = _Record(self, leaves, spec, batch, self.masks.next())
         self.forward_calls += 1
@@ -1116,9 +1149,7 @@ class _Engine:
         args, kwargs = tree_unflatten(record.inputs, record.spec)
         proof = (
             self._proven(args, kwargs, record.inputs, key)
-            if self.ghost_layers is not None
-            and record.batch <= GHOST_MAX_BATCH  # a larger Poisson batch: per-example path
-            and key not in self.uncovered
+            if self.ghost_layers is not None and key not in self.uncovered
             else None
         )
         if proof is not None:
