@@ -92,14 +92,49 @@ all parameters at once) the whole error then has L2 norm at most
   bound (γ_{k+n+1}·B·C is below 2⁻¹⁰·C by more than 2⁻¹⁹·C). Otherwise (a larger
   batch, other settings or values, GPUs) float64.
 
-Which way a batch takes depends on its size and values, and that is allowed: each way
+Which of the two ways (float32 or float64) a batch takes depends on its size and
+values, and that is allowed: each way
 keeps its error within 2⁻¹⁰·C, so the sensitivity bound holds whatever the two
 neighbouring batches took. The margin costs 0.2 % of the clipped signal (the noise
 stays calibrated to C) — less than the lattice's 0.4 % — and makes the MLP of
 ``benchmarks/dpsgd.py`` (batch 256: n = 5 ranges of ≤ 52) compute its largest product
-in float32, at 0.6–0.7× the CPU of the float64 product. A batch of 2¹⁶ − 2 examples
-or more takes the per-example path (:mod:`gaussdp.ml.dpsgd`); :func:`check_batch`
-refuses it here.
+in float32, at 0.6–0.7× the CPU of the float64 product.
+
+Ghost or per-example: decided for the run, never by the batch. The per-example path
+rounds each clipped contribution to the lattice and sums the integers; this path rounds
+the float sum once. The two differ by Σᵢ round(xᵢ) − round(Σᵢ xᵢ), about √(B/12) units
+per coordinate for random fractions and up to B/2 for equal ones — outside the bound
+above, which compares two batches computed the same way. So the path must not depend
+on the realised batch size B (which tells neighbours apart): a batch beyond
+:data:`GHOST_MAX_BATCH` once took the per-example path while its neighbour one example
+smaller took this one (neighbours 2,118.5 lattice units apart against a bound of 2,056,
+``tests/ml/test_ghost_edge_cases.py``). :func:`ghost_run` decides from the public
+parameters make_private sees, the sample rate q and the dataset size N: if a rigorous
+Chernoff bound puts P(B > GHOST_MAX_BATCH) above :data:`GHOST_TAIL` = 10⁻¹⁰⁰ (expected
+batches above 60,192 or so), every batch of the run takes the per-example path
+(``grad_sample_mode="ghost"`` is refused by make_private); otherwise every batch takes
+this one (the exceptions below aside), and a batch above the limit is refused
+(:func:`check_batch`) before anything is captured, drawn or charged. That refusal has
+probability at most p = 10⁻¹⁰⁰ per step under either neighbour, so a step is
+(ε, δ + (1 + e^ε)p)-DP where the unrefused mechanism is (ε, δ)-DP: T steps add at most
+T(1 + e^ε)·10⁻¹⁰⁰ to δ, which the reported δ leaves out (below its float resolution
+for any δ ≥ 10⁻⁶⁵, up to 10¹⁰ steps at ε ≤ 20).
+
+Where a batch can still take the other path (checked for this fix): a call whose
+layers run in a configuration these formulas do not cover goes per-example, keyed by
+the call's structure without its batch size (``_call_key`` in :mod:`gaussdp.ml.dpsgd`),
+and the independence proof is keyed by that structure and by whether the batch has one
+example (a batch of one rounds a single term either way, so the paths differ there
+only by the margin's 2⁻⁹·C). Neither depends on the batch's values — only on the
+model's code, and a ``forward`` that branches on the batch size could still switch
+(not detected). ``model.backward`` without make_private's loader takes the same
+run-wide decision (the engine's sample rate and dataset size), and each call is
+refused above the limit. The check against the per-example path (below) switches the
+run to that path when the two disagree — for a model the proof declared independent,
+a data-dependent event (a float tolerance); not addressed here. Several ``backward``
+calls for one step (micro-batches) are rounded call by call on this path, so the split
+of a batch into calls must not depend on its size either (fixed-size micro-batches
+of a Poisson batch shift every later example across call boundaries: not addressed).
 
 Independence. These formulas attribute slice i of each recorded tensor to example i;
 that holds only if the model processes examples independently along the first
