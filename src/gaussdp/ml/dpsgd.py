@@ -628,7 +628,8 @@ class _Engine:
         # Ghost or per-example for the whole run, from public parameters only: the ghost
         # path rounds a float sum once, the per-example path each example, and neighbouring
         # batches computed in different ways differ by more than the sensitivity bound.
-        if not ghost_run(sample_rate, num_examples) and grad_sample_mode == "ghost":
+        run_ghost = ghost_run(sample_rate, num_examples)
+        if not run_ghost and grad_sample_mode == "ghost":
             raise ValueError(
                 invalid(
                     "grad_sample_mode",
@@ -639,9 +640,7 @@ class _Engine:
                 )
             )
         self.ghost_layers = (
-            ghost_layers(module)
-            if grad_sample_mode != "functorch" and ghost_run(sample_rate, num_examples)
-            else None
+            ghost_layers(module) if grad_sample_mode != "functorch" and run_ghost else None
         )
         if grad_sample_mode == "ghost" and self.ghost_layers is None:
             names = ", ".join(t.__name__ for t in GHOST_LAYERS)
