@@ -23,11 +23,10 @@ process that drew the loader's last batch); a CUDA process cannot fork.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 #: A batch handed out by the data loader: process id, fork token, count there.
 BatchId = tuple[int, bytes, int]
@@ -38,9 +37,14 @@ _TAGS: dict[int, tuple[weakref.ref[torch.Tensor], BatchId]] = {}
 
 def tag(batch: Any, batch_id: BatchId) -> None:
     """Tag every tensor of ``batch`` (any nesting of tuples, lists and dicts)."""
-    for leaf in tree_flatten(batch)[0]:
-        if isinstance(leaf, torch.Tensor):
-            _TAGS[id(leaf)] = (weakref.ref(leaf, _forget(id(leaf))), batch_id)
+    if isinstance(batch, torch.Tensor):
+        _TAGS[id(batch)] = (weakref.ref(batch, _forget(id(batch))), batch_id)
+    elif isinstance(batch, tuple | list):
+        for item in batch:
+            tag(item, batch_id)
+    elif isinstance(batch, Mapping):
+        for item in batch.values():
+            tag(item, batch_id)
 
 
 def _forget(key: int) -> Callable[[weakref.ref[torch.Tensor]], None]:

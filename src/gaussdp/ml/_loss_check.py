@@ -37,32 +37,49 @@ graph still intact:
    bit. This sees what step 1 cannot when the change crosses a kink: mixing through
    piecewise-linear operations (``(out - out.mean(0)).abs()``, top-k selection of
    the batch's hardest examples) and through values taken out of the graph
-   (``.detach()``). A call that changes in place a tensor the outputs did not
-   produce (a running log) is not made again; a record it cannot recompute (a call
-   that fails) leaves the loss to steps 1 and 2.
-4. Class weights with the mean reduction (``cross_entropy`` / ``nll_loss`` with
-   unequal ``weight=``, class-index targets) are refused when the loss is computed:
-   the mean divides by the batch's summed weights, the other examples' labels.
+   (``.detach()``). Python floats taken out of the outputs (``.item()``,
+   ``float()``, ``.tolist()``) are recomputed too, and a later call given that very
+   float object gets the recomputed one. A call that changes in place, with values
+   computed from the outputs, a tensor the outputs did not produce (``state``): that
+   tensor is recomputed from its value before the first such call (a copy, kept in
+   :data:`_CHANGED`) in every recorded call that reads it; the caller's tensor is
+   not changed again. One changed in place with nothing of the outputs (a step
+   counter) is not made again. A record it cannot recompute (a call that fails)
+   leaves the loss to steps 1 and 2.
 
-A failure raises ``ValueError`` from ``loss.backward()`` (or from the loss function,
-step 4) before the backward pass runs: nothing is captured, so no step can follow,
-and nothing is drawn or charged. A probed output whose gradient reached the step
-without this check (a loss computed outside torch's functions, so not a
-:class:`_Probed` tensor) makes the step refuse. After the probed steps the outputs
-are plain tensors: no cost.
+A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
+runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
+probed output whose gradient reached the step without this check (a loss computed
+outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
 
-**What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
-probed steps' values and on the changes step 3 tries. It misses dependence on the
-batch that does not go through the outputs (weights or normalisations computed from
-the batch's labels other than step 4's, such as ``ignore_index`` with the mean
-reduction, a division by the batch size other than the declared ``loss_reduction``),
-values that leave torch (``.item()``, numpy) and come back as constants, state that
-a call changes in place and the loss reads (a running mean of the outputs), a kink
-that step 3's changes do not cross, and a loss whose form changes after the probed
-steps (until the next probed step). A term that mixes examples only for some data is
-refused on the probed step whose data shows it. ``model.backward(x, y)`` with
-``loss_fn`` evaluates each example's loss on its own, so no mixing is possible
-there.
+**On every step** the outputs are at least :class:`_Watched` tensors (the parent
+class of :class:`_Probed`), whose one task is the mean of ``cross_entropy`` and
+``nll_loss`` over class-index targets (:func:`_per_target_mean`): torch's divides by
+the number of targets not equal to ``ignore_index``, or by their summed class weights
+— the other examples' labels, which no change of the outputs reveals. Here it divides
+by the number of targets times the (equal) class weight; unequal class weights are
+refused (``ValueError`` from the loss function, before anything is captured).
+
+**What it cannot see** (documented in docs/ml.md, with what the user must guarantee):
+the check is pointwise, on the probed steps' values and on the changes step 3 tries
+to the outputs (never to the labels or inputs). It misses dependence on the batch
+that does not go through the outputs (a masked mean the user writes with a mask from
+the targets, a selection by label, a division by the batch size other than the
+declared ``loss_reduction``); values that leave torch and come back as new objects
+(Python arithmetic on an ``.item()`` float, numpy, ``torch.tensor`` of such numbers);
+state read only through calls that do not take the outputs (``state.clone()``, an
+``out=`` argument, a Python attribute); a kink that step 3's changes do not cross;
+and a loss whose form changes after the probed steps (until the next probed step).
+A term that mixes examples only for some data is refused on the probed step whose
+data shows it. ``model.backward(x, y)`` with ``loss_fn`` evaluates each example's
+loss on its own, so no mixing is possible there.
+
+**torch APIs.** The check's own calls on probed tensors (while :data:`_QUIET` is set)
+go to ``torch.Tensor.__torch_function__``, torch's documented default, which returns
+plain tensors and records nothing; the reduction is read from the deprecated
+``size_average``/``reduce`` arguments by :func:`_reduction` (tested against torch's
+own losses). The one private module left is ``torch.utils._pytree`` (as in
+:mod:`gaussdp.ml.dpsgd`): torch 2.13 has no public pytree.
 """
 
 from __future__ import annotations
@@ -73,7 +90,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.nn._reduction import legacy_get_string
 from torch.utils._pytree import tree_flatten, tree_map
 
 from gaussdp.errors import invalid
@@ -116,8 +132,16 @@ class LossCheck:
         """Whether the training calls of the coming step are probed."""
         return self.steps < FIRST_STEPS or self.steps % EVERY == 0
 
-    def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
-        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe."""
+    def wrap(
+        self, outputs: list[torch.Tensor], batch: int
+    ) -> tuple[list[torch.Tensor], Probe | None]:
+        """The outputs as the caller gets them (same data and graph), and their probe.
+
+        On a probed step (:meth:`due`) :class:`_Probed` tensors and their probe;
+        otherwise :class:`_Watched` tensors and None.
+        """
+        if not self.due():
+            return [t.as_subclass(_Watched) for t in outputs], None
         probe = Probe(outputs, batch)
         self.pending.append(probe)
         _ACTIVE.add(self)
@@ -132,6 +156,7 @@ class LossCheck:
         _ACTIVE.discard(self)
         if not _ACTIVE:
             _TRACE.clear()
+            _CHANGED.clear()
         if not all(p is None or p.checked for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
@@ -150,7 +175,12 @@ class LossCheck:
         inputs = outs + [w for w in self.params if w.requires_grad]
         try:
             grads = torch.autograd.grad(
-                roots, inputs, seeds, retain_graph=True, create_graph=True, allow_unused=True
+                [_plain(r) for r in roots],
+                inputs,
+                [None if g is None else _plain(g) for g in seeds],
+                retain_graph=True,
+                create_graph=True,
+                allow_unused=True,
             )
         except RuntimeError as error:
             raise _unchecked(error) from error
@@ -284,6 +314,9 @@ def _replayed(
     """
     leaves = [v.clone().requires_grad_() for v in values]
     env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+    # A tensor of the caller's that a call changed in place with values computed from
+    # the outputs: recomputed too, from its value before that call, in every call.
+    env.update({key: before.clone() for key, (_, before) in _CHANGED.items()})
     device = values[0].device
     generators = {
         id(g): (g, g.get_state())
@@ -308,25 +341,22 @@ def _recomputed(
     """The calls of :data:`_TRACE` made again (:func:`_replayed`), and G."""
 
     def swap(a: Any) -> Any:
-        return env.get(id(a), a) if isinstance(a, torch.Tensor) else a
+        return env.get(id(a), a) if isinstance(a, torch.Tensor) or type(a) is float else a
 
     for func, args, kwargs, result in _TRACE:
         if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
             continue  # its result is the same: kept
-        name = getattr(func, "__name__", "")
-        in_place = (
-            name == "__setitem__"
-            or name.startswith("__i")
-            or (name.endswith("_") and not name.endswith("__"))
-        )
-        if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
+        if "out" in kwargs or (_in_place(func) and (not args or id(args[0]) not in env)):
             continue  # it changed a tensor of the caller's (a log): not again
         try:
             fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
         except (RuntimeError, TypeError, ValueError, IndexError):
             return None
         for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
-            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+            # Tensors, and Python floats taken out of them (.item(), float(), .tolist()):
+            # a later call given that very float gets the recomputed one.
+            tensors = isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)
+            if tensors or (type(old), type(new)) == (float, float):
                 env[id(old)] = new
     if not all(id(r) in env for r in roots):
         return None
@@ -336,6 +366,16 @@ def _recomputed(
         )
     except RuntimeError:
         return None
+
+
+def _in_place(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` changes its first argument in place (by torch's naming)."""
+    name = getattr(func, "__name__", "")
+    return (
+        name == "__setitem__"
+        or name.startswith("__i")
+        or (name.endswith("_") and not name.endswith("__"))
+    )
 
 
 def _check_direct(
@@ -391,27 +431,44 @@ def _unchecked(error: Exception) -> ValueError:
     )
 
 
-def _check_class_weights(
-    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """Refuse class weights with the mean reduction: it divides by the batch's summed weights.
+def _reduction(size_average: Any, reduce: Any, reduction: Any) -> Any:
+    """The reduction torch's losses take from their arguments (legacy ones first)."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
 
-    Each example's term is then wᵧᵢ·ℓᵢ / Σⱼ wᵧⱼ: its gradient depends on the other
-    examples' labels, which the second derivative with respect to the outputs cannot
-    see. Equal weights (a constant factor) and probability targets (the mean divides by
-    the batch size) keep examples apart.
+
+def _per_target_mean(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, traced: bool
+) -> torch.Tensor | None:
+    """``cross_entropy`` / ``nll_loss`` with the mean reduction over class-index targets.
+
+    torch's mean divides by the number of targets not equal to ``ignore_index`` (or by
+    their summed class weights), which depends on the other examples' labels: one
+    example's term is ℓᵢ / Σⱼ [yⱼ ≠ ignore_index]. Here it divides by the number of
+    targets, ignored ones included (each counting 0), times the class weight: each
+    example's term no longer depends on another's label. The same value as torch's
+    when no target is ignored. Unequal class weights are refused (the mean would
+    divide by the batch's summed weights). None for every other call: a reduction
+    other than the mean, probability targets (their mean divides by the batch size).
+
+    ``traced``: computed by calls on the probed tensors (recorded for the second
+    evaluation); otherwise on plain tensors, the result plain (an unprobed step).
     """
-    bound = inspect.signature(func).bind(*args, **kwargs)
-    values = bound.arguments
-    weight, target = values.get("weight"), values["target"]
-    if weight is None or target.is_floating_point():
-        return
-    legacy = (values.get("size_average"), values.get("reduce"))
-    if legacy != (None, None):
-        reduction = legacy_get_string(*legacy, emit_warning=False)
+    if len(args) == 2 and "input" not in kwargs and "target" not in kwargs:
+        values = {"input": args[0], "target": args[1], **kwargs}  # as torch dispatches it
     else:
-        reduction = values.get("reduction", "mean")
-    if reduction == "mean" and bool((weight != weight.reshape(-1)[0]).any()):
+        values = dict(_SIGNATURES[func].bind(*args, **kwargs).arguments)
+    target = values["target"]
+    legacy = (values.get("size_average"), values.get("reduce"))
+    reduction = _reduction(*legacy, values.get("reduction", "mean"))
+    if reduction != "mean" or not isinstance(target, torch.Tensor) or target.is_floating_point():
+        return None
+    weight = values.get("weight")
+    first = None if weight is None else weight.reshape(-1)[0]
+    if weight is not None and bool((weight != first).any()):
         raise ValueError(
             invalid(
                 f"the weight of {func.__name__} with reduction='mean'",
@@ -422,22 +479,58 @@ def _check_class_weights(
                 f"a weight of {weight.numel()} unequal entries",
             )
         )
+    # The sum reduction adds the per-target terms (ignored ones add nothing).
+    values.update(size_average=None, reduce=None, reduction="sum")
+    # Untraced: torch's default handler, no dispatch to the subclass, a plain result.
+    default = torch.Tensor.__torch_function__
+    total = func(**values) if traced else default(func, (), (), values)  # type: ignore[no-untyped-call]
+    count = target.numel()
+    return total / count if first is None else total / (first * count)  # type: ignore[no-any-return]
 
 
-_CLASS_WEIGHTED: tuple[Callable[..., Any], ...] = (
+_MEAN_LOSSES: tuple[Callable[..., Any], ...] = (
     torch.nn.functional.cross_entropy,
     torch.nn.functional.nll_loss,
 )
+_SIGNATURES = {f: inspect.signature(f) for f in _MEAN_LOSSES}
 
 # Every call made on probed tensors since the probes began, with its result (kept alive,
 # so that ids stay unique): the loss as computed, for _replayed.
 _TRACE: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]] = []
+# Tensors not probed that a recorded call changed in place with probed values: id ->
+# (the tensor, kept alive so that ids stay unique; its value before the first such call).
+_CHANGED: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 # The LossChecks with probes awaiting their backward pass.
 _ACTIVE: weakref.WeakSet[LossCheck] = weakref.WeakSet()
 _BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autograd.backward)
+# Non-empty while the check runs: calls on probed tensors then are the check's own.
+_QUIET: list[bool] = []
 
 
-class _Probed(torch.Tensor):
+class _Watched(torch.Tensor):
+    """An output of an unprobed training call, and every tensor computed from it.
+
+    Its one task: the mean of ``cross_entropy`` and ``nll_loss`` over class-index
+    targets (:func:`_per_target_mean`), on every step.
+    """
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _MEAN_LOSSES and not _QUIET:
+            mean = _per_target_mean(func, args, kwargs, traced=False)
+            if mean is not None:
+                return mean
+        return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+
+
+class _Probed(_Watched):
     """A probed output, and every tensor computed from it: its backward is checked first."""
 
     @classmethod
@@ -449,19 +542,40 @@ class _Probed(torch.Tensor):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func in _CLASS_WEIGHTED and _ACTIVE:
-            with torch._C.DisableTorchFunctionSubclass():
-                _check_class_weights(func, args, kwargs)
+        if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
+            return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
+        if func in _MEAN_LOSSES:
+            mean = _per_target_mean(func, args, kwargs, traced=True)  # recorded calls
+            if mean is not None:
+                return mean
         if func in _BACKWARDS and _ACTIVE:
-            with torch._C.DisableTorchFunctionSubclass():
+            _QUIET.append(True)
+            try:
                 roots, seeds = _roots(func, args, kwargs)
                 if any(r.requires_grad for r in roots):  # else backward raises torch's error
                     for check in list(_ACTIVE):
                         check.check(roots, seeds)
-        result = super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+            finally:
+                _QUIET.pop()
+        if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
+            _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
+        result = super().__torch_function__(func, types, args, kwargs)
         if _ACTIVE and func not in _BACKWARDS:
             _TRACE.append((func, args, kwargs, result))
         return result
+
+
+def _changes_callers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call changes in place, with probed values, a tensor not probed (first seen)."""
+    first = args[0]
+    if not isinstance(first, torch.Tensor) or isinstance(first, _Watched) or id(first) in _CHANGED:
+        return False
+    return any(isinstance(t, _Watched) for t in tree_flatten((args[1:], kwargs))[0])
+
+
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The same tensor (data and graph) as a plain ``torch.Tensor``."""
+    return tensor.as_subclass(torch.Tensor) if isinstance(tensor, _Watched) else tensor
 
 
 def _roots(

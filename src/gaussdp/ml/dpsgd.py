@@ -535,7 +535,10 @@ class DPDataLoader(DataLoader[Any]):
     """A :class:`torch.utils.data.DataLoader` whose batches are Poisson samples.
 
     Batch sizes vary (Binomial(N, q)); an empty batch is yielded as tensors with 0
-    examples, so the training loop still takes its noise-only step.
+    examples, so the training loop still takes its noise-only step. The tensors of
+    each batch are tagged with its identity, and the last batch handed out is the
+    process's current one: a DP-SGD step releases that batch's sums only, once
+    (:mod:`gaussdp.ml._batches`).
 
     Parameters
     ----------
@@ -1125,8 +1128,7 @@ class _Engine:
             self.anchor,
             *(out_leaves[i].detach() for i in record.floating),
         )
-        if self.loss_check.due():
-            captured, record.probe = self.loss_check.wrap(list(captured), batch)
+        captured, record.probe = self.loss_check.wrap(list(captured), batch)
         for i, tensor in zip(record.floating, captured, strict=True):
             out_leaves[i] = tensor
         self.records.append(record)
@@ -1594,7 +1596,11 @@ class PrivateModule(nn.Module):
     refused: on probed steps ``loss.backward()`` first checks, with the loss's second
     derivative and a second evaluation of the loss with other examples' outputs
     changed, that no example's Gᵢ depends on another example's output
-    (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see). A
+    (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see).
+    On every step the outputs are a ``torch.Tensor`` subclass that makes the mean
+    of ``cross_entropy`` / ``nll_loss`` over class-index targets divide by the number
+    of targets, ``ignore_index`` ones included (torch's divides by those not ignored,
+    the other examples' labels), and refuses unequal class weights with it. A
     wrong ``loss_reduction`` breaks the bound too and is not detected (each clipped
     gradient would then scale with the actual batch size, and one example could move
     the sum by about 2C).
@@ -1862,7 +1868,11 @@ class DPOptimizer(torch.optim.Optimizer):
             Poisson sample are not two independently subsampled steps), so the child
             drops them, charges and draws nothing, whether or not steps are charged;
             a child that draws a batch from the data loader and runs backward on it
-            takes steps of its own.
+            takes steps of its own. Also, with the same effect, for sums of a batch
+            other than the data loader's last in this process (the tensors of a batch
+            a forked child's parent drew, a batch kept while the next was drawn), of
+            two batches, or of a batch a step already released: each batch the loader
+            hands out is released by one step (:mod:`gaussdp.ml._batches`).
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
