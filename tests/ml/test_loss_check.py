@@ -436,6 +436,25 @@ def test_an_unprobed_step_checks_a_loss_whose_form_is_new(
     assert optimizer.steps == _loss_check.FIRST_STEPS + 2
 
 
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_compiled_loss_is_checked_as_written() -> None:
+    """torch.compile runs the calls on the outputs eagerly (a graph break): recorded, checked."""
+    _, model, optimizer, x, y = _private()
+    per_example = torch.compile(lambda out, t: nnf.cross_entropy(out, t), backend="eager")
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # probed steps and unprobed ones
+        optimizer.zero_grad()
+        out = model(x)
+        loss = per_example(out, y)
+        assert type(loss) is _loss_check._Probed
+        loss.backward()
+        optimizer.step()
+    mixing = torch.compile(_batch_softmax, backend="eager")
+    optimizer.zero_grad()
+    with pytest.raises(ValueError, match=MIXES):
+        mixing(model(x), y).backward()  # a new form on an unprobed step
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
+
+
 def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
     _, model, optimizer, x, y = _private()
     optimizer.zero_grad()

@@ -21,7 +21,9 @@ size as an integer) not checked before. So a term that starts after the probed s
 — switched on by step, epoch or data, a coefficient no longer 0 — is checked on the
 first step that has it. A step of a known form costs the recording and one
 comparison (:data:`MAX_FORMS` forms are remembered; a loss whose form changes at
-every step beyond that is checked at every step).
+every step beyond that is checked at every step). Under ``torch.compile`` each call
+on a probed tensor is a graph break, made eagerly (``torch.compiler.disable``): a
+compiled loss is recorded and checked like any other.
 
 1. G = ∂loss/∂output with ``create_graph=True``; then, for each bit k of the example
    index (⌈log₂ B⌉ of them), the Hessian-vector product H·v for a random v nonzero
@@ -566,28 +568,45 @@ class _Probed(torch.Tensor):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
-        if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
-            return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
-        if func in _MEAN_LOSSES:
-            mean = _per_target_mean(func, args, kwargs)  # made of recorded calls
-            if mean is not None:
-                return mean
-        if func in _BACKWARDS and _ACTIVE:
-            _QUIET.append(True)
-            try:
-                roots, seeds = _roots(func, args, kwargs)
-                if any(r.requires_grad for r in roots):  # else backward raises torch's error
-                    for check in list(_ACTIVE):
-                        check.check(roots, seeds)
-            finally:
-                _QUIET.pop()
-        if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
-            _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
-        result = super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
-        if _ACTIVE and func not in _BACKWARDS:
-            _TRACE.append((func, args, kwargs, result))
-        return result
+        if torch.compiler.is_compiling():  # under torch.compile: run eagerly, recorded
+            return _eager(cls, func, types, args, kwargs)
+        return _dispatch(cls, func, types, args, kwargs)
+
+
+def _dispatch(
+    cls: type[_Probed],
+    func: Callable[..., Any],
+    types: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+) -> Any:
+    """:meth:`_Probed.__torch_function__`: record the call, check a backward pass first."""
+    kwargs = kwargs or {}
+    if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
+        return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
+    if func in _MEAN_LOSSES:
+        mean = _per_target_mean(func, args, kwargs)  # made of recorded calls
+        if mean is not None:
+            return mean
+    if func in _BACKWARDS and _ACTIVE:
+        _QUIET.append(True)
+        try:
+            roots, seeds = _roots(func, args, kwargs)
+            if any(r.requires_grad for r in roots):  # else backward raises torch's error
+                for check in list(_ACTIVE):
+                    check.check(roots, seeds)
+        finally:
+            _QUIET.pop()
+    if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
+        _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
+    result = super(_Probed, cls).__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+    if _ACTIVE and func not in _BACKWARDS:
+        _TRACE.append((func, args, kwargs, result))
+    return result
+
+
+# _dispatch with torch.compile's tracing turned off: a graph break, the call made eagerly.
+_eager = torch.compiler.disable(_dispatch)  # type: ignore[no-untyped-call]
 
 
 def _changes_callers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
