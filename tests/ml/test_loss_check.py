@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,148 @@ def test_class_weights_with_the_mean_reduction_are_refused() -> None:
     assert optimizer.steps == 2
 
 
+def _padded(y: torch.Tensor) -> torch.Tensor:
+    """Examples 0, 5 and 9 have their target ignored (as padded tokens are)."""
+    y = y.clone()
+    y[[0, 5, 9]] = -100
+    return y
+
+
+MEANS: dict[str, Loss] = {
+    "cross_entropy": lambda out, t: nnf.cross_entropy(out, t),
+    "CrossEntropyLoss": nn.CrossEntropyLoss(),
+    "label_smoothing": nn.CrossEntropyLoss(label_smoothing=0.2),
+    "nll_loss": lambda out, t: nnf.nll_loss(out.log_softmax(1), t),
+    "ignore_index=2": lambda out, t: nnf.cross_entropy(out, t.clamp(min=0), ignore_index=2),
+    "equal weights": nn.CrossEntropyLoss(weight=torch.full((3,), 2.0)),
+    "size_average=True": lambda out, t: nnf.cross_entropy(out, t, size_average=True),
+}
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(MEANS))
+def test_a_mean_over_targets_does_not_depend_on_the_other_examples_labels(
+    mode: str, name: str
+) -> None:
+    """torch's mean divides by the targets not ignored: 1.04·C by brute force before
+    (lossmix/blind_spots). Now by the number of targets, on every step."""
+    x, y = _data()
+    y = _padded(y)
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    # 13 steps: probed ones (the first three) and unprobed ones alike.
+    assert sensitivity(_clipped_sum(net, model, optimizer, MEANS[name]), x, y) <= 1.0 + 1e-5
+
+
+def test_the_mean_over_targets_counts_ignored_ones_and_is_torchs_without_them() -> None:
+    _, model, optimizer, x, y = _private()
+    for _ in range(_loss_check.FIRST_STEPS + 1):  # probed steps and an unprobed one
+        optimizer.zero_grad()
+        out = model(x)
+        plain = out.detach().as_subclass(torch.Tensor)
+        per = nnf.cross_entropy(plain, _padded(y), reduction="none")
+        padded = nnf.cross_entropy(out, _padded(y))
+        assert torch.allclose(padded, per.sum() / 12, rtol=1e-6)
+        assert not torch.allclose(padded, nnf.cross_entropy(plain, _padded(y)), rtol=1e-3)
+        full = nnf.cross_entropy(out, y)
+        assert torch.allclose(full, nnf.cross_entropy(plain, y), rtol=1e-6)
+        (full + padded).backward()
+        optimizer.step()
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 1
+
+
+def test_a_mean_over_padded_tokens_of_sequences_keeps_examples_apart() -> None:
+    """Sequences: outputs (B, T, V), targets (B, T), padding ignored, flattened for the loss."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(12, 5, 4, generator=gen)
+    y = torch.randint(0, 3, (12, 5), generator=gen)
+    y[torch.rand(12, 5, generator=gen) < 0.3] = -100
+    for mode in MODES:
+        net = _net()
+        model, optimizer, _ = zero_noise_private(net, x, y, mode)
+
+        def loss_fn(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return nnf.cross_entropy(out.reshape(-1, 3), t.reshape(-1))
+
+        assert sensitivity(_clipped_sum(net, model, optimizer, loss_fn), x, y) <= 1.0 + 1e-5
+
+
+@pytest.mark.parametrize("size_average", [None, True, False])
+@pytest.mark.parametrize("reduce", [None, True, False])
+def test_the_reduction_read_from_legacy_arguments_is_torchs(
+    size_average: bool | None, reduce: bool | None
+) -> None:
+    """gaussdp reads torch's deprecated size_average/reduce itself (no private torch API)."""
+    out, y = torch.randn(6, 3), torch.tensor([0, 1, 2, -100, 1, 0])
+    reduction = _loss_check._reduction(size_average, reduce, "mean")
+    legacy_args = (size_average, reduce) != (None, None)
+    deprecated = pytest.warns(UserWarning, match="size_average and reduce args will be deprecated")
+    with deprecated if legacy_args else nullcontext():
+        legacy = nnf.cross_entropy(out, y, size_average=size_average, reduce=reduce)
+    assert torch.equal(legacy, nnf.cross_entropy(out, y, reduction=reduction))
+
+
+_STATE = torch.zeros(3)
+
+
+def _through_item(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    scale = out.detach().abs().mean().item()  # a Python float of the whole batch
+    return (nnf.cross_entropy(out, y, reduction="none") * scale).mean()
+
+
+def _through_tolist(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    means = out.detach().mean(0).tolist()
+    return (nnf.cross_entropy(out, y, reduction="none") * means[0]).mean()
+
+
+def _through_state(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _STATE.mul_(0.0).add_(out.detach().mean(0))  # a tensor of the caller's, changed in place
+    return ((out - _STATE) ** 2).sum(1).mean()
+
+
+@pytest.mark.parametrize("loss_fn", [_through_item, _through_tolist, _through_state])
+def test_batch_values_through_python_numbers_or_state_changed_in_place_are_found(
+    loss_fn: Loss,
+) -> None:
+    """Brute-force sensitivities on main at f154dd0: 1.02·C, 1.29·C and 1.14·C."""
+    net, model, optimizer, x, y = _private()
+    state = _STATE.clone()
+    with pytest.raises(ValueError, match="changes when the outputs of other examples change"):
+        sensitivity(_clipped_sum(net, model, optimizer, loss_fn), x, y)
+    assert optimizer.steps == 0
+    if loss_fn is not _through_state:
+        assert torch.equal(_STATE, state)  # the recomputation left the caller's tensor alone
+
+
+def test_python_numbers_for_logging_are_no_reason_to_refuse() -> None:
+    net, model, optimizer, x, y = _private()
+
+    def logged(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        batch_mean = out.detach().mean().item()  # printed, not used by the loss
+        assert isinstance(batch_mean, float)
+        return nnf.cross_entropy(out, t) + 0.0 * float(out[0, 0].detach())
+
+    assert sensitivity(_clipped_sum(net, model, optimizer, logged), x, y) <= 1.0 + 1e-5
+
+
+def test_class_weights_with_the_mean_reduction_are_refused_on_every_step() -> None:
+    _, model, optimizer, x, y = _private()
+    criterion = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 5.0, 0.2]))
+    for _ in range(_loss_check.FIRST_STEPS + 1):
+        optimizer.zero_grad()
+        nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    optimizer.zero_grad()
+    out = model(x)
+    assert not model._engine.records[-1].probe.due  # an unprobed step
+    with pytest.raises(ValueError, match="weight of cross_entropy with reduction='mean' must be"):
+        criterion(out, y)
+    with pytest.raises(RuntimeError, match="must follow loss.backward"):
+        optimizer.step()  # nothing was captured
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 1
+
+
 def test_accumulated_batches_and_single_examples_pass() -> None:
     _, model, optimizer, x, y = _private()
     for _ in range(2):
@@ -239,31 +382,109 @@ def test_accumulated_batches_and_single_examples_pass() -> None:
     assert optimizer.steps == 2
 
 
-def test_a_later_probed_step_finds_a_loss_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _weighted_penalty(weight: torch.Tensor) -> Loss:
+    """A batch-mean penalty whose weight is a tensor: 0 first, the same form after."""
+    return lambda out, y: nnf.cross_entropy(out, y) + weight * (out.mean(0) ** 2).sum()
+
+
+def test_a_later_probed_step_finds_a_loss_that_changed_in_value_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(_loss_check, "EVERY", 5)
     _, model, optimizer, x, y = _private()
-    for step in range(5):  # steps 3 and 4 are not probed: a mixing loss goes unseen there
+    weight = torch.zeros(())
+    for step in range(5):  # steps 3 and 4 are not probed and the form is the same: unseen
+        weight.fill_(10.0 if step in (3, 4) else 0.0)
         optimizer.zero_grad()
-        loss_fn = _batch_softmax if step in (3, 4) else nnf.cross_entropy
-        loss_fn(model(x), y).backward()
+        _weighted_penalty(weight)(model(x), y).backward()
         optimizer.step()
     optimizer.zero_grad()
     with pytest.raises(ValueError, match=MIXES):
-        _batch_softmax(model(x), y).backward()
+        _weighted_penalty(weight)(model(x), y).backward()
     assert optimizer.steps == 5
+
+
+def _switched_on(coefficient: float) -> Loss:
+    return lambda out, y: nnf.cross_entropy(out, y) + coefficient * (out.mean(0) ** 2).sum()
+
+
+@pytest.mark.parametrize(
+    "later",
+    [_batch_softmax, _switched_on(10.0), _abs_deviation],
+    ids=["another loss", "a coefficient no longer 0", "a kink"],
+)
+def test_an_unprobed_step_checks_a_loss_whose_form_is_new(
+    later: Loss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixing term switched on after the probed steps (by step, epoch or data)."""
+    _, model, optimizer, x, y = _private()
+    checks: list[int] = []
+    real = _loss_check._check_examples
+    monkeypatch.setattr(_loss_check, "_check_examples", lambda *a: (checks.append(1), real(*a))[1])
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # unprobed steps of a known form: no check
+        optimizer.zero_grad()
+        _switched_on(0.0)(model(x), y).backward()
+        optimizer.step()
+    assert len(checks) == _loss_check.FIRST_STEPS
+    optimizer.zero_grad()
+    out = model(x)
+    assert not model._engine.records[-1].probe.due
+    with pytest.raises(ValueError, match="the loss given to loss.backward\\(\\) must be"):
+        later(out, y).backward()
+    with pytest.raises(RuntimeError, match="must follow loss.backward"):
+        optimizer.step()  # nothing was captured
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_compiled_loss_is_checked_as_written() -> None:
+    """torch.compile runs the calls on the outputs eagerly (a graph break): recorded, checked."""
+    _, model, optimizer, x, y = _private()
+    per_example = torch.compile(lambda out, t: nnf.cross_entropy(out, t), backend="eager")
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # probed steps and unprobed ones
+        optimizer.zero_grad()
+        out = model(x)
+        loss = per_example(out, y)
+        assert type(loss) is _loss_check._Probed
+        loss.backward()
+        optimizer.step()
+    mixing = torch.compile(_batch_softmax, backend="eager")
+    optimizer.zero_grad()
+    with pytest.raises(ValueError, match=MIXES):
+        mixing(model(x), y).backward()  # a new form on an unprobed step
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
 
 
 def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
     _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
     out = model(x)
-    with torch._C.DisableTorchFunctionSubclass():  # as a C++ extension would compute it
-        loss = nnf.cross_entropy(out, y)
+    loss = nnf.cross_entropy(out.as_subclass(torch.Tensor), y)  # as outside torch's functions
     assert type(loss) is torch.Tensor
     loss.backward()
     with pytest.raises(RuntimeError, match="without gaussdp's check"):
         optimizer.step()
     assert optimizer.steps == 0
+
+
+def test_the_checks_own_calls_are_not_recorded_and_give_plain_tensors() -> None:
+    """The check calls torch on probed tensors through torch's public default handler."""
+    _, model, optimizer, x, y = _private()
+    optimizer.zero_grad()
+    out = model(x)
+    loss = nnf.cross_entropy(out, y) + (out**2).mean()
+    recorded = list(_loss_check._TRACE)
+    loss.backward()
+    assert [id(c) for c in _loss_check._TRACE] == [id(c) for c in recorded]  # none of its own
+    assert not _loss_check._QUIET
+    _loss_check._QUIET.append(True)
+    try:
+        assert type(out * 2) is torch.Tensor
+    finally:
+        _loss_check._QUIET.pop()
+    assert len(_loss_check._TRACE) == len(recorded)
+    optimizer.step()
+    assert optimizer.steps == 1
 
 
 def test_a_loss_without_a_second_derivative_is_refused() -> None:
@@ -274,14 +495,15 @@ def test_a_loss_without_a_second_derivative_is_refused() -> None:
     assert optimizer.steps == 0
 
 
-def test_evaluation_and_steps_after_the_probes_return_plain_tensors() -> None:
+def test_evaluation_is_plain_and_training_outputs_are_probed_tensors() -> None:
     _, model, optimizer, x, y = _private()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor
     for step in range(_loss_check.FIRST_STEPS + 1):
         optimizer.zero_grad()
         out = model(x)
-        assert (type(out) is torch.Tensor) == (step >= _loss_check.FIRST_STEPS)
+        assert type(out) is _loss_check._Probed
+        assert model._engine.records[-1].probe.due == (step < _loss_check.FIRST_STEPS)
         nnf.cross_entropy(out, y).backward()
         optimizer.step()
     assert optimizer.steps == _loss_check.FIRST_STEPS + 1
@@ -360,7 +582,7 @@ def test_a_generator_passed_to_the_loss_is_left_as_the_loss_left_it() -> None:
     assert optimizer.steps == 1
 
 
-def test_the_benchmark_runs_its_three_arms() -> None:
+def test_the_benchmark_runs_its_four_arms() -> None:
     """benchmarks/loss_check.py end to end, one round of one step (no timing checked)."""
     root = Path(__file__).resolve().parents[2]
     argv = ["--rounds", "1", "--block", "1", "--warmup", "1", "--batch", "8"]
@@ -372,4 +594,4 @@ def test_the_benchmark_runs_its_three_arms() -> None:
         timeout=600,
     )
     arms = [line.split()[0] for line in run.stdout.splitlines()[2:]]
-    assert arms == ["off", "default", "every"]
+    assert arms == ["plain", "off", "default", "every"]

@@ -338,10 +338,10 @@ def test_a_step_whose_wrapped_optimizer_raises_after_the_noise_is_charged(tmp_pa
     ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
     model, optimizer, loader = _setup(ledger=ledger, reserve_steps=2)
     optimizer._optimizer = _FailingSGD(model.module.parameters(), lr=0.1)
-    x, y = next(iter(loader))
+    batches = iter(loader)
     for _ in range(3):
         optimizer.zero_grad()
-        model.backward(x, y)
+        model.backward(*next(batches))  # each batch stepped on once
         with pytest.raises(RuntimeError, match="inner optimizer failed"):
             optimizer.step()
         assert model.module.weight.grad is not None  # the noisy gradient was released
@@ -621,6 +621,107 @@ def test_clipped_sums_forked_before_the_step_are_released_only_where_computed(
         assert [e.event for e in ledger.entries()] == [optimizer.step_event] * 2
     if spend is not None:
         assert spend.accountant.count == 1
+
+
+OTHER_BATCH = (
+    r"optimizer\.step\(\) must be called once per batch, on the sums of the data loader's "
+    r"last batch in this process \(.*\), got '{}'$"
+)
+
+
+def _forked(work) -> int:  # type: ignore[no-untyped-def]
+    """Run ``work`` in a child of the multiprocessing 'fork' context; its exit code."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=work)
+    child.start()
+    child.join(120)
+    return child.exitcode  # type: ignore[return-value]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the 'fork' start method on Linux")
+@pytest.mark.parametrize("path", ["idiom", "fast"])
+@pytest.mark.parametrize("view", [False, True])
+def test_a_child_that_draws_a_batch_cannot_step_on_its_parents_tensors(
+    tmp_path: Path, path: str, view: bool
+) -> None:
+    # Once (note 26): the fork rule was "the last batch drawn in this process". A child
+    # forked after its parent drew a batch that drew one of its own and ran backward on
+    # the parent's tensors stepped on them: parent and child each released the
+    # parent's Poisson sample, each charged as an independently subsampled step. The
+    # loader now tags each batch's tensors; the step is refused before any charge or
+    # draw, the sums dropped, and the child's own batch still makes a step.
+    ledger = Ledger(tmp_path / "budget.db", total=Budget(epsilon=50.0, delta=DELTA))
+    model, optimizer, loader = _setup(rng=None, ledger=ledger, reserve_steps=1)
+    batches = iter(loader)
+    x, y = next(batches)  # the parent's batch
+    weights = model.module.weight.detach().clone()
+    message = OTHER_BATCH.format(
+        "sums of a batch other than the last the data loader handed out in this process"
+    )
+
+    def child() -> None:
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (ml.md)
+        mine = next(batches)  # the child's own batch
+        optimizer.zero_grad()
+        _backward(model, x[:7] if view else x, y[:7] if view else y, path)
+        with pytest.raises(RuntimeError, match=message):
+            optimizer.step()
+        assert torch.equal(model.module.weight, weights)  # nothing released here
+        assert optimizer.steps == 0
+        assert ledger.entries() == []
+        with pytest.raises(RuntimeError, match="must follow loss.backward"):
+            optimizer.step()  # the sums were dropped
+        optimizer.zero_grad()
+        _backward(model, *mine, path)
+        optimizer.step()  # the child's own batch: a step of its own
+        optimizer.close()
+        assert optimizer.steps == 1
+
+    assert _forked(child) == 0
+    assert [e.event for e in ledger.entries()] == [optimizer.step_event]  # the child's
+    optimizer.zero_grad()
+    _backward(model, x, y, path)
+    optimizer.step()  # the parent releases its own batch
+    optimizer.close()
+    assert [e.event for e in ledger.entries()] == [optimizer.step_event] * 2
+
+
+@pytest.mark.parametrize("path", ["idiom", "fast"])
+def test_each_batch_is_stepped_on_once_in_the_order_drawn(path: str) -> None:
+    """One process: a batch stepped on twice, or an earlier batch, would be released twice
+    or outside its turn; two batches summed into one step would count one example twice."""
+    model, optimizer, loader = _setup()
+    batches = iter(loader)
+    first, second = next(batches), next(batches)
+    weights = model.module.weight.detach().clone()
+    for data, got in [
+        ([first], "sums of a batch other than the last the data loader handed out in this process"),
+        ([first, second], "sums of 2 batches of the data loader"),
+    ]:
+        optimizer.zero_grad()
+        for x, y in data:
+            _backward(model, x, y, path)
+        with pytest.raises(RuntimeError, match=OTHER_BATCH.format(got)):
+            optimizer.step()
+    assert optimizer.steps == 0
+    assert torch.equal(model.module.weight, weights)
+    optimizer.zero_grad()
+    _backward(model, *second, path)
+    optimizer.step()
+    optimizer.zero_grad()
+    _backward(model, *second, path)
+    with pytest.raises(
+        RuntimeError, match=OTHER_BATCH.format("sums of a batch a step already released")
+    ):
+        optimizer.step()
+    assert optimizer.steps == 1
+    x, y = next(batches)
+    optimizer.zero_grad()
+    for part in (slice(0, 3), slice(3, None)):  # accumulation over views of one batch
+        _backward(model, x[part], y[part], path)
+    optimizer.step()
+    assert optimizer.steps == 2
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -8,12 +8,22 @@ outputs, a softmax across examples, an in-batch contrastive loss) makes every cl
 gradient move when one example is removed, and the sum's sensitivity exceeds the
 clipping norm C the noise is calibrated to (audit26: 1.88·C and 1.15·C).
 
-**What is checked.** On probed steps (:meth:`LossCheck.due`: the first
-:data:`FIRST_STEPS` steps, then every :data:`EVERY` steps) the training call returns
-its outputs as :class:`_Probed` tensors, a ``__torch_function__`` subclass that every
-result computed from them inherits, so the loss is one too. Its ``backward``
-(``loss.backward()`` or ``torch.autograd.backward``) first runs, with the user's
-graph still intact:
+**What is checked, and when.** Every training call returns its outputs as
+:class:`_Probed` tensors, a ``__torch_function__`` subclass that every result
+computed from them inherits, so the loss is one too; every call made on them is
+recorded with its result (:data:`_TRACE`, started afresh by a step's first training
+call). Their ``backward`` (``loss.backward()`` or ``torch.autograd.backward``) runs
+the check below first, with the user's graph still intact, on probed steps
+(:meth:`LossCheck.due`: the first :data:`FIRST_STEPS` steps, then every
+:data:`EVERY` steps) and on any other step whose loss has a form (:func:`_form`: the
+functions called and the kinds of their arguments, a float as zero or not, a batch
+size as an integer) not checked before. So a term that starts after the probed steps
+— switched on by step, epoch or data, a coefficient no longer 0 — is checked on the
+first step that has it. A step of a known form costs the recording and one
+comparison (:data:`MAX_FORMS` forms are remembered; a loss whose form changes at
+every step beyond that is checked at every step). Under ``torch.compile`` each call
+on a probed tensor is a graph break, made eagerly (``torch.compiler.disable``): a
+compiled loss is recorded and checked like any other.
 
 1. G = ∂loss/∂output with ``create_graph=True``; then, for each bit k of the example
    index (⌈log₂ B⌉ of them), the Hessian-vector product H·v for a random v nonzero
@@ -37,32 +47,51 @@ graph still intact:
    bit. This sees what step 1 cannot when the change crosses a kink: mixing through
    piecewise-linear operations (``(out - out.mean(0)).abs()``, top-k selection of
    the batch's hardest examples) and through values taken out of the graph
-   (``.detach()``). A call that changes in place a tensor the outputs did not
-   produce (a running log) is not made again; a record it cannot recompute (a call
-   that fails) leaves the loss to steps 1 and 2.
-4. Class weights with the mean reduction (``cross_entropy`` / ``nll_loss`` with
-   unequal ``weight=``, class-index targets) are refused when the loss is computed:
-   the mean divides by the batch's summed weights, the other examples' labels.
+   (``.detach()``). Python floats taken out of the outputs (``.item()``,
+   ``float()``, ``.tolist()``) are recomputed too, and a later call given that very
+   float object gets the recomputed one. A call that changes in place, with values
+   computed from the outputs, a tensor the outputs did not produce (``state``): that
+   tensor is recomputed from its value before the first such call (a copy, kept in
+   :data:`_CHANGED`) in every recorded call that reads it; the caller's tensor is
+   not changed again. One changed in place with nothing of the outputs (a step
+   counter) is not made again. A record it cannot recompute (a call that fails)
+   leaves the loss to steps 1 and 2.
 
-A failure raises ``ValueError`` from ``loss.backward()`` (or from the loss function,
-step 4) before the backward pass runs: nothing is captured, so no step can follow,
-and nothing is drawn or charged. A probed output whose gradient reached the step
-without this check (a loss computed outside torch's functions, so not a
-:class:`_Probed` tensor) makes the step refuse. After the probed steps the outputs
-are plain tensors: no cost.
+A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
+runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
+probed output whose gradient reached the step without this check (a loss computed
+outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
 
-**What it cannot see** (documented in docs/ml.md): the check is pointwise, on the
-probed steps' values and on the changes step 3 tries. It misses dependence on the
-batch that does not go through the outputs (weights or normalisations computed from
-the batch's labels other than step 4's, such as ``ignore_index`` with the mean
-reduction, a division by the batch size other than the declared ``loss_reduction``),
-values that leave torch (``.item()``, numpy) and come back as constants, state that
-a call changes in place and the loss reads (a running mean of the outputs), a kink
-that step 3's changes do not cross, and a loss whose form changes after the probed
-steps (until the next probed step). A term that mixes examples only for some data is
-refused on the probed step whose data shows it. ``model.backward(x, y)`` with
-``loss_fn`` evaluates each example's loss on its own, so no mixing is possible
-there.
+**The mean over class-index targets**, on every step: :class:`_Probed` makes the mean
+of ``cross_entropy`` and ``nll_loss`` over class-index targets
+(:func:`_per_target_mean`) divide by the number of targets. torch's divides by
+the number of targets not equal to ``ignore_index``, or by their summed class weights
+— the other examples' labels, which no change of the outputs reveals. Here it divides
+by the number of targets times the (equal) class weight; unequal class weights are
+refused (``ValueError`` from the loss function, before anything is captured).
+
+**What it cannot see** (documented in docs/ml.md, with what the user must guarantee):
+the check is pointwise, on the checked steps' values and on the changes step 3 tries
+to the outputs (never to the labels or inputs). It misses dependence on the batch
+that does not go through the outputs (a masked mean the user writes with a mask from
+the targets, a selection by label, a division by the batch size other than the
+declared ``loss_reduction``); values that leave torch and come back as new objects
+(Python arithmetic on an ``.item()`` float, numpy, ``torch.tensor`` of such numbers);
+state read only through calls that do not take the outputs (``state.clone()``, an
+``out=`` argument, a Python attribute); a kink that step 3's changes do not cross;
+and a loss that starts mixing after the probed steps without a change of form (a
+coefficient held in a tensor that was 0, a kink that only later data crosses) until
+the next probed step.
+A term that mixes examples only for some data is refused on the probed step whose
+data shows it. ``model.backward(x, y)`` with ``loss_fn`` evaluates each example's
+loss on its own, so no mixing is possible there.
+
+**torch APIs.** The check's own calls on probed tensors (while :data:`_QUIET` is set)
+go to ``torch.Tensor.__torch_function__``, torch's documented default, which returns
+plain tensors and records nothing; the reduction is read from the deprecated
+``size_average``/``reduce`` arguments by :func:`_reduction` (tested against torch's
+own losses). The one private module left is ``torch.utils._pytree`` (as in
+:mod:`gaussdp.ml.dpsgd`): torch 2.13 has no public pytree.
 """
 
 from __future__ import annotations
@@ -73,7 +102,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.nn._reduction import legacy_get_string
 from torch.utils._pytree import tree_flatten, tree_map
 
 from gaussdp.errors import invalid
@@ -81,6 +109,9 @@ from gaussdp.errors import invalid
 # Steps probed first, then one step in EVERY (see the module notes).
 FIRST_STEPS = 3
 EVERY = 100
+# Forms of losses remembered as checked (a loss whose form keeps changing is checked
+# at every step once this many are known).
+MAX_FORMS = 1024
 
 # What the refusal asks for: the rule of PrivateModule, and the way out.
 _RULE = (
@@ -94,11 +125,12 @@ _RULE = (
 
 
 class Probe:
-    """The captured outputs of one probed training call, until its backward is checked."""
+    """The captured outputs of one training call, until the step."""
 
-    def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
+    def __init__(self, outputs: list[torch.Tensor], batch: int, due: bool) -> None:
         self.outputs = outputs
         self.batch = batch
+        self.due = due  # a probed step: checked whatever the loss's form
         # What the caller gets: the same data and graph, as _Probed tensors.
         self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
@@ -111,14 +143,23 @@ class LossCheck:
         self.params = list(params)
         self.steps = 0
         self.pending: list[Probe] = []
+        # The forms (:func:`_form`) of the losses checked so far, at most MAX_FORMS.
+        self.forms: set[tuple[Any, ...]] = set()
 
     def due(self) -> bool:
         """Whether the training calls of the coming step are probed."""
         return self.steps < FIRST_STEPS or self.steps % EVERY == 0
 
     def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
-        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe."""
-        probe = Probe(outputs, batch)
+        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe.
+
+        The first training call of a step starts the record afresh (a record left by a
+        step never taken, of this or another model, would only lengthen it).
+        """
+        if not self.pending:
+            _TRACE.clear()
+            _CHANGED.clear()
+        probe = Probe(outputs, batch, self.due())
         self.pending.append(probe)
         _ACTIVE.add(self)
         return probe.wrapped, probe
@@ -132,7 +173,8 @@ class LossCheck:
         _ACTIVE.discard(self)
         if not _ACTIVE:
             _TRACE.clear()
-        if not all(p is None or p.checked for p in probes):
+            _CHANGED.clear()
+        if not all(p is None or p.checked or not p.due for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
                 "gaussdp's check that it keeps examples apart (see gaussdp.ml._loss_check): "
@@ -142,15 +184,27 @@ class LossCheck:
         self.steps += 1
 
     def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
-        """Check the pending probes this backward pass reaches (raises ``ValueError``)."""
-        waiting = [p for p in self.pending if not p.checked]
+        """Check the pending probes this backward pass reaches (raises ``ValueError``).
+
+        On a probed step; on any other when the loss's form (:func:`_form` of the calls
+        recorded since the last step) is not one checked before.
+        """
+        form = _form(_TRACE)
+        if form in self.forms and all(p.checked or not p.due for p in self.pending):
+            return
+        waiting = [p for p in self.pending if p.batch >= 2]  # one example cannot mix
         if not waiting:
             return
         outs = [t for p in waiting for t in p.outputs]
         inputs = outs + [w for w in self.params if w.requires_grad]
         try:
             grads = torch.autograd.grad(
-                roots, inputs, seeds, retain_graph=True, create_graph=True, allow_unused=True
+                [_plain(r) for r in roots],
+                inputs,
+                [None if g is None else _plain(g) for g in seeds],
+                retain_graph=True,
+                create_graph=True,
+                allow_unused=True,
             )
         except RuntimeError as error:
             raise _unchecked(error) from error
@@ -164,6 +218,37 @@ class LossCheck:
             _check_replayed(probe, roots, seeds)
             probe.checked = True
         _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
+        if len(self.forms) < MAX_FORMS:
+            self.forms.add(form)
+
+
+def _form(trace: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]]) -> Any:
+    """What a loss's calls do, whatever the values: the functions and their arguments'
+    kinds (a probed tensor; a dtype and dimension for another tensor; small integers,
+    strings, flags as they are; a float as zero or not; a larger integer, such as a
+    batch size, as ``int``)."""
+    return tuple(
+        (func, _kind(args), tuple((k, _kind(v)) for k, v in kwargs.items()))
+        for func, args, kwargs, _ in trace
+    )
+
+
+def _kind(value: Any) -> Any:
+    if isinstance(value, _Probed):
+        return _Probed
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.dim())
+    if value is None or isinstance(value, bool | str | torch.dtype | torch.device):
+        return value
+    if isinstance(value, int):
+        return value if -16 <= value <= 16 else int
+    if isinstance(value, float):
+        return 0.0 if value == 0.0 else float
+    if isinstance(value, tuple | list):
+        return tuple(_kind(v) for v in value)
+    if isinstance(value, slice):
+        return (slice, _kind(value.start), _kind(value.stop), _kind(value.step))
+    return type(value)
 
 
 def _gradient(
@@ -284,6 +369,9 @@ def _replayed(
     """
     leaves = [v.clone().requires_grad_() for v in values]
     env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+    # A tensor of the caller's that a call changed in place with values computed from
+    # the outputs: recomputed too, from its value before that call, in every call.
+    env.update({key: before.clone() for key, (_, before) in _CHANGED.items()})
     device = values[0].device
     generators = {
         id(g): (g, g.get_state())
@@ -308,25 +396,22 @@ def _recomputed(
     """The calls of :data:`_TRACE` made again (:func:`_replayed`), and G."""
 
     def swap(a: Any) -> Any:
-        return env.get(id(a), a) if isinstance(a, torch.Tensor) else a
+        return env.get(id(a), a) if isinstance(a, torch.Tensor) or type(a) is float else a
 
     for func, args, kwargs, result in _TRACE:
         if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
             continue  # its result is the same: kept
-        name = getattr(func, "__name__", "")
-        in_place = (
-            name == "__setitem__"
-            or name.startswith("__i")
-            or (name.endswith("_") and not name.endswith("__"))
-        )
-        if "out" in kwargs or (in_place and (not args or id(args[0]) not in env)):
+        if "out" in kwargs or (_in_place(func) and (not args or id(args[0]) not in env)):
             continue  # it changed a tensor of the caller's (a log): not again
         try:
             fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))
         except (RuntimeError, TypeError, ValueError, IndexError):
             return None
         for old, new in zip(tree_flatten(result)[0], tree_flatten(fresh)[0], strict=False):
-            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+            # Tensors, and Python floats taken out of them (.item(), float(), .tolist()):
+            # a later call given that very float gets the recomputed one.
+            tensors = isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)
+            if tensors or (type(old), type(new)) == (float, float):
                 env[id(old)] = new
     if not all(id(r) in env for r in roots):
         return None
@@ -336,6 +421,16 @@ def _recomputed(
         )
     except RuntimeError:
         return None
+
+
+def _in_place(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` changes its first argument in place (by torch's naming)."""
+    name = getattr(func, "__name__", "")
+    return (
+        name == "__setitem__"
+        or name.startswith("__i")
+        or (name.endswith("_") and not name.endswith("__"))
+    )
 
 
 def _check_direct(
@@ -391,27 +486,41 @@ def _unchecked(error: Exception) -> ValueError:
     )
 
 
-def _check_class_weights(
-    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """Refuse class weights with the mean reduction: it divides by the batch's summed weights.
+def _reduction(size_average: Any, reduce: Any, reduction: Any) -> Any:
+    """The reduction torch's losses take from their arguments (legacy ones first)."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
 
-    Each example's term is then wᵧᵢ·ℓᵢ / Σⱼ wᵧⱼ: its gradient depends on the other
-    examples' labels, which the second derivative with respect to the outputs cannot
-    see. Equal weights (a constant factor) and probability targets (the mean divides by
-    the batch size) keep examples apart.
+
+def _per_target_mean(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> torch.Tensor | None:
+    """``cross_entropy`` / ``nll_loss`` with the mean reduction over class-index targets.
+
+    torch's mean divides by the number of targets not equal to ``ignore_index`` (or by
+    their summed class weights), which depends on the other examples' labels: one
+    example's term is ℓᵢ / Σⱼ [yⱼ ≠ ignore_index]. Here it divides by the number of
+    targets, ignored ones included (each counting 0), times the class weight: each
+    example's term no longer depends on another's label. The same value as torch's
+    when no target is ignored. Unequal class weights are refused (the mean would
+    divide by the batch's summed weights). None for every other call: a reduction
+    other than the mean, probability targets (their mean divides by the batch size).
     """
-    bound = inspect.signature(func).bind(*args, **kwargs)
-    values = bound.arguments
-    weight, target = values.get("weight"), values["target"]
-    if weight is None or target.is_floating_point():
-        return
-    legacy = (values.get("size_average"), values.get("reduce"))
-    if legacy != (None, None):
-        reduction = legacy_get_string(*legacy, emit_warning=False)
+    if len(args) == 2 and "input" not in kwargs and "target" not in kwargs:
+        values = {"input": args[0], "target": args[1], **kwargs}  # as torch dispatches it
     else:
-        reduction = values.get("reduction", "mean")
-    if reduction == "mean" and bool((weight != weight.reshape(-1)[0]).any()):
+        values = dict(_SIGNATURES[func].bind(*args, **kwargs).arguments)
+    target = values["target"]
+    legacy = (values.get("size_average"), values.get("reduce"))
+    reduction = _reduction(*legacy, values.get("reduction", "mean"))
+    if reduction != "mean" or not isinstance(target, torch.Tensor) or target.is_floating_point():
+        return None
+    weight = values.get("weight")
+    first = None if weight is None else weight.reshape(-1)[0]
+    if weight is not None and bool((weight != first).any()):
         raise ValueError(
             invalid(
                 f"the weight of {func.__name__} with reduction='mean'",
@@ -422,19 +531,30 @@ def _check_class_weights(
                 f"a weight of {weight.numel()} unequal entries",
             )
         )
+    # The sum reduction adds the per-target terms (ignored ones add nothing).
+    values.update(size_average=None, reduce=None, reduction="sum")
+    total = func(**values)  # a call on the probed tensors: recorded
+    count = target.numel()
+    return total / count if first is None else total / (first * count)  # type: ignore[no-any-return]
 
 
-_CLASS_WEIGHTED: tuple[Callable[..., Any], ...] = (
+_MEAN_LOSSES: tuple[Callable[..., Any], ...] = (
     torch.nn.functional.cross_entropy,
     torch.nn.functional.nll_loss,
 )
+_SIGNATURES = {f: inspect.signature(f) for f in _MEAN_LOSSES}
 
 # Every call made on probed tensors since the probes began, with its result (kept alive,
 # so that ids stay unique): the loss as computed, for _replayed.
 _TRACE: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]] = []
+# Tensors not probed that a recorded call changed in place with probed values: id ->
+# (the tensor, kept alive so that ids stay unique; its value before the first such call).
+_CHANGED: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 # The LossChecks with probes awaiting their backward pass.
 _ACTIVE: weakref.WeakSet[LossCheck] = weakref.WeakSet()
 _BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autograd.backward)
+# Non-empty while the check runs: calls on probed tensors then are the check's own.
+_QUIET: list[bool] = []
 
 
 class _Probed(torch.Tensor):
@@ -448,20 +568,58 @@ class _Probed(torch.Tensor):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
-        if func in _CLASS_WEIGHTED and _ACTIVE:
-            with torch._C.DisableTorchFunctionSubclass():
-                _check_class_weights(func, args, kwargs)
-        if func in _BACKWARDS and _ACTIVE:
-            with torch._C.DisableTorchFunctionSubclass():
-                roots, seeds = _roots(func, args, kwargs)
-                if any(r.requires_grad for r in roots):  # else backward raises torch's error
-                    for check in list(_ACTIVE):
-                        check.check(roots, seeds)
-        result = super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
-        if _ACTIVE and func not in _BACKWARDS:
-            _TRACE.append((func, args, kwargs, result))
-        return result
+        if torch.compiler.is_compiling():  # under torch.compile: run eagerly, recorded
+            return _eager(cls, func, types, args, kwargs)
+        return _dispatch(cls, func, types, args, kwargs)
+
+
+def _dispatch(
+    cls: type[_Probed],
+    func: Callable[..., Any],
+    types: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+) -> Any:
+    """:meth:`_Probed.__torch_function__`: record the call, check a backward pass first."""
+    kwargs = kwargs or {}
+    if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
+        return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
+    if func in _MEAN_LOSSES:
+        mean = _per_target_mean(func, args, kwargs)  # made of recorded calls
+        if mean is not None:
+            return mean
+    if func in _BACKWARDS and _ACTIVE:
+        _QUIET.append(True)
+        try:
+            roots, seeds = _roots(func, args, kwargs)
+            if any(r.requires_grad for r in roots):  # else backward raises torch's error
+                for check in list(_ACTIVE):
+                    check.check(roots, seeds)
+        finally:
+            _QUIET.pop()
+    if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
+        _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
+    result = super(_Probed, cls).__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+    if _ACTIVE and func not in _BACKWARDS:
+        _TRACE.append((func, args, kwargs, result))
+    return result
+
+
+# _dispatch with torch.compile's tracing turned off: a graph break, the call made eagerly.
+_eager = torch.compiler.disable(_dispatch)  # type: ignore[no-untyped-call]
+
+
+def _changes_callers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call changes in place, with probed values, a tensor not probed (first seen)."""
+    first = args[0]
+    if not isinstance(first, torch.Tensor) or isinstance(first, _Probed) or id(first) in _CHANGED:
+        return False
+    return any(isinstance(t, _Probed) for t in tree_flatten((args[1:], kwargs))[0])
+
+
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The same tensor (data and graph) as a plain ``torch.Tensor``."""
+    return tensor.as_subclass(torch.Tensor) if isinstance(tensor, _Probed) else tensor
 
 
 def _roots(

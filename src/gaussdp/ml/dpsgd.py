@@ -92,6 +92,7 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
+from gaussdp.ml._batches import BatchId, batches_of, tag
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
@@ -468,6 +469,12 @@ class PoissonBatchSampler(Sampler[list[int]]):
         # ⌊q·2⁶⁴⌋ computed exactly: a float q is a dyadic rational.
         self._threshold = math.floor(self._rate * 2.0**64) if self._rate < 1.0 else 2**64
         self._drawn_in: tuple[int, bytes] | None = None
+        # The batch the data loader handed out last in this process (see
+        # gaussdp.ml._batches), the count of those handed out, and whether a step
+        # released that batch's sums.
+        self._current: BatchId | None = None
+        self._handed_out = 0
+        self._released = False
 
     @property
     def drawn_in(self) -> tuple[int, bytes] | None:
@@ -503,6 +510,13 @@ class PoissonBatchSampler(Sampler[list[int]]):
         for _ in range(self._steps):
             yield self.sample()
 
+    def _hand_out(self) -> BatchId:
+        """A new current batch of this process (the data loader is handing it out)."""
+        self._handed_out += 1
+        self._current = (*_process_identity(), self._handed_out)
+        self._released = False
+        return self._current
+
 
 def _empty_like(batch: Any) -> Any:
     """The same structure with every tensor cut to 0 examples along the first dimension."""
@@ -532,7 +546,10 @@ class DPDataLoader(DataLoader[Any]):
     """A :class:`torch.utils.data.DataLoader` whose batches are Poisson samples.
 
     Batch sizes vary (Binomial(N, q)); an empty batch is yielded as tensors with 0
-    examples, so the training loop still takes its noise-only step.
+    examples, so the training loop still takes its noise-only step. The tensors of
+    each batch are tagged with its identity, and the last batch handed out is the
+    process's current one: a DP-SGD step releases that batch's sums only, once
+    (:mod:`gaussdp.ml._batches`).
 
     Parameters
     ----------
@@ -577,6 +594,14 @@ class DPDataLoader(DataLoader[Any]):
             dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
         )
         self.sample_rate: float = sampler.sample_rate
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        """The batches, each tagged with its own identity (:mod:`gaussdp.ml._batches`)."""
+        sampler = self.batch_sampler
+        assert isinstance(sampler, PoissonBatchSampler)
+        for batch in super().__iter__():
+            tag(batch, sampler._hand_out())
+            yield batch
 
 
 def _dataset_length(dataset: object, name: str) -> int:
@@ -675,6 +700,8 @@ class _Engine:
         self.pending: list[torch.Tensor] | None = None
         # The process the pending sums belong to (see origin): only it may release them.
         self.pending_origin: tuple[int, bytes] | None = None
+        # The loader's batches the pending sums came from (gaussdp.ml._batches).
+        self.pending_batches: frozenset[BatchId] = frozenset()
         # The sampler of make_private's loader: a batch belongs to the process that drew it.
         self.sampler: PoissonBatchSampler | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
@@ -770,27 +797,76 @@ class _Engine:
         charged: the sums and captured gradients are dropped here, whether or not
         the steps are charged (the optimizer's own accountant would under-count too).
 
+        Then the batch rule of :meth:`_refuse_other_batches`.
+
         Raises
         ------
         RuntimeError
-            If a pending sum or a captured gradient belongs to another process.
+            If a pending sum or a captured gradient belongs to another process, or
+            to a batch other than the loader's current one, or to a batch already
+            stepped on.
         """
         here = _process_identity()
         origins = {r.origin for r in self.records if r.grads is not None}
         if self.pending is not None and self.pending_origin is not None:
             origins.add(self.pending_origin)
-        if origins <= {here}:
-            return
+        if not origins <= {here}:
+            self.drop()
+            raise RuntimeError(
+                invalid(
+                    "optimizer.step()",
+                    "called in the process that drew the batch and computed its clipped "
+                    "sums (a forked process holds its parent's, which the parent releases: "
+                    "they are dropped here, nothing is drawn or charged; in the child, draw "
+                    "a batch from the data loader and call backward on it before stepping)",
+                    f"sums of process {min(o[0] for o in origins - {here})} in process {here[0]}",
+                )
+            )
+        self._refuse_other_batches()
+
+    def drop(self) -> None:
+        """Forget the pending sums and every captured gradient."""
         self.pending = self.pending_origin = None
+        self.pending_batches = frozenset()
         self.records = []
+
+    def _refuse_other_batches(self) -> None:
+        """Refuse, and drop, sums of a batch other than the loader's current one, or stepped on.
+
+        Each Poisson batch the data loader hands out is released by one step, in the
+        process that drew it (:mod:`gaussdp.ml._batches`): a step on sums of an earlier
+        batch (one the process held when it was forked, whose tensors it uses after
+        drawing its own) or of a batch a step already released would release one
+        Poisson sample twice, each time charged as an independently subsampled step.
+        Sums of untagged tensors only are not held to this rule.
+        """
+        used = set(self.pending_batches) if self.pending is not None else set()
+        for record in self.records:
+            if record.grads is not None:
+                used |= record.batches
+        if not used:
+            return
+        sampler = self.sampler
+        current = None if sampler is None else sampler._current
+        if sampler is not None and used == {current} and not sampler._released:
+            return
+        got = (
+            "sums of a batch a step already released"
+            if used == {current}
+            else f"sums of {len(used)} batches of the data loader"
+            if len(used) > 1
+            else "sums of a batch other than the last the data loader handed out in this process"
+        )
+        self.drop()
         raise RuntimeError(
             invalid(
                 "optimizer.step()",
-                "called in the process that drew the batch and computed its clipped sums "
-                "(a forked process holds its parent's, which the parent releases: they "
-                "are dropped here, nothing is drawn or charged; in the child, draw a "
-                "batch from the data loader and call backward on it before stepping)",
-                f"sums of process {min(o[0] for o in origins - {here})} in process {here[0]}",
+                "called once per batch, on the sums of the data loader's last batch in "
+                "this process (each Poisson sample is released by one step, in the process "
+                "that drew it; a process forked after its parent drew a batch holds the "
+                "parent's tensors: the sums are dropped here, nothing is drawn or charged; "
+                "draw the next batch from the data loader and call backward on it)",
+                got,
             )
         )
 
@@ -873,11 +949,13 @@ class _Engine:
             restore()
             sums, losses = self._clipped_per_example(inputs, targets)
         origin = self.origin()
+        batches = batches_of([inputs, targets])
         if self.pending is not None:  # several backward calls form one step's batch
             sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
+            batches |= self.pending_batches
             if self.pending_origin != _process_identity():
                 origin = self.pending_origin or origin  # sums of another process stay its
-        self.pending, self.pending_origin = sums, origin
+        self.pending, self.pending_origin, self.pending_batches = sums, origin, batches
         assert losses is not None
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
@@ -1132,8 +1210,7 @@ class _Engine:
             self.anchor,
             *(out_leaves[i].detach() for i in record.floating),
         )
-        if self.loss_check.due():
-            captured, record.probe = self.loss_check.wrap(list(captured), batch)
+        captured, record.probe = self.loss_check.wrap(list(captured), batch)
         for i, tensor in zip(record.floating, captured, strict=True):
             out_leaves[i] = tensor
         self.records.append(record)
@@ -1374,6 +1451,7 @@ class _Record:
         # pass and the step's gradients take the same ranges, hence the same dropout masks.
         self.rows = engine._rows()
         self.origin = engine.origin()  # the process whose examples these are
+        self.batches = batches_of(inputs)  # the loader's batches they came from
         self.grads: list[torch.Tensor | None] | None = None
         self.captured_at = -1
         self.probe: Probe | None = None  # the loss check of a probed step (_loss_check)
@@ -1605,10 +1683,15 @@ class PrivateModule(nn.Module):
     size) of per-example terms, each depending on its own example's output only** —
     so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
     softmax, contrastive losses over the batch) breaks the per-example bound and is
-    refused: on probed steps ``loss.backward()`` first checks, with the loss's second
+    refused: on probed steps, and on any step whose loss has a form not checked
+    before, ``loss.backward()`` first checks, with the loss's second
     derivative and a second evaluation of the loss with other examples' outputs
     changed, that no example's Gᵢ depends on another example's output
-    (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see). A
+    (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see).
+    On every step the outputs are a ``torch.Tensor`` subclass that makes the mean
+    of ``cross_entropy`` / ``nll_loss`` over class-index targets divide by the number
+    of targets, ``ignore_index`` ones included (torch's divides by those not ignored,
+    the other examples' labels), and refuses unequal class weights with it. A
     wrong ``loss_reduction`` breaks the bound too and is not detected (each clipped
     gradient would then scale with the actual batch size, and one example could move
     the sum by about 2C).
@@ -1851,6 +1934,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._optimizer.zero_grad(set_to_none=set_to_none)
         engine = self._engine
         engine.pending = engine.pending_origin = None
+        engine.pending_batches = frozenset()
         engine.records = [r for r in engine.records if r.grads is None]
         engine.raw_forward = False
 
@@ -1883,7 +1967,11 @@ class DPOptimizer(torch.optim.Optimizer):
             Poisson sample are not two independently subsampled steps), so the child
             drops them, charges and draws nothing, whether or not steps are charged;
             a child that draws a batch from the data loader and runs backward on it
-            takes steps of its own.
+            takes steps of its own. Also, with the same effect, for sums of a batch
+            other than the data loader's last in this process (the tensors of a batch
+            a forked child's parent drew, a batch kept while the next was drawn), of
+            two batches, or of a batch a step already released: each batch the loader
+            hands out is released by one step (:mod:`gaussdp.ml._batches`).
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
@@ -1900,6 +1988,8 @@ class DPOptimizer(torch.optim.Optimizer):
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
         engine.refuse_raw_calls()
         engine.check_params()
+        batches = engine.pending_batches if engine.pending is not None else frozenset()
+        batches = batches.union(*(r.batches for r in engine.records if r.grads is not None))
         captured = engine.take_records()
         sums = engine.pending
         if captured is not None:
@@ -1913,6 +2003,7 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         # Kept until the noise is added, so a refused step loses nothing.
         engine.pending, engine.pending_origin = sums, _process_identity()
+        engine.pending_batches = batches
         # BudgetExceededError here: nothing drawn or changed. Steps take turns.
         with contextlib.nullcontext() if self._charger is None else self._charger.run():
             if self._grads is None:
@@ -1928,6 +2019,8 @@ class DPOptimizer(torch.optim.Optimizer):
                 self._unaccounted += 1
             else:
                 self._free_steps += 1
+            if batches and engine.sampler is not None:
+                engine.sampler._released = True  # its sums are released once (_batches)
             if self._charger is not None:
                 try:
                     self._charger.check_draw()  # a step the parent began, continued in a child
