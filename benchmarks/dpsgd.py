@@ -18,7 +18,9 @@ Three models, batch 256 of random data, SGD:
 Methods: the non-private step (``loss.backward(); optimizer.step()``); gaussdp with
 its default secure noise (exact discrete Gaussian on a lattice, drawn by a worker
 process), as ``model.backward(x, y)`` and in the PyTorch idiom
-``loss_fn(model(x), y).backward()``, and with ``noise="insecure-float"``; Opacus 1.6
+``loss_fn(model(x), y).backward()``, and with ``noise="insecure-float"``, each step
+drawing its Poisson batch (expected size 256) from the private loader, in
+the step's time (a step trains only on the batch drawn last); Opacus 1.6
 with ``grad_sample_mode="ghost"`` (float noise), with ``secure_mode=True`` where
 ``torchcsprng`` installs (it has no build for this torch), and with ``"hooks"`` if
 ``--opacus-hooks`` is given.
@@ -67,6 +69,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from importlib.util import find_spec
+from itertools import chain, repeat
 from pathlib import Path
 
 import torch
@@ -250,7 +253,7 @@ def gaussdp_step(
     model = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pmodel, opt, _ = make_private(
+        pmodel, opt, loader = make_private(
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
             DataLoader(dataset, batch_size=x.shape[0]),
@@ -262,12 +265,17 @@ def gaussdp_step(
             rng=None if noise == "secure" else ChaCha20Random(0),
         )
 
+    # Pass after pass of the private loader: a step trains on the Poisson batch drawn
+    # last from it (expected size that of x), drawn within the step as in training.
+    batches = chain.from_iterable(repeat(loader))
+
     def step() -> None:
         opt.zero_grad()
+        xb, yb = next(batches)
         if idiom:
-            nnf.cross_entropy(pmodel(x), y).backward()
+            nnf.cross_entropy(pmodel(xb), yb).backward()
         else:
-            pmodel.backward(x, y)
+            pmodel.backward(xb, yb)
         opt.step()
 
     return step
