@@ -5,10 +5,12 @@ Run with ``python benchmarks/loss_check.py [--rounds 40] [--threads 1]``. Needs 
 data, SGD, default secure noise) trained in the PyTorch idiom
 ``cross_entropy(model(x), y).backward()``, four ways:
 
-- ``plain``: no step probed and the outputs plain tensors (no check at all: not what
-  ``make_private`` does, the reference of the ratios);
-- ``off``: no step probed; the outputs are ``_Watched`` tensors, as on every unprobed
-  step (the mean of ``cross_entropy`` over class-index targets, gaussdp.ml._loss_check);
+- ``plain``: the outputs plain tensors (no check at all: not what ``make_private``
+  does, the reference of the ratios);
+- ``off``: no step probed after the first: the outputs are ``_Probed`` tensors whose
+  calls are recorded, the mean of ``cross_entropy`` over class-index targets is
+  rewritten, and the loss is checked only when its form is new, as on every unprobed
+  step (gaussdp.ml._loss_check);
 - ``default``: the schedule of ``make_private`` (the first three steps, then one in
   ``_loss_check.EVERY``);
 - ``every``: every step probed (the cost of one probed step).
@@ -24,32 +26,41 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from dpsgd import Method, data, gaussdp_step, measure, mlp, spawning
 
 from gaussdp.ml import _loss_check
 
-WATCHED = _loss_check._Watched
+WRAP = _loss_check.LossCheck.wrap
 
-#: (FIRST_STEPS, EVERY, the class of unprobed outputs) of each arm; None: the module's own.
-SCHEDULES: dict[str, tuple[int, int, type[torch.Tensor]] | None] = {
-    "plain": (0, 2**62, torch.Tensor),
-    "off": (0, 2**62, WATCHED),
+
+def _plain(
+    _check: _loss_check.LossCheck, outputs: list[torch.Tensor], _batch: int
+) -> tuple[list[torch.Tensor], None]:
+    """No check at all: the outputs as they are, no probe."""
+    return outputs, None
+
+
+#: (FIRST_STEPS, EVERY, LossCheck.wrap) of each arm; None: the module's own.
+SCHEDULES: dict[str, tuple[int, int, Callable[..., Any]] | None] = {
+    "plain": (0, 2**62, _plain),
+    "off": (0, 2**62, WRAP),
     "default": None,
-    "every": (0, 1, WATCHED),
+    "every": (0, 1, WRAP),
 }
 
 
 def arm(
-    schedule: tuple[int, int, type[torch.Tensor]] | None, step: Callable[[], None]
+    schedule: tuple[int, int, Callable[..., Any]] | None, step: Callable[[], None]
 ) -> Callable[[], None]:
     """``step`` under ``schedule`` (the arms share the module, so each step sets it)."""
-    first, every, watched = schedule or (_loss_check.FIRST_STEPS, _loss_check.EVERY, WATCHED)
+    first, every, wrap = schedule or (_loss_check.FIRST_STEPS, _loss_check.EVERY, WRAP)
 
     def run() -> None:
         _loss_check.FIRST_STEPS, _loss_check.EVERY = first, every
-        _loss_check._Watched = watched  # type: ignore[misc]
+        _loss_check.LossCheck.wrap = wrap  # type: ignore[method-assign]
         step()
 
     return run

@@ -374,7 +374,7 @@ def test_class_weights_with_the_mean_reduction_are_refused_on_every_step() -> No
     optimizer.zero_grad()
     draw(optimizer)
     out = model(x)
-    assert type(out) is _loss_check._Watched  # an unprobed step
+    assert not model._engine.records[-1].probe.due  # an unprobed step
     with pytest.raises(ValueError, match="weight of cross_entropy with reduction='mean' must be"):
         criterion(out, y)
     with pytest.raises(RuntimeError, match="must follow loss.backward"):
@@ -394,20 +394,83 @@ def test_accumulated_batches_and_single_examples_pass() -> None:
     assert optimizer.steps == 2
 
 
-def test_a_later_probed_step_finds_a_loss_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _weighted_penalty(weight: torch.Tensor) -> Loss:
+    """A batch-mean penalty whose weight is a tensor: 0 first, the same form after."""
+    return lambda out, y: nnf.cross_entropy(out, y) + weight * (out.mean(0) ** 2).sum()
+
+
+def test_a_later_probed_step_finds_a_loss_that_changed_in_value_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(_loss_check, "EVERY", 5)
     _, model, optimizer, x, y = _private()
-    for step in range(5):  # steps 3 and 4 are not probed: a mixing loss goes unseen there
+    weight = torch.zeros(())
+    for step in range(5):  # steps 3 and 4 are not probed and the form is the same: unseen
+        weight.fill_(10.0 if step in (3, 4) else 0.0)
         optimizer.zero_grad()
         draw(optimizer)
-        loss_fn = _batch_softmax if step in (3, 4) else nnf.cross_entropy
-        loss_fn(model(x), y).backward()
+        _weighted_penalty(weight)(model(x), y).backward()
         optimizer.step()
     optimizer.zero_grad()
     draw(optimizer)
     with pytest.raises(ValueError, match=MIXES):
-        _batch_softmax(model(x), y).backward()
+        _weighted_penalty(weight)(model(x), y).backward()
     assert optimizer.steps == 5
+
+
+def _switched_on(coefficient: float) -> Loss:
+    return lambda out, y: nnf.cross_entropy(out, y) + coefficient * (out.mean(0) ** 2).sum()
+
+
+@pytest.mark.parametrize(
+    "later",
+    [_batch_softmax, _switched_on(10.0), _abs_deviation],
+    ids=["another loss", "a coefficient no longer 0", "a kink"],
+)
+def test_an_unprobed_step_checks_a_loss_whose_form_is_new(
+    later: Loss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixing term switched on after the probed steps (by step, epoch or data)."""
+    _, model, optimizer, x, y = _private()
+    checks: list[int] = []
+    real = _loss_check._check_examples
+    monkeypatch.setattr(_loss_check, "_check_examples", lambda *a: (checks.append(1), real(*a))[1])
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # unprobed steps of a known form: no check
+        optimizer.zero_grad()
+        draw(optimizer)
+        _switched_on(0.0)(model(x), y).backward()
+        optimizer.step()
+    assert len(checks) == _loss_check.FIRST_STEPS
+    optimizer.zero_grad()
+    draw(optimizer)
+    out = model(x)
+    assert not model._engine.records[-1].probe.due
+    with pytest.raises(ValueError, match="the loss given to loss.backward\\(\\) must be"):
+        later(out, y).backward()
+    with pytest.raises(RuntimeError, match="must follow loss.backward"):
+        optimizer.step()  # nothing was captured
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_compiled_loss_is_checked_as_written() -> None:
+    """torch.compile runs the calls on the outputs eagerly (a graph break): recorded, checked."""
+    _, model, optimizer, x, y = _private()
+    per_example = torch.compile(lambda out, t: nnf.cross_entropy(out, t), backend="eager")
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # probed steps and unprobed ones
+        optimizer.zero_grad()
+        draw(optimizer)
+        out = model(x)
+        loss = per_example(out, y)
+        assert type(loss) is _loss_check._Probed
+        loss.backward()
+        optimizer.step()
+    mixing = torch.compile(_batch_softmax, backend="eager")
+    optimizer.zero_grad()
+    draw(optimizer)
+    with pytest.raises(ValueError, match=MIXES):
+        mixing(model(x), y).backward()  # a new form on an unprobed step
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
 
 
 def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
@@ -453,7 +516,7 @@ def test_a_loss_without_a_second_derivative_is_refused() -> None:
     assert optimizer.steps == 0
 
 
-def test_evaluation_is_plain_and_steps_after_the_probes_only_watched() -> None:
+def test_evaluation_is_plain_and_training_outputs_are_probed_tensors() -> None:
     _, model, optimizer, x, y = _private()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor
@@ -461,8 +524,8 @@ def test_evaluation_is_plain_and_steps_after_the_probes_only_watched() -> None:
         optimizer.zero_grad()
         draw(optimizer)
         out = model(x)
-        probed = step < _loss_check.FIRST_STEPS
-        assert type(out) is (_loss_check._Probed if probed else _loss_check._Watched)
+        assert type(out) is _loss_check._Probed
+        assert model._engine.records[-1].probe.due == (step < _loss_check.FIRST_STEPS)
         nnf.cross_entropy(out, y).backward()
         optimizer.step()
     assert optimizer.steps == _loss_check.FIRST_STEPS + 1

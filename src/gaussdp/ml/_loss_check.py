@@ -8,12 +8,22 @@ outputs, a softmax across examples, an in-batch contrastive loss) makes every cl
 gradient move when one example is removed, and the sum's sensitivity exceeds the
 clipping norm C the noise is calibrated to (audit26: 1.88·C and 1.15·C).
 
-**What is checked.** On probed steps (:meth:`LossCheck.due`: the first
-:data:`FIRST_STEPS` steps, then every :data:`EVERY` steps) the training call returns
-its outputs as :class:`_Probed` tensors, a ``__torch_function__`` subclass that every
-result computed from them inherits, so the loss is one too. Its ``backward``
-(``loss.backward()`` or ``torch.autograd.backward``) first runs, with the user's
-graph still intact:
+**What is checked, and when.** Every training call returns its outputs as
+:class:`_Probed` tensors, a ``__torch_function__`` subclass that every result
+computed from them inherits, so the loss is one too; every call made on them is
+recorded with its result (:data:`_TRACE`, started afresh by a step's first training
+call). Their ``backward`` (``loss.backward()`` or ``torch.autograd.backward``) runs
+the check below first, with the user's graph still intact, on probed steps
+(:meth:`LossCheck.due`: the first :data:`FIRST_STEPS` steps, then every
+:data:`EVERY` steps) and on any other step whose loss has a form (:func:`_form`: the
+functions called and the kinds of their arguments, a float as zero or not, a batch
+size as an integer) not checked before. So a term that starts after the probed steps
+— switched on by step, epoch or data, a coefficient no longer 0 — is checked on the
+first step that has it. A step of a known form costs the recording and one
+comparison (:data:`MAX_FORMS` forms are remembered; a loss whose form changes at
+every step beyond that is checked at every step). Under ``torch.compile`` each call
+on a probed tensor is a graph break, made eagerly (``torch.compiler.disable``): a
+compiled loss is recorded and checked like any other.
 
 1. G = ∂loss/∂output with ``create_graph=True``; then, for each bit k of the example
    index (⌈log₂ B⌉ of them), the Hessian-vector product H·v for a random v nonzero
@@ -52,16 +62,16 @@ runs: nothing is captured, so no step can follow, and nothing is drawn or charge
 probed output whose gradient reached the step without this check (a loss computed
 outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
 
-**On every step** the outputs are at least :class:`_Watched` tensors (the parent
-class of :class:`_Probed`), whose one task is the mean of ``cross_entropy`` and
-``nll_loss`` over class-index targets (:func:`_per_target_mean`): torch's divides by
+**The mean over class-index targets**, on every step: :class:`_Probed` makes the mean
+of ``cross_entropy`` and ``nll_loss`` over class-index targets
+(:func:`_per_target_mean`) divide by the number of targets. torch's divides by
 the number of targets not equal to ``ignore_index``, or by their summed class weights
 — the other examples' labels, which no change of the outputs reveals. Here it divides
 by the number of targets times the (equal) class weight; unequal class weights are
 refused (``ValueError`` from the loss function, before anything is captured).
 
 **What it cannot see** (documented in docs/ml.md, with what the user must guarantee):
-the check is pointwise, on the probed steps' values and on the changes step 3 tries
+the check is pointwise, on the checked steps' values and on the changes step 3 tries
 to the outputs (never to the labels or inputs). It misses dependence on the batch
 that does not go through the outputs (a masked mean the user writes with a mask from
 the targets, a selection by label, a division by the batch size other than the
@@ -69,7 +79,9 @@ declared ``loss_reduction``); values that leave torch and come back as new objec
 (Python arithmetic on an ``.item()`` float, numpy, ``torch.tensor`` of such numbers);
 state read only through calls that do not take the outputs (``state.clone()``, an
 ``out=`` argument, a Python attribute); a kink that step 3's changes do not cross;
-and a loss whose form changes after the probed steps (until the next probed step).
+and a loss that starts mixing after the probed steps without a change of form (a
+coefficient held in a tensor that was 0, a kink that only later data crosses) until
+the next probed step.
 A term that mixes examples only for some data is refused on the probed step whose
 data shows it. ``model.backward(x, y)`` with ``loss_fn`` evaluates each example's
 loss on its own, so no mixing is possible there.
@@ -97,6 +109,9 @@ from gaussdp.errors import invalid
 # Steps probed first, then one step in EVERY (see the module notes).
 FIRST_STEPS = 3
 EVERY = 100
+# Forms of losses remembered as checked (a loss whose form keeps changing is checked
+# at every step once this many are known).
+MAX_FORMS = 1024
 
 # What the refusal asks for: the rule of PrivateModule, and the way out.
 _RULE = (
@@ -110,11 +125,12 @@ _RULE = (
 
 
 class Probe:
-    """The captured outputs of one probed training call, until its backward is checked."""
+    """The captured outputs of one training call, until the step."""
 
-    def __init__(self, outputs: list[torch.Tensor], batch: int) -> None:
+    def __init__(self, outputs: list[torch.Tensor], batch: int, due: bool) -> None:
         self.outputs = outputs
         self.batch = batch
+        self.due = due  # a probed step: checked whatever the loss's form
         # What the caller gets: the same data and graph, as _Probed tensors.
         self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
@@ -127,22 +143,23 @@ class LossCheck:
         self.params = list(params)
         self.steps = 0
         self.pending: list[Probe] = []
+        # The forms (:func:`_form`) of the losses checked so far, at most MAX_FORMS.
+        self.forms: set[tuple[Any, ...]] = set()
 
     def due(self) -> bool:
         """Whether the training calls of the coming step are probed."""
         return self.steps < FIRST_STEPS or self.steps % EVERY == 0
 
-    def wrap(
-        self, outputs: list[torch.Tensor], batch: int
-    ) -> tuple[list[torch.Tensor], Probe | None]:
-        """The outputs as the caller gets them (same data and graph), and their probe.
+    def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
+        """The outputs as :class:`_Probed` tensors (same data and graph), and their probe.
 
-        On a probed step (:meth:`due`) :class:`_Probed` tensors and their probe;
-        otherwise :class:`_Watched` tensors and None.
+        The first training call of a step starts the record afresh (a record left by a
+        step never taken, of this or another model, would only lengthen it).
         """
-        if not self.due():
-            return [t.as_subclass(_Watched) for t in outputs], None
-        probe = Probe(outputs, batch)
+        if not self.pending:
+            _TRACE.clear()
+            _CHANGED.clear()
+        probe = Probe(outputs, batch, self.due())
         self.pending.append(probe)
         _ACTIVE.add(self)
         return probe.wrapped, probe
@@ -157,7 +174,7 @@ class LossCheck:
         if not _ACTIVE:
             _TRACE.clear()
             _CHANGED.clear()
-        if not all(p is None or p.checked for p in probes):
+        if not all(p is None or p.checked or not p.due for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
                 "gaussdp's check that it keeps examples apart (see gaussdp.ml._loss_check): "
@@ -167,8 +184,15 @@ class LossCheck:
         self.steps += 1
 
     def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
-        """Check the pending probes this backward pass reaches (raises ``ValueError``)."""
-        waiting = [p for p in self.pending if not p.checked]
+        """Check the pending probes this backward pass reaches (raises ``ValueError``).
+
+        On a probed step; on any other when the loss's form (:func:`_form` of the calls
+        recorded since the last step) is not one checked before.
+        """
+        form = _form(_TRACE)
+        if form in self.forms and all(p.checked or not p.due for p in self.pending):
+            return
+        waiting = [p for p in self.pending if p.batch >= 2]  # one example cannot mix
         if not waiting:
             return
         outs = [t for p in waiting for t in p.outputs]
@@ -194,6 +218,37 @@ class LossCheck:
             _check_replayed(probe, roots, seeds)
             probe.checked = True
         _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
+        if len(self.forms) < MAX_FORMS:
+            self.forms.add(form)
+
+
+def _form(trace: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any]]) -> Any:
+    """What a loss's calls do, whatever the values: the functions and their arguments'
+    kinds (a probed tensor; a dtype and dimension for another tensor; small integers,
+    strings, flags as they are; a float as zero or not; a larger integer, such as a
+    batch size, as ``int``)."""
+    return tuple(
+        (func, _kind(args), tuple((k, _kind(v)) for k, v in kwargs.items()))
+        for func, args, kwargs, _ in trace
+    )
+
+
+def _kind(value: Any) -> Any:
+    if isinstance(value, _Probed):
+        return _Probed
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.dim())
+    if value is None or isinstance(value, bool | str | torch.dtype | torch.device):
+        return value
+    if isinstance(value, int):
+        return value if -16 <= value <= 16 else int
+    if isinstance(value, float):
+        return 0.0 if value == 0.0 else float
+    if isinstance(value, tuple | list):
+        return tuple(_kind(v) for v in value)
+    if isinstance(value, slice):
+        return (slice, _kind(value.start), _kind(value.stop), _kind(value.step))
+    return type(value)
 
 
 def _gradient(
@@ -441,7 +496,7 @@ def _reduction(size_average: Any, reduce: Any, reduction: Any) -> Any:
 
 
 def _per_target_mean(
-    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, traced: bool
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> torch.Tensor | None:
     """``cross_entropy`` / ``nll_loss`` with the mean reduction over class-index targets.
 
@@ -453,9 +508,6 @@ def _per_target_mean(
     when no target is ignored. Unequal class weights are refused (the mean would
     divide by the batch's summed weights). None for every other call: a reduction
     other than the mean, probability targets (their mean divides by the batch size).
-
-    ``traced``: computed by calls on the probed tensors (recorded for the second
-    evaluation); otherwise on plain tensors, the result plain (an unprobed step).
     """
     if len(args) == 2 and "input" not in kwargs and "target" not in kwargs:
         values = {"input": args[0], "target": args[1], **kwargs}  # as torch dispatches it
@@ -481,9 +533,7 @@ def _per_target_mean(
         )
     # The sum reduction adds the per-target terms (ignored ones add nothing).
     values.update(size_average=None, reduce=None, reduction="sum")
-    # Untraced: torch's default handler, no dispatch to the subclass, a plain result.
-    default = torch.Tensor.__torch_function__
-    total = func(**values) if traced else default(func, (), (), values)  # type: ignore[no-untyped-call]
+    total = func(**values)  # a call on the probed tensors: recorded
     count = target.numel()
     return total / count if first is None else total / (first * count)  # type: ignore[no-any-return]
 
@@ -507,30 +557,7 @@ _BACKWARDS: tuple[Callable[..., Any], ...] = (torch.Tensor.backward, torch.autog
 _QUIET: list[bool] = []
 
 
-class _Watched(torch.Tensor):
-    """An output of an unprobed training call, and every tensor computed from it.
-
-    Its one task: the mean of ``cross_entropy`` and ``nll_loss`` over class-index
-    targets (:func:`_per_target_mean`), on every step.
-    """
-
-    @classmethod
-    def __torch_function__(
-        cls,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func in _MEAN_LOSSES and not _QUIET:
-            mean = _per_target_mean(func, args, kwargs, traced=False)
-            if mean is not None:
-                return mean
-        return super().__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
-
-
-class _Probed(_Watched):
+class _Probed(torch.Tensor):
     """A probed output, and every tensor computed from it: its backward is checked first."""
 
     @classmethod
@@ -541,41 +568,58 @@ class _Probed(_Watched):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
-        if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
-            return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
-        if func in _MEAN_LOSSES:
-            mean = _per_target_mean(func, args, kwargs, traced=True)  # recorded calls
-            if mean is not None:
-                return mean
-        if func in _BACKWARDS and _ACTIVE:
-            _QUIET.append(True)
-            try:
-                roots, seeds = _roots(func, args, kwargs)
-                if any(r.requires_grad for r in roots):  # else backward raises torch's error
-                    for check in list(_ACTIVE):
-                        check.check(roots, seeds)
-            finally:
-                _QUIET.pop()
-        if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
-            _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
-        result = super().__torch_function__(func, types, args, kwargs)
-        if _ACTIVE and func not in _BACKWARDS:
-            _TRACE.append((func, args, kwargs, result))
-        return result
+        if torch.compiler.is_compiling():  # under torch.compile: run eagerly, recorded
+            return _eager(cls, func, types, args, kwargs)
+        return _dispatch(cls, func, types, args, kwargs)
+
+
+def _dispatch(
+    cls: type[_Probed],
+    func: Callable[..., Any],
+    types: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+) -> Any:
+    """:meth:`_Probed.__torch_function__`: record the call, check a backward pass first."""
+    kwargs = kwargs or {}
+    if _QUIET:  # the check's own calls: plain tensors in and out, nothing recorded
+        return torch.Tensor.__torch_function__(func, (), args, kwargs)  # type: ignore[no-untyped-call]
+    if func in _MEAN_LOSSES:
+        mean = _per_target_mean(func, args, kwargs)  # made of recorded calls
+        if mean is not None:
+            return mean
+    if func in _BACKWARDS and _ACTIVE:
+        _QUIET.append(True)
+        try:
+            roots, seeds = _roots(func, args, kwargs)
+            if any(r.requires_grad for r in roots):  # else backward raises torch's error
+                for check in list(_ACTIVE):
+                    check.check(roots, seeds)
+        finally:
+            _QUIET.pop()
+    if _ACTIVE and _in_place(func) and args and _changes_callers(args, kwargs):
+        _CHANGED[id(args[0])] = (args[0], args[0].detach().clone())
+    result = super(_Probed, cls).__torch_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+    if _ACTIVE and func not in _BACKWARDS:
+        _TRACE.append((func, args, kwargs, result))
+    return result
+
+
+# _dispatch with torch.compile's tracing turned off: a graph break, the call made eagerly.
+_eager = torch.compiler.disable(_dispatch)  # type: ignore[no-untyped-call]
 
 
 def _changes_callers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a call changes in place, with probed values, a tensor not probed (first seen)."""
     first = args[0]
-    if not isinstance(first, torch.Tensor) or isinstance(first, _Watched) or id(first) in _CHANGED:
+    if not isinstance(first, torch.Tensor) or isinstance(first, _Probed) or id(first) in _CHANGED:
         return False
-    return any(isinstance(t, _Watched) for t in tree_flatten((args[1:], kwargs))[0])
+    return any(isinstance(t, _Probed) for t in tree_flatten((args[1:], kwargs))[0])
 
 
 def _plain(tensor: torch.Tensor) -> torch.Tensor:
     """The same tensor (data and graph) as a plain ``torch.Tensor``."""
-    return tensor.as_subclass(torch.Tensor) if isinstance(tensor, _Watched) else tensor
+    return tensor.as_subclass(torch.Tensor) if isinstance(tensor, _Probed) else tensor
 
 
 def _roots(

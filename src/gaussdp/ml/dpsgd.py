@@ -1658,7 +1658,8 @@ class PrivateModule(nn.Module):
     size) of per-example terms, each depending on its own example's output only** —
     so s·Gᵢ is example i's own ∂ℓᵢ/∂outputᵢ. A loss that couples examples (batch-wide
     softmax, contrastive losses over the batch) breaks the per-example bound and is
-    refused: on probed steps ``loss.backward()`` first checks, with the loss's second
+    refused: on probed steps, and on any step whose loss has a form not checked
+    before, ``loss.backward()`` first checks, with the loss's second
     derivative and a second evaluation of the loss with other examples' outputs
     changed, that no example's Gᵢ depends on another example's output
     (:mod:`gaussdp.ml._loss_check`, which also says what that check cannot see).
