@@ -52,12 +52,17 @@ def zero_noise_private(
             delta=1e-5,
             grad_sample_mode=mode,  # type: ignore[arg-type]
         )
-    _LOADERS[optimizer] = loader
-    return model, optimizer, loader
+    return keep_loader((model, optimizer, loader))
+
+
+def keep_loader(made: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """``make_private``'s ``(model, optimizer, loader)``, its loader kept for :func:`draw`."""
+    _LOADERS[made[1]] = made[2]
+    return made
 
 
 def draw(optimizer: Any) -> Any:
-    """The next batch of the private loader of ``optimizer`` (:func:`zero_noise_private`).
+    """The next batch of the private loader of ``optimizer`` (:func:`keep_loader`).
 
     A step trains only on rows of the batch drawn last from that loader, each once
     (``optimizer.step()`` refuses otherwise): call this before each step's training calls.

@@ -518,8 +518,10 @@ def test_a_loss_without_a_second_derivative_is_refused() -> None:
 
 def test_evaluation_is_plain_and_training_outputs_are_probed_tensors() -> None:
     _, model, optimizer, x, y = _private()
+    model.eval()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor
+    model.train()
     for step in range(_loss_check.FIRST_STEPS + 1):
         optimizer.zero_grad()
         draw(optimizer)

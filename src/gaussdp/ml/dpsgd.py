@@ -1715,13 +1715,18 @@ class PrivateModule(nn.Module):
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
 
         Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
-        forward pass. With gradients enabled it is the training call of the
+        forward pass; in training mode on a step the loss check probes, its outputs
+        come as probed tensors, the keys of a stop-gradient loss
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). With gradients enabled it is the training call of the
         ``loss.backward()`` path (see the class notes): every tensor argument holds
         the examples along its first dimension, and so must every output.
         """
         if torch.is_grad_enabled() and self._engine.params:
             return self._engine.forward(args, kwargs)
-        return self._module(*args, **kwargs)
+        output = self._module(*args, **kwargs)
+        if self._module.training and self._engine.params:  # keys of a stop-gradient loss
+            return self._engine.loss_check.wrap_keys(output)
+        return output
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's ``state_dict``, with its own keys (no ``_module.`` prefix)."""
