@@ -49,10 +49,15 @@ def tag(batch: Any, batch_id: BatchId) -> None:
 
 def _forget(key: int) -> Callable[[weakref.ref[torch.Tensor]], None]:
     """The callback that removes a tensor's entry once the tensor is gone."""
-    return lambda _: _TAGS.pop(key, None) and None
+
+    def forget(_: weakref.ref[torch.Tensor]) -> None:
+        _TAGS.pop(key, None)
+
+    return forget
 
 
 def _tag_of(tensor: torch.Tensor) -> BatchId | None:
+    """The batch of ``tensor``, or of the tensor it is a view of; None if untagged."""
     for t in (tensor, tensor._base):
         if t is None:
             continue
