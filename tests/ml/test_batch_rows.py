@@ -153,3 +153,23 @@ def test_training_from_the_original_loader_is_refused() -> None:
         optimizer.step()
         break
     assert optimizer.steps == 1
+
+
+def test_the_current_batch_size_follows_the_batches_handed_out_with_workers() -> None:
+    """Workers fetch batches ahead of the one handed out; an abandoned pass leaves none."""
+    from gaussdp.ml.dpsgd import DPDataLoader
+    from gaussdp.random import ChaCha20Random
+
+    data = TensorDataset(torch.randn(200, 3), torch.zeros(200, dtype=torch.long))
+    loader = DPDataLoader(data, sample_rate=0.1, steps=12, rng=ChaCha20Random(0), num_workers=2)
+    sampler = loader.batch_sampler
+    sizes = []
+    for k, (x, _) in enumerate(loader):
+        sizes.append((sampler._current_rows, x.shape[0]))  # type: ignore[union-attr]
+        if k == 5:
+            break  # the workers had fetched further
+    for x, _ in loader:
+        sizes.append((sampler._current_rows, x.shape[0]))  # type: ignore[union-attr]
+    assert len(sizes) == 18
+    assert all(recorded == rows for recorded, rows in sizes)
+    assert len({rows for _, rows in sizes}) > 1  # Poisson sizes vary: the pairing is tested
