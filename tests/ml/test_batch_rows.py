@@ -173,3 +173,32 @@ def test_the_current_batch_size_follows_the_batches_handed_out_with_workers() ->
     assert len(sizes) == 18
     assert all(recorded == rows for recorded, rows in sizes)
     assert len({rows for _, rows in sizes}) > 1  # Poisson sizes vary: the pairing is tested
+
+
+def test_rows_kept_by_a_refused_budget_still_count_at_the_retry() -> None:
+    """A step the filter refuses keeps its sums; a second view added before the retry
+    would count each example twice."""
+    from gaussdp import Budget
+    from gaussdp.accounting import PrivacyFilter
+    from gaussdp.errors import BudgetExceededError
+
+    x, y = _data()
+    net = _net()
+    model, optimizer, loader = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        DataLoader(TensorDataset(x, y), batch_size=len(x)),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        delta=1e-5,
+        filter=PrivacyFilter(Budget(epsilon=1e-3, delta=1e-5)),
+    )
+    xb, yb = next(iter(loader))
+    optimizer.zero_grad()
+    nnf.cross_entropy(model(xb), yb).backward()
+    with pytest.raises(BudgetExceededError):
+        optimizer.step()  # the sums of the 6 rows are kept for a retry
+    nnf.cross_entropy(model(xb + 0.01), yb).backward()  # a second view, untagged
+    with pytest.raises(RuntimeError, match=REFUSED.format("12 rows for a batch of 6 examples")):
+        optimizer.step()
+    assert optimizer.steps == 0

@@ -1970,6 +1970,7 @@ class DPOptimizer(torch.optim.Optimizer):
         engine.check_params()
         batches = engine.pending_batches if engine.pending is not None else frozenset()
         batches = batches.union(*(r.batches for r in engine.records if r.grads is not None))
+        rows = engine.pending_rows + sum(r.batch for r in engine.records if r.grads is not None)
         captured = engine.take_records()
         sums = engine.pending
         if captured is not None:
@@ -1983,7 +1984,7 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         # Kept until the noise is added, so a refused step loses nothing.
         engine.pending, engine.pending_origin = sums, _process_identity()
-        engine.pending_batches = batches
+        engine.pending_batches, engine.pending_rows = batches, rows  # for refuse_rows
         # BudgetExceededError here: nothing drawn or changed. Steps take turns.
         with contextlib.nullcontext() if self._charger is None else self._charger.run():
             if self._grads is None:
@@ -2006,6 +2007,7 @@ class DPOptimizer(torch.optim.Optimizer):
                     self._charger.check_draw()  # a step the parent began, continued in a child
                 except RuntimeError:
                     engine.pending = engine.pending_origin = None  # the parent releases them
+                    engine.pending_rows = 0
                     raise
             noisy = engine.noiser.release(
                 sums, scale=1.0 / engine.expected_batch_size, out=self._grads
