@@ -1717,9 +1717,10 @@ class PrivateModule(nn.Module):
         Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
         forward pass; in training mode on a step the loss check probes, its outputs
         come as probed tensors, the keys of a stop-gradient loss
-        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). With gradients enabled it is the training call of the
-        ``loss.backward()`` path (see the class notes): every tensor argument holds
-        the examples along its first dimension, and so must every output.
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). With gradients enabled it
+        is the training call of the ``loss.backward()`` path (see the class notes):
+        every tensor argument holds the examples along its first dimension, and so
+        must every output.
         """
         if torch.is_grad_enabled() and self._engine.params:
             return self._engine.forward(args, kwargs)
