@@ -21,7 +21,10 @@ process), as ``model.backward(x, y)`` and in the PyTorch idiom
 ``loss_fn(model(x), y).backward()``, and with ``noise="insecure-float"``; Opacus 1.6
 with ``grad_sample_mode="ghost"`` (float noise), with ``secure_mode=True`` where
 ``torchcsprng`` installs (it has no build for this torch), and with ``"hooks"`` if
-``--opacus-hooks`` is given.
+``--opacus-hooks`` is given. Every method draws its batch within the step's time, as in
+training: gaussdp and Opacus their Poisson batch (expected size 256) from the loader their
+``make_private`` returned (gaussdp trains only on the batch its loader drew last), the
+non-private step the next batch of a shuffled ``DataLoader``.
 
 Each method takes ``--block`` steps in turn, for ``--rounds`` interleaved rounds
 (so that a change of load hits every method alike), after ``--warmup`` steps (35:
@@ -67,6 +70,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from importlib.util import find_spec
+from itertools import chain, repeat
 from pathlib import Path
 
 import torch
@@ -227,13 +231,15 @@ def measure(methods: list[Method], rounds: int, block: int, warmup: int) -> None
             own[i] = time.process_time() - cpu0
 
 
-def nonprivate_step(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor) -> Step:
+def nonprivate_step(make: Callable[[], nn.Module], dataset: TensorDataset, batch: int) -> Step:
     model = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = chain.from_iterable(repeat(DataLoader(dataset, batch_size=batch, shuffle=True)))
 
     def step() -> None:
         opt.zero_grad()
-        nnf.cross_entropy(model(x), y).backward()
+        xb, yb = next(batches)
+        nnf.cross_entropy(model(xb), yb).backward()
         opt.step()
 
     return step
@@ -250,7 +256,7 @@ def gaussdp_step(
     model = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pmodel, opt, _ = make_private(
+        pmodel, opt, loader = make_private(
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
             DataLoader(dataset, batch_size=x.shape[0]),
@@ -262,12 +268,17 @@ def gaussdp_step(
             rng=None if noise == "secure" else ChaCha20Random(0),
         )
 
+    # Pass after pass of the private loader: a step trains on the Poisson batch drawn
+    # last from it (expected size that of x), drawn within the step as in training.
+    batches = chain.from_iterable(repeat(loader))
+
     def step() -> None:
         opt.zero_grad()
+        xb, yb = next(batches)
         if idiom:
-            nnf.cross_entropy(pmodel(x), y).backward()
+            nnf.cross_entropy(pmodel(xb), yb).backward()
         else:
-            pmodel.backward(x, y)
+            pmodel.backward(xb, yb)
         opt.step()
 
     return step
@@ -303,13 +314,15 @@ def opacus_step(
     except Exception as error:
         return f"{type(error).__name__}: {str(error).splitlines()[0][:60]}"
     if mode == "ghost":
-        pmodel, opt, criterion, _ = made
+        pmodel, opt, criterion, loader = made
     else:
-        (pmodel, opt, _), criterion = made, nn.CrossEntropyLoss()
+        (pmodel, opt, loader), criterion = made, nn.CrossEntropyLoss()
+    batches = chain.from_iterable(repeat(loader))  # Poisson batches, as gaussdp's
 
     def step() -> None:
         opt.zero_grad()
-        criterion(pmodel(x), y).backward()
+        xb, yb = next(batches)
+        criterion(pmodel(xb), yb).backward()
         opt.step()
 
     try:
@@ -514,7 +527,7 @@ def main() -> None:
         dataset, x, y = data(name, args.batch, 4 * args.batch)
         params = sum(p.numel() for p in make().parameters())
         builders: list[tuple[str, Callable[[], Step | str]]] = [
-            ("non-private", partial(nonprivate_step, make, x, y)),
+            ("non-private", partial(nonprivate_step, make, dataset, x.shape[0])),
             ("gaussdp secure", partial(gaussdp_step, make, dataset, x, y, "secure")),
             (
                 "gaussdp secure loss.backward",

@@ -32,6 +32,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 import torch
@@ -103,7 +104,7 @@ def gaussdp(
     model = _fresh(width, device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # insecure-float warns
-        pmodel, opt, _ = make_private(
+        pmodel, opt, loader = make_private(
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
             DataLoader(data, batch_size=x.shape[0]),
@@ -112,10 +113,14 @@ def gaussdp(
             delta=1e-6,
             noise=noise,  # type: ignore[arg-type]
         )
+    # A step trains on the Poisson batch drawn last from the private loader (expected
+    # size that of x), drawn and moved to the device within the step, as in training.
+    batches = chain.from_iterable(repeat(loader))
 
     def step() -> None:
         opt.zero_grad()
-        nnf.cross_entropy(pmodel(x), y).backward()
+        xb, yb = next(batches)
+        nnf.cross_entropy(pmodel(xb.to(device)), yb.to(device)).backward()
         opt.step()
 
     return step

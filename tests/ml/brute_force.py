@@ -10,6 +10,7 @@ even where the ``torch`` extra is missing (the test modules skip there).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +20,19 @@ if TYPE_CHECKING:
 
 ClippedSum = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
+# The private data loader of each optimizer zero_noise_private made (see draw).
+_LOADERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
 
 def zero_noise_private(
     net: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, clip: float = 1.0
 ) -> tuple[Any, Any, Any]:
-    """``make_private`` with no noise, learning rate 0 and batches of 4 of ``(x, y)``.
+    """``make_private`` with no noise and learning rate 0; its loader draws all of ``(x, y)``.
 
-    The warning that such a model is not private is expected and checked.
+    The sample rate is 1, so every batch of the private loader holds every example:
+    a step may train on any rows of ``(x, y)`` (at most ``len(x)``) once :func:`draw`
+    has drawn its batch. The warning that such a model is not private is expected
+    and checked.
     """
     import pytest
     import torch
@@ -35,16 +42,32 @@ def zero_noise_private(
     from gaussdp.ml import make_private
 
     with pytest.warns(UserWarning, match="NOT differentially private"):
-        return make_private(
+        model, optimizer, loader = make_private(
             net,
             torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
+            DataLoader(TensorDataset(x, y), batch_size=len(x)),
             loss_fn=nnf.cross_entropy,
             noise_multiplier=0.0,
             max_grad_norm=clip,
             delta=1e-5,
             grad_sample_mode=mode,  # type: ignore[arg-type]
         )
+    return keep_loader((model, optimizer, loader))
+
+
+def keep_loader(made: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """``make_private``'s ``(model, optimizer, loader)``, its loader kept for :func:`draw`."""
+    _LOADERS[made[1]] = made[2]
+    return made
+
+
+def draw(optimizer: Any) -> Any:
+    """The next batch of the private loader of ``optimizer`` (:func:`keep_loader`).
+
+    A step trains only on rows of the batch drawn last from that loader, each once
+    (``optimizer.step()`` refuses otherwise): call this before each step's training calls.
+    """
+    return next(iter(_LOADERS[optimizer]))
 
 
 def step_sum(net: nn.Module, model: Any, optimizer: Any, api: str = "backward") -> ClippedSum:
@@ -58,6 +81,7 @@ def step_sum(net: nn.Module, model: Any, optimizer: Any, api: str = "backward") 
 
     def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad()
+        draw(optimizer)
         if api == "backward":
             model.backward(inputs, targets)
         else:

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum  # noqa: E402
+from brute_force import keep_loader, sensitivity, step_sum  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -97,15 +97,17 @@ def _private(
     torch.manual_seed(0)
     net = make()
     with pytest.warns(UserWarning, match="NOT differentially private"):
-        model, optimizer, _ = make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(*data), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=0.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode=mode,  # type: ignore[arg-type]
+        model, optimizer, _ = keep_loader(  # sample rate 1: each batch holds all the data
+            make_private(
+                net,
+                torch.optim.SGD(net.parameters(), lr=0.0),
+                DataLoader(TensorDataset(*data), batch_size=data[0].shape[0]),
+                loss_fn=nnf.cross_entropy,
+                noise_multiplier=0.0,
+                max_grad_norm=CLIP,
+                delta=1e-5,
+                grad_sample_mode=mode,  # type: ignore[arg-type]
+            )
         )
     return net, model, optimizer
 
@@ -695,16 +697,18 @@ def test_the_per_example_path_in_ranges_gives_the_same_noisy_step(
     def step() -> torch.Tensor:
         torch.manual_seed(0)
         net = in_place_relu()
-        model, optimizer, _ = make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=1.0),
-            DataLoader(TensorDataset(x, y), batch_size=4),
-            loss_fn=nnf.cross_entropy,
-            noise_multiplier=1.0,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            grad_sample_mode="functorch",
-            rng=ChaCha20Random(4),
+        model, optimizer, _ = keep_loader(  # sample rate 1: each batch holds all of x
+            make_private(
+                net,
+                torch.optim.SGD(net.parameters(), lr=1.0),
+                DataLoader(TensorDataset(x, y), batch_size=x.shape[0]),
+                loss_fn=nnf.cross_entropy,
+                noise_multiplier=1.0,
+                max_grad_norm=CLIP,
+                delta=1e-5,
+                grad_sample_mode="functorch",
+                rng=ChaCha20Random(4),
+            )
         )
         step_sum(net, model, optimizer, api)(x, y)
         return torch.cat([p.detach().reshape(-1) for p in net.parameters()])

@@ -13,6 +13,7 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
+from brute_force import draw, keep_loader  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -44,14 +45,16 @@ def _private(net: nn.Module, sigma: float = 0.0, **kwargs: object):  # type: ign
     x, y = _data()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "noise_multiplier=0", UserWarning)
-        return make_private(
-            net,
-            torch.optim.SGD(net.parameters(), lr=0.0),
-            DataLoader(TensorDataset(x, y), batch_size=10),
-            noise_multiplier=sigma,
-            max_grad_norm=CLIP,
-            delta=1e-5,
-            **kwargs,  # type: ignore[arg-type]
+        return keep_loader(  # sample rate 1: each batch drawn holds all 40 examples
+            make_private(
+                net,
+                torch.optim.SGD(net.parameters(), lr=0.0),
+                DataLoader(TensorDataset(x, y), batch_size=x.shape[0]),
+                noise_multiplier=sigma,
+                max_grad_norm=CLIP,
+                delta=1e-5,
+                **kwargs,  # type: ignore[arg-type]
+            )
         )
 
 
@@ -87,6 +90,7 @@ def test_custom_loss_clips_every_example_and_adds_the_regulariser(mode: str) -> 
     shrink = SHRINK if mode == "auto" else 1.0  # auto: ghost clipping
     for i in range(x.shape[0]):  # one example per step: its clipped gradient is visible
         optimizer.zero_grad()
+        draw(optimizer)
         _regularised_loss(net, model(x[i : i + 1]), y[i : i + 1]).backward()
         optimizer.step()
         clipped = (_flat_grad(net) - penalty.to(torch.float64)) * scale
@@ -94,6 +98,7 @@ def test_custom_loss_clips_every_example_and_adds_the_regulariser(mode: str) -> 
         assert float(torch.linalg.vector_norm(clipped)) <= CLIP * (1 + 1e-5)
         torch.testing.assert_close(clipped, expected, rtol=1e-4, atol=1e-6)
     optimizer.zero_grad()  # the whole batch: the sum of the clipped gradients
+    draw(optimizer)
     _regularised_loss(net, model(x), y).backward()
     optimizer.step()
     clipped = (_flat_grad(net) - penalty.to(torch.float64)) * scale
@@ -108,6 +113,7 @@ def test_sum_reduction_gives_the_same_clipped_sum() -> None:
         net = _net()
         model, optimizer, _ = _private(net, loss_reduction=reduction, grad_sample_mode="functorch")
         optimizer.zero_grad()
+        draw(optimizer)
         nnf.cross_entropy(model(x), y, reduction=reduction).backward()
         optimizer.step()
         results.append(_flat_grad(net))
@@ -123,6 +129,7 @@ def test_zero_gradient_model_update_has_the_noise_std() -> None:
     samples = []
     for _ in range(20):
         optimizer.zero_grad()
+        draw(optimizer)
         (0.0 * model(x)).sum().backward()  # every per-example gradient is zero
         optimizer.step()
         samples.append(_flat_grad(net) * optimizer.expected_batch_size)
@@ -159,6 +166,7 @@ def test_multi_output_model(mode: str) -> None:
     net = TwoHeads()
     model, optimizer, _ = _private(net, grad_sample_mode=mode)
     optimizer.zero_grad()
+    draw(optimizer)
     loss_of(model(x), slice(None)).backward()
     optimizer.step()
     got = _flat_grad(net) * optimizer.expected_batch_size
@@ -183,6 +191,7 @@ def test_dropout_masks_agree_between_the_paths() -> None:
         # The masks come from make_private's rng (gaussdp.ml._masks): one seed for both.
         model, optimizer, _ = _private(net, grad_sample_mode=mode, rng=ChaCha20Random(123))
         optimizer.zero_grad()
+        draw(optimizer)
         nnf.cross_entropy(model(x), y).backward()
         optimizer.step()  # the ghost call is checked against the per-example path
         results.append(_flat_grad(net))
@@ -196,6 +205,7 @@ def test_gradient_accumulation_equals_one_batch() -> None:
         net = _net()
         model, optimizer, _ = _private(net, loss_reduction="sum")
         optimizer.zero_grad()
+        draw(optimizer)
         for chunk_x, chunk_y in zip(x.chunk(parts), y.chunk(parts), strict=True):
             nnf.cross_entropy(model(chunk_x), chunk_y, reduction="sum").backward()
         optimizer.step()
@@ -208,6 +218,7 @@ def test_two_outputs_in_one_backward_are_refused() -> None:
     model, optimizer, _ = _private(net, sigma=1.0)
     x, y = _data(n=6)
     optimizer.zero_grad()
+    draw(optimizer)
     (nnf.cross_entropy(model(x), y) + nnf.cross_entropy(model(x), y)).backward()
     with pytest.raises(RuntimeError, match="two outputs of the private model reached one"):
         optimizer.step()
@@ -219,6 +230,7 @@ def test_unwrapped_model_gradients_are_refused() -> None:
     model, optimizer, _ = _private(net, sigma=1.0)
     x, y = _data(n=6)
     optimizer.zero_grad()
+    draw(optimizer)
     nnf.cross_entropy(model(x), y).backward()
     nnf.cross_entropy(net(x), y).backward()  # unclipped gradients into param.grad
     with pytest.raises(RuntimeError, match="the unwrapped model ran with gradients enabled"):
@@ -275,6 +287,7 @@ def test_step_without_backward_is_refused_and_empty_batch_steps() -> None:
         optimizer.step()
     x, y = _data(n=1)
     optimizer.zero_grad()
+    draw(optimizer)
     loss = nnf.cross_entropy(model(x[:0]), y[:0], reduction="sum")
     loss.backward()
     optimizer.step()  # a noise-only step, accounted
@@ -299,6 +312,7 @@ def test_zero_grad_without_set_to_none_does_not_double_the_step(api: str) -> Non
     grads = []
     for _ in range(3):
         optimizer.zero_grad(set_to_none=False)
+        draw(optimizer)
         if api == "backward":
             model.backward(x, y)
         else:

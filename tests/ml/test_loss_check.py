@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, zero_noise_private  # noqa: E402
+from brute_force import draw, sensitivity, zero_noise_private  # noqa: E402
 from test_idiom import TwoHeads  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
@@ -52,6 +52,7 @@ def _private(mode: str = "auto") -> tuple[nn.Module, Any, Any, torch.Tensor, tor
 def _clipped_sum(net: nn.Module, model: object, optimizer: object, loss_fn: Loss):  # type: ignore[no-untyped-def]
     def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad()  # type: ignore[attr-defined]
+        draw(optimizer)
         loss_fn(model(inputs), targets).backward()  # type: ignore[operator]
         optimizer.step()  # type: ignore[attr-defined]
         flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
@@ -84,6 +85,7 @@ def test_a_loss_mixing_examples_is_refused_and_nothing_is_charged(mode: str, los
     net, model, optimizer, x, y = _private(mode)
     before = [p.detach().clone() for p in net.parameters()]
     optimizer.zero_grad()
+    draw(optimizer)
     loss = loss_fn(model(x[:8]), y[:8])
     refusal = f"the loss given to loss.backward\\(\\) must be .*{MIXES}"
     with pytest.raises(ValueError, match=refusal):
@@ -95,6 +97,7 @@ def test_a_loss_mixing_examples_is_refused_and_nothing_is_charged(mode: str, los
     assert all(torch.equal(a, p) for a, p in zip(before, net.parameters(), strict=True))
     # The same model trains on with a per-example loss.
     optimizer.zero_grad()
+    draw(optimizer)
     nnf.cross_entropy(model(x), y).backward()
     optimizer.step()
     assert optimizer.steps == 1
@@ -172,6 +175,7 @@ def test_a_parameter_combined_with_the_outputs_is_refused() -> None:
     net, model, optimizer, x, y = _private()
     head = net[2].weight  # (3, 6): reused on the outputs outside the model
     optimizer.zero_grad()
+    draw(optimizer)
     loss = nnf.cross_entropy(model(x) @ head[:, :3], y)
     with pytest.raises(ValueError, match="combines a trained parameter with the model's outputs"):
         loss.backward()
@@ -181,10 +185,12 @@ def test_a_parameter_combined_with_the_outputs_is_refused() -> None:
 def test_functional_backward_is_checked() -> None:
     _, model, optimizer, x, y = _private("functorch")
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     with pytest.raises(ValueError, match=MIXES):
         torch.autograd.backward([nnf.cross_entropy(out, y) + out.std(0).sum()])
     optimizer.zero_grad()
+    draw(optimizer)
     torch.autograd.backward([nnf.cross_entropy(model(x), y)])
     optimizer.step()
     assert optimizer.steps == 1
@@ -217,12 +223,14 @@ def test_class_weights_with_the_mean_reduction_are_refused() -> None:
     weight = torch.tensor([1.0, 5.0, 0.2])
     criterion = nn.CrossEntropyLoss(weight=weight)
     optimizer.zero_grad()
+    draw(optimizer)
     with pytest.raises(ValueError, match="weight of cross_entropy with reduction='mean' must be"):
         criterion(model(x), y)
     per_example = (weight[y] * nnf.cross_entropy(model(x), y, reduction="none")).mean()
     per_example.backward()
     optimizer.step()
     optimizer.zero_grad()
+    draw(optimizer)
     equal = nnf.nll_loss(model(x).log_softmax(1), y, weight=torch.full((3,), 2.0))
     equal.backward()
     optimizer.step()
@@ -267,6 +275,7 @@ def test_the_mean_over_targets_counts_ignored_ones_and_is_torchs_without_them() 
     _, model, optimizer, x, y = _private()
     for _ in range(_loss_check.FIRST_STEPS + 1):  # probed steps and an unprobed one
         optimizer.zero_grad()
+        draw(optimizer)
         out = model(x)
         plain = out.detach().as_subclass(torch.Tensor)
         per = nnf.cross_entropy(plain, _padded(y), reduction="none")
@@ -359,9 +368,11 @@ def test_class_weights_with_the_mean_reduction_are_refused_on_every_step() -> No
     criterion = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 5.0, 0.2]))
     for _ in range(_loss_check.FIRST_STEPS + 1):
         optimizer.zero_grad()
+        draw(optimizer)
         nnf.cross_entropy(model(x), y).backward()
         optimizer.step()
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     assert not model._engine.records[-1].probe.due  # an unprobed step
     with pytest.raises(ValueError, match="weight of cross_entropy with reduction='mean' must be"):
@@ -375,6 +386,7 @@ def test_accumulated_batches_and_single_examples_pass() -> None:
     _, model, optimizer, x, y = _private()
     for _ in range(2):
         optimizer.zero_grad()
+        draw(optimizer)
         for start in (0, 1, 5):  # batches of 1, 4 and 7 examples before one step
             end = {0: 1, 1: 5, 5: 12}[start]
             nnf.cross_entropy(model(x[start:end]), y[start:end]).backward()
@@ -396,9 +408,11 @@ def test_a_later_probed_step_finds_a_loss_that_changed_in_value_only(
     for step in range(5):  # steps 3 and 4 are not probed and the form is the same: unseen
         weight.fill_(10.0 if step in (3, 4) else 0.0)
         optimizer.zero_grad()
+        draw(optimizer)
         _weighted_penalty(weight)(model(x), y).backward()
         optimizer.step()
     optimizer.zero_grad()
+    draw(optimizer)
     with pytest.raises(ValueError, match=MIXES):
         _weighted_penalty(weight)(model(x), y).backward()
     assert optimizer.steps == 5
@@ -423,10 +437,12 @@ def test_an_unprobed_step_checks_a_loss_whose_form_is_new(
     monkeypatch.setattr(_loss_check, "_check_examples", lambda *a: (checks.append(1), real(*a))[1])
     for _ in range(_loss_check.FIRST_STEPS + 2):  # unprobed steps of a known form: no check
         optimizer.zero_grad()
+        draw(optimizer)
         _switched_on(0.0)(model(x), y).backward()
         optimizer.step()
     assert len(checks) == _loss_check.FIRST_STEPS
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     assert not model._engine.records[-1].probe.due
     with pytest.raises(ValueError, match="the loss given to loss.backward\\(\\) must be"):
@@ -443,6 +459,7 @@ def test_a_compiled_loss_is_checked_as_written() -> None:
     per_example = torch.compile(lambda out, t: nnf.cross_entropy(out, t), backend="eager")
     for _ in range(_loss_check.FIRST_STEPS + 2):  # probed steps and unprobed ones
         optimizer.zero_grad()
+        draw(optimizer)
         out = model(x)
         loss = per_example(out, y)
         assert type(loss) is _loss_check._Probed
@@ -450,6 +467,7 @@ def test_a_compiled_loss_is_checked_as_written() -> None:
         optimizer.step()
     mixing = torch.compile(_batch_softmax, backend="eager")
     optimizer.zero_grad()
+    draw(optimizer)
     with pytest.raises(ValueError, match=MIXES):
         mixing(model(x), y).backward()  # a new form on an unprobed step
     assert optimizer.steps == _loss_check.FIRST_STEPS + 2
@@ -458,6 +476,7 @@ def test_a_compiled_loss_is_checked_as_written() -> None:
 def test_a_loss_outside_torch_functions_is_refused_at_the_step() -> None:
     _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     loss = nnf.cross_entropy(out.as_subclass(torch.Tensor), y)  # as outside torch's functions
     assert type(loss) is torch.Tensor
@@ -471,6 +490,7 @@ def test_the_checks_own_calls_are_not_recorded_and_give_plain_tensors() -> None:
     """The check calls torch on probed tensors through torch's public default handler."""
     _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     loss = nnf.cross_entropy(out, y) + (out**2).mean()
     recorded = list(_loss_check._TRACE)
@@ -490,6 +510,7 @@ def test_the_checks_own_calls_are_not_recorded_and_give_plain_tensors() -> None:
 def test_a_loss_without_a_second_derivative_is_refused() -> None:
     _, model, optimizer, x, y = _private()
     optimizer.zero_grad()
+    draw(optimizer)
     with pytest.raises(ValueError, match="could not differentiate twice .*multi_margin"):
         nnf.multi_margin_loss(model(x), y).backward()
     assert optimizer.steps == 0
@@ -497,10 +518,13 @@ def test_a_loss_without_a_second_derivative_is_refused() -> None:
 
 def test_evaluation_is_plain_and_training_outputs_are_probed_tensors() -> None:
     _, model, optimizer, x, y = _private()
+    model.eval()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor
+    model.train()
     for step in range(_loss_check.FIRST_STEPS + 1):
         optimizer.zero_grad()
+        draw(optimizer)
         out = model(x)
         assert type(out) is _loss_check._Probed
         assert model._engine.records[-1].probe.due == (step < _loss_check.FIRST_STEPS)
@@ -514,6 +538,7 @@ def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> Non
     _, model, optimizer, x, y = _private()
     running = torch.zeros(3)
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     running.add_(out.detach().sum(0))
     expected = out.detach().sum(0)
@@ -526,6 +551,7 @@ def test_the_second_evaluation_keeps_the_callers_state_and_random_draws() -> Non
     optimizer.step()
     assert torch.equal(running, expected)
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     running.add_(out.detach().sum(0))  # not made again by the recomputation
     expected += out.detach().sum(0)
@@ -542,10 +568,12 @@ def test_mixing_in_one_head_of_several_is_refused(mode: str) -> None:
     net = TwoHeads()  # {"logits": ..., "value": ...}
     model, optimizer, _ = zero_noise_private(net, x, y, mode)
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     with pytest.raises(ValueError, match=MIXES):
         (nnf.cross_entropy(out["logits"], y) + out["value"].softmax(0).max()).backward()
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     (nnf.cross_entropy(out["logits"], y) + (out["value"] ** 2).mean()).backward()
     optimizer.step()
@@ -558,10 +586,12 @@ def test_an_example_with_a_non_finite_loss_is_no_reason_to_refuse() -> None:
     scale = torch.ones(12)
     scale[3] = float("inf")  # example 3's own loss (as a log(0) would make it)
     optimizer.zero_grad()
+    draw(optimizer)
     (scale * nnf.cross_entropy(model(x), y, reduction="none")).mean().backward()
     optimizer.step()
     assert optimizer.steps == 1
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     mixed = nnf.cross_entropy(out, y, reduction="none") * (out[:, 0].mean() ** 2) * scale
     with pytest.raises(ValueError, match=MIXES):
@@ -573,6 +603,7 @@ def test_a_generator_passed_to_the_loss_is_left_as_the_loss_left_it() -> None:
     _, model, optimizer, x, y = _private()
     gen = torch.Generator().manual_seed(1)
     optimizer.zero_grad()
+    draw(optimizer)
     out = model(x)
     keep = torch.bernoulli(out[:, 0].detach() * 0 + 0.5, generator=gen)
     state = gen.get_state()

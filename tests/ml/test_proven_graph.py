@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from brute_force import sensitivity, step_sum, zero_noise_private  # noqa: E402
+from brute_force import draw, sensitivity, step_sum, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 
@@ -193,6 +193,7 @@ def test_keyword_and_several_inputs_reach_the_graph() -> None:
         model, optimizer, _ = _private(net, mode)
         for _ in range(2):  # the first call proven and checked, the second unchecked
             optimizer.zero_grad()
+            draw(optimizer)
             logits, aux = model(x, ids=ids, mask=mask, scale=2.0)
             (nnf.cross_entropy(logits, y) + aux.square().mean()).backward()
             optimizer.step()

@@ -55,7 +55,12 @@ compiled loss is recorded and checked like any other.
    :data:`_CHANGED`) in every recorded call that reads it; the caller's tensor is
    not changed again. One changed in place with nothing of the outputs (a step
    counter) is not made again. A record it cannot recompute (a call that fails)
-   leaves the loss to steps 1 and 2.
+   leaves the loss to steps 1 and 2. On a probed step the private model's outputs
+   under ``torch.no_grad()`` in training mode (the keys of a stop-gradient loss,
+   :meth:`LossCheck.wrap_keys`) that the loss takes are moved row for row with the
+   outputs (each must have one row per example of the training call, or the loss
+   is refused): keys carry no gradient, so step 1 cannot see them (rev27-ml: an
+   in-batch contrastive loss on such keys passed at 2.18·C).
 
 A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
 runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
@@ -102,7 +107,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from gaussdp.errors import invalid
 
@@ -143,6 +148,8 @@ class LossCheck:
         self.params = list(params)
         self.steps = 0
         self.pending: list[Probe] = []
+        # The private model's outputs under torch.no_grad() on a probed step (keys).
+        self.keys: list[Probe] = []
         # The forms (:func:`_form`) of the losses checked so far, at most MAX_FORMS.
         self.forms: set[tuple[Any, ...]] = set()
 
@@ -156,7 +163,7 @@ class LossCheck:
         The first training call of a step starts the record afresh (a record left by a
         step never taken, of this or another model, would only lengthen it).
         """
-        if not self.pending:
+        if not self.pending and not self.keys:
             _TRACE.clear()
             _CHANGED.clear()
         probe = Probe(outputs, batch, self.due())
@@ -164,12 +171,41 @@ class LossCheck:
         _ACTIVE.add(self)
         return probe.wrapped, probe
 
+    def wrap_keys(self, output: Any) -> Any:
+        """On a probed step, the model's output under ``torch.no_grad()`` as :class:`_Probed`.
+
+        Keys of a stop-gradient loss (MoCo, SimSiam-style: ``k = model(x2)`` under
+        ``torch.no_grad()``, then ``q @ k.T``) carry no gradient, so step 1 cannot see
+        example i's Gᵢ depend on the other examples' keys; step 3 moves their rows with
+        the training call's (:func:`_check_replayed`). Other steps: ``output`` as it is.
+        """
+        if not self.due():
+            return output
+        leaves, spec = tree_flatten(output)
+        keys = [
+            i
+            for i, t in enumerate(leaves)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1
+        ]
+        if not keys:
+            return output
+        if not self.pending and not self.keys:
+            _TRACE.clear()
+            _CHANGED.clear()
+        probe = Probe([leaves[i] for i in keys], leaves[keys[0]].shape[0], True)
+        self.keys.append(probe)
+        _ACTIVE.add(self)
+        for i, wrapped in zip(keys, probe.wrapped, strict=True):
+            leaves[i] = wrapped
+        return tree_unflatten(leaves, spec)
+
     def stepped(self, probes: Sequence[Probe | None]) -> None:
         """At the step, before anything is drawn: refuse if a captured probe was not checked.
 
         ``probes``: those of the training calls whose gradients the step uses.
         """
         self.pending = []
+        self.keys = []
         _ACTIVE.discard(self)
         if not _ACTIVE:
             _TRACE.clear()
@@ -215,7 +251,7 @@ class LossCheck:
             if all(g is None for g in mine):
                 continue  # another backward pass's outputs
             _check_examples(probe, mine)
-            _check_replayed(probe, roots, seeds)
+            _check_replayed(probe, roots, seeds, _keys_of(probe, self.keys, roots))
             probe.checked = True
         _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
         if len(self.forms) < MAX_FORMS:
@@ -294,14 +330,46 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
                 )
 
 
+def _keys_of(probe: Probe, keys: Sequence[Probe], roots: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The no-grad outputs (:meth:`LossCheck.wrap_keys`) the recorded calls carry to ``roots``.
+
+    Raises ``ValueError`` if one has not one row per example of the training call:
+    its rows cannot be moved with the examples'.
+    """
+    reached = {id(t) for k in keys for t in k.wrapped}
+    for _, args, kwargs, result in _TRACE:
+        if any(id(t) in reached for t in tree_flatten((args, kwargs))[0]):
+            reached.update(id(t) for t in tree_flatten(result)[0])
+    if not any(id(r) in reached for r in roots):
+        return []
+    used = [t for k in keys for t in k.wrapped]
+    for t in used:
+        if t.shape[0] != probe.batch:
+            raise ValueError(
+                invalid(
+                    "the loss given to loss.backward()",
+                    _RULE + " (outputs of the private model under torch.no_grad() that the "
+                    "loss takes must have one row per example of its training call)",
+                    f"a loss of a training call of {probe.batch} examples that takes an "
+                    f"output of the private model under torch.no_grad() of {t.shape[0]} rows",
+                )
+            )
+    return used
+
+
 def _check_replayed(
-    probe: Probe, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]
+    probe: Probe,
+    roots: list[torch.Tensor],
+    seeds: list[torch.Tensor | None],
+    keys: Sequence[torch.Tensor] = (),
 ) -> None:
     """Refuse if changing some examples' outputs changes another example's Gᵢ (step 3).
 
     The loss is recomputed from :data:`_TRACE` (the calls made on the probed outputs and
     what came of them) with the outputs replaced: once as they were, and once per bit
     k of the example index with the examples whose bit k is 1 given far-off values.
+    ``keys``, the model's outputs under ``torch.no_grad()`` that the loss takes (one row
+    per example, :func:`_keys_of`), are replaced alike, row for row with the outputs.
     The other examples' rows of G must be equal bit for bit (the comparison is skipped
     when two evaluations at the same values differ: a loss that is not bit for bit
     reproducible, such as one using atomic additions on a GPU). Sees piecewise-linear
@@ -310,18 +378,20 @@ def _check_replayed(
     """
     device = probe.outputs[0].device
     index = torch.arange(probe.batch, device=device)
-    scale = [float(o.detach().abs().max()) + 1.0 for o in probe.outputs]
-    base = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
-    twice = _replayed(probe, [o.detach() for o in probe.outputs], roots, seeds)
+    both = [*probe.outputs, *keys]
+    scale = [float(o.detach().abs().max()) + 1.0 for o in both]
+    as_they_were = [o.detach().as_subclass(torch.Tensor) for o in both]
+    base = _replayed(probe, as_they_were, roots, seeds, keys)
+    twice = _replayed(probe, as_they_were, roots, seeds, keys)
     if base is None or twice is None or not _same(base, twice, index >= 0):
         return  # not recomputable, or not bit for bit the same twice (atomics on a GPU)
     for bit in range((probe.batch - 1).bit_length()):
         side = (index >> bit) & 1 == 1
         moved = [
-            torch.where(_rows(side, o), 4 * c * _random_rows(o, side, bit) - o.detach(), o.detach())
-            for o, c in zip(probe.outputs, scale, strict=True)
+            torch.where(_rows(side, o), 4 * c * _random_rows(o, side, bit) - o, o)
+            for o, c in zip(as_they_were, scale, strict=True)
         ]
-        again = _replayed(probe, moved, roots, seeds)
+        again = _replayed(probe, moved, roots, seeds, keys)
         if again is None:
             return
         if not _same(base, again, ~side):
@@ -357,8 +427,11 @@ def _replayed(
     values: list[torch.Tensor],
     roots: list[torch.Tensor],
     seeds: list[torch.Tensor | None],
+    keys: Sequence[torch.Tensor] = (),
 ) -> tuple[torch.Tensor | None, ...] | None:
     """G of the loss recomputed from :data:`_TRACE` at ``values``; None if it cannot be.
+
+    ``values``: the outputs' new values, then those of ``keys`` (no gradient taken).
 
     Random draws start from the random state of now (each recomputation the same):
     torch's, and that of any generator passed to a call, restored afterwards. Calls
@@ -367,8 +440,10 @@ def _replayed(
     running log of the caller's: it would change the caller's state). None if a call
     fails.
     """
-    leaves = [v.clone().requires_grad_() for v in values]
+    count = len(probe.wrapped)
+    leaves = [v.clone().requires_grad_() for v in values[:count]]
     env: dict[int, Any] = {id(w): v for w, v in zip(probe.wrapped, leaves, strict=True)}
+    env.update({id(k): v.clone() for k, v in zip(keys, values[count:], strict=True)})
     # A tensor of the caller's that a call changed in place with values computed from
     # the outputs: recomputed too, from its value before that call, in every call.
     env.update({key: before.clone() for key, (_, before) in _CHANGED.items()})

@@ -55,6 +55,7 @@ which is certified for the lattice noise (within an ulp or so of the continuous 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import math
@@ -475,6 +476,10 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self._current: BatchId | None = None
         self._handed_out = 0
         self._released = False
+        # Examples of the current batch, and of the batches this pass drew but the
+        # data loader has not handed out yet (its workers fetch ahead), oldest first.
+        self._current_rows = 0
+        self._drawn_sizes: collections.deque[int] = collections.deque()
 
     @property
     def drawn_in(self) -> tuple[int, bytes] | None:
@@ -507,13 +512,17 @@ class PoissonBatchSampler(Sampler[list[int]]):
         return np.flatnonzero(keep).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
+        self._drawn_sizes.clear()  # a new pass: batches of an abandoned one are never handed out
         for _ in range(self._steps):
-            yield self.sample()
+            batch = self.sample()
+            self._drawn_sizes.append(len(batch))
+            yield batch
 
     def _hand_out(self) -> BatchId:
         """A new current batch of this process (the data loader is handing it out)."""
         self._handed_out += 1
         self._current = (*_process_identity(), self._handed_out)
+        self._current_rows = self._drawn_sizes.popleft()
         self._released = False
         return self._current
 
@@ -702,6 +711,7 @@ class _Engine:
         self.pending_origin: tuple[int, bytes] | None = None
         # The loader's batches the pending sums came from (gaussdp.ml._batches).
         self.pending_batches: frozenset[BatchId] = frozenset()
+        self.pending_rows = 0  # examples of the model.backward calls since the last step
         # The sampler of make_private's loader: a batch belongs to the process that drew it.
         self.sampler: PoissonBatchSampler | None = None
         self.batched_calls = 0  # calls of the batched (ghost) path, for _verify_now
@@ -828,7 +838,61 @@ class _Engine:
         """Forget the pending sums and every captured gradient."""
         self.pending = self.pending_origin = None
         self.pending_batches = frozenset()
+        self.pending_rows = 0
         self.records = []
+
+    def refuse_rows(self) -> None:
+        """Refuse, and drop, sums beyond the data loader's current batch (at a step).
+
+        The step is charged as the Gaussian mechanism on one Poisson sample, each
+        example contributing one clipped gradient: the rows of the training calls and
+        ``model.backward`` calls since the last step (those whose gradients are
+        captured) must not exceed the examples of the batch the data loader of
+        :func:`make_private` handed out last in this process, and no step may have
+        released that batch. Two augmented views of a batch, each with its own
+        backward or concatenated into one call, would let one example put two
+        clipped gradients into the sum (sensitivity 2C); training on batches of
+        another loader (the user's original one) would be charged as a Poisson
+        sample that was never drawn. This holds whatever the tensors' tags
+        (:mod:`gaussdp.ml._batches`: augmentation makes untagged tensors); splitting
+        the batch into micro-batches, each with its own backward, keeps to it.
+        Called before the clipped sums of captured gradients are formed and before
+        anything is drawn or charged; with nothing pending it leaves the step's own
+        refusal to it.
+
+        Raises
+        ------
+        RuntimeError
+            The pending sums and captured gradients are dropped first.
+        """
+        captured = [r for r in self.records if r.grads is not None]
+        if self.pending is None and not captured:
+            return
+        sampler = self.sampler
+        current = None if sampler is None else sampler._current
+        used = self.pending_rows + sum(r.batch for r in captured)
+        if sampler is None or current is None or current[:2] != _process_identity():
+            got = "no batch of it drawn in this process"
+        elif sampler._released:
+            got = "its last batch, which a step already released"
+        elif used > sampler._current_rows:
+            got = f"{used} rows for a batch of {sampler._current_rows} examples"
+        else:
+            return
+        self.drop()
+        raise RuntimeError(
+            invalid(
+                "optimizer.step()",
+                "called on the examples of the batch last drawn in this process from the "
+                "data loader make_private returned (iterate that loader, not the original "
+                "one), each once (the rows of the training calls and model.backward calls "
+                "since the last step at most the batch's examples, a new batch for each "
+                "step: two augmented views of a batch, each with its own backward or "
+                "concatenated into one call, count an example twice; micro-batches of the "
+                "batch are fine; the sums are dropped here, nothing is drawn or charged)",
+                got,
+            )
+        )
 
     def _refuse_other_batches(self) -> None:
         """Refuse, and drop, sums of a batch other than the loader's current one, or stepped on.
@@ -956,6 +1020,7 @@ class _Engine:
             if self.pending_origin != _process_identity():
                 origin = self.pending_origin or origin  # sums of another process stay its
         self.pending, self.pending_origin, self.pending_batches = sums, origin, batches
+        self.pending_rows += inputs.shape[0]
         assert losses is not None
         if losses.numel() == 0:
             return torch.tensor(float("nan"))
@@ -1742,13 +1807,19 @@ class PrivateModule(nn.Module):
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
 
         Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
-        forward pass. With gradients enabled it is the training call of the
-        ``loss.backward()`` path (see the class notes): every tensor argument holds
-        the examples along its first dimension, and so must every output.
+        forward pass; in training mode on a step the loss check probes, its outputs
+        come as probed tensors, the keys of a stop-gradient loss
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). With gradients enabled it
+        is the training call of the ``loss.backward()`` path (see the class notes):
+        every tensor argument holds the examples along its first dimension, and so
+        must every output.
         """
         if torch.is_grad_enabled() and self._engine.params:
             return self._engine.forward(args, kwargs)
-        return self._module(*args, **kwargs)
+        output = self._module(*args, **kwargs)
+        if self._module.training and self._engine.params:  # keys of a stop-gradient loss
+            return self._engine.loss_check.wrap_keys(output)
+        return output
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's ``state_dict``, with its own keys (no ``_module.`` prefix)."""
@@ -1935,6 +2006,7 @@ class DPOptimizer(torch.optim.Optimizer):
         engine = self._engine
         engine.pending = engine.pending_origin = None
         engine.pending_batches = frozenset()
+        engine.pending_rows = 0
         engine.records = [r for r in engine.records if r.grads is None]
         engine.raw_forward = False
 
@@ -1987,9 +2059,11 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
         engine.refuse_raw_calls()
+        engine.refuse_rows()  # beyond the loader's current batch: the same
         engine.check_params()
         batches = engine.pending_batches if engine.pending is not None else frozenset()
         batches = batches.union(*(r.batches for r in engine.records if r.grads is not None))
+        rows = engine.pending_rows + sum(r.batch for r in engine.records if r.grads is not None)
         captured = engine.take_records()
         sums = engine.pending
         if captured is not None:
@@ -2003,7 +2077,7 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         # Kept until the noise is added, so a refused step loses nothing.
         engine.pending, engine.pending_origin = sums, _process_identity()
-        engine.pending_batches = batches
+        engine.pending_batches, engine.pending_rows = batches, rows  # for refuse_rows
         # BudgetExceededError here: nothing drawn or changed. Steps take turns.
         with contextlib.nullcontext() if self._charger is None else self._charger.run():
             if self._grads is None:
@@ -2019,18 +2093,20 @@ class DPOptimizer(torch.optim.Optimizer):
                 self._unaccounted += 1
             else:
                 self._free_steps += 1
-            if batches and engine.sampler is not None:
-                engine.sampler._released = True  # its sums are released once (_batches)
+            if engine.sampler is not None:  # tagged or not, the batch is released once
+                engine.sampler._released = True
             if self._charger is not None:
                 try:
                     self._charger.check_draw()  # a step the parent began, continued in a child
                 except RuntimeError:
                     engine.pending = engine.pending_origin = None  # the parent releases them
+                    engine.pending_rows = 0
                     raise
             noisy = engine.noiser.release(
                 sums, scale=1.0 / engine.expected_batch_size, out=self._grads
             )
             engine.pending = engine.pending_origin = None
+            engine.pending_rows = 0
             for param, average, extra in zip(engine.params, noisy, regularisers, strict=True):
                 update = average.to(param.device, param.dtype).reshape(param.shape)
                 param.grad = update if extra is None else update + extra

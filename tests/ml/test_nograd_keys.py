@@ -1,0 +1,119 @@
+"""Keys of the private model under torch.no_grad() are moved with the examples in the loss check.
+
+rev27-ml finding 3: an in-batch contrastive loss whose keys come from the private model
+under ``torch.no_grad()`` (stop-gradient keys, MoCo/SimSiam style) passed the loss check
+of a probed step, and the clipped sum's brute-force sensitivity was 2.18·C: example i's
+gradient depends on the other examples' keys, which carry no gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from brute_force import draw, sensitivity, zero_noise_private  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as nnf  # noqa: E402
+
+from gaussdp.ml import _loss_check  # noqa: E402
+
+MODES = ["auto", "functorch"]
+MIXES = "the loss given to loss.backward\\(\\) must be a sum or mean over the batch"
+
+
+def _data(n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return 3 * torch.randn(n, 3, generator=gen), torch.zeros(n, dtype=torch.long)
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def _contrastive(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    q = model(x)
+    with torch.no_grad():
+        k = model(x.flip(1))  # the keys: no gradient
+    return nnf.cross_entropy(q @ k.T / 0.5, torch.arange(x.shape[0]))
+
+
+def _own_target(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each example's target is its own key: per-example, allowed."""
+    with torch.no_grad():
+        k = nnf.normalize(model(x.flip(1)), dim=1)  # keys first, then the training call
+    return ((nnf.normalize(model(x), dim=1) - k) ** 2).sum(1).mean()
+
+
+def _clipped_sum(net: nn.Module, model: Any, optimizer: Any, loss_fn: Any) -> Any:
+    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        draw(optimizer)
+        loss_fn(model, inputs, targets).backward()
+        optimizer.step()
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
+        return flat.to(torch.float64) * optimizer.expected_batch_size  # type: ignore[no-any-return]
+
+    return clipped_sum
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stop_gradient_keys_of_other_examples_are_refused(mode: str) -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    weights = [p.detach().clone() for p in net.parameters()]
+    optimizer.zero_grad()
+    draw(optimizer)
+    loss = _contrastive(model, x, y)
+    with pytest.raises(ValueError, match=MIXES):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="must follow loss.backward"):
+        optimizer.step()  # nothing was captured
+    assert optimizer.steps == 0
+    assert all(torch.equal(a, p) for a, p in zip(weights, net.parameters(), strict=True))
+    # The reviewer's brute force: refused, where it measured 2.18·C.
+    with pytest.raises(ValueError, match=MIXES):
+        sensitivity(_clipped_sum(net, model, optimizer, _contrastive), x, y)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_per_example_stop_gradient_target_passes_with_sensitivity_c(mode: str) -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    assert sensitivity(_clipped_sum(net, model, optimizer, _own_target), x, y) <= 1.0 + 1e-5
+
+
+def test_keys_of_another_row_count_are_refused() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "functorch")
+    optimizer.zero_grad()
+    draw(optimizer)
+    q = model(x[:6])
+    with torch.no_grad():
+        bank = model(x)  # 8 keys for 6 examples
+    with pytest.raises(ValueError, match="under torch.no_grad\\(\\) of 8 rows"):
+        nnf.cross_entropy(q @ bank.T, torch.arange(6)).backward()
+    assert optimizer.steps == 0
+
+
+def test_keys_are_probed_tensors_on_probed_steps_only_and_evaluation_is_plain() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    for step in range(_loss_check.FIRST_STEPS + 1):
+        optimizer.zero_grad()
+        draw(optimizer)
+        with torch.no_grad():
+            k = model(x)
+        assert (type(k) is _loss_check._Probed) == (step < _loss_check.FIRST_STEPS)
+        _own_target(model, x, y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        assert type(model(x)) is torch.Tensor  # evaluation: the plain model
