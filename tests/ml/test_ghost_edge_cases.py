@@ -7,6 +7,7 @@ without example i, for every i, must differ by at most C.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 
@@ -750,3 +751,67 @@ def test_a_numpy_argument_is_keyed_by_its_contents(monkeypatch: pytest.MonkeyPat
     key = dpsgd_module._call_key
     assert key([first], None) != key([second], None)
     assert key([first], None) == key([first.copy()], None)
+
+
+# -- one step's batch in several calls (micro-batches) ------------------------------------------
+def _micro_batch_sums(model: object, x: torch.Tensor, y: torch.Tensor, api: str) -> torch.Tensor:
+    """The pre-noise lattice sums of one step whose batch goes in calls of two examples."""
+    engine = model._engine  # type: ignore[attr-defined]
+    engine.pending = None
+    for xs, ys in zip(x.split(2), y.split(2), strict=True):
+        if api == "backward":
+            model.backward(xs, ys)  # type: ignore[attr-defined]
+        else:
+            nnf.mse_loss(model(xs), ys).backward()  # type: ignore[operator]
+    engine.take_records()
+    sums = torch.cat([s.reshape(-1) for s in engine.pending])
+    engine.pending = None
+    return sums
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_micro_batches_of_a_step_keep_the_lattice_bound_for_every_neighbour(api: str) -> None:
+    # A bias-free Linear at zero with the squared error against -1: example k's gradient
+    # is 2·x_k, clipped to C·GHOST_MARGIN along x_k, i.e. v_k (lattice units) below. The
+    # fractional parts make each call (x_2j, x_2j+1) sum to .5 - ε per coordinate and each
+    # call of the neighbour without x_0, (x_2j+1, x_2j+2), to .5 + ε: rounding call by call
+    # moved the neighbours (1 - 2ε) apart per later call and coordinate, beyond the
+    # sensitivity bound (ghost sums were once rounded per call). Rounded once per step,
+    # they differ by x_i plus at most one unit per coordinate, for every i.
+    dim, calls, eps = 4, 8, 0.02
+    torch.manual_seed(0)
+    net = nn.Linear(dim, 1, bias=False)
+    nn.init.zeros_(net.weight)
+    model, _, _ = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.0),
+        DataLoader(TensorDataset(torch.zeros(64, dim), torch.zeros(64, 1)), batch_size=16),
+        loss_fn=nnf.mse_loss,
+        noise_multiplier=1.0,
+        max_grad_norm=CLIP,
+        delta=1e-5,
+    )
+    engine = model._engine  # type: ignore[attr-defined]
+    assert engine.ghost_layers is not None
+    lattice = engine.noiser.lattice
+    units = CLIP / lattice.gamma * GHOST_MARGIN  # each example's clipped norm, lattice units
+    base = -math.floor(units / math.sqrt(dim))  # every example points to -(1, …, 1)
+    rows = []
+    for k in range(2 * calls):
+        j = k // 2
+        frac = 0.1 + 2 * eps * j if k % 2 == 0 else 0.4 - eps - 2 * eps * j
+        head = [base + frac] * (dim - 1)
+        rows.append([*head, -math.sqrt(units**2 - sum(h * h for h in head))])
+    x = torch.tensor(rows, dtype=torch.float32)
+    y = torch.full((2 * calls, 1), -1.0)
+    bound = float(lattice.sensitivity_bound(CLIP, lattice.gamma, engine.noiser.dim))
+    full = _micro_batch_sums(model, x, y, api)
+    assert torch.equal(full, full.round())  # lattice units
+    gaps = []
+    for i in range(2 * calls):
+        keep = [k for k in range(2 * calls) if k != i]
+        gaps.append(
+            float(torch.linalg.vector_norm(full - _micro_batch_sums(model, x[keep], y[keep], api)))
+        )
+    assert max(gaps) <= bound, (gaps, bound)
+    assert max(gaps) > units - 1  # the removed example's contribution is there

@@ -886,6 +886,8 @@ def clipped_sums(
     batch: int,
     squared_norms_upper: SquaredNorms,
     factors_of: Factors,
+    *,
+    float32: bool = True,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
 
@@ -893,7 +895,8 @@ def clipped_sums(
     recorded output, layer after layer (None for an output that does not reach it);
     ``batch`` is the number of examples. ``factors_of`` turns per-example squared-norm
     bounds into clip factors, min(1, C/‖gᵢ‖)·:data:`GHOST_MARGIN` for the sensitivity
-    bound of the module notes.
+    bound of the module notes. ``float32=False`` computes every sum in float64 (a
+    step's later calls, module notes "Several calls for one step").
     """
     position = 0
     for record in records:
@@ -944,7 +947,7 @@ def clipped_sums(
             act, d = _drop(part.act, dropped), _drop(part.delta, dropped)
             if part.module.weight.requires_grad:
                 sums[id(part.module.weight)] = _outer_sum(
-                    d, act, factors, *outer_bounds[id(part)]
+                    d, act, factors, *outer_bounds[id(part)], float32=float32
                 )  # Σᵢ cᵢδᵢaᵢᵀ
             if part.module.bias is not None and part.module.bias.requires_grad:
                 sums[id(part.module.bias)] = (d.to(torch.float64) * factors[:, None]).sum(0)
@@ -1028,19 +1031,22 @@ def _outer_sum(
     factors: torch.Tensor,
     delta_sq: torch.Tensor,
     act_sq: torch.Tensor,
+    *,
+    float32: bool = True,
 ) -> torch.Tensor:
     """Σᵢ cᵢδᵢaᵢᵀ (float64) of a Linear layer on ``[B, features]``: float32 where allowed.
 
     ``delta_sq`` and ``act_sq`` are the per-example bounds on ‖δᵢ‖² and ‖aᵢ‖²; rows with
-    factor 0 are zero in ``delta`` and ``act``. In float32 (module notes: IEEE products
-    on the CPU, :func:`float32_chunks`, factors and norms in range; weights of at least
-    2¹⁴ entries) the examples are split into n ranges, one product each, summed in
-    float32; otherwise one float64 product.
+    factor 0 are zero in ``delta`` and ``act``. In float32 (module notes: ``float32``
+    true, IEEE products on the CPU, :func:`float32_chunks`, factors and norms in range;
+    weights of at least 2¹⁴ entries) the examples are split into n ranges, one product
+    each, summed in float32; otherwise one float64 product.
     """
     batch, out_features, in_features = act.shape[0], delta.shape[1], act.shape[1]
     chunks = (
         float32_chunks(batch)
-        if act.device.type == "cpu"
+        if float32
+        and act.device.type == "cpu"
         and act.dtype == delta.dtype == torch.float32
         and out_features * in_features >= _FLOAT32_MIN_SIZE
         else None
@@ -1108,6 +1114,7 @@ def ghost_clipped_sums(
     copy: set[str] | None = None,
     replay: Callable[[], AbstractContextManager[Any]] = nullcontext,
     restore: Callable[[], None] | None = None,
+    float32: bool = True,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor, list[LayerRecord]] | None:
     """Clipped per-example gradient sums (float64) keyed by ``id(param)``, losses, squared norms.
 
@@ -1124,7 +1131,7 @@ def ghost_clipped_sums(
     layers, and compares the losses and squared norms returned here with a
     per-example pass on some calls). ``copy``, ``replay`` and
     ``restore`` are those of :func:`recorded_forward` (by default an
-    :func:`input_guard` of ``inputs``).
+    :func:`input_guard` of ``inputs``); ``float32`` that of :func:`clipped_sums`.
     """
     batch = inputs.shape[0]
     check_batch(batch)
@@ -1141,7 +1148,9 @@ def ghost_clipped_sums(
     losses = per_example_losses(loss_fn, output, targets)
     outs = [out for record in records for out in record.outputs]
     deltas = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
-    sums, squared = clipped_sums(records, deltas, batch, squared_norms_upper, factors_of)
+    sums, squared = clipped_sums(
+        records, deltas, batch, squared_norms_upper, factors_of, float32=float32
+    )
     return sums, losses.detach(), squared, records
 
 

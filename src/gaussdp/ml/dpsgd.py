@@ -706,7 +706,10 @@ class _Engine:
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
-        self.pending: list[torch.Tensor] | None = None
+        # This step's clipped sums so far (see pending): lattice integers (per-example
+        # path) and the float64 ghost sums in lattice units, rounded once at the release.
+        self.exact: list[torch.Tensor] | None = None
+        self.unrounded: list[torch.Tensor] | None = None
         # The process the pending sums belong to (see origin): only it may release them.
         self.pending_origin: tuple[int, bytes] | None = None
         # The loader's batches the pending sums came from (gaussdp.ml._batches).
@@ -784,6 +787,37 @@ class _Engine:
                     "on the new model)",
                     gone,
                 )
+            )
+
+    @property
+    def pending(self) -> list[torch.Tensor] | None:
+        """The clipped sums of this step's batch so far, ready for release (None: none yet).
+
+        The ghost path's float sums of every call of the step are added up unrounded and
+        rounded to the lattice here, once: rounding each call's sum on its own would let
+        an example removed from one call move every later example across the call
+        boundaries, each call's rounding adding up to √d (module notes of
+        :mod:`gaussdp.ml._ghost`, "Several calls for one step"). Setting it replaces
+        the step's sums (None drops them).
+        """
+        if self.unrounded is None:
+            return self.exact
+        rounded = self.noiser.accumulate_sums(self.unrounded)
+        return rounded if self.exact is None else _added(self.exact, rounded)
+
+    @pending.setter
+    def pending(self, sums: list[torch.Tensor] | None) -> None:
+        self.exact, self.unrounded = sums, None
+
+    def add_pending(
+        self, exact: list[torch.Tensor] | None, unrounded: list[torch.Tensor] | None
+    ) -> None:
+        """Add one call's clipped sums to the step's: lattice integers and/or ghost sums."""
+        if exact is not None:
+            self.exact = exact if self.exact is None else _added(self.exact, exact)
+        if unrounded is not None:
+            self.unrounded = (
+                unrounded if self.unrounded is None else _added(self.unrounded, unrounded)
             )
 
     def origin(self) -> tuple[int, bytes]:
@@ -946,7 +980,8 @@ class _Engine:
             raise ValueError(
                 invalid("loss_fn", "given to make_private to use model.backward(x, y)", None)
             )
-        sums: list[torch.Tensor] | None = None
+        sums: list[torch.Tensor] | None = None  # lattice integers (per-example path)
+        unrounded: list[torch.Tensor] | None = None  # float64 in lattice units (ghost path)
         losses: torch.Tensor | None = None
         key = _call_key([inputs], None)
         restore: Callable[[], None] = _nothing  # before each later run on the same inputs
@@ -974,6 +1009,8 @@ class _Engine:
                     copy=self.copy_outputs,
                     replay=lambda: _replaying(rng_state, self.device),
                     restore=restore,
+                    # float64 where the step has a ghost sum already (module notes)
+                    float32=self.unrounded is None,
                 )
             finally:
                 self.inside = False
@@ -996,7 +1033,7 @@ class _Engine:
                             sums, losses = self._clipped_per_example(inputs, targets)
                 if sums is None:
                     losses = ghost_losses
-                    sums = self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+                    unrounded = [by_id[id(p)] for p in self.params]
             elif self.mode == "ghost":
                 raise ValueError(
                     invalid(
@@ -1009,17 +1046,17 @@ class _Engine:
                 )
             else:
                 self.uncovered.add(key)
-        if sums is None:
+        if sums is None and unrounded is None:
             restore()
             sums, losses = self._clipped_per_example(inputs, targets)
         origin = self.origin()
         batches = batches_of([inputs, targets])
-        if self.pending is not None:  # several backward calls form one step's batch
-            sums = [a + b for a, b in zip(self.pending, sums, strict=True)]
+        if self.exact is not None or self.unrounded is not None:  # one step, several calls
             batches |= self.pending_batches
             if self.pending_origin != _process_identity():
                 origin = self.pending_origin or origin  # sums of another process stay its
-        self.pending, self.pending_origin, self.pending_batches = sums, origin, batches
+        self.add_pending(sums, unrounded)
+        self.pending_origin, self.pending_batches = origin, batches
         self.pending_rows += inputs.shape[0]
         assert losses is not None
         if losses.numel() == 0:
@@ -1378,11 +1415,11 @@ class _Engine:
         outs = parts[0] if len(parts) == 1 else [torch.cat(o) for o in zip(*parts, strict=True)]
         return tree_unflatten(list(outs), out_spec[0])
 
-    def take_records(self) -> list[torch.Tensor] | None:
-        """Clipped sums of the examples of every captured record since the last step.
+    def take_records(self) -> None:
+        """Add the clipped sums of every captured record since the last step to :attr:`pending`.
 
-        Raises before anything is drawn if two model outputs reached one backward pass
-        (their examples would count twice) or if no gradient was captured.
+        Raises before anything is drawn or added if two model outputs reached one
+        backward pass (their examples would count twice).
         """
         captured = [r for r in self.records if r.grads is not None]
         self.records = []
@@ -1395,11 +1432,17 @@ class _Engine:
                 "torch.no_grad())"
             )
         self.loss_check.stepped([r.probe for r in captured])
-        total: list[torch.Tensor] | None = None
+        exact: list[torch.Tensor] | None = None
+        unrounded: list[torch.Tensor] | None = None
         for record in captured:
-            sums = self._finish(record)
-            total = sums if total is None else [a + b for a, b in zip(total, sums, strict=True)]
-        return total
+            # float64 where the step has a ghost sum already (module notes of _ghost)
+            first = self.unrounded is None and unrounded is None
+            sums, ghost = self._finish(record, float32=first)
+            if ghost:
+                unrounded = sums if unrounded is None else _added(unrounded, sums)
+            else:
+                exact = sums if exact is None else _added(exact, sums)
+        self.add_pending(exact, unrounded)  # all or nothing, should a record raise
 
     def _cotangents(self, record: _Record) -> list[torch.Tensor | None]:
         """∂loss/∂output per output leaf, times B for a mean over the batch (per-example)."""
@@ -1407,11 +1450,12 @@ class _Engine:
         scale = float(record.batch) if self.loss_reduction == "mean" else 1.0
         return [None if g is None else g * scale for g in record.grads]
 
-    def _finish(self, record: _Record) -> list[torch.Tensor]:
+    def _finish(self, record: _Record, *, float32: bool) -> tuple[list[torch.Tensor], bool]:
+        """A record's clipped sums, and whether they are unrounded ghost sums (else integers)."""
         if record.batch == 0:
             empty = [p.new_zeros((0, *p.shape)) for p in self.params]
             factors = torch.zeros(0, dtype=torch.float64, device=self.device)
-            return self.noiser.accumulate(empty, factors)
+            return self.noiser.accumulate(empty, factors), False
         cots = self._cotangents(record)
         if record.io is not None:
             assert self.ghost_layers is not None
@@ -1434,15 +1478,14 @@ class _Engine:
                 record.batch,
                 _squared_norms_upper,
                 lambda sq: _factors_from_squared(sq, clip, GHOST_MARGIN) / unit,
+                float32=float32,
             )
-            if not record.check:
-                return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
-            if _agree(squared, self._per_example_norms(record, cots)):
-                return self.noiser.accumulate_sums([by_id[id(p)] for p in self.params])
+            if not record.check or _agree(squared, self._per_example_norms(record, cots)):
+                return [by_id[id(p)] for p in self.params], True
             self._batched_path_mixes()
         total: list[torch.Tensor] = []
         self._vjp_per_example(record, cots, record.rows, lambda g: self._add(total, g))
-        return total
+        return total, False
 
     def _vjp_per_example(
         self,
@@ -1547,6 +1590,10 @@ class _Capture(torch.autograd.Function):
 
 
 RngState = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _added(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [x + y for x, y in zip(a, b, strict=True)]
 
 
 def _nothing() -> None:
@@ -2064,12 +2111,8 @@ class DPOptimizer(torch.optim.Optimizer):
         batches = engine.pending_batches if engine.pending is not None else frozenset()
         batches = batches.union(*(r.batches for r in engine.records if r.grads is not None))
         rows = engine.pending_rows + sum(r.batch for r in engine.records if r.grads is not None)
-        captured = engine.take_records()
-        sums = engine.pending
-        if captured is not None:
-            sums = (
-                captured if sums is None else [a + b for a, b in zip(sums, captured, strict=True)]
-            )
+        engine.take_records()  # added to engine.pending
+        sums = engine.pending  # the ghost sums rounded once (see _Engine.pending)
         if sums is None:
             raise RuntimeError(
                 "optimizer.step() must follow loss.backward() on the private model's output "

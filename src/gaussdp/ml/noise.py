@@ -284,11 +284,13 @@ class SumNoiser:
         1/unit, an exact power of two). Secure path: each sum is rounded to the lattice
         in place; the caller guarantees that neighbouring sums differ by at most C/γ in
         L2 norm, float error included (see :mod:`gaussdp.ml._ghost`), so the rounded
-        sums differ by at most C/γ + √d. Otherwise the float32 sums.
+        sums differ by at most C/γ + √d. Otherwise the float32 sums. The caller's
+        tensors are left as they are (DP-SGD rounds the sums of a step's calls so far
+        whenever it reads them, and keeps adding to the unrounded ones).
         """
         if self._lattice is None:
             return [s.to(torch.float32) for s in sums]
-        return [s.to(torch.float64).round_() for s in sums]
+        return [s.to(torch.float64).round() for s in sums]
 
     def release(
         self,
