@@ -272,3 +272,60 @@ def test_dropped_rows_do_not_block_the_float32_product() -> None:
     expected = _float64_product(delta, act, factors)
     assert not torch.equal(got, expected)  # float32
     torch.testing.assert_close(got, expected, rtol=2.0**-12, atol=0)
+
+
+def test_a_step_of_several_calls_keeps_the_float_error_within_the_budget() -> None:
+    # Module notes, "Several calls for one step": the first call's float32 error (every
+    # batch float32_chunks allows, then m − 1 float64 additions) plus every other term's
+    # float64 error, for a step of up to 2¹⁶ − 3 examples, in exact rationals.
+    u64 = Fraction(1, 2**53)
+    step = 2**16 - 3
+    rest = (step + 2) * u64 / (1 - (step + 2) * u64) * step  # γ_{B+2}·B in float64
+    assert rest < Fraction(99994, 100000) * Fraction(1, 2**21)
+    worst = Fraction(0)
+    for batch in range(1, 700):
+        chunks = float32_chunks(batch)
+        if chunks is not None:
+            first = _gamma(_rounds(batch, chunks))
+            worst = max(worst, first * batch + (1 + first) * rest)
+    assert worst < Fraction(1, 2**10) - Fraction(25, 10) * Fraction(1, 2**20)
+    assert worst + Fraction(1, 2**36) < Fraction(1, 2**10)  # underflows too
+    assert _gamma(2**14 - 2**6) < Fraction(99707, 100000) * Fraction(1, 2**10)
+
+
+def test_later_calls_of_a_step_take_the_float64_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the call that finds no ghost sum of the step held may compute in float32.
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gaussdp.ml import make_private
+
+    monkeypatch.setattr(ghost_module, "_FLOAT32_MIN_SIZE", 1)
+    flags: list[bool] = []
+
+    def recording(*args: torch.Tensor, float32: bool = True) -> torch.Tensor:
+        flags.append(float32)
+        return _outer_sum(*args, float32=float32)
+
+    monkeypatch.setattr(ghost_module, "_outer_sum", recording)
+    torch.manual_seed(3)
+    net = _MLP()
+    model, optimizer, _ = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.0),
+        DataLoader(TensorDataset(torch.zeros(64, 48), torch.zeros(64)), batch_size=16),
+        loss_fn=nnf.cross_entropy,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        delta=1e-5,
+    )
+    x, y = _aligned_batch(12)
+    for api in ("backward", "idiom"):
+        flags.clear()
+        for xs, ys in zip(x.split(4), y.split(4), strict=True):
+            if api == "backward":
+                model.backward(xs, ys)
+            else:
+                nnf.cross_entropy(model(xs), ys).backward()
+        optimizer.step()
+        assert flags == [True] * 2 + [False] * 4, api  # two Linear layers per call
+        optimizer.zero_grad()
