@@ -809,6 +809,11 @@ class _Engine:
     def pending(self, sums: list[torch.Tensor] | None) -> None:
         self.exact, self.unrounded = sums, None
 
+    @property
+    def held(self) -> bool:
+        """Whether :attr:`pending` is not None (without rounding the sums)."""
+        return self.exact is not None or self.unrounded is not None
+
     def add_pending(
         self, exact: list[torch.Tensor] | None, unrounded: list[torch.Tensor] | None
     ) -> None:
@@ -852,7 +857,7 @@ class _Engine:
         """
         here = _process_identity()
         origins = {r.origin for r in self.records if r.grads is not None}
-        if self.pending is not None and self.pending_origin is not None:
+        if self.held and self.pending_origin is not None:
             origins.add(self.pending_origin)
         if not origins <= {here}:
             self.drop()
@@ -938,7 +943,7 @@ class _Engine:
         Poisson sample twice, each time charged as an independently subsampled step.
         Sums of untagged tensors only are not held to this rule.
         """
-        used = set(self.pending_batches) if self.pending is not None else set()
+        used = set(self.pending_batches) if self.held else set()
         for record in self.records:
             if record.grads is not None:
                 used |= record.batches
@@ -1051,7 +1056,7 @@ class _Engine:
             sums, losses = self._clipped_per_example(inputs, targets)
         origin = self.origin()
         batches = batches_of([inputs, targets])
-        if self.exact is not None or self.unrounded is not None:  # one step, several calls
+        if self.held:  # several calls form one step's batch
             batches |= self.pending_batches
             if self.pending_origin != _process_identity():
                 origin = self.pending_origin or origin  # sums of another process stay its
@@ -2108,7 +2113,7 @@ class DPOptimizer(torch.optim.Optimizer):
         engine.refuse_raw_calls()
         engine.refuse_rows()  # beyond the loader's current batch: the same
         engine.check_params()
-        batches = engine.pending_batches if engine.pending is not None else frozenset()
+        batches = engine.pending_batches if engine.held else frozenset()
         batches = batches.union(*(r.batches for r in engine.records if r.grads is not None))
         rows = engine.pending_rows + sum(r.batch for r in engine.records if r.grads is not None)
         engine.take_records()  # added to engine.pending
