@@ -905,7 +905,7 @@ class _Engine:
             The pending sums and captured gradients are dropped first.
         """
         captured = [r for r in self.records if r.grads is not None]
-        if self.pending is None and not captured:
+        if not self.held and not captured:
             return
         sampler = self.sampler
         current = None if sampler is None else sampler._current
