@@ -58,9 +58,12 @@ def _clipped_sum(
 ) -> torch.Tensor:
     """The released sum of one step (σ = 0, q = 1), after the script's torch.manual_seed."""
     net = _net()
-    model, optimizer, _ = _private(net, x, y, seed, mode)
-    torch.manual_seed(public_seed)  # what the adversary knows: the script's own seed
+    model, optimizer, loader = _private(net, x, y, seed, mode)
     optimizer.zero_grad()
+    # A step trains on the batch drawn last (q = 1: every example); drawn before the
+    # seed, as torch's DataLoader takes its base seed from the global generator.
+    next(iter(loader))
+    torch.manual_seed(public_seed)  # what the adversary knows: the script's own seed
     if api == "backward":
         model.backward(x, y)
     else:

@@ -252,6 +252,7 @@ def test_a_submodule_run_on_data_with_gradients_is_refused_before_the_charge(mod
     before = [p.detach().clone() for p in net.parameters()]
     x, y = _data(n=6)
     optimizer.zero_grad()
+    draw(optimizer)
     loss = nnf.cross_entropy(model(x), y)
     features = net[1](net[0](x))  # an activation penalty on the data, outside the model
     (loss + 50.0 * features.pow(2).mean()).backward()
@@ -262,6 +263,7 @@ def test_a_submodule_run_on_data_with_gradients_is_refused_before_the_charge(mod
     assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
     # The same part run under torch.no_grad() (or after zero_grad()) is fine.
     optimizer.zero_grad()
+    draw(optimizer)
     with torch.no_grad():
         features = net[1](net[0](x))
     nnf.cross_entropy(model(x), y).backward()
@@ -275,6 +277,7 @@ def test_watching_the_parts_keeps_the_batched_path_proven() -> None:
     x, y = _data(n=6)
     for _ in range(2):
         optimizer.zero_grad()
+        draw(optimizer)
         nnf.cross_entropy(model(x), y).backward()
         optimizer.step()
     assert optimizer.steps == 2
