@@ -156,7 +156,7 @@ def test_make_private_in_a_forked_child_draws_fresh_noise() -> None:
     model = nn.Linear(4, 1, bias=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     data = TensorDataset(torch.zeros(8, 4), torch.zeros(8, 1))
-    private, opt, _ = make_private(
+    private, opt, loader = make_private(
         model,
         optimizer,
         DataLoader(data, batch_size=8),
@@ -168,7 +168,8 @@ def test_make_private_in_a_forked_child_draws_fresh_noise() -> None:
 
     def step() -> bytes:  # zero gradients: the update is the noise alone
         opt.zero_grad()
-        private.backward(torch.zeros(8, 4), torch.zeros(8, 1))
+        x, y = next(iter(loader))  # its own Poisson batch (rate 1: all 8 examples)
+        private.backward(x, y)
         opt.step()
         return next(private.parameters()).detach().numpy().tobytes()
 
