@@ -140,3 +140,68 @@ def test_a_forked_process_draws_masks_of_its_own() -> None:
     os.waitpid(pid, 0)
     assert len(child) == 64
     assert child != masks.next()[0].numpy()[24:88].tobytes()
+
+
+def _key_net() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 4))
+
+
+def test_keys_under_no_grad_in_training_mode_draw_secret_masks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rev28-ml #4: keys under torch.no_grad() in training mode (a per-example
+    # stop-gradient target, SimSiam-style, dropout as the augmentation) drew their masks
+    # from torch's publicly seeded generator, by position: removing the first example
+    # shifted every later key's mask, 2.91·C. Now the key pass draws a secret state of
+    # its own. The run on D − first is coupled to D as docs/ml.md argues: each secret
+    # state is advanced past the first example's mask row, so every other example keeps
+    # the masks it had, in the training pass and (now) in the key pass alike.
+    from gaussdp.ml import _masks
+
+    drawn = _masks.MaskStates.next
+    shift = [False]
+
+    def coupled(self: _masks.MaskStates) -> tuple[torch.Tensor, torch.Tensor | None]:
+        state = drawn(self)
+        if not shift[0]:
+            return state
+        saved = torch.get_rng_state()
+        torch.set_rng_state(state[0])
+        nnf.dropout(torch.ones(1, 16), 0.5)  # the first example's mask row, skipped
+        advanced = torch.get_rng_state()
+        torch.set_rng_state(saved)
+        return advanced, state[1]
+
+    monkeypatch.setattr(_masks.MaskStates, "next", coupled)
+    gen = torch.Generator().manual_seed(0)
+    x, y = 3 * torch.randn(8, 3, generator=gen), torch.zeros(8, dtype=torch.long)
+
+    def clipped_sum(xs: torch.Tensor, ys: torch.Tensor, *, train_keys: bool) -> torch.Tensor:
+        net = _key_net()
+        model, optimizer, loader = _private(net, xs, ys, 0, "auto")
+        optimizer.zero_grad()
+        next(iter(loader))
+        torch.manual_seed(0)  # the script's public seed
+        q = model(xs)
+        model.train(train_keys)
+        with torch.no_grad():
+            k = model(xs)
+        model.train()
+        ((q - k) ** 2).sum().backward()  # example i's term uses k[i] only
+        optimizer.step()
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
+        return flat.to(torch.float64) * optimizer.expected_batch_size
+
+    for train_keys in (False, True):  # eval-mode keys (no dropout): the control
+        full = clipped_sum(x, y, train_keys=train_keys)
+        shift[0] = True
+        part = clipped_sum(x[1:], y[1:], train_keys=train_keys)
+        shift[0] = False
+        assert float(torch.linalg.vector_norm(full - part)) <= CLIP * (1 + 1e-6)
+    # The key pass leaves the caller's generator as it was.
+    model, _, _ = _private(_key_net(), x, y, 0, "auto")
+    before = torch.get_rng_state()
+    with torch.no_grad():
+        model(x)
+    assert torch.equal(torch.get_rng_state(), before)

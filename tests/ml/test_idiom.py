@@ -13,7 +13,7 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
-from brute_force import draw, keep_loader  # noqa: E402
+from brute_force import draw, keep_loader, sensitivity, zero_noise_private  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -269,6 +269,66 @@ def test_a_submodule_run_on_data_with_gradients_is_refused_before_the_charge(mod
     nnf.cross_entropy(model(x), y).backward()
     optimizer.step()
     assert optimizer.steps == 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "functorch"])
+def test_a_part_run_before_zero_grad_and_backpropagated_after_it_is_refused(mode: str) -> None:
+    # rev28-ml #1: zero_grad() cleared the raw-call flag, but the graph of a part run
+    # before it (the textbook order forward, zero_grad, backward, step) still put its
+    # unclipped per-example gradient into param.grad at the backward after it: the
+    # brute-force sensitivity was 1.77·C at weight 0.5 and 158·C at weight 50.
+    from gaussdp.accounting import PrivacyFilter
+
+    def textbook_order(model, optimizer):  # type: ignore[no-untyped-def]
+        def clipped_sum(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            draw(optimizer)
+            features = model.module[1](model.module[0](xb))  # an activation penalty
+            loss = nnf.cross_entropy(model(xb), yb) + 0.5 * features.pow(2).mean()
+            optimizer.zero_grad()  # after the forward pass, as in PyTorch's tutorials
+            loss.backward()
+            optimizer.step()
+            return _flat_grad(model.module) * optimizer.expected_batch_size
+
+        return clipped_sum
+
+    x, y = _data(n=6)
+    model, optimizer, _ = zero_noise_private(_net(), x, y, mode)
+    with pytest.raises(RuntimeError, match="submodule '0' ran with gradients enabled"):
+        sensitivity(textbook_order(model, optimizer), x, y)
+    assert optimizer.steps == 0
+    # Before the charge: a filter is not charged, and the parameters do not move.
+    spend = PrivacyFilter(Budget(epsilon=100.0, delta=1e-5))
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0, grad_sample_mode=mode, filter=spend)
+    before = [p.detach().clone() for p in net.parameters()]
+    xb, yb = draw(optimizer)
+    features = net[1](net[0](xb))
+    loss = nnf.cross_entropy(model(xb), yb) + 50.0 * features.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="submodule '0' ran with gradients enabled"):
+        optimizer.step()
+    assert optimizer.steps == 0
+    assert spend.spent == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    # The next step, without the part: zero_grad() drops what that backward put there.
+    optimizer.zero_grad()
+    xb, yb = draw(optimizer)
+    nnf.cross_entropy(model(xb), yb).backward()
+    optimizer.step()
+    assert optimizer.steps == 1
+
+
+def test_a_part_run_with_gradients_that_no_backward_reaches_is_fine_after_zero_grad() -> None:
+    net = _net()
+    model, optimizer, _ = _private(net, sigma=1.0)
+    xb, yb = draw(optimizer)
+    features = net[0](xb)  # with gradients enabled, but never back-propagated
+    optimizer.zero_grad()
+    _regularised_loss(net, model(xb), yb).backward()  # a regulariser: param.grad is set
+    optimizer.step()
+    assert optimizer.steps == 1
+    assert features.grad_fn is not None
 
 
 def test_watching_the_parts_keeps_the_batched_path_proven() -> None:

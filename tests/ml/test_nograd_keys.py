@@ -97,7 +97,7 @@ def test_keys_of_another_row_count_are_refused() -> None:
     q = model(x[:6])
     with torch.no_grad():
         bank = model(x)  # 8 keys for 6 examples
-    with pytest.raises(ValueError, match="under torch.no_grad\\(\\) of 8 rows"):
+    with pytest.raises(ValueError, match="without its gradient of 8 rows"):
         nnf.cross_entropy(q @ bank.T, torch.arange(6)).backward()
     assert optimizer.steps == 0
 
@@ -117,3 +117,80 @@ def test_keys_are_probed_tensors_on_probed_steps_only_and_evaluation_is_plain() 
     model.eval()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor  # evaluation: the plain model
+
+
+def _keys_eval(model: Any, x: torch.Tensor) -> torch.Tensor:
+    model.eval()  # dropout off in the target branch
+    with torch.no_grad():
+        k = model(x)
+    model.train()
+    return k  # type: ignore[no-any-return]
+
+
+def _keys_unwrapped(model: Any, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.module(x)  # type: ignore[no-any-return]
+
+
+def _keys_detached(model: Any, x: torch.Tensor) -> torch.Tensor:
+    return model(x).detach()  # type: ignore[no-any-return]
+
+
+def _keys_data(model: Any, x: torch.Tensor) -> torch.Tensor:
+    return model(x).data  # type: ignore[no-any-return]
+
+
+KEYS = [_keys_eval, _keys_unwrapped, _keys_detached, _keys_data]
+
+
+def _contrastive_on(keys: Any) -> Any:
+    def loss(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        q = model(x)
+        k = keys(model, x.flip(1))
+        return nnf.cross_entropy(q @ k.T / 0.5, torch.arange(x.shape[0]))
+
+    return loss
+
+
+def _own_target_on(keys: Any) -> Any:
+    def loss(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        k = nnf.normalize(keys(model, x.flip(1)), dim=1)
+        return ((nnf.normalize(model(x), dim=1) - k) ** 2).sum(1).mean()
+
+    return loss
+
+
+@pytest.mark.parametrize("keys", KEYS, ids=lambda f: f.__name__)
+def test_stop_gradient_keys_of_every_spelling_are_moved_with_the_examples(keys: Any) -> None:
+    # rev28-ml #3: keys computed in eval mode, by the unwrapped net under no_grad, or
+    # with gradients on and then .detach() / .data were not moved in the loss check's
+    # second evaluation: the in-batch contrastive loss passed at 2.18·C for each.
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    with pytest.raises(ValueError, match=MIXES):
+        sensitivity(_clipped_sum(net, model, optimizer, _contrastive_on(keys)), x, y)
+    assert optimizer.steps == 0
+    # Each example's own key as its target keeps examples apart: it passes, within C.
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    clipped = _clipped_sum(net, model, optimizer, _own_target_on(keys))
+    assert sensitivity(clipped, x, y) <= 1.0 + 1e-5
+
+
+def test_evaluation_in_eval_mode_after_a_step_is_plain_and_during_one_probed() -> None:
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    model.eval()
+    with torch.no_grad():
+        assert type(model(x)) is torch.Tensor  # no batch drawn: evaluation
+        draw(optimizer)
+        assert type(model(x)) is _loss_check._Probed  # the batch awaits its step: keys
+        assert type(net(x)) is _loss_check._Probed  # the unwrapped net's too
+    model.train()
+    _own_target(model, x, y).backward()
+    optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        assert type(model(x)) is torch.Tensor  # the batch was released

@@ -56,11 +56,13 @@ compiled loss is recorded and checked like any other.
    not changed again. One changed in place with nothing of the outputs (a step
    counter) is not made again. A record it cannot recompute (a call that fails)
    leaves the loss to steps 1 and 2. On a probed step the private model's outputs
-   under ``torch.no_grad()`` in training mode (the keys of a stop-gradient loss,
-   :meth:`LossCheck.wrap_keys`) that the loss takes are moved row for row with the
-   outputs (each must have one row per example of the training call, or the loss
-   is refused): keys carry no gradient, so step 1 cannot see them (rev27-ml: an
-   in-batch contrastive loss on such keys passed at 2.18·C).
+   under ``torch.no_grad()`` (the keys of a stop-gradient loss,
+   :meth:`LossCheck.wrap_keys`: in training mode, or in eval mode while the loader's
+   batch awaits its step; the unwrapped model's too) and the other training calls'
+   outputs (``model(x2).detach()``, ``.data``) that the loss takes are moved row for
+   row with the outputs (each must have one row per example of the training call,
+   or the loss is refused): keys carry no gradient, so step 1 cannot see them
+   (rev27-ml, rev28-ml: an in-batch contrastive loss on such keys passed at 2.18·C).
 
 A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
 runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
@@ -251,7 +253,10 @@ class LossCheck:
             if all(g is None for g in mine):
                 continue  # another backward pass's outputs
             _check_examples(probe, mine)
-            _check_replayed(probe, roots, seeds, _keys_of(probe, self.keys, roots))
+            # Keys: the no-grad outputs, and the other training calls' outputs the loss
+            # takes without their gradient (``model(x2).detach()``, ``.data``).
+            others = [p for p in self.pending if p is not probe]
+            _check_replayed(probe, roots, seeds, _keys_of(probe, [*self.keys, *others], roots))
             probe.checked = True
         _check_direct(outs, inputs[len(outs) :], grads[len(outs) :])
         if len(self.forms) < MAX_FORMS:
@@ -331,27 +336,36 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
 
 
 def _keys_of(probe: Probe, keys: Sequence[Probe], roots: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The no-grad outputs (:meth:`LossCheck.wrap_keys`) the recorded calls carry to ``roots``.
+    """The outputs of ``keys`` that the recorded calls carry to ``roots``.
 
-    Raises ``ValueError`` if one has not one row per example of the training call:
-    its rows cannot be moved with the examples'.
+    ``keys``: the model's no-grad outputs (:meth:`LossCheck.wrap_keys`) and the other
+    training calls' outputs of the step. Raises ``ValueError`` if one reached has not
+    one row per example of the training call: its rows cannot be moved with the
+    examples'.
     """
-    reached = {id(t) for k in keys for t in k.wrapped}
-    for _, args, kwargs, result in _TRACE:
-        if any(id(t) in reached for t in tree_flatten((args, kwargs))[0]):
-            reached.update(id(t) for t in tree_flatten(result)[0])
-    if not any(id(r) in reached for r in roots):
-        return []
-    used = [t for k in keys for t in k.wrapped]
+    calls = [
+        ({id(t) for t in tree_flatten((args, kwargs))[0]}, [id(t) for t in tree_flatten(result)[0]])
+        for _, args, kwargs, result in _TRACE
+    ]
+    targets = {id(r) for r in roots}
+    used = []
+    for t in (t for k in keys for t in k.wrapped):
+        reached = {id(t)}
+        for args, results in calls:
+            if not args.isdisjoint(reached):
+                reached.update(results)
+        if not targets.isdisjoint(reached):
+            used.append(t)
     for t in used:
         if t.shape[0] != probe.batch:
             raise ValueError(
                 invalid(
                     "the loss given to loss.backward()",
-                    _RULE + " (outputs of the private model under torch.no_grad() that the "
-                    "loss takes must have one row per example of its training call)",
+                    _RULE + " (outputs of the private model that the loss takes without "
+                    "their gradient — under torch.no_grad(), .detach(), .data — must have "
+                    "one row per example of its training call)",
                     f"a loss of a training call of {probe.batch} examples that takes an "
-                    f"output of the private model under torch.no_grad() of {t.shape[0]} rows",
+                    f"output of the private model without its gradient of {t.shape[0]} rows",
                 )
             )
     return used

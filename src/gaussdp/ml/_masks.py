@@ -9,7 +9,8 @@ later example's mask — the clipped sum then moves by far more than C (a review
 
 So every training pass of :class:`gaussdp.ml.PrivateModule` (the forward of the
 ``loss.backward()`` idiom and of ``model.backward``, and every pass that re-runs it:
-the per-example path, the check of the batched path, the gradients at the step) runs
+the per-example path, the check of the batched path, the gradients at the step), and
+every call under ``torch.no_grad()`` in training mode (keys of a stop-gradient loss), runs
 with torch's generators set to a state drawn for that pass from its own ChaCha20
 stream keyed from ``make_private``'s ``rng`` (:class:`MaskStates`), and the caller's
 generators are restored afterwards (untouched by training). The argument (docs/ml.md,

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import math
 import secrets
@@ -731,6 +732,9 @@ class _Engine:
         self.loss_check = LossCheck(self.params)  # the loss keeps examples apart (probed steps)
         self.inside = False  # True while the engine itself runs the model
         self.raw_forward = False  # the unwrapped model or a part ran with gradients enabled
+        # A backward pass reached the output of such a call (since the last zero_grad()):
+        # its unclipped gradient went into param.grad, whenever the call was made.
+        self.raw_backward = False
         self.raw_module = ""  # the name of the first one that did
         # On the model and on every module that holds a trainable parameter (itself or
         # in a submodule): a call of a part (an auxiliary head, an activation penalty on
@@ -739,32 +743,92 @@ class _Engine:
         for sub in module.modules():
             if sub is module or any(p.requires_grad for p in sub.parameters()):
                 sub.register_forward_pre_hook(self._watch_raw_calls)
+                sub.register_forward_hook(self._watch_raw_outputs)
 
     def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
         if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
             self.raw_forward = True  # named by the first (outermost) call
             self.raw_module = self.module_names.get(id(module), type(module).__name__)
 
+    def _watch_raw_outputs(self, module: nn.Module, _args: Any, output: Any) -> Any:
+        """A call outside the engine: its outputs flag the backward passes that reach them.
+
+        With gradients enabled, each output that requires a gradient gets a tensor
+        hook: it stays with the graph (also after the tensor itself is gone) and fires
+        when a backward pass reaches that output, whenever the call was made — before
+        or after ``zero_grad()`` — so ``out = net[0](x); optimizer.zero_grad();
+        loss.backward()`` is seen (rev28-ml: 1.77·C, unbounded with the weight). Under
+        ``torch.no_grad()`` the model's own outputs are the keys of a stop-gradient
+        loss on probed steps (:meth:`keys`). Calls the engine makes itself pass as they are.
+        """
+        if self.inside:
+            return None
+        if torch.is_grad_enabled():
+            name = self.module_names.get(id(module), type(module).__name__)
+            for t in tree_flatten(output)[0]:
+                # (A leaf, such as a parameter a module returns, is not data.)
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.register_hook(functools.partial(self._raw_reached, name))  # type: ignore[no-untyped-call]
+            return None
+        return self.keys(output) if module is self.module else None
+
+    def _raw_reached(self, name: str, _grad: torch.Tensor) -> None:
+        """A backward pass reached the output of a call outside the engine (a tensor hook).
+
+        Named by the outermost call: an output of a part is also its container's.
+        """
+        named = self.raw_forward or self.raw_backward
+        if not named or name == "" or self.raw_module.startswith(f"{name}."):
+            self.raw_module = name
+        self.raw_backward = True
+
+    def keys(self, output: Any) -> Any:
+        """The model's output under ``torch.no_grad()``, as keys of a stop-gradient loss.
+
+        Outputs in training mode, and in eval mode while the data loader's last batch
+        awaits its step (keys computed in ``model.eval()`` to switch dropout off),
+        come as the loss check's probed keys on probed steps
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`); others as they are
+        (evaluation after a step).
+        """
+        if not self.params or not self.loss_check.due():
+            return output
+        sampler = self.sampler
+        open_batch = (
+            sampler is not None
+            and not sampler._released
+            and sampler._current is not None
+            and sampler._current[:2] == _process_identity()
+        )
+        if self.module.training or open_batch:
+            return self.loss_check.wrap_keys(output)
+        return output
+
     def refuse_raw_calls(self) -> None:
         """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
 
         Every module holding a trainable parameter (itself or in a submodule) watches
         its calls: one outside the engine with gradients enabled since the last
-        ``zero_grad()`` may have put unclipped per-example gradients into ``param.grad``,
-        which the step would add un-noised as a regulariser. A parameter used on data
-        outside any module call (``w @ x.T`` in the loss) is not seen (see
+        ``zero_grad()``, or a backward pass since then that reached the output of such
+        a call made at any time (``out = net[0](x)`` before ``zero_grad()``, its
+        backward after it), may have put unclipped per-example gradients into
+        ``param.grad``, which the step would add un-noised as a regulariser. Not seen:
+        a parameter used on data outside the module calls (``w @ x.T`` in the loss,
+        ``net[0].forward(x)``: ``.forward()`` skips the hooks; see
         :class:`PrivateModule`). Raised before anything is captured, drawn or charged.
         """
-        if self.raw_forward and any(p.grad is not None for p in self.params):
+        if (self.raw_forward or self.raw_backward) and any(p.grad is not None for p in self.params):
             part = f"'s submodule {self.raw_module!r}" if self.raw_module else ""
             raise RuntimeError(
                 invalid(
                     "optimizer.step()",
                     "called without the unwrapped model or any of its layers having run "
-                    "with gradients enabled since the last zero_grad() while parameters "
-                    "hold gradients (they may be unclipped per-example gradients, added "
-                    "un-noised): train through the model make_private returned and run "
-                    "the unwrapped one and its parts under torch.no_grad()",
+                    "with gradients enabled since the last zero_grad(), and without a "
+                    "backward pass since then reaching the output of such a call made "
+                    "earlier, while parameters hold gradients (they may be unclipped "
+                    "per-example gradients, added un-noised): train through the model "
+                    "make_private returned and run the unwrapped one and its parts under "
+                    "torch.no_grad()",
                     f"the unwrapped model{part} ran with gradients enabled",
                 )
             )
@@ -1201,7 +1265,7 @@ class _Engine:
                     self.expected,
                     args,
                     kwargs,
-                    allowed_hook=lambda _, h: h == self._watch_raw_calls,
+                    allowed_hook=lambda _, h: h in (self._watch_raw_calls, self._watch_raw_outputs),
                 )
             finally:
                 self.inside = inside
@@ -1821,9 +1885,11 @@ class PrivateModule(nn.Module):
     reach the loss only through the private model's outputs, and no parameter may
     meet those outputs outside the model (``model(x) @ w`` is refused on probed
     steps). A call of the *unwrapped* model, or of any of its modules that holds a
-    trainable parameter, with gradients enabled since the last ``zero_grad()`` makes
-    the step refuse if any parameter holds a gradient. Not detected: a parameter used
-    on data outside every module call (``net[0].weight @ x.T`` in the loss).
+    trainable parameter, with gradients enabled since the last ``zero_grad()``, or a
+    backward pass since then that reached the output of such a call made earlier,
+    makes the step refuse if any parameter holds a gradient. Not detected: a
+    parameter used on data outside every module call (``net[0].weight @ x.T`` in the
+    loss, ``net[0].forward(x)``, which runs no module hook).
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
@@ -1859,19 +1925,25 @@ class PrivateModule(nn.Module):
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
 
         Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
-        forward pass; in training mode on a step the loss check probes, its outputs
-        come as probed tensors, the keys of a stop-gradient loss
-        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). With gradients enabled it
+        forward pass; on a step the loss check probes, in training mode or while the
+        data loader's last batch awaits its step, its outputs come as probed tensors,
+        the keys of a stop-gradient loss
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`), and in training mode its
+        random layers draw from a fresh secret state (:mod:`gaussdp.ml._masks`). With
+        gradients enabled it
         is the training call of the ``loss.backward()`` path (see the class notes):
         every tensor argument holds the examples along its first dimension, and so
         must every output.
         """
-        if torch.is_grad_enabled() and self._engine.params:
-            return self._engine.forward(args, kwargs)
-        output = self._module(*args, **kwargs)
-        if self._module.training and self._engine.params:  # keys of a stop-gradient loss
-            return self._engine.loss_check.wrap_keys(output)
-        return output
+        engine = self._engine
+        if torch.is_grad_enabled() and engine.params:
+            return engine.forward(args, kwargs)
+        if not self._module.training:
+            return self._module(*args, **kwargs)  # keys on probed steps: _Engine.keys
+        # Keys in training mode: dropout masks from a fresh secret state (_masks), as in
+        # the training passes (rev28-ml: 2.91·C from torch's public generator).
+        with _replaying(engine.masks.next(), engine.device):
+            return self._module(*args, **kwargs)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's ``state_dict``, with its own keys (no ``_module.`` prefix)."""
@@ -2060,7 +2132,7 @@ class DPOptimizer(torch.optim.Optimizer):
         engine.pending_batches = frozenset()
         engine.pending_rows = 0
         engine.records = [r for r in engine.records if r.grads is None]
-        engine.raw_forward = False
+        engine.raw_forward = engine.raw_backward = False
 
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """Add noise to the clipped gradient sum, step the wrapped optimizer, account the step.
