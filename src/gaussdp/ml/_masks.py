@@ -32,7 +32,7 @@ what the noisy releases let one infer about these generators — a computational
 assumption, weaker than the noise's own. Under a seeded ``rng`` the masks are
 reproducible (and public to whoever knows the seed), as the noise is. Not covered:
 randomness a model draws from its own ``torch.Generator`` objects, numpy or Python's
-``random``.
+``random``, and calls of the unwrapped model (they draw from the caller's generators).
 """
 
 from __future__ import annotations
