@@ -178,19 +178,22 @@ def test_stop_gradient_keys_of_every_spelling_are_moved_with_the_examples(keys: 
     assert sensitivity(clipped, x, y) <= 1.0 + 1e-5
 
 
-def test_evaluation_in_eval_mode_after_a_step_is_plain_and_during_one_probed() -> None:
+def test_no_grad_outputs_are_keys_while_a_batch_awaits_its_step_only() -> None:
     x, y = _data()
     net = _net()
     model, optimizer, _ = zero_noise_private(net, x, y, "auto")
-    model.eval()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor  # no batch drawn: evaluation
         draw(optimizer)
-        assert type(model(x)) is _loss_check._Probed  # the batch awaits its step: keys
-        assert type(net(x)) is _loss_check._Probed  # the unwrapped net's too
+        for mode in (True, False):
+            model.train(mode)
+            assert type(model(x)) is _loss_check._Probed  # the batch awaits its step: keys
+            assert type(net(x)) is _loss_check._Probed  # the unwrapped net's too
     model.train()
     _own_target(model, x, y).backward()
     optimizer.step()
-    model.eval()
     with torch.no_grad():
-        assert type(model(x)) is torch.Tensor  # the batch was released
+        for mode in (True, False):
+            model.train(mode)
+            assert type(model(x)) is torch.Tensor  # the batch was released: evaluation
+            assert type(net(x)) is torch.Tensor

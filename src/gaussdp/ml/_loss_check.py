@@ -56,9 +56,9 @@ compiled loss is recorded and checked like any other.
    not changed again. One changed in place with nothing of the outputs (a step
    counter) is not made again. A record it cannot recompute (a call that fails)
    leaves the loss to steps 1 and 2. On a probed step the private model's outputs
-   under ``torch.no_grad()`` (the keys of a stop-gradient loss,
-   :meth:`LossCheck.wrap_keys`: in training mode, or in eval mode while the loader's
-   batch awaits its step; the unwrapped model's too) and the other training calls'
+   under ``torch.no_grad()`` while the loader's batch awaits its step (the keys of a
+   stop-gradient loss, :meth:`LossCheck.wrap_keys`, in training or eval mode; the
+   unwrapped model's too) and the other training calls'
    outputs (``model(x2).detach()``, ``.data``) that the loss takes are moved row for
    row with the outputs (each must have one row per example of the training call,
    or the loss is refused): keys carry no gradient, so step 1 cannot see them

@@ -785,24 +785,25 @@ class _Engine:
     def keys(self, output: Any) -> Any:
         """The model's output under ``torch.no_grad()``, as keys of a stop-gradient loss.
 
-        Outputs in training mode, and in eval mode while the data loader's last batch
-        awaits its step (keys computed in ``model.eval()`` to switch dropout off),
-        come as the loss check's probed keys on probed steps
-        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`); others as they are
-        (evaluation after a step).
+        On probed steps, while the data loader's last batch awaits its step, in
+        training or eval mode (keys computed in ``model.eval()`` to switch dropout
+        off): the loss check's probed keys
+        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). Otherwise as it is: keys
+        of the current batch come after it is drawn, and no step releases sums without
+        a batch drawn from the loader, so evaluation after a step (or after training)
+        gets plain tensors and is not recorded.
         """
-        if not self.params or not self.loss_check.due():
-            return output
         sampler = self.sampler
-        open_batch = (
-            sampler is not None
-            and not sampler._released
-            and sampler._current is not None
-            and sampler._current[:2] == _process_identity()
-        )
-        if self.module.training or open_batch:
-            return self.loss_check.wrap_keys(output)
-        return output
+        if (
+            not self.params
+            or sampler is None
+            or sampler._released
+            or sampler._current is None
+            or sampler._current[:2] != _process_identity()
+            or not self.loss_check.due()
+        ):
+            return output
+        return self.loss_check.wrap_keys(output)
 
     def refuse_raw_calls(self) -> None:
         """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
@@ -1925,12 +1926,11 @@ class PrivateModule(nn.Module):
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
 
         Under ``torch.no_grad()`` (evaluation, inference) this is the wrapped model's
-        forward pass; on a step the loss check probes, in training mode or while the
-        data loader's last batch awaits its step, its outputs come as probed tensors,
-        the keys of a stop-gradient loss
-        (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`), and in training mode its
-        random layers draw from a fresh secret state (:mod:`gaussdp.ml._masks`). With
-        gradients enabled it
+        forward pass; on a step the loss check probes, while the data loader's last
+        batch awaits its step, its outputs come as probed tensors, the keys of a
+        stop-gradient loss (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`), and
+        in training mode its random layers draw from a fresh secret state
+        (:mod:`gaussdp.ml._masks`). With gradients enabled it
         is the training call of the ``loss.backward()`` path (see the class notes):
         every tensor argument holds the examples along its first dimension, and so
         must every output.
