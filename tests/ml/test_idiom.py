@@ -287,8 +287,9 @@ def test_a_part_run_before_zero_grad_and_backpropagated_after_it_is_refused(mode
     def textbook_order(model, optimizer):  # type: ignore[no-untyped-def]
         def clipped_sum(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             draw(optimizer)
-            features = model.module[1](model.module[0](xb))  # an activation penalty
-            loss = nnf.cross_entropy(model(xb), yb) + 0.5 * features.pow(2).mean()
+            # An activation penalty; no output of the parts is kept, only its graph.
+            penalty = model.module[1](model.module[0](xb)).pow(2).mean()
+            loss = nnf.cross_entropy(model(xb), yb) + 0.5 * penalty
             optimizer.zero_grad()  # after the forward pass, as in PyTorch's tutorials
             loss.backward()
             optimizer.step()
