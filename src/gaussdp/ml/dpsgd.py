@@ -93,7 +93,7 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
-from gaussdp.ml._batches import BatchId, batches_of, tag
+from gaussdp.ml._batches import BatchId, batches_of, refuse_mixed_rows, tag
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
@@ -975,6 +975,7 @@ class _Engine:
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``model.backward(x, y)``, its random layers drawing from a secret state (_masks)."""
+        refuse_mixed_rows((inputs, targets), "model.backward inputs and targets")
         self.check_batch(inputs.shape[0])  # before the mask stream moves
         with _replaying(self.masks.next(), self.device):
             return self._backward(inputs, targets)
@@ -1292,6 +1293,7 @@ class _Engine:
         """
         self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
+        refuse_mixed_rows(leaves, "model inputs")  # x.transpose(0, 1) of a batch tensor
         batch = _batch_of(leaves)
         self.check_batch(batch)
         # Its random layers draw from a secret state, the same in every re-run (_masks).
@@ -1831,6 +1833,13 @@ class PrivateModule(nn.Module):
     :meth:`backward`). Two outputs reaching one backward pass (a siamese loss, or
     the same examples twice) would count examples twice: the step refuses. Evaluate
     under ``torch.no_grad()``.
+
+    **Examples along the first dimension** of every input and output, as the data
+    loader's batches hold them: a time-major layer (``batch_first=False``) gets its
+    input transposed inside the model's ``forward``. A view of a batch tensor whose
+    rows are not each inside one example's row (``x.transpose(0, 1)``) is refused
+    (``ValueError``, before anything is drawn; :mod:`gaussdp.ml._batches`); a copy
+    (``.contiguous()``) is not seen.
 
     **The fast path.** :meth:`backward` (``model.backward(x, y)`` with the
     ``loss_fn`` given to :func:`make_private`) saves the extra forward pass.
