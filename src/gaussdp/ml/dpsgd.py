@@ -70,7 +70,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+)
 from torch.utils.data.dataloader import default_collate
 
 from gaussdp._validation import check_count, check_delta, check_int, check_positive
@@ -95,6 +102,7 @@ from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.ml._batches import BatchId, batches_of, refuse_mixed_rows, tag
 from gaussdp.ml._budget import Charger, check_spender
+from gaussdp.ml._fetch import SecretFetch
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     GHOST_MARGIN,
@@ -539,16 +547,27 @@ def _empty_like(batch: Any) -> Any:
 
 
 class _EmptySafeCollate:
-    """Collate that turns an empty batch into tensors with 0 examples (shapes from example 0)."""
+    """Collate that turns an empty batch into tensors with 0 examples (shapes from example 0).
 
-    def __init__(self, dataset: Dataset[Any], collate_fn: Callable[[list[Any]], Any]) -> None:
+    Under a secret generator state of ``fetch`` (:mod:`gaussdp.ml._fetch`), so that a
+    ``collate_fn`` that draws random numbers does not draw from the script's generator.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        collate_fn: Callable[[list[Any]], Any],
+        fetch: SecretFetch,
+    ) -> None:
         self._dataset = dataset
         self._collate = collate_fn
+        self._fetch = fetch
 
     def __call__(self, batch: list[Any]) -> Any:
-        if batch:
-            return self._collate(batch)
-        return _empty_like(self._collate([self._dataset[0]]))
+        with self._fetch.secret_state():
+            if batch:
+                return self._collate(batch)
+            return _empty_like(self._collate([self._dataset[0]]))
 
 
 class DPDataLoader(DataLoader[Any]):
@@ -574,6 +593,12 @@ class DPDataLoader(DataLoader[Any]):
         As for DataLoader (default: ``default_collate``).
     num_workers : int, default 0
         As for DataLoader; sampling always runs in the main process.
+    fetch_rng : RandomSource, optional
+        Source of the generator states each example is fetched under (random data
+        augmentation in the dataset, :mod:`gaussdp.ml._fetch`); ``None`` is a stream
+        keyed from the operating system's CSPRNG. ``dataset`` is fetched through a
+        :class:`~gaussdp.ml._fetch.SecretFetch` (the loader's ``dataset``; the one
+        given is its ``dataset``), except a ``TensorDataset``, which draws nothing.
 
     Examples
     --------
@@ -595,12 +620,20 @@ class DPDataLoader(DataLoader[Any]):
         rng: RandomSource | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         num_workers: int = 0,
+        fetch_rng: RandomSource | None = None,
     ) -> None:
         size = _dataset_length(dataset, "dataset")
         sampler = PoissonBatchSampler(size, sample_rate, steps=steps, rng=rng)
-        collate = _EmptySafeCollate(dataset, collate_fn or default_collate)
+        source = _DerivedStream(check_rng(None)) if fetch_rng is None else check_rng(fetch_rng)
+        fetch = SecretFetch(dataset, source)
+        collate = _EmptySafeCollate(dataset, collate_fn or default_collate, fetch)
         super().__init__(
-            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
+            # A TensorDataset only indexes its tensors: no state per example needed.
+            dataset if type(dataset) is TensorDataset else fetch,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=num_workers,
+            generator=fetch.generator(),  # the workers' seeds: secret (_fetch)
         )
         self.sample_rate: float = sampler.sample_rate
 
@@ -2712,12 +2745,13 @@ def make_private(
         faster, an upper bound only and looser (lower bound reported as 0). Also
         used to calibrate σ from ``target_epsilon``.
     rng : RandomSource, optional
-        Source of the sampling, noise and dropout-mask randomness; ``None`` is the
-        operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Three
-        ChaCha20 streams keyed from it drive the loader, the noise and the generator
-        states every training pass of the model runs under (its dropout masks, secret
-        unless ``rng`` is seeded; torch's own generators are left as they were, see
-        :mod:`gaussdp.ml._masks`); when ``rng``
+        Source of the sampling, noise, dropout-mask and augmentation randomness;
+        ``None`` is the operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to
+        replay a run. Four ChaCha20 streams keyed from it drive the loader, the noise,
+        the generator states every training pass of the model runs under (its dropout
+        masks, secret unless ``rng`` is seeded; torch's own generators are left as they
+        were, see :mod:`gaussdp.ml._masks`) and those each example is fetched under
+        (random augmentation in the dataset, :mod:`gaussdp.ml._fetch`); when ``rng``
         is not a seeded stream, a forked process re-keys them from it (it never
         repeats the parent's noise), while under a seed a forked process continues
         the parent's streams: give each process its own seed. With a ``ledger`` or
@@ -2878,6 +2912,7 @@ def make_private(
     loader_rng = _DerivedStream(source)
     noise_rng = _DerivedStream(source)
     mask_rng = _DerivedStream(source)  # the dropout masks' (gaussdp.ml._masks)
+    fetch_rng = _DerivedStream(source)  # the examples' fetch (gaussdp.ml._fetch)
     engine = _Engine(
         model,
         loss_fn,
@@ -2898,6 +2933,7 @@ def make_private(
         rng=loader_rng,
         collate_fn=data_loader.collate_fn,
         num_workers=data_loader.num_workers,
+        fetch_rng=fetch_rng,
     )
     assert isinstance(loader.batch_sampler, PoissonBatchSampler)
     engine.sampler = loader.batch_sampler
