@@ -736,6 +736,9 @@ class _Engine:
         self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
         # Secret generator states, one per training pass: its dropout masks (_masks).
         self.masks = MaskStates(mask_rng, self.device)
+        # Steps the parameters carry from this engine's optimizer, loaded ones included:
+        # a later make_private on the model must take them over (its ``resume``).
+        self.carried = 0
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -769,9 +772,23 @@ class _Engine:
         # in a submodule): a call of a part (an auxiliary head, an activation penalty on
         # features) runs on data too.
         self.module_names = {id(m): n for n, m in module.named_modules()}
-        for sub in module.modules():
-            if sub is module or any(p.requires_grad for p in sub.parameters()):
-                sub.register_forward_pre_hook(self._watch_raw_calls)
+        self.watches = [
+            sub.register_forward_pre_hook(self._watch_raw_calls)
+            for sub in module.modules()
+            if sub is module or any(p.requires_grad for p in sub.parameters())
+        ]
+        self.retired = False  # a later make_private took the model over (_check_resume)
+
+    def retire(self) -> None:
+        """Hand the model over to a later :func:`make_private`: no step here any more.
+
+        Its watch hooks leave the modules (the new engine's proof of the batched path
+        would see them as foreign hooks); :meth:`DPOptimizer.step` then refuses, so
+        no step is taken outside the history the new optimizer carries.
+        """
+        for handle in self.watches:
+            handle.remove()
+        self.retired = True
 
     def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
         if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
@@ -2166,7 +2183,9 @@ class DPOptimizer(torch.optim.Optimizer):
             other than the data loader's last in this process (the tensors of a batch
             a forked child's parent drew, a batch kept while the next was drawn), of
             two batches, or of a batch a step already released: each batch the loader
-            hands out is released by one step (:mod:`gaussdp.ml._batches`).
+            hands out is released by one step (:mod:`gaussdp.ml._batches`). Also on
+            the optimizer of a make_private whose model a later make_private took
+            over (``resume``): its steps would be missing from the later history.
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
@@ -2182,6 +2201,15 @@ class DPOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise ValueError(
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
+            )
+        if engine.retired:
+            raise RuntimeError(
+                invalid(
+                    "optimizer.step()",
+                    "called on the optimizer of the last make_private of the model (a "
+                    "later one took it over; its steps would be missing from that history)",
+                    "the optimizer of an earlier make_private",
+                )
             )
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
         engine.refuse_raw_calls()
@@ -2211,6 +2239,7 @@ class DPOptimizer(torch.optim.Optimizer):
             # optimizer that raises after the noise is in param.grad (or in its views of
             # self._grads) is still a step taken; a failure before the draw over-counts.
             self._steps += 1
+            engine.carried += 1
             if engine.noiser.noise_multiplier > 0:
                 self._unaccounted += 1
             else:
@@ -2416,6 +2445,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._steps = self._unaccounted = 0
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
+        self._engine.carried += steps
 
     def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
         """Charge the loaded steps ``charger`` does not hold; all are then held there."""
@@ -2707,6 +2737,7 @@ def make_private(
     ledger: Ledger | None = None,
     filter: PrivacyFilter | None = None,
     reserve_steps: int | None = None,
+    resume: Mapping[str, Any] | None = None,
 ) -> PrivateTraining:
     r"""Wrap a model, its optimizer and its data loader for DP-SGD (Abadi et al. 2016).
 
@@ -2807,6 +2838,16 @@ def make_private(
         mean fewer ledger writes; the steps of a block never taken stay charged
         until ``optimizer.close()`` (ledger) or for good (filter).
         When a block does not fit, halves are tried down to one step.
+    resume : mapping, optional
+        The ``state_dict()`` of the :class:`DPOptimizer` that trained ``model`` before
+        (staged training: a new σ, batch size or optimizer after some epochs). Its
+        privacy history is loaded into the new optimizer as by
+        :meth:`DPOptimizer.load_state_dict` (charged to ``ledger``/``filter`` where
+        they do not hold it yet); the new optimizer keeps its own state. Needed when
+        a make_private engine still wraps ``model`` or one of its modules and its
+        optimizer took or loaded private steps: without it the new
+        :meth:`~DPOptimizer.privacy_spent` would start from 0 although the parameters
+        carry those steps. Its step count must be at least theirs.
 
     Returns
     -------
@@ -2817,7 +2858,12 @@ def make_private(
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments (message template of :func:`gaussdp.errors.invalid`).
+        For invalid arguments (message template of :func:`gaussdp.errors.invalid`),
+        and for a ``model`` that carries steps of an earlier make_private without
+        ``resume`` (see there); nothing is charged.
+    BudgetExceededError
+        If ``ledger`` or ``filter`` cannot admit the steps of ``resume`` it does not
+        hold yet.
 
     Examples
     --------
@@ -2865,6 +2911,7 @@ def make_private(
         )
     _check_no_data_dependent_state(model)
     _check_device(model)
+    earlier = _check_resume(model, resume)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
     sampler = data_loader.sampler
@@ -2969,18 +3016,57 @@ def make_private(
     )
     assert isinstance(loader.batch_sampler, PoissonBatchSampler)
     engine.sampler = loader.batch_sampler
-    return PrivateTraining(
-        PrivateModule(engine),
-        DPOptimizer(
-            optimizer,
-            engine,
-            accountant=kind,
-            ledger=ledger,
-            filter=filter,
-            reserve_steps=block,
-        ),
-        loader,
+    private = DPOptimizer(
+        optimizer, engine, accountant=kind, ledger=ledger, filter=filter, reserve_steps=block
     )
+    if resume is not None:  # the history only: the wrapped optimizer keeps its own state
+        private.load_state_dict({"optimizer": optimizer.state_dict(), "privacy": resume["privacy"]})
+    for old in earlier:  # the model is this engine's now
+        old.retire()
+    return PrivateTraining(PrivateModule(engine), private, loader)
+
+
+def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_Engine]:
+    """The earlier engines wrapping ``model``; refused if they carry steps ``resume`` lacks.
+
+    An engine's watch hooks stay on the modules it wrapped (and keep it alive) until a
+    later :func:`make_private` retires it, so a model trained by an earlier one is
+    found from its modules.
+    """
+    owners = (
+        getattr(hook, "__self__", None)
+        for sub in model.modules()
+        for hook in sub._forward_pre_hooks.values()
+    )
+    earlier = list({id(e): e for e in owners if isinstance(e, _Engine)}.values())
+    carried = max((e.carried for e in earlier), default=0)
+    if resume is None:
+        if carried:
+            raise ValueError(
+                invalid(
+                    "resume",
+                    "the state_dict() of the optimizer that trained this model before "
+                    "(an earlier make_private still wraps it, and the parameters carry its "
+                    "private steps: without their history epsilon would restart at 0)",
+                    f"None for a model carrying {carried} steps",
+                )
+            )
+        return earlier
+    if not isinstance(resume, Mapping) or "privacy" not in resume:
+        raise ValueError(
+            invalid("resume", "a DPOptimizer.state_dict() with its 'privacy' history", resume)
+        )
+    _, steps, _ = _check_privacy(resume["privacy"])
+    if steps < carried:
+        raise ValueError(
+            invalid(
+                "resume",
+                f"the state_dict() of the optimizer that trained this model before, with "
+                f"at least the {carried} steps the model carries (take it after the last step)",
+                f"a history of {steps} steps",
+            )
+        )
+    return earlier
 
 
 def _check_optimizer_params(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
