@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
-from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset  # noqa: E402
 
 from gaussdp.ml import make_private  # noqa: E402
 from gaussdp.ml._fetch import SecretFetch  # noqa: E402
@@ -128,6 +128,10 @@ def test_a_tensor_dataset_is_fetched_as_it_is() -> None:
     data = TensorDataset(torch.randn(8, 6), torch.zeros(8, dtype=torch.long))
     _, (_, _, loader) = _private(data, seed=0)
     assert loader.dataset is data
+    part = Subset(data, [1, 3, 5, 7])
+    assert _private(part, seed=0)[1][2].dataset is part
+    drawn = Subset(Draws([1] * 8), [1, 3, 5, 7])  # a Subset of a dataset that draws: wrapped
+    assert isinstance(_private(drawn, seed=0)[1][2].dataset, SecretFetch)
 
 
 def test_workers_fetch_under_states_of_their_own() -> None:

@@ -34,8 +34,8 @@ workers' seeds for ``random`` and numpy) is set from a secret state too.
 Not covered: randomness from numpy or Python's ``random`` in the main process (the
 script's generators, public when seeded: use torch's generator in transforms), from a
 ``torch.Generator`` of the dataset's own, or on a CUDA device. ``TensorDataset``
-(exactly that type) draws nothing and is fetched as it is (a state per example costs
-about 2.5 µs of CPU).
+(exactly that type, or a ``Subset`` of one) draws nothing and is fetched as it is (a
+state per example costs about 2.5 µs of CPU).
 """
 
 from __future__ import annotations

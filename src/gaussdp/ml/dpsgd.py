@@ -76,6 +76,7 @@ from torch.utils.data import (
     RandomSampler,
     Sampler,
     SequentialSampler,
+    Subset,
     TensorDataset,
 )
 from torch.utils.data.dataloader import default_collate
@@ -598,7 +599,8 @@ class DPDataLoader(DataLoader[Any]):
         augmentation in the dataset, :mod:`gaussdp.ml._fetch`); ``None`` is a stream
         keyed from the operating system's CSPRNG. ``dataset`` is fetched through a
         :class:`~gaussdp.ml._fetch.SecretFetch` (the loader's ``dataset``; the one
-        given is its ``dataset``), except a ``TensorDataset``, which draws nothing.
+        given is its ``dataset``), except a ``TensorDataset`` or a ``Subset`` of one,
+        which draw nothing.
 
     Examples
     --------
@@ -628,8 +630,7 @@ class DPDataLoader(DataLoader[Any]):
         fetch = SecretFetch(dataset, source)
         collate = _EmptySafeCollate(dataset, collate_fn or default_collate, fetch)
         super().__init__(
-            # A TensorDataset only indexes its tensors: no state per example needed.
-            dataset if type(dataset) is TensorDataset else fetch,
+            dataset if _draws_nothing(dataset) else fetch,
             batch_sampler=sampler,
             collate_fn=collate,
             num_workers=num_workers,
@@ -644,6 +645,17 @@ class DPDataLoader(DataLoader[Any]):
         for batch in super().__iter__():
             tag(batch, sampler._hand_out())
             yield batch
+
+
+def _draws_nothing(dataset: Dataset[Any]) -> bool:
+    """A ``TensorDataset``, or a ``Subset`` of one: fetching only indexes tensors.
+
+    Such a dataset needs no generator state per example (:mod:`gaussdp.ml._fetch`).
+    Exact types only: a subclass may override ``__getitem__``.
+    """
+    if type(dataset) is Subset:
+        return _draws_nothing(dataset.dataset)
+    return type(dataset) is TensorDataset
 
 
 def _dataset_length(dataset: object, name: str) -> int:
