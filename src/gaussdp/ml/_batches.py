@@ -18,6 +18,23 @@ What carries no tag: a copy of a batch's tensors that is not a view (``x.to("cud
 from the CPU, ``x.double()`` of a float tensor, a tensor the user built). Calls on
 untagged tensors only are held to the process rule alone (the sums belong to the
 process that drew the loader's last batch); a CUDA process cannot fork.
+
+The examples of a batch are its tensors' first dimension, and the private model clips
+each row of its inputs as one example. A view of a batch tensor that moves another
+dimension first (``x.transpose(0, 1)``: the time-major ``[T, B, ...]`` layout of
+``nn.LSTM``, ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention`` with
+``batch_first=False``) makes each row hold a piece of every example, so that one
+example moves every clipped row (a review: 2.25·C at T = 6, growing with T).
+:func:`refuse_mixed_rows` refuses such a view from its strides, before anything is
+drawn: each row of the view must lie inside one row of the batch tensor, rows in
+order. That rule looks at the layout, not at the operation: a view that puts a
+piece of several examples in one row is refused at every batch size from 2 on and at
+0; at a batch of 1 example every row holds that example only, and a view of it with
+one row is accepted (it is one example per row whatever the code did). So code that
+only a batch of one example gets right is refused on its first batch of any other
+size. Copies carry no tag (``x.transpose(0, 1).contiguous()``) and are not seen:
+keep the examples first in every input and output, and transpose inside the model's
+``forward`` for a time-major layer.
 """
 
 from __future__ import annotations
@@ -27,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+
+from gaussdp.errors import invalid
 
 #: A batch handed out by the data loader: process id, fork token, count there.
 BatchId = tuple[int, bytes, int]
@@ -71,3 +90,69 @@ def batches_of(leaves: Iterable[Any]) -> frozenset[BatchId]:
     """The batches the tensors among ``leaves`` were tagged with (or are views of)."""
     found = (_tag_of(t) for t in leaves if isinstance(t, torch.Tensor))
     return frozenset(b for b in found if b is not None)
+
+
+def _rows_kept(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether each row of ``view`` lies inside one row of ``base``, rows in order.
+
+    In bytes of their shared storage (torch's strides are never negative). The
+    view's rows must step by a whole number k ≥ 1 of ``base``'s rows (``x[::2]``
+    keeps the examples apart). ``base``'s row j is the block ``[o + j·s, o + j·s +
+    extent]`` of its offset o, first stride s and the extent of one row; a base whose
+    rows are not laid out one after the other, and a view without elements, are held
+    to the steps and the number of rows alone.
+    """
+    rows, examples = view.shape[0], base.shape[0]
+    size, width = view.element_size(), base.element_size()
+    stride, step = base.stride(0) * width, view.stride(0) * size
+    k = step // stride if stride > 0 and step > 0 and step % stride == 0 else int(step == stride)
+    if rows != 1 and k < 1:
+        return False
+    if rows == 0:
+        return True
+    if rows > 1 + (examples - 1) // max(k, 1):  # not that many examples k apart
+        return False
+    extent = width - 1 + _row_span(base) * width
+    if view.numel() == 0 or (examples >= 2 and extent >= stride):
+        return True
+    offset = base.storage_offset() * width
+    low = view.storage_offset() * size
+    high = low + size - 1 + _row_span(view) * size
+    first = (low - offset) // stride if examples >= 2 else 0
+    start = offset + first * stride
+    last = first + (rows - 1) * k
+    return first >= 0 and last < examples and start <= low and high <= start + extent
+
+
+def _row_span(t: torch.Tensor) -> int:
+    """Elements from the first to the last of one row of ``t`` (its first index fixed)."""
+    return sum((n - 1) * st for n, st in zip(t.shape[1:], t.stride()[1:], strict=True))
+
+
+def refuse_mixed_rows(leaves: Iterable[Any], name: str) -> None:
+    """Refuse a view of a batch tensor whose rows are not the batch's examples (module notes).
+
+    Raises
+    ------
+    ValueError
+        For a tensor among ``leaves`` that is a view of a tagged batch tensor with a
+        row that is not inside one example's row of it (``x.transpose(0, 1)``).
+    """
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor) or leaf._base is None:
+            continue
+        entry = _TAGS.get(id(leaf._base))
+        if entry is None or entry[0]() is not leaf._base:
+            continue  # not a view of a batch tensor (a batch tensor itself is its own rows)
+        if not _rows_kept(leaf, leaf._base):
+            raise ValueError(
+                invalid(
+                    name,
+                    "tensors with the examples along the first dimension, as the data "
+                    "loader's batch has them (each row one example: a time-major layer, "
+                    "batch_first=False, must get its input transposed inside the model's "
+                    "forward, not x.transpose(0, 1) passed to the private model)",
+                    f"a view of a batch tensor of shape {tuple(leaf._base.shape)} with "
+                    f"shape {tuple(leaf.shape)} and strides {leaf.stride()}",
+                )
+            )

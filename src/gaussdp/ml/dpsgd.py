@@ -71,7 +71,15 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    Subset,
+    TensorDataset,
+)
 from torch.utils.data.dataloader import default_collate
 
 from gaussdp._validation import check_count, check_delta, check_int, check_positive
@@ -94,8 +102,9 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
-from gaussdp.ml._batches import BatchId, batches_of, tag
+from gaussdp.ml._batches import BatchId, batches_of, refuse_mixed_rows, tag
 from gaussdp.ml._budget import Charger, check_spender
+from gaussdp.ml._fetch import SecretFetch
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     GHOST_MARGIN,
@@ -540,16 +549,27 @@ def _empty_like(batch: Any) -> Any:
 
 
 class _EmptySafeCollate:
-    """Collate that turns an empty batch into tensors with 0 examples (shapes from example 0)."""
+    """Collate that turns an empty batch into tensors with 0 examples (shapes from example 0).
 
-    def __init__(self, dataset: Dataset[Any], collate_fn: Callable[[list[Any]], Any]) -> None:
+    Under a secret generator state of ``fetch`` (:mod:`gaussdp.ml._fetch`), so that a
+    ``collate_fn`` that draws random numbers does not draw from the script's generator.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        collate_fn: Callable[[list[Any]], Any],
+        fetch: SecretFetch,
+    ) -> None:
         self._dataset = dataset
         self._collate = collate_fn
+        self._fetch = fetch
 
     def __call__(self, batch: list[Any]) -> Any:
-        if batch:
-            return self._collate(batch)
-        return _empty_like(self._collate([self._dataset[0]]))
+        with self._fetch.secret_state():
+            if batch:
+                return self._collate(batch)
+            return _empty_like(self._collate([self._dataset[0]]))
 
 
 class DPDataLoader(DataLoader[Any]):
@@ -575,6 +595,13 @@ class DPDataLoader(DataLoader[Any]):
         As for DataLoader (default: ``default_collate``).
     num_workers : int, default 0
         As for DataLoader; sampling always runs in the main process.
+    fetch_rng : RandomSource, optional
+        Source of the generator states each example is fetched under (random data
+        augmentation in the dataset, :mod:`gaussdp.ml._fetch`); ``None`` is a stream
+        keyed from the operating system's CSPRNG. ``dataset`` is fetched through a
+        :class:`~gaussdp.ml._fetch.SecretFetch` (the loader's ``dataset``; the one
+        given is its ``dataset``), except a ``TensorDataset`` or a ``Subset`` of one,
+        which draw nothing.
 
     Examples
     --------
@@ -596,12 +623,19 @@ class DPDataLoader(DataLoader[Any]):
         rng: RandomSource | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         num_workers: int = 0,
+        fetch_rng: RandomSource | None = None,
     ) -> None:
         size = _dataset_length(dataset, "dataset")
         sampler = PoissonBatchSampler(size, sample_rate, steps=steps, rng=rng)
-        collate = _EmptySafeCollate(dataset, collate_fn or default_collate)
+        source = _DerivedStream(check_rng(None)) if fetch_rng is None else check_rng(fetch_rng)
+        fetch = SecretFetch(dataset, source)
+        collate = _EmptySafeCollate(dataset, collate_fn or default_collate, fetch)
         super().__init__(
-            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
+            dataset if _draws_nothing(dataset) else fetch,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=num_workers,
+            generator=fetch.generator(),  # the workers' seeds: secret (_fetch)
         )
         self.sample_rate: float = sampler.sample_rate
 
@@ -612,6 +646,17 @@ class DPDataLoader(DataLoader[Any]):
         for batch in super().__iter__():
             tag(batch, sampler._hand_out())
             yield batch
+
+
+def _draws_nothing(dataset: Dataset[Any]) -> bool:
+    """A ``TensorDataset``, or a ``Subset`` of one: fetching only indexes tensors.
+
+    Such a dataset needs no generator state per example (:mod:`gaussdp.ml._fetch`).
+    Exact types only: a subclass may override ``__getitem__``.
+    """
+    if type(dataset) is Subset:
+        return _draws_nothing(dataset.dataset)
+    return type(dataset) is TensorDataset
 
 
 def _dataset_length(dataset: object, name: str) -> int:
@@ -704,6 +749,9 @@ class _Engine:
         self.noiser = SumNoiser(noise_multiplier, max_grad_norm, dim, noise=noise, rng=rng)
         # Secret generator states, one per training pass: its dropout masks (_masks).
         self.masks = MaskStates(mask_rng, self.device)
+        # Steps the parameters carry from this engine's optimizer, loaded ones included:
+        # a later make_private on the model must take them over (its ``resume``).
+        self.carried = 0
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -740,10 +788,23 @@ class _Engine:
         # in a submodule): a call of a part (an auxiliary head, an activation penalty on
         # features) runs on data too.
         self.module_names = {id(m): n for n, m in module.named_modules()}
+        self.watches: list[torch.utils.hooks.RemovableHandle] = []
         for sub in module.modules():
             if sub is module or any(p.requires_grad for p in sub.parameters()):
-                sub.register_forward_pre_hook(self._watch_raw_calls)
-                sub.register_forward_hook(self._watch_raw_outputs)
+                self.watches.append(sub.register_forward_pre_hook(self._watch_raw_calls))
+                self.watches.append(sub.register_forward_hook(self._watch_raw_outputs))
+        self.retired = False  # a later make_private took the model over (_check_resume)
+
+    def retire(self) -> None:
+        """Hand the model over to a later :func:`make_private`: no step here any more.
+
+        Its watch hooks leave the modules (the new engine's proof of the batched path
+        would see them as foreign hooks); :meth:`DPOptimizer.step` then refuses, so
+        no step is taken outside the history the new optimizer carries.
+        """
+        for handle in self.watches:
+            handle.remove()
+        self.retired = True
 
     def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
         if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
@@ -1039,7 +1100,15 @@ class _Engine:
         )
 
     def backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """``model.backward(x, y)``, its random layers drawing from a secret state (_masks)."""
+        """``model.backward(x, y)``, its random layers drawing from a secret state (_masks).
+
+        Outside any ``torch.autocast``: its norm bounds and sums assume the products
+        of the parameters' dtype (autocast would run them in bfloat16 or float16).
+        """
+        if _autocasting(self.device):
+            with _without_autocast(self.device):
+                return self.backward(inputs, targets)
+        refuse_mixed_rows((inputs, targets), "model.backward inputs and targets")
         self.check_batch(inputs.shape[0])  # before the mask stream moves
         with _replaying(self.masks.next(), self.device):
             return self._backward(inputs, targets)
@@ -1357,6 +1426,7 @@ class _Engine:
         """
         self.check_params()
         leaves, spec = tree_flatten((args, kwargs))
+        refuse_mixed_rows(leaves, "model inputs")  # x.transpose(0, 1) of a batch tensor
         batch = _batch_of(leaves)
         self.check_batch(batch)
         # Its random layers draw from a secret state, the same in every re-run (_masks).
@@ -1704,6 +1774,26 @@ def _rng_moved(state: RngState, device: torch.device) -> bool:
     return now[1] is not None and state[1] is not None and not torch.equal(now[1], state[1])
 
 
+def _autocasting(device: torch.device) -> bool:
+    """Whether ``torch.autocast`` is on for the CPU or for ``device``."""
+    return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled(device.type)
+
+
+@contextlib.contextmanager
+def _without_autocast(device: torch.device) -> Iterator[None]:
+    """Autocast off on the CPU and on ``device``: float32 products stay float32.
+
+    The certified norm bounds and the error bounds of the sums (:func:`_chunked_bounds`,
+    :mod:`gaussdp.ml._ghost`) take the unit roundoff of the tensors' dtype; autocast
+    would run float32 ``mm``, ``bmm`` and ``linalg.vecdot`` in bfloat16 or float16
+    (a review: 1.0002·C under CPU bfloat16 autocast).
+    """
+    with contextlib.ExitStack() as stack:
+        for kind in {"cpu", device.type}:
+            stack.enter_context(torch.autocast(kind, enabled=False))
+        yield
+
+
 def _batch_of(leaves: list[Any]) -> int:
     """The number of examples: the first dimension, shared by every tensor argument."""
     sizes = {t.shape[0] if t.dim() else None for t in leaves if isinstance(t, torch.Tensor)}
@@ -1898,6 +1988,13 @@ class PrivateModule(nn.Module):
     :meth:`backward`). Two outputs reaching one backward pass (a siamese loss, or
     the same examples twice) would count examples twice: the step refuses. Evaluate
     under ``torch.no_grad()``.
+
+    **Examples along the first dimension** of every input and output, as the data
+    loader's batches hold them: a time-major layer (``batch_first=False``) gets its
+    input transposed inside the model's ``forward``. A view of a batch tensor whose
+    rows are not each inside one example's row (``x.transpose(0, 1)``) is refused
+    (``ValueError``, before anything is drawn; :mod:`gaussdp.ml._batches`); a copy
+    (``.contiguous()``) is not seen.
 
     **The fast path.** :meth:`backward` (``model.backward(x, y)`` with the
     ``loss_fn`` given to :func:`make_private`) saves the extra forward pass.
@@ -2142,7 +2239,9 @@ class DPOptimizer(torch.optim.Optimizer):
         noisy sum over the expected batch size qN, plus whatever gradient the
         parameters already held (data-independent regularisers, see
         :class:`PrivateModule`). ``closure`` must be None: DP-SGD takes exactly one
-        noisy gradient per step.
+        noisy gradient per step. It runs with ``torch.autocast`` off (the norm bounds
+        and sums assume the products of the tensors' own dtype), as does
+        :meth:`PrivateModule.backward`.
 
         Raises
         ------
@@ -2167,7 +2266,9 @@ class DPOptimizer(torch.optim.Optimizer):
             other than the data loader's last in this process (the tensors of a batch
             a forked child's parent drew, a batch kept while the next was drawn), of
             two batches, or of a batch a step already released: each batch the loader
-            hands out is released by one step (:mod:`gaussdp.ml._batches`).
+            hands out is released by one step (:mod:`gaussdp.ml._batches`). Also on
+            the optimizer of a make_private whose model a later make_private took
+            over (``resume``): its steps would be missing from the later history.
         ValueError
             If ``closure`` is given, or a trainable parameter of the model was
             reassigned since :func:`make_private`; nothing is drawn or accounted.
@@ -2177,9 +2278,21 @@ class DPOptimizer(torch.optim.Optimizer):
             sum is kept (a later ``step()`` retries it).
         """
         engine = self._engine
+        if _autocasting(engine.device):  # the norms and sums in the parameters' dtype
+            with _without_autocast(engine.device):
+                return self.step(closure)
         if closure is not None:
             raise ValueError(
                 invalid("closure", "None (DP-SGD steps once per noisy gradient)", closure)
+            )
+        if engine.retired:
+            raise RuntimeError(
+                invalid(
+                    "optimizer.step()",
+                    "called on the optimizer of the last make_private of the model (a "
+                    "later one took it over; its steps would be missing from that history)",
+                    "the optimizer of an earlier make_private",
+                )
             )
         engine.refuse_foreign()  # sums of another process: dropped, nothing drawn or charged
         engine.refuse_raw_calls()
@@ -2209,6 +2322,7 @@ class DPOptimizer(torch.optim.Optimizer):
             # optimizer that raises after the noise is in param.grad (or in its views of
             # self._grads) is still a step taken; a failure before the draw over-counts.
             self._steps += 1
+            engine.carried += 1
             if engine.noiser.noise_multiplier > 0:
                 self._unaccounted += 1
             else:
@@ -2414,6 +2528,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._steps = self._unaccounted = 0
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
+        self._engine.carried += steps
 
     def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
         """Charge the loaded steps ``charger`` does not hold; all are then held there."""
@@ -2705,6 +2820,7 @@ def make_private(
     ledger: Ledger | None = None,
     filter: PrivacyFilter | None = None,
     reserve_steps: int | None = None,
+    resume: Mapping[str, Any] | None = None,
 ) -> PrivateTraining:
     r"""Wrap a model, its optimizer and its data loader for DP-SGD (Abadi et al. 2016).
 
@@ -2775,12 +2891,13 @@ def make_private(
         faster, an upper bound only and looser (lower bound reported as 0). Also
         used to calibrate σ from ``target_epsilon``.
     rng : RandomSource, optional
-        Source of the sampling, noise and dropout-mask randomness; ``None`` is the
-        operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to replay a run. Three
-        ChaCha20 streams keyed from it drive the loader, the noise and the generator
-        states every training pass of the model runs under (its dropout masks, secret
-        unless ``rng`` is seeded; torch's own generators are left as they were, see
-        :mod:`gaussdp.ml._masks`); when ``rng``
+        Source of the sampling, noise, dropout-mask and augmentation randomness;
+        ``None`` is the operating system's CSPRNG. Pass ``ChaCha20Random(seed)`` to
+        replay a run. Four ChaCha20 streams keyed from it drive the loader, the noise,
+        the generator states every training pass of the model runs under (its dropout
+        masks, secret unless ``rng`` is seeded; torch's own generators are left as they
+        were, see :mod:`gaussdp.ml._masks`) and those each example is fetched under
+        (random augmentation in the dataset, :mod:`gaussdp.ml._fetch`); when ``rng``
         is not a seeded stream, a forked process re-keys them from it (it never
         repeats the parent's noise), while under a seed a forked process continues
         the parent's streams: give each process its own seed. With a ``ledger`` or
@@ -2804,6 +2921,16 @@ def make_private(
         mean fewer ledger writes; the steps of a block never taken stay charged
         until ``optimizer.close()`` (ledger) or for good (filter).
         When a block does not fit, halves are tried down to one step.
+    resume : mapping, optional
+        The ``state_dict()`` of the :class:`DPOptimizer` that trained ``model`` before
+        (staged training: a new σ, batch size or optimizer after some epochs). Its
+        privacy history is loaded into the new optimizer as by
+        :meth:`DPOptimizer.load_state_dict` (charged to ``ledger``/``filter`` where
+        they do not hold it yet); the new optimizer keeps its own state. Needed when
+        a make_private engine still wraps ``model`` or one of its modules and its
+        optimizer took or loaded private steps: without it the new
+        :meth:`~DPOptimizer.privacy_spent` would start from 0 although the parameters
+        carry those steps. Its step count must be at least theirs.
 
     Returns
     -------
@@ -2814,7 +2941,12 @@ def make_private(
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments (message template of :func:`gaussdp.errors.invalid`).
+        For invalid arguments (message template of :func:`gaussdp.errors.invalid`),
+        and for a ``model`` that carries steps of an earlier make_private without
+        ``resume`` (see there); nothing is charged.
+    BudgetExceededError
+        If ``ledger`` or ``filter`` cannot admit the steps of ``resume`` it does not
+        hold yet.
 
     Examples
     --------
@@ -2862,6 +2994,7 @@ def make_private(
         )
     _check_no_data_dependent_state(model)
     _check_device(model)
+    earlier = _check_resume(model, resume)
     size = _dataset_length(data_loader.dataset, "data_loader.dataset")
     batch_size = data_loader.batch_size
     sampler = data_loader.sampler
@@ -2941,6 +3074,7 @@ def make_private(
     loader_rng = _DerivedStream(source)
     noise_rng = _DerivedStream(source)
     mask_rng = _DerivedStream(source)  # the dropout masks' (gaussdp.ml._masks)
+    fetch_rng = _DerivedStream(source)  # the examples' fetch (gaussdp.ml._fetch)
     engine = _Engine(
         model,
         loss_fn,
@@ -2961,21 +3095,61 @@ def make_private(
         rng=loader_rng,
         collate_fn=data_loader.collate_fn,
         num_workers=data_loader.num_workers,
+        fetch_rng=fetch_rng,
     )
     assert isinstance(loader.batch_sampler, PoissonBatchSampler)
     engine.sampler = loader.batch_sampler
-    return PrivateTraining(
-        PrivateModule(engine),
-        DPOptimizer(
-            optimizer,
-            engine,
-            accountant=kind,
-            ledger=ledger,
-            filter=filter,
-            reserve_steps=block,
-        ),
-        loader,
+    private = DPOptimizer(
+        optimizer, engine, accountant=kind, ledger=ledger, filter=filter, reserve_steps=block
     )
+    if resume is not None:  # the history only: the wrapped optimizer keeps its own state
+        private.load_state_dict({"optimizer": optimizer.state_dict(), "privacy": resume["privacy"]})
+    for old in earlier:  # the model is this engine's now
+        old.retire()
+    return PrivateTraining(PrivateModule(engine), private, loader)
+
+
+def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_Engine]:
+    """The earlier engines wrapping ``model``; refused if they carry steps ``resume`` lacks.
+
+    An engine's watch hooks stay on the modules it wrapped (and keep it alive) until a
+    later :func:`make_private` retires it, so a model trained by an earlier one is
+    found from its modules.
+    """
+    owners = (
+        getattr(hook, "__self__", None)
+        for sub in model.modules()
+        for hook in sub._forward_pre_hooks.values()
+    )
+    earlier = list({id(e): e for e in owners if isinstance(e, _Engine)}.values())
+    carried = max((e.carried for e in earlier), default=0)
+    if resume is None:
+        if carried:
+            raise ValueError(
+                invalid(
+                    "resume",
+                    "the state_dict() of the optimizer that trained this model before "
+                    "(an earlier make_private still wraps it, and the parameters carry its "
+                    "private steps: without their history epsilon would restart at 0)",
+                    f"None for a model carrying {carried} steps",
+                )
+            )
+        return earlier
+    if not isinstance(resume, Mapping) or "privacy" not in resume:
+        raise ValueError(
+            invalid("resume", "a DPOptimizer.state_dict() with its 'privacy' history", resume)
+        )
+    _, steps, _ = _check_privacy(resume["privacy"])
+    if steps < carried:
+        raise ValueError(
+            invalid(
+                "resume",
+                f"the state_dict() of the optimizer that trained this model before, with "
+                f"at least the {carried} steps the model carries (take it after the last step)",
+                f"a history of {steps} steps",
+            )
+        )
+    return earlier
 
 
 def _check_optimizer_params(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
