@@ -27,6 +27,7 @@ import uuid
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -189,7 +190,20 @@ def _shown(source: str | os.PathLike[str], files: Sequence[str]) -> str:
     return Path(files[0]).name if Path(source).is_file() else os.fspath(source)
 
 
-def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
+@dataclass(frozen=True)
+class ParquetLayout:
+    """How Parquet ``files`` of a folder or glob are read together (:func:`parquet_layout`)."""
+
+    #: The columns of all files, by name, in DuckDB's order.
+    names: list[str]
+    #: Columns that are text in one file and not in another: read as text, converted per value.
+    mixed: frozenset[str]
+    #: The files by their schema (files of one group have the same columns and types), when
+    #: some file has a ``FLOAT`` column and not all files have one schema; else ``None``.
+    groups: list[list[str]] | None
+
+
+def parquet_layout(files: Sequence[str]) -> ParquetLayout:
     """The columns of Parquet ``files`` read together by name, and those that are mixed.
 
     A column missing from a file is NULL there; integers of different widths,
@@ -199,22 +213,69 @@ def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
     by the spec as a CSV's column is, so a value that does not convert is NULL
     (refusing it would make the refusal depend on which files, hence which
     units, exist). Only the files' footers are read.
+
+    A value's reading depends on its own file only: a ``FLOAT`` (float32) column is
+    widened to ``DOUBLE`` in its own file before the files are read together. Read
+    together as they are, it would turn the other files' integers into float32 (a
+    ``FLOAT`` union), and be written as the shortest text that rounds back to
+    *float32* when another file has the column as text (``0.501953125`` as
+    ``'0.50195312'``, a different double): one file would move every other
+    file's values. :attr:`ParquetLayout.groups` names the files to read apart then.
     """
     import duckdb
 
     with duckdb.connect() as con:
         union = con.read_parquet(list(files), union_by_name=True)
-        text = {c for c, t in zip(union.columns, union.types, strict=True) if str(t) == "VARCHAR"}
+        kinds = [str(t) for t in union.types]
+        if len(files) == 1 or not {"VARCHAR", "FLOAT"} & set(kinds):
+            return ParquetLayout(list(union.columns), frozenset(), None)
+        # One read of every footer: the files grouped by their whole schema (nested
+        # fields included, so that one group's files have the same top-level types).
+        grouped = con.execute(
+            "SELECT list(file_name ORDER BY file_name) FROM ("
+            " SELECT file_name, list((name, duckdb_type) ORDER BY column_id) AS fields"
+            " FROM parquet_schema(?) GROUP BY file_name"
+            ") GROUP BY fields ORDER BY min(file_name)",
+            [list(files)],
+        ).fetchall()
+        groups = [list(names) for (names,) in grouped]
+        text = {c for c, t in zip(union.columns, kinds, strict=True) if t == "VARCHAR"}
         mixed: set[str] = set()
-        if text and len(files) > 1:
-            for f in files:
-                rel = con.read_parquet(f)
-                mixed |= {
-                    c
-                    for c, t in zip(rel.columns, rel.types, strict=True)
-                    if c in text and str(t) != "VARCHAR"
-                }
-        return list(union.columns), frozenset(mixed)
+        floats = False
+        for group in groups:
+            rel = con.read_parquet(group[0])
+            for c, t in zip(rel.columns, rel.types, strict=True):
+                mixed |= {c} if c in text and str(t) != "VARCHAR" else set()
+                floats |= str(t) == "FLOAT"
+        return ParquetLayout(
+            list(union.columns), frozenset(mixed), groups if floats and len(groups) > 1 else None
+        )
+
+
+def read_parquet_groups(con: Any, layout: ParquetLayout, groups: list[list[str]]) -> Any:
+    """Parquet files (``layout.groups``) as one DuckDB relation, read as
+    :func:`parquet_layout` says: each group's ``FLOAT`` columns widened to ``DOUBLE``
+    (and a mixed one then written as text) before the groups are read together by name."""
+
+    def name(column: str) -> str:
+        return '"' + column.replace('"', '""') + '"'
+
+    parts = []
+    for group in groups:
+        rel = con.read_parquet(group[0])
+        fields = []
+        for c, t in zip(rel.columns, rel.types, strict=True):
+            if str(t) == "FLOAT":
+                kind = "VARCHAR" if c in layout.mixed else "DOUBLE"
+                fields.append(f"CAST(CAST({name(c)} AS DOUBLE) AS {kind}) AS {name(c)}")
+            else:
+                fields.append(name(c))
+        paths = ", ".join("'" + f.replace("'", "''") + "'" for f in group)
+        parts.append(
+            f"SELECT {', '.join(fields)} FROM read_parquet([{paths}], union_by_name = true)"
+        )
+    union = " UNION ALL BY NAME ".join(parts)
+    return con.sql(f"SELECT {', '.join(map(name, layout.names))} FROM ({union})")
 
 
 #: The one reading of a CSV, the same on both engines (docs/release.md, "Reading a CSV").
@@ -1196,7 +1257,10 @@ class DuckDBEngine(Engine):
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
                         if len(files) > 1:  # one file's columns have one type each
-                            self.mixed_columns = parquet_layout(files)[1]
+                            layout = parquet_layout(files)
+                            self.mixed_columns = layout.mixed
+                            if layout.groups is not None:
+                                self._rel = read_parquet_groups(con, layout, layout.groups)
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -1593,22 +1657,22 @@ def _spark_parquet(reader: Any, files: list[str]) -> tuple[Any, frozenset[str]]:
     by name, a missing column NULL, a mixed column text."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    names, mixed = parquet_layout(files)
+    layout = parquet_layout(files)
+    names, mixed = layout.names, layout.mixed
     if len(files) == 1:
         return reader.parquet(*files), mixed
+
+    def read(column: str, kind: str) -> Any:
+        # A float32 column is widened in its own file first (parquet_layout): Spark's
+        # union would turn other files' integers into float32, and its text is float32's.
+        expr = F.col("`" + column.replace("`", "``") + "`")
+        expr = expr.cast("double") if kind == "float" else expr
+        return (expr.cast("string") if column in mixed else expr).alias(column)
+
     frames = []
     for f in files:
         frame = reader.parquet(f)
-        frames.append(
-            frame.select(
-                *(
-                    F.col("`" + c.replace("`", "``") + "`").cast("string").alias(c)
-                    if c in mixed
-                    else F.col("`" + c.replace("`", "``") + "`")
-                    for c in frame.columns
-                )
-            )
-        )
+        frames.append(frame.select(*(read(c, t) for c, t in frame.dtypes)))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     return union.select(*(F.col("`" + c.replace("`", "``") + "`") for c in names)), mixed
 
