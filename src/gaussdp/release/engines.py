@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -958,7 +959,10 @@ def bounding_mode() -> str:
     memory limit — and the SQL otherwise; ``sql``: always the SQL; ``compiled``: the
     compiled path, or a one-line ``ValueError`` saying why not, raised while the data are
     read (:meth:`DuckDBEngine.validate`), before anything is reserved (for tests and
-    benchmarks). Both paths give identical results (docs/release.md).
+    benchmarks: that refusal depends on the table's size). Both paths give identical
+    results (docs/release.md): where the compiled path cannot finish after the
+    reservation (memory, more rows than counted, int64), the SQL bounds the grouping,
+    under ``compiled`` with a ``RuntimeWarning``.
 
     Raises
     ------
@@ -1548,11 +1552,14 @@ class DuckDBEngine(Engine):
             finally:
                 self._con.execute(f"DROP TABLE IF EXISTS {codes}")
         if result is None:
-            if mode == "compiled":  # after the reservation: one line, as an engine failure
-                raise EngineError(
-                    "duckdb failed while bounding by the compiled path "
-                    "(GAUSSDP_BOUNDING=compiled): past the memory limit, more rows than "
-                    "counted, or a sum past int64; the SQL path (auto, sql) takes it"
+            if mode == "compiled":  # after the reservation: the SQL, never a failure
+                warnings.warn(
+                    "GAUSSDP_BOUNDING=compiled: the compiled path could not bound a "
+                    "grouping (memory past the limit or not mapped, more rows than "
+                    "counted, or a sum past int64); the SQL path bounds it, with the "
+                    "same result",
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
             return None
         units, totals = result
