@@ -341,15 +341,14 @@ def _first_line(name: str) -> bytes:
     return b"".join(parts).removeprefix(_BOM)
 
 
-def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
-    """The field separator and the column names of CSV ``files``: their schema only.
+def csv_layout(files: Sequence[str]) -> list[str]:
+    """The column names of CSV ``files``: their schema only.
 
     The names are those of every file's header (:func:`csv_headers`), in the order they
     first appear (the files sorted by name): files whose headers differ are read by
     name, a column a file lacks NULL there, as Parquet files are.
     """
-    sep, headers = csv_headers(files)
-    return sep, _union(headers)
+    return _union(csv_headers(files))
 
 
 def _separator(name: str) -> str:
@@ -357,10 +356,11 @@ def _separator(name: str) -> str:
     return "\t" if name.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
-def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
-    """The field separator of CSV ``files`` and their column names.
+def csv_headers(files: Sequence[str]) -> list[list[str]]:
+    """The column names of CSV ``files``.
 
-    ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
+    Each file has its own separator (:func:`_separator`: ``.tsv`` and ``.tsv.gz`` files
+    are tab-separated, others comma-separated; a folder may hold both); the names
     are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
     data line is (:func:`csv_line_pattern`'s fields). Only the first line is read and
     decoded: nothing is sniffed from the rows, so no row changes how the others are
@@ -374,16 +374,9 @@ def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
     Raises
     ------
     ValueError
-        Files with different separators; a file whose header is not valid
-        (:func:`_header`), with its reason.
+        A file whose header is not valid (:func:`_header`), with its reason.
     """
-    seps = {_separator(f) for f in files}
-    if len(seps) > 1:
-        raise ValueError(
-            invalid("data", "CSV files of one kind (.tsv or not)", Path(files[0]).name)
-        )
-    sep = seps.pop()
-    return sep, [_header(name, sep) for name in files]
+    return [_header(name, _separator(name)) for name in files]
 
 
 def _header(name: str, sep: str) -> list[str]:
@@ -445,10 +438,10 @@ def csv_max_line(name: str) -> int:
 
 def _by_header(
     files: Sequence[str], headers: Sequence[list[str]]
-) -> list[tuple[list[str], list[str], int, list[str]]]:
-    """``files`` grouped by their first line and their longest line
-    (:func:`csv_max_line`): (header, the lines dropped, that length, files) in the
-    files' order.
+) -> list[tuple[list[str], list[str], int, str, list[str]]]:
+    """``files`` grouped by their first line, their longest line (:func:`csv_max_line`)
+    and their separator (:func:`_separator`): (header, the lines dropped, that length,
+    the separator, files) in the files' order.
 
     A data line equal to its file's first line (with or without a byte-order mark) is a
     repeated header and is dropped; only its own file's first line counts, never another
@@ -456,13 +449,14 @@ def _by_header(
     that file's rows, one unit's file changing other units' data. Files of one group
     share their first line, so which other files exist changes no file's rows.
     """
-    groups: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
+    groups: dict[tuple[str, int, str], tuple[list[str], list[str]]] = {}
     for name, header in zip(files, headers, strict=True):
         line = _first_line(name).decode("utf-8")  # csv_headers has checked it is UTF-8
-        groups.setdefault((line, csv_max_line(name)), (header, []))[1].append(name)
+        key = (line, csv_max_line(name), _separator(name))
+        groups.setdefault(key, (header, []))[1].append(name)
     return [
-        (header, [line, "\ufeff" + line], longest, group)
-        for (line, longest), (header, group) in groups.items()
+        (header, [line, "\ufeff" + line], longest, sep, group)
+        for (line, longest, sep), (header, group) in groups.items()
     ]
 
 
@@ -489,11 +483,11 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     every later line with it), so the lines are read raw (no quote; the separator is
     U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
     """
-    sep, headers = csv_headers(files)
+    headers = csv_headers(files)
     names = _union(headers)
     parts = [
         _csv_text_part(con, group, sep, header, names, dropped, longest)
-        for header, dropped, longest, group in _by_header(files, headers)
+        for header, dropped, longest, sep, group in _by_header(files, headers)
     ]
     return functools.reduce(lambda a, b: a.union(b), parts)
 
@@ -570,11 +564,11 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     differ read by name."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    sep, headers = csv_headers(files)
+    headers = csv_headers(files)
     names = _union(headers)
     line = F.col("value")
     parts = []
-    for header, header_lines, longest, group in _by_header(files, headers):
+    for header, header_lines, longest, sep, group in _by_header(files, headers):
         pattern = csv_line_pattern(sep, len(header), java=True)
         # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
         # The files' own first line (each file's header) is dropped, no other file's,
