@@ -156,3 +156,40 @@ def test_a_pandas_object_columns_float32_values_are_read_exactly() -> None:
     got = _aggregate(typed, rng=ChaCha20Random(1))[1]
     want = _aggregate(summing(doubles, bounds), rng=ChaCha20Random(1))[1]
     assert got == want
+
+
+@pytest.mark.parametrize("engine", ["duckdb", pytest.param("spark", marks=pytest.mark.spark)])
+def test_a_float32_key_read_as_text_is_its_doubles_text(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # A key column whose type does not take its text public keys is read as text. Its
+    # float32 values were written as float32's shortest text ('0.1') in a folder of float32
+    # files, and as the double's ('0.10000000149011612') once one unit's file had the
+    # column as a double: that one file moved every other unit to another key.
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    units = pa.array(range(1, 51), pa.int64())
+    keys = pa.array([0.1] * 50, pa.float32())
+    pq.write_table(pa.table({"user": units, "k": keys}), parts / "a.parquet")
+    pq.write_table(pa.table({"user": units, "k": keys}), parts / "b.parquet")
+    text = ["0.1", repr(float(np.float32(0.1)))]
+
+    def counts() -> list[float]:
+        release = Release(
+            parts,
+            privacy_unit="user",
+            budget=Budget(rho=1.0),
+            max_groups_per_unit=1,
+            max_rows_per_group=1,
+            engine=engine,
+        )
+        _, results = _aggregate(release.count(by="k", keys=text), rng=ChaCha20Random(1))
+        return [(key, units) for key, units, _ in results[0]]
+
+    before = counts()
+    assert before == [(text[1], 50)]  # the double's text
+    added = {"user": pa.array([10**9], pa.int64()), "k": pa.array([0.1], pa.float64())}
+    pq.write_table(pa.table(added), parts / "added.parquet")
+    assert counts() == [("0.1", 1), *before]  # the added unit alone moves

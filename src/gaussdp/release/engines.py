@@ -1361,6 +1361,9 @@ class DuckDBEngine(Engine):
             expr = duck.ColumnExpression(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
+            if user in self.mixed_columns and self._schema().get(user) == "FLOAT":
+                # Read as text: a double's (exact), as when another file has a double
+                expr = expr.cast(duck.sqltype("DOUBLE"))
             if kind is not None and text_read and kind in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast(duck.sqltype("VARCHAR"))
@@ -1765,6 +1768,9 @@ class SparkEngine(Engine):
             expr = column(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
+            if user in self.mixed_columns and self._schema().get(user) == "float":
+                # Read as text: a double's (exact), as when another file has a double
+                expr = expr.cast("double")
             if kind is not None and text_read and kind.upper() in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast("string")
