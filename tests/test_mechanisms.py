@@ -84,6 +84,14 @@ class TestGaussian:
         assert ci.high == pytest.approx(high, rel=1e-12)
         assert ci.half_width == pytest.approx((high - low) / 2, rel=1e-12)
 
+    @pytest.mark.parametrize("level", [1 - 2**-52, 1 - 2**-53])
+    def test_confidence_interval_near_one_is_finite(self, level: float) -> None:
+        # 0.5 + level/2 rounds to 1.0 here: its quantile was infinite. The half-width
+        # is x with P[Z > x] = (1 - level)/2, by mpmath's erfc.
+        half = Gaussian(sigma=2.0).confidence_interval(level).half_width
+        tail = mpmath.mpf(1 - level) / 2
+        assert mpmath.erfc(half / 2 / mpmath.sqrt(2)) / 2 == pytest.approx(tail, rel=1e-9)
+
     def test_frozen(self) -> None:
         g = Gaussian(sigma=1.0)
         with pytest.raises(dataclasses.FrozenInstanceError):
@@ -189,7 +197,9 @@ class TestDiscreteGaussian:
         assert inside >= 0.95 > smaller
 
     @pytest.mark.parametrize("sigma2", [Fraction(1, 10**6), Fraction(1, 3), 2, 37, 10**4, 10**9])
-    @pytest.mark.parametrize("level", [1e-9, 0.3, 0.9, 0.95, 0.999, 1 - 1e-9])
+    @pytest.mark.parametrize(
+        "level", [1e-9, 0.3, 0.9, 0.95, 0.999, 1 - 1e-9, 1 - 2**-52, 1 - 2**-53]
+    )
     def test_confidence_interval_is_the_smallest_by_a_linear_scan(
         self, sigma2: Fraction | int, level: float
     ) -> None:

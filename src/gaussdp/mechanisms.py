@@ -584,7 +584,9 @@ class Gaussian:
         1.96
         """
         level = _check_level(level)
-        half = self.sigma * float(special.ndtri(0.5 + level / 2))
+        # The upper quantile as minus the lower one: 0.5 + level/2 rounds to 1.0 (an
+        # infinite quantile) for level ≥ 1 − 2⁻⁵³, while (1 − level)/2 stays positive.
+        half = self.sigma * -float(special.ndtri((1 - level) / 2))
         return Interval(value - half, value + half)
 
 
@@ -759,24 +761,31 @@ class DiscreteGaussian:
         Interval(low=-2, high=2)
         """
         level = _check_level(level)
-        tail = (1 - level) / 2
+        h = self._half_width((1 - level) / 2)
+        return Interval(value - h, value + h)
+
+    def _half_width(self, tail: float) -> int:
+        """Smallest h ≥ 0 with P[Y > h] ≤ ``tail`` (exact integer search), ``tail`` in (0, ½).
+
+        Taken as the tail rather than a level: a Bonferroni level 1 − tail/k rounds
+        to 1.0 in floats for a level ≥ 1 − 2⁻⁵³ (an error), the tail does not.
+        """
 
         def covers(h: int) -> bool:
             return self._sf(h) <= tail
 
-        # Smallest h >= 0 with P[Y > h] <= (1 - level) / 2 (exact integer search), tried
-        # first at the continuous Gaussian's quantile and its neighbour below: P[Y > h]
-        # is non-increasing in h, so a pass there and a failure below is the answer, and
-        # otherwise the search goes on from the side the tries left (≈ 2 evaluations of
-        # the tail instead of ≈ 20 from 0).
-        guess = max(0, math.floor(math.sqrt(self.sigma2) * float(special.ndtri(1 - tail))))
+        # Tried first at the continuous Gaussian's quantile and its neighbour below:
+        # P[Y > h] is non-increasing in h, so a pass there and a failure below is the
+        # answer, and otherwise the search goes on from the side the tries left (≈ 2
+        # evaluations of the tail instead of ≈ 20 from 0). The quantile is −ndtri(tail)
+        # (ndtri(1 − tail) is infinite where 1 − tail rounds to 1); any guess is exact.
+        quantile = math.sqrt(self.sigma2) * -float(special.ndtri(tail))
+        guess = max(0, math.floor(quantile)) if math.isfinite(quantile) else 0
         if not covers(guess):
-            h = smallest_passing_int(covers, guess + 1)
-        elif guess == 0 or not covers(guess - 1):
-            h = guess
-        else:
-            h = smallest_passing_int(covers, 0, guess - 1)
-        return Interval(value - h, value + h)
+            return smallest_passing_int(covers, guess + 1)
+        if guess == 0 or not covers(guess - 1):
+            return guess
+        return smallest_passing_int(covers, 0, guess - 1)
 
 
 @dataclass(frozen=True, slots=True)

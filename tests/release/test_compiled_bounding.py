@@ -1,14 +1,17 @@
 """DuckDB's compiled bounding path gives exactly the SQL's pre-noise aggregate.
 
 ``GAUSSDP_BOUNDING=sql`` runs the SQL template (the reference); ``compiled`` runs
-``gaussdp.release._compiled`` and fails where it cannot (so a test of it cannot pass on
-the SQL by accident); ``auto`` (the default) takes the compiled path where it can. Every
+``gaussdp.release._compiled`` and fails where it cannot, or warns where it falls back to
+the SQL after the reservation (warnings are errors in the tests: a test of it cannot pass
+on the SQL by accident); ``auto`` (the default) takes the compiled path where it can. Every
 comparison is of the engine's result before noise, value for value.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +308,55 @@ def test_past_the_memory_limit_it_takes_the_sql(
     assert pre_noise(monkeypatch, "compiled", build("1GB")) == want  # a size string too
     with pytest.raises(ValueError, match="the memory limit"):
         pre_noise(monkeypatch, "compiled", build("128MiB"))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(errno.ENOMEM, "Cannot allocate memory"), OverflowError("too big"), ValueError("x")],
+    ids=["ENOMEM", "overflow", "value"],
+)
+@pytest.mark.parametrize("mode", ["auto", "compiled"])
+def test_rows_that_cannot_be_mapped_take_the_sql_after_the_reservation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, error: Exception, mode: str
+) -> None:
+    """The held rows' memory is mapped after the reservation; where that fails (``mmap``'s
+    ``OSError`` for ENOMEM or an address-space limit, ``OverflowError``/``ValueError`` for
+    a size past the platform's), the SQL bounds the grouping, with the same result, and
+    the release is charged once. Before, the ``OSError`` ended the charged release as an
+    engine failure (rev28-rel); under ``GAUSSDP_BOUNDING=compiled`` it ends nothing now
+    either — a failure after the reservation would depend on the table — but warns."""
+    import mmap
+
+    from gaussdp.release import Ledger, _compiled
+
+    real = mmap.mmap
+
+    def failing(fileno: int, length: int, *args: Any, **options: Any) -> Any:
+        if fileno == -1:  # anonymous memory: the held rows
+            raise error
+        return real(fileno, length, *args, **options)
+
+    frame = random_table(31)
+
+    def build() -> Release:
+        return Release(
+            frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=3, max_rows_per_group=2
+        ).sum("minutes", bounds=(0, 60), by="page")
+
+    want = pre_noise(monkeypatch, "sql", build)
+    monkeypatch.setattr(mmap, "mmap", failing)
+    with pytest.raises(MemoryError):
+        _compiled._buffer(10, 3)
+    if mode == "compiled":
+        with pytest.warns(RuntimeWarning, match="the SQL path bounds it, with the same result"):
+            assert pre_noise(monkeypatch, mode, build) == want
+    else:
+        assert pre_noise(monkeypatch, mode, build) == want
+    book = Ledger(tmp_path / "b.db", total=Budget(epsilon=5.0, delta=1e-5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        build().run(ledger=book)
+    assert [e.status for e in book.entries()] == ["committed"]
 
 
 def test_a_callers_connection_takes_the_sql(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -601,6 +601,27 @@ def test_csv_files_whose_headers_differ_are_read_by_name(tmp_path: Path, no_nois
     assert counts(parts) == [5.0, 3.0]
 
 
+def frame_folder(tmp_path: Path) -> tuple[Path, list[float]]:
+    """A folder ``parts`` holding FRAME as ``a.csv``, and its counts."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    FRAME.to_csv(parts / "a.csv", index=False)
+    return parts, counts(parts)
+
+
+def test_a_tsv_file_of_a_csv_folder_is_read_by_its_own_separator(
+    tmp_path: Path, no_noise: None
+) -> None:
+    # One unit's .tsv file among .csv files refused the whole folder ("CSV files of one
+    # kind"), before the reservation: that file decided refusal vs release (rev28-rel).
+    # Each file is split by its own name's separator; a comma in a .tsv field is text.
+    parts, want = frame_folder(tmp_path)
+    (parts / "b.tsv").write_text("page\tuser\nb\t12\na,b\t13\n")
+    (parts / "c.tsv.gz").write_bytes(gzip.compress(b"user\tpage\n14\ta\n"))
+    assert counts(parts) == [want[0] + 1, want[1] + 1] == [5.0, 3.0]
+    assert counts(parts / "b.tsv") == [0.0, 1.0]
+
+
 def bad_headers() -> dict[str, bytes]:
     """One CSV file per way a file's own header can be invalid, each with a row (unit 9 on
     page b) that must not be read."""
@@ -623,10 +644,7 @@ def test_a_csv_file_whose_own_header_is_invalid_holds_no_rows(
     # decided refusal vs release. Each file's header is now judged alone.
     from gaussdp.release.engines import CSV_MAX_COLUMNS
 
-    parts = tmp_path / "parts"
-    parts.mkdir()
-    FRAME.to_csv(parts / "a.csv", index=False)
-    want = counts(parts)
+    parts, want = frame_folder(tmp_path)
     for name, data in bad_headers().items():
         (parts / name).write_bytes(data)
         assert counts(parts) == counts(str(parts / "*.csv")) == want == [4.0, 2.0], name

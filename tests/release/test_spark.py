@@ -316,9 +316,10 @@ def test_spark_reads_csv_files_whose_headers_differ_as_duckdb(
     )
     pd.DataFrame({"user": [11]}).to_csv(parts / "c.csv", index=False)
     (parts / "d.csv").write_bytes(b"")
+    (parts / "e.tsv").write_text("page\tuser\nb\t12\na,b\t13\n")  # its own separator
     for name, data in bad_headers().items():  # each file's own header invalid: no rows
         (parts / name).write_bytes(data)
-    assert counts(parts, "spark") == counts(parts) == [5.0, 3.0]
+    assert counts(parts, "spark") == counts(parts) == [5.0, 4.0]
 
 
 def release_on_spark(data: Path, cwd: Path) -> tuple[int, list[str]]:

@@ -259,6 +259,36 @@ def test_variance_interval_covers() -> None:
     assert np.mean(high - low) < 0.5 * 50.0**2  # and it says something
 
 
+@pytest.mark.parametrize("confidence", [1 - 2**-52, 1 - 2**-53])
+def test_a_confidence_close_to_one_is_released(confidence: float, no_noise: None) -> None:
+    # 1 - tail rounds to 1.0 there: the interval's search started at an infinite quantile
+    # (OverflowError), and Bonferroni's level (1 + confidence)/2 was 1.0 (ValueError); the
+    # run failed (rev28-rel). Each half-width is the smallest whose exact tail passes, as
+    # a scan from 0 finds it.
+    from gaussdp.release.core import _Noise
+
+    release = Release(
+        pd.DataFrame({"u": [1, 2, 3], "m": [1.0, 2.0, 3.0]}), privacy_unit="u",
+        budget=Budget(rho=0.5), max_groups_per_unit=1, max_rows_per_group=1,
+        confidence=confidence,
+    ).count().variance("m", bounds=(0, 4))  # fmt: skip
+    count, variance = release.run().frame.itertuples()
+    sigma2 = release.plan().groupings[0].measures[0].sigma2
+    dg = DiscreteGaussian(sigma2)
+
+    def scan(tail: float) -> int:
+        return next(h for h in range(10**4) if dg._sf(h) <= tail)
+
+    miss = 1 - confidence
+    assert count.ci_high == 3 + scan(miss / 2)
+    facts = _Noise(sigma2, confidence)
+    assert (facts.half, facts.half_bonferroni, facts.half_third) == tuple(
+        scan(miss / k) for k in (2, 4, 6)
+    )
+    assert math.isfinite(variance.ci_low)
+    assert math.isfinite(variance.ci_high)
+
+
 def test_consistency_is_least_squares() -> None:
     """Hay et al.'s two passes equal the least-squares fit of the whole tree (numpy lstsq)."""
     rng = np.random.default_rng(4)

@@ -282,11 +282,18 @@ def _buffer(rows: int, words: int) -> I64:
     page size, its pages mapped at once where the system can (``MAP_POPULATE``). numpy
     asks for transparent huge pages on large arrays; on a busy machine the kernel's
     compaction to find them took 0.4–0.6 s of system CPU for the 10⁷-row benchmark's
-    240 MB, against ≈ 0.2 s for ordinary pages (fresh processes, measured)."""
+    240 MB, against ≈ 0.2 s for ordinary pages (fresh processes, measured).
+
+    Raises ``MemoryError`` where the memory cannot be mapped: ``mmap`` raises ``OSError``
+    (``ENOMEM``, an address-space limit) or, for a size past the platform's,
+    ``OverflowError``/``ValueError``; the caller then leaves the grouping to the SQL."""
     if not hasattr(mmap, "MAP_PRIVATE"):  # pragma: no cover - Windows: numpy's own memory
         return np.zeros((rows, words), np.int64)
     flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
-    memory = mmap.mmap(-1, max(rows * words * 8, 1), flags=flags)
+    try:
+        memory = mmap.mmap(-1, max(rows * words * 8, 1), flags=flags)
+    except (OSError, OverflowError, ValueError):
+        raise MemoryError(f"cannot map {rows} rows of {words} words") from None
     return np.frombuffer(memory, np.int64, rows * words).reshape(rows, words)
 
 

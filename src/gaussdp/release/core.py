@@ -1322,14 +1322,17 @@ def _report(plan: Plan, queries: Sequence[Query], *, replanned: bool = False) ->
 
 
 class _Noise:
-    """Per-measure noise facts: std and the half-widths of intervals at two levels."""
+    """Per-measure noise facts: std and the half-widths of intervals at three levels
+    (``confidence``, and Bonferroni's over two and three parts). From the tails: the
+    level (1 + confidence)/2 rounds to 1.0 for a confidence of 1 − 2⁻⁵³."""
 
     def __init__(self, sigma2: Fraction, confidence: float) -> None:
         dg = DiscreteGaussian(sigma2)
         self.std = math.sqrt(dg.variance)
-        self.half = dg.confidence_interval(confidence).high
-        self.half_bonferroni = dg.confidence_interval((1 + confidence) / 2).high
-        self.half_third = dg.confidence_interval(1 - (1 - confidence) / 3).high
+        miss = 1 - confidence
+        self.half = dg._half_width(miss / 2)
+        self.half_bonferroni = dg._half_width(miss / 4)
+        self.half_third = dg._half_width(miss / 6)
 
 
 _Ints = np.ndarray[Any, Any]  # int64, or object (Python ints) beyond int64

@@ -24,9 +24,11 @@ import shutil
 import tempfile
 import threading
 import uuid
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -189,7 +191,20 @@ def _shown(source: str | os.PathLike[str], files: Sequence[str]) -> str:
     return Path(files[0]).name if Path(source).is_file() else os.fspath(source)
 
 
-def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
+@dataclass(frozen=True)
+class ParquetLayout:
+    """How Parquet ``files`` of a folder or glob are read together (:func:`parquet_layout`)."""
+
+    #: The columns of all files, by name, in DuckDB's order.
+    names: list[str]
+    #: Columns that are text in one file and not in another: read as text, converted per value.
+    mixed: frozenset[str]
+    #: The files by their schema (files of one group have the same columns and types), when
+    #: some file has a ``FLOAT`` column and not all files have one schema; else ``None``.
+    groups: list[list[str]] | None
+
+
+def parquet_layout(files: Sequence[str]) -> ParquetLayout:
     """The columns of Parquet ``files`` read together by name, and those that are mixed.
 
     A column missing from a file is NULL there; integers of different widths,
@@ -199,22 +214,69 @@ def parquet_layout(files: Sequence[str]) -> tuple[list[str], frozenset[str]]:
     by the spec as a CSV's column is, so a value that does not convert is NULL
     (refusing it would make the refusal depend on which files, hence which
     units, exist). Only the files' footers are read.
+
+    A value's reading depends on its own file only: a ``FLOAT`` (float32) column is
+    widened to ``DOUBLE`` in its own file before the files are read together. Read
+    together as they are, it would turn the other files' integers into float32 (a
+    ``FLOAT`` union), and be written as the shortest text that rounds back to
+    *float32* when another file has the column as text (``0.501953125`` as
+    ``'0.50195312'``, a different double): one file would move every other
+    file's values. :attr:`ParquetLayout.groups` names the files to read apart then.
     """
     import duckdb
 
     with duckdb.connect() as con:
         union = con.read_parquet(list(files), union_by_name=True)
-        text = {c for c, t in zip(union.columns, union.types, strict=True) if str(t) == "VARCHAR"}
+        kinds = [str(t) for t in union.types]
+        if len(files) == 1 or not {"VARCHAR", "FLOAT"} & set(kinds):
+            return ParquetLayout(list(union.columns), frozenset(), None)
+        # One read of every footer: the files grouped by their whole schema (nested
+        # fields included, so that one group's files have the same top-level types).
+        grouped = con.execute(
+            "SELECT list(file_name ORDER BY file_name) FROM ("
+            " SELECT file_name, list((name, duckdb_type) ORDER BY column_id) AS fields"
+            " FROM parquet_schema(?) GROUP BY file_name"
+            ") GROUP BY fields ORDER BY min(file_name)",
+            [list(files)],
+        ).fetchall()
+        groups = [list(names) for (names,) in grouped]
+        text = {c for c, t in zip(union.columns, kinds, strict=True) if t == "VARCHAR"}
         mixed: set[str] = set()
-        if text and len(files) > 1:
-            for f in files:
-                rel = con.read_parquet(f)
-                mixed |= {
-                    c
-                    for c, t in zip(rel.columns, rel.types, strict=True)
-                    if c in text and str(t) != "VARCHAR"
-                }
-        return list(union.columns), frozenset(mixed)
+        floats = False
+        for group in groups:
+            rel = con.read_parquet(group[0])
+            for c, t in zip(rel.columns, rel.types, strict=True):
+                mixed |= {c} if c in text and str(t) != "VARCHAR" else set()
+                floats |= str(t) == "FLOAT"
+        return ParquetLayout(
+            list(union.columns), frozenset(mixed), groups if floats and len(groups) > 1 else None
+        )
+
+
+def read_parquet_groups(con: Any, layout: ParquetLayout, groups: list[list[str]]) -> Any:
+    """Parquet files (``layout.groups``) as one DuckDB relation, read as
+    :func:`parquet_layout` says: each group's ``FLOAT`` columns widened to ``DOUBLE``
+    (and a mixed one then written as text) before the groups are read together by name."""
+
+    def name(column: str) -> str:
+        return '"' + column.replace('"', '""') + '"'
+
+    parts = []
+    for group in groups:
+        rel = con.read_parquet(group[0])
+        fields = []
+        for c, t in zip(rel.columns, rel.types, strict=True):
+            if str(t) == "FLOAT":
+                kind = "VARCHAR" if c in layout.mixed else "DOUBLE"
+                fields.append(f"CAST(CAST({name(c)} AS DOUBLE) AS {kind}) AS {name(c)}")
+            else:
+                fields.append(name(c))
+        paths = ", ".join("'" + f.replace("'", "''") + "'" for f in group)
+        parts.append(
+            f"SELECT {', '.join(fields)} FROM read_parquet([{paths}], union_by_name = true)"
+        )
+    union = " UNION ALL BY NAME ".join(parts)
+    return con.sql(f"SELECT {', '.join(map(name, layout.names))} FROM ({union})")
 
 
 #: The one reading of a CSV, the same on both engines (docs/release.md, "Reading a CSV").
@@ -279,15 +341,14 @@ def _first_line(name: str) -> bytes:
     return b"".join(parts).removeprefix(_BOM)
 
 
-def csv_layout(files: Sequence[str]) -> tuple[str, list[str]]:
-    """The field separator and the column names of CSV ``files``: their schema only.
+def csv_layout(files: Sequence[str]) -> list[str]:
+    """The column names of CSV ``files``: their schema only.
 
     The names are those of every file's header (:func:`csv_headers`), in the order they
     first appear (the files sorted by name): files whose headers differ are read by
     name, a column a file lacks NULL there, as Parquet files are.
     """
-    sep, headers = csv_headers(files)
-    return sep, _union(headers)
+    return _union(csv_headers(files))
 
 
 def _separator(name: str) -> str:
@@ -295,10 +356,11 @@ def _separator(name: str) -> str:
     return "\t" if name.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
-def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
-    """The field separator of CSV ``files`` and their column names.
+def csv_headers(files: Sequence[str]) -> list[list[str]]:
+    """The column names of CSV ``files``.
 
-    ``.tsv`` (``.tsv.gz``) files are tab-separated, others comma-separated; the names
+    Each file has its own separator (:func:`_separator`: ``.tsv`` and ``.tsv.gz`` files
+    are tab-separated, others comma-separated; a folder may hold both); the names
     are each file's first line (a leading UTF-8 byte-order mark dropped), split as a
     data line is (:func:`csv_line_pattern`'s fields). Only the first line is read and
     decoded: nothing is sniffed from the rows, so no row changes how the others are
@@ -312,16 +374,9 @@ def csv_headers(files: Sequence[str]) -> tuple[str, list[list[str]]]:
     Raises
     ------
     ValueError
-        Files with different separators; a file whose header is not valid
-        (:func:`_header`), with its reason.
+        A file whose header is not valid (:func:`_header`), with its reason.
     """
-    seps = {_separator(f) for f in files}
-    if len(seps) > 1:
-        raise ValueError(
-            invalid("data", "CSV files of one kind (.tsv or not)", Path(files[0]).name)
-        )
-    sep = seps.pop()
-    return sep, [_header(name, sep) for name in files]
+    return [_header(name, _separator(name)) for name in files]
 
 
 def _header(name: str, sep: str) -> list[str]:
@@ -383,10 +438,10 @@ def csv_max_line(name: str) -> int:
 
 def _by_header(
     files: Sequence[str], headers: Sequence[list[str]]
-) -> list[tuple[list[str], list[str], int, list[str]]]:
-    """``files`` grouped by their first line and their longest line
-    (:func:`csv_max_line`): (header, the lines dropped, that length, files) in the
-    files' order.
+) -> list[tuple[list[str], list[str], int, str, list[str]]]:
+    """``files`` grouped by their first line, their longest line (:func:`csv_max_line`)
+    and their separator (:func:`_separator`): (header, the lines dropped, that length,
+    the separator, files) in the files' order.
 
     A data line equal to its file's first line (with or without a byte-order mark) is a
     repeated header and is dropped; only its own file's first line counts, never another
@@ -394,13 +449,14 @@ def _by_header(
     that file's rows, one unit's file changing other units' data. Files of one group
     share their first line, so which other files exist changes no file's rows.
     """
-    groups: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
+    groups: dict[tuple[str, int, str], tuple[list[str], list[str]]] = {}
     for name, header in zip(files, headers, strict=True):
         line = _first_line(name).decode("utf-8")  # csv_headers has checked it is UTF-8
-        groups.setdefault((line, csv_max_line(name)), (header, []))[1].append(name)
+        key = (line, csv_max_line(name), _separator(name))
+        groups.setdefault(key, (header, []))[1].append(name)
     return [
-        (header, [line, "\ufeff" + line], longest, group)
-        for (line, longest), (header, group) in groups.items()
+        (header, [line, "\ufeff" + line], longest, sep, group)
+        for (line, longest, sep), (header, group) in groups.items()
     ]
 
 
@@ -427,11 +483,11 @@ def read_csv_text(con: Any, files: Sequence[str]) -> Any:
     every later line with it), so the lines are read raw (no quote; the separator is
     U+0001, a line with one is malformed) and each is split by :func:`csv_line_pattern`.
     """
-    sep, headers = csv_headers(files)
+    headers = csv_headers(files)
     names = _union(headers)
     parts = [
         _csv_text_part(con, group, sep, header, names, dropped, longest)
-        for header, dropped, longest, group in _by_header(files, headers)
+        for header, dropped, longest, sep, group in _by_header(files, headers)
     ]
     return functools.reduce(lambda a, b: a.union(b), parts)
 
@@ -508,11 +564,11 @@ def _spark_csv_text(spark: Any, files: Sequence[str]) -> Any:
     differ read by name."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    sep, headers = csv_headers(files)
+    headers = csv_headers(files)
     names = _union(headers)
     line = F.col("value")
     parts = []
-    for header, header_lines, longest, group in _by_header(files, headers):
+    for header, header_lines, longest, sep, group in _by_header(files, headers):
         pattern = csv_line_pattern(sep, len(header), java=True)
         # Text lines hold raw bytes: invalid UTF-8 is dropped here as DuckDB drops it.
         # The files' own first line (each file's header) is dropped, no other file's,
@@ -897,7 +953,10 @@ def bounding_mode() -> str:
     memory limit — and the SQL otherwise; ``sql``: always the SQL; ``compiled``: the
     compiled path, or a one-line ``ValueError`` saying why not, raised while the data are
     read (:meth:`DuckDBEngine.validate`), before anything is reserved (for tests and
-    benchmarks). Both paths give identical results (docs/release.md).
+    benchmarks: that refusal depends on the table's size). Both paths give identical
+    results (docs/release.md): where the compiled path cannot finish after the
+    reservation (memory, more rows than counted, int64), the SQL bounds the grouping,
+    under ``compiled`` with a ``RuntimeWarning``.
 
     Raises
     ------
@@ -1196,7 +1255,10 @@ class DuckDBEngine(Engine):
                         # By name, so that files may differ (parquet_layout)
                         self._rel = con.read_parquet(files, union_by_name=True)
                         if len(files) > 1:  # one file's columns have one type each
-                            self.mixed_columns = parquet_layout(files)[1]
+                            layout = parquet_layout(files)
+                            self.mixed_columns = layout.mixed
+                            if layout.groups is not None:
+                                self._rel = read_parquet_groups(con, layout, layout.groups)
                     else:
                         # Text, read by a fixed dialect (nothing sniffed from the rows); a
                         # malformed line is dropped, never an error (docs/release.md).
@@ -1299,6 +1361,9 @@ class DuckDBEngine(Engine):
             expr = duck.ColumnExpression(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
+            if user in self.mixed_columns and self._schema().get(user) == "FLOAT":
+                # Read as text: a double's (exact), as when another file has a double
+                expr = expr.cast(duck.sqltype("DOUBLE"))
             if kind is not None and text_read and kind in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast(duck.sqltype("VARCHAR"))
@@ -1484,11 +1549,14 @@ class DuckDBEngine(Engine):
             finally:
                 self._con.execute(f"DROP TABLE IF EXISTS {codes}")
         if result is None:
-            if mode == "compiled":  # after the reservation: one line, as an engine failure
-                raise EngineError(
-                    "duckdb failed while bounding by the compiled path "
-                    "(GAUSSDP_BOUNDING=compiled): past the memory limit, more rows than "
-                    "counted, or a sum past int64; the SQL path (auto, sql) takes it"
+            if mode == "compiled":  # after the reservation: the SQL, never a failure
+                warnings.warn(
+                    "GAUSSDP_BOUNDING=compiled: the compiled path could not bound a "
+                    "grouping (memory past the limit or not mapped, more rows than "
+                    "counted, or a sum past int64); the SQL path bounds it, with the "
+                    "same result",
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
             return None
         units, totals = result
@@ -1593,22 +1661,22 @@ def _spark_parquet(reader: Any, files: list[str]) -> tuple[Any, frozenset[str]]:
     by name, a missing column NULL, a mixed column text."""
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's idiom
 
-    names, mixed = parquet_layout(files)
+    layout = parquet_layout(files)
+    names, mixed = layout.names, layout.mixed
     if len(files) == 1:
         return reader.parquet(*files), mixed
+
+    def read(column: str, kind: str) -> Any:
+        # A float32 column is widened in its own file first (parquet_layout): Spark's
+        # union would turn other files' integers into float32, and its text is float32's.
+        expr = F.col("`" + column.replace("`", "``") + "`")
+        expr = expr.cast("double") if kind == "float" else expr
+        return (expr.cast("string") if column in mixed else expr).alias(column)
+
     frames = []
     for f in files:
         frame = reader.parquet(f)
-        frames.append(
-            frame.select(
-                *(
-                    F.col("`" + c.replace("`", "``") + "`").cast("string").alias(c)
-                    if c in mixed
-                    else F.col("`" + c.replace("`", "``") + "`")
-                    for c in frame.columns
-                )
-            )
-        )
+        frames.append(frame.select(*(read(c, t) for c, t in frame.dtypes)))
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     return union.select(*(F.col("`" + c.replace("`", "``") + "`") for c in names)), mixed
 
@@ -1700,6 +1768,9 @@ class SparkEngine(Engine):
             expr = column(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
+            if user in self.mixed_columns and self._schema().get(user) == "float":
+                # Read as text: a double's (exact), as when another file has a double
+                expr = expr.cast("double")
             if kind is not None and text_read and kind.upper() in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast("string")
