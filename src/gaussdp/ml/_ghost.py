@@ -918,14 +918,16 @@ def clipped_sums(
     *,
     float32: bool = True,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
-    """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
+    """Clipped per-example gradient sums keyed by ``id(param)``, and squared norms.
 
     ``deltas`` are the gradients of the per-example objective with respect to every
     recorded output, layer after layer (None for an output that does not reach it);
     ``batch`` is the number of examples. ``factors_of`` turns per-example squared-norm
     bounds into clip factors, min(1, C/‖gᵢ‖)·:data:`GHOST_MARGIN` for the sensitivity
     bound of the module notes. ``float32=False`` computes every sum in float64 (a
-    step's later calls, module notes "Several calls for one step").
+    step's later calls, module notes "Several calls for one step"). Sums are float64,
+    except a Linear weight's float32 product (:func:`_outer_sum`), whose float32 total
+    stands for the float64 sum of the same values.
     """
     position = 0
     for record in records:
@@ -1063,13 +1065,15 @@ def _outer_sum(
     *,
     float32: bool = True,
 ) -> torch.Tensor:
-    """Σᵢ cᵢδᵢaᵢᵀ (float64) of a Linear layer on ``[B, features]``: float32 where allowed.
+    """Σᵢ cᵢδᵢaᵢᵀ of a Linear layer on ``[B, features]``: float32 where allowed, else float64.
 
     ``delta_sq`` and ``act_sq`` are the per-example bounds on ‖δᵢ‖² and ‖aᵢ‖²; rows with
     factor 0 are zero in ``delta`` and ``act``. In float32 (module notes: ``float32``
     true, IEEE products on the CPU, :func:`float32_chunks`, factors and norms in range;
     weights of at least 2¹⁴ entries) the examples are split into n ranges, one product
-    each, summed in float32; otherwise one float64 product.
+    each, summed in float32, and the float32 total is returned (its values, converted
+    exactly, are the float64 sum's; no float64 copy is made here); otherwise one float64
+    product.
     """
     batch, out_features, in_features = act.shape[0], delta.shape[1], act.shape[1]
     chunks = (
@@ -1093,7 +1097,7 @@ def _outer_sum(
             # each range's product on its own, then added: one more rounding per range
             torch.mm(weighted[a:b].T, act[a:b], out=part)
             total += part
-        return total.to(torch.float64)
+        return total  # float32: converted exactly to float64 where it is added or rounded
     weighted64 = delta.to(torch.float64) * factors[:, None]
     return weighted64.T @ act.to(torch.float64)
 
