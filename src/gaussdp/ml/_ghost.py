@@ -311,6 +311,8 @@ def per_example_losses(
     batch = output.shape[0]
     if loss_fn in _ELEMENTWISE_LOSSES or (loss_fn in _CLASS_LOSSES and output.dim() == 2):
         unreduced: torch.Tensor = loss_fn(output, targets, reduction="none")
+        if unreduced.shape == (batch,):  # one value per example: its own mean
+            return unreduced
         if unreduced.shape[:1] == (batch,):
             return unreduced.reshape(batch, -1).mean(1)
 
@@ -900,9 +902,12 @@ def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
     return single + merged
 
 
-def _drop(t: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
-    """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread."""
-    if not bool(dropped.any()):
+def _drop(t: torch.Tensor, dropped: torch.Tensor | None) -> torch.Tensor:
+    """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread.
+
+    ``None``: no example is dropped (checked once by the caller).
+    """
+    if dropped is None or not bool(dropped.any()):
         return t
     t = t.clone()
     t[dropped] = 0
@@ -972,19 +977,21 @@ def clipped_sums(
             squared.index_add_(0, part.example, next(bounds) * (1 + 2.0**-30))
     factors = factors_of(squared)
     dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
+    any_dropped = dropped if bool(dropped.any()) else None
     sums: dict[int, torch.Tensor] = {}
     for part in parts:
         if isinstance(part, _Outer):
-            act, d = _drop(part.act, dropped), _drop(part.delta, dropped)
+            act, d = _drop(part.act, any_dropped), _drop(part.delta, any_dropped)
             if part.module.weight.requires_grad:
                 sums[id(part.module.weight)] = _outer_sum(
                     d, act, factors, *outer_bounds[id(part)], float32=float32
                 )  # Σᵢ cᵢδᵢaᵢᵀ
             if part.module.bias is not None and part.module.bias.requires_grad:
-                sums[id(part.module.bias)] = (d.to(torch.float64) * factors[:, None]).sum(0)
+                # Σᵢ cᵢδᵢ in float64, one product (any order: the bound of the notes)
+                sums[id(part.module.bias)] = factors @ d.to(torch.float64)
         elif isinstance(part, _Dense):
             total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
-            _add_weighted(total, _drop(part.grads, dropped), factors)
+            _add_weighted(total, _drop(part.grads, any_dropped), factors)
             sums[id(part.param)] = total.reshape(part.param.shape)
         elif isinstance(part, _Chunked):
             # The same examples' gradients formed again. Should a kernel not give the

@@ -710,6 +710,8 @@ class _Engine:
         self.proofs: dict[tuple[Any, ...], Proven | str] = {}
         self.loss_fn = loss_fn
         self.names = [k for k, v in module.named_parameters() if v.requires_grad]
+        # Where each was found: the path of submodules and the parameter's attribute name.
+        self.places = [(tuple(n.split(".")[:-1]), n.split(".")[-1]) for n in self.names]
         self.params = [v for v in module.parameters() if v.requires_grad]
         self.device = self.params[0].device if self.params else torch.device("cpu")
         dim = sum(p.numel() for p in self.params)
@@ -787,8 +789,14 @@ class _Engine:
 
         A reassigned parameter (``net.a.weight = nn.Parameter(...)``) is not the one
         clipped and noised: its gradient would be missing from the clipped sum.
-        Raised before anything is computed or drawn.
+        Raised before anything is computed or drawn. Each parameter is first looked up
+        where make_private found it (the submodules' and parameters' own dicts, as
+        ``parameters()`` walks them); only if one is not there are all the model's
+        parameters listed (a parameter moved elsewhere in the model still counts).
         """
+        places = zip(self.places, self.params, strict=True)
+        if all(_holds(self.module, where, p) for where, p in places):
+            return
         present = {id(p) for p in self.module.parameters()}
         gone = [n for n, p in zip(self.names, self.params, strict=True) if id(p) not in present]
         if gone:
@@ -1650,6 +1658,21 @@ def _rng_moved(state: RngState, device: torch.device) -> bool:
     if not torch.equal(now[0], state[0]):
         return True
     return now[1] is not None and state[1] is not None and not torch.equal(now[1], state[1])
+
+
+def _holds(model: nn.Module, place: tuple[tuple[str, ...], str], param: torch.Tensor) -> bool:
+    """Whether ``param`` is still registered at ``place`` (submodule path, name) in ``model``.
+
+    Through the ``_modules`` and ``_parameters`` dicts, which ``model.parameters()`` walks.
+    """
+    path, name = place
+    module = model
+    for part in path:
+        inner = module._modules.get(part)
+        if inner is None:
+            return False
+        module = inner
+    return module._parameters.get(name) is param
 
 
 def _batch_of(leaves: list[Any]) -> int:
