@@ -104,8 +104,10 @@ Several calls for one step. One step's batch may come in several calls (micro-ba
 ``model.backward`` per part, or a forward and ``loss.backward()`` per part). The bound
 above is kept for the step's whole sum: the calls' float64 sums (lattice units) are
 added up unrounded and rounded once, when the step reads them (``_Engine.pending`` in
-:mod:`gaussdp.ml.dpsgd`). Rounding each call's sum on its own would not do: with
-fixed-size micro-batches of a Poisson batch, removing one example moves every later
+:mod:`gaussdp.ml.dpsgd`; a float32 product's total is kept in float32 and counts as the
+float64 value it converts to exactly: no rounding is added). Rounding each call's sum
+on its own would not do: with fixed-size micro-batches of a Poisson batch, removing
+one example moves every later
 example into the call before, and every later call's rounding may change by one unit
 per coordinate between the neighbours — up to (m − 1)·√d beyond the sensitivity bound
 for m calls (8 calls of 2 examples in 4 dimensions: 518.6 lattice units against a bound
