@@ -105,31 +105,30 @@ Several calls for one step. One step's batch may come in several calls (micro-ba
 above is kept for the step's whole sum: the calls' float64 sums (lattice units) are
 added up unrounded and rounded once, when the step reads them (``_Engine.pending`` in
 :mod:`gaussdp.ml.dpsgd`; a float32 product's total is kept in float32 and counts as the
-float64 value it converts to exactly: no rounding is added). Rounding each call's sum
-on its own would not do: with fixed-size micro-batches of a Poisson batch, removing
-one example moves every later
-example into the call before, and every later call's rounding may change by one unit
-per coordinate between the neighbours — up to (m − 1)·√d beyond the sensitivity bound
-for m calls (8 calls of 2 examples in 4 dimensions: 518.6 lattice units against a bound
-of 514, ``tests/ml/test_ghost_edge_cases.py``). The float error is then bounded for the
-whole step, B its examples. Each call the ghost path takes has at least one example, and
-adding the calls' sums (any tree over the m calls) puts a term through at most m − 1
-float64 additions more, so a float64 term goes through at most B_j + 2 + m − 1 ≤ B + 2
-roundings: γ_{B+2}·B·C as above. Float32 is allowed only to the call that finds no
-ghost sum of the step held yet (``float32`` of :func:`clipped_sums`); every later call
-computes its Linear products in float64. With the first call's B₁, k and n
-((k + n + 1)·B₁ ≤ 2¹⁴ − 2⁶), its float32 terms have relative error at most
-(1 + γ_{k+n+1})(1 + γ_{m−1}) − 1 (float32, then float64 γ), every other term at most
-γ_{B+2} in float64, so the step's error is at most
-[γ_{k+n+1}·B₁ + (1 + γ_{k+n+1})·γ_{B+2}·B]·C. In exact rationals (the float32
-γ_{k+n+1}·B₁ ≤ γ_{2¹⁴−2⁶} < 0.99707·2⁻¹⁰, the float64 γ_{B+2}·B < 0.99994·2⁻²¹ for
-B ≤ 2¹⁶ − 3) that is below 2⁻¹⁰·C − 2.5·2⁻²⁰·C, and the underflows' 2⁻³⁶·C/γ fit in
-the rest: the step's error stays within 2⁻¹⁰·C, whatever the number of calls. Which
-call may use float32 depends on the order of the calls only, never on the data. The
-bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`, while :func:`check_batch` refuses
-each call: a step whose calls stay within the limit but whose batch does not is the
-event B > GHOST_MAX_BATCH of the Poisson batch, whose probability (≤ GHOST_TAIL) the
-(1 + e^ε)·p added to δ below already pays for, whatever happens on it.
+float64 value it converts to exactly: no rounding is added). Rounding each call's sum on
+its own would not do: with fixed-size micro-batches of a Poisson batch, removing one
+example moves every later example into the call before, and every later call's rounding
+may change by one unit per coordinate between the neighbours — up to (m − 1)·√d beyond
+the sensitivity bound for m calls (8 calls of 2 examples in 4 dimensions: 518.6 lattice
+units against a bound of 514, ``tests/ml/test_ghost_edge_cases.py``). The float error is
+then bounded for the whole step, B its examples. Each call the ghost path takes has at
+least one example, and adding the calls' sums (any tree over the m calls) puts a term
+through at most m − 1 float64 additions more, so a float64 term goes through at most B_j
++ 2 + m − 1 ≤ B + 2 roundings: γ_{B+2}·B·C as above. Float32 is allowed only to the call
+that finds no ghost sum of the step held yet (``float32`` of :func:`clipped_sums`);
+every later call computes its Linear products in float64. With the first call's B₁, k
+and n ((k + n + 1)·B₁ ≤ 2¹⁴ − 2⁶), its float32 terms have relative error at most (1 +
+γ_{k+n+1})(1 + γ_{m−1}) − 1 (float32, then float64 γ), every other term at most γ_{B+2}
+in float64, so the step's error is at most [γ_{k+n+1}·B₁ + (1 + γ_{k+n+1})·γ_{B+2}·B]·C.
+In exact rationals (the float32 γ_{k+n+1}·B₁ ≤ γ_{2¹⁴−2⁶} < 0.99707·2⁻¹⁰, the float64
+γ_{B+2}·B < 0.99994·2⁻²¹ for B ≤ 2¹⁶ − 3) that is below 2⁻¹⁰·C − 2.5·2⁻²⁰·C, and the
+underflows' 2⁻³⁶·C/γ fit in the rest: the step's error stays within 2⁻¹⁰·C, whatever the
+number of calls. Which call may use float32 depends on the order of the calls only,
+never on the data. The bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`, while
+:func:`check_batch` refuses each call: a step whose calls stay within the limit but
+whose batch does not is the event B > GHOST_MAX_BATCH of the Poisson batch, whose
+probability (≤ GHOST_TAIL) the (1 + e^ε)·p added to δ below already pays for, whatever
+happens on it.
 
 Ghost or per-example: decided for the run, never by the batch. The per-example path
 rounds each clipped contribution to the lattice and sums the integers; this path rounds
