@@ -408,6 +408,30 @@ def test_a_reassigned_parameter_is_refused_before_the_step_is_charged() -> None:
     assert (spend.spent, optimizer.steps) == (0, 0)
 
 
+def test_a_replaced_submodule_is_refused_and_a_moved_parameter_kept() -> None:
+    # check_params looks each parameter up where make_private found it first: a layer
+    # replaced whole (its old parameters still held by the old layer) is refused too,
+    # and a parameter registered elsewhere in the model still counts, as before.
+    net = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    model, optimizer, _ = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        delta=DELTA,
+        rng=ChaCha20Random(0),
+    )
+    engine = model._engine
+    first = net[0]
+    net[0] = nn.Linear(4, 3)
+    with pytest.raises(ValueError, match="the model's parameters must be the trainable"):
+        engine.check_params()
+    net[0] = nn.Sequential(first)  # the same parameters, one level deeper
+    engine.check_params()
+    assert optimizer.steps == 0
+
+
 def _in_child(work) -> int:  # type: ignore[no-untyped-def]
     """Run ``work`` in a forked child; its exit status: 0 if it returned, 1 if it raised."""
     pid = os.fork()

@@ -104,30 +104,31 @@ Several calls for one step. One step's batch may come in several calls (micro-ba
 ``model.backward`` per part, or a forward and ``loss.backward()`` per part). The bound
 above is kept for the step's whole sum: the calls' float64 sums (lattice units) are
 added up unrounded and rounded once, when the step reads them (``_Engine.pending`` in
-:mod:`gaussdp.ml.dpsgd`). Rounding each call's sum on its own would not do: with
-fixed-size micro-batches of a Poisson batch, removing one example moves every later
-example into the call before, and every later call's rounding may change by one unit
-per coordinate between the neighbours — up to (m − 1)·√d beyond the sensitivity bound
-for m calls (8 calls of 2 examples in 4 dimensions: 518.6 lattice units against a bound
-of 514, ``tests/ml/test_ghost_edge_cases.py``). The float error is then bounded for the
-whole step, B its examples. Each call the ghost path takes has at least one example, and
-adding the calls' sums (any tree over the m calls) puts a term through at most m − 1
-float64 additions more, so a float64 term goes through at most B_j + 2 + m − 1 ≤ B + 2
-roundings: γ_{B+2}·B·C as above. Float32 is allowed only to the call that finds no
-ghost sum of the step held yet (``float32`` of :func:`clipped_sums`); every later call
-computes its Linear products in float64. With the first call's B₁, k and n
-((k + n + 1)·B₁ ≤ 2¹⁴ − 2⁶), its float32 terms have relative error at most
-(1 + γ_{k+n+1})(1 + γ_{m−1}) − 1 (float32, then float64 γ), every other term at most
-γ_{B+2} in float64, so the step's error is at most
-[γ_{k+n+1}·B₁ + (1 + γ_{k+n+1})·γ_{B+2}·B]·C. In exact rationals (the float32
-γ_{k+n+1}·B₁ ≤ γ_{2¹⁴−2⁶} < 0.99707·2⁻¹⁰, the float64 γ_{B+2}·B < 0.99994·2⁻²¹ for
-B ≤ 2¹⁶ − 3) that is below 2⁻¹⁰·C − 2.5·2⁻²⁰·C, and the underflows' 2⁻³⁶·C/γ fit in
-the rest: the step's error stays within 2⁻¹⁰·C, whatever the number of calls. Which
-call may use float32 depends on the order of the calls only, never on the data. The
-bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`, while :func:`check_batch` refuses
-each call: a step whose calls stay within the limit but whose batch does not is the
-event B > GHOST_MAX_BATCH of the Poisson batch, whose probability (≤ GHOST_TAIL) the
-(1 + e^ε)·p added to δ below already pays for, whatever happens on it.
+:mod:`gaussdp.ml.dpsgd`; a float32 product's total is kept in float32 and counts as the
+float64 value it converts to exactly: no rounding is added). Rounding each call's sum on
+its own would not do: with fixed-size micro-batches of a Poisson batch, removing one
+example moves every later example into the call before, and every later call's rounding
+may change by one unit per coordinate between the neighbours — up to (m − 1)·√d beyond
+the sensitivity bound for m calls (8 calls of 2 examples in 4 dimensions: 518.6 lattice
+units against a bound of 514, ``tests/ml/test_ghost_edge_cases.py``). The float error is
+then bounded for the whole step, B its examples. Each call the ghost path takes has at
+least one example, and adding the calls' sums (any tree over the m calls) puts a term
+through at most m − 1 float64 additions more, so a float64 term goes through at most B_j
++ 2 + m − 1 ≤ B + 2 roundings: γ_{B+2}·B·C as above. Float32 is allowed only to the call
+that finds no ghost sum of the step held yet (``float32`` of :func:`clipped_sums`);
+every later call computes its Linear products in float64. With the first call's B₁, k
+and n ((k + n + 1)·B₁ ≤ 2¹⁴ − 2⁶), its float32 terms have relative error at most (1 +
+γ_{k+n+1})(1 + γ_{m−1}) − 1 (float32, then float64 γ), every other term at most γ_{B+2}
+in float64, so the step's error is at most [γ_{k+n+1}·B₁ + (1 + γ_{k+n+1})·γ_{B+2}·B]·C.
+In exact rationals (the float32 γ_{k+n+1}·B₁ ≤ γ_{2¹⁴−2⁶} < 0.99707·2⁻¹⁰, the float64
+γ_{B+2}·B < 0.99994·2⁻²¹ for B ≤ 2¹⁶ − 3) that is below 2⁻¹⁰·C − 2.5·2⁻²⁰·C, and the
+underflows' 2⁻³⁶·C/γ fit in the rest: the step's error stays within 2⁻¹⁰·C, whatever the
+number of calls. Which call may use float32 depends on the order of the calls only,
+never on the data. The bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`, while
+:func:`check_batch` refuses each call: a step whose calls stay within the limit but
+whose batch does not is the event B > GHOST_MAX_BATCH of the Poisson batch, whose
+probability (≤ GHOST_TAIL) the (1 + e^ε)·p added to δ below already pays for, whatever
+happens on it.
 
 Ghost or per-example: decided for the run, never by the batch. The per-example path
 rounds each clipped contribution to the lattice and sums the integers; this path rounds
@@ -311,6 +312,8 @@ def per_example_losses(
     batch = output.shape[0]
     if loss_fn in _ELEMENTWISE_LOSSES or (loss_fn in _CLASS_LOSSES and output.dim() == 2):
         unreduced: torch.Tensor = loss_fn(output, targets, reduction="none")
+        if unreduced.shape == (batch,):  # one value per example: its own mean
+            return unreduced
         if unreduced.shape[:1] == (batch,):
             return unreduced.reshape(batch, -1).mean(1)
 
@@ -900,9 +903,12 @@ def _one_per_param(parts: list[Part], batch: int) -> list[Part]:
     return single + merged
 
 
-def _drop(t: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
-    """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread."""
-    if not bool(dropped.any()):
+def _drop(t: torch.Tensor, dropped: torch.Tensor | None) -> torch.Tensor:
+    """Rows of dropped examples (factor 0, possibly NaN) zeroed, so NaN cannot spread.
+
+    ``None``: no example is dropped (checked once by the caller).
+    """
+    if dropped is None or not bool(dropped.any()):
         return t
     t = t.clone()
     t[dropped] = 0
@@ -918,14 +924,16 @@ def clipped_sums(
     *,
     float32: bool = True,
 ) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
-    """Clipped per-example gradient sums (float64) keyed by ``id(param)``, and squared norms.
+    """Clipped per-example gradient sums keyed by ``id(param)``, and squared norms.
 
     ``deltas`` are the gradients of the per-example objective with respect to every
     recorded output, layer after layer (None for an output that does not reach it);
     ``batch`` is the number of examples. ``factors_of`` turns per-example squared-norm
     bounds into clip factors, min(1, C/‖gᵢ‖)·:data:`GHOST_MARGIN` for the sensitivity
     bound of the module notes. ``float32=False`` computes every sum in float64 (a
-    step's later calls, module notes "Several calls for one step").
+    step's later calls, module notes "Several calls for one step"). Sums are float64,
+    except a Linear weight's float32 product (:func:`_outer_sum`), whose float32 total
+    stands for the float64 sum of the same values.
     """
     position = 0
     for record in records:
@@ -970,19 +978,21 @@ def clipped_sums(
             squared.index_add_(0, part.example, next(bounds) * (1 + 2.0**-30))
     factors = factors_of(squared)
     dropped = factors == 0  # non-finite gradients count as zero (see clip_factors)
+    any_dropped = dropped if bool(dropped.any()) else None
     sums: dict[int, torch.Tensor] = {}
     for part in parts:
         if isinstance(part, _Outer):
-            act, d = _drop(part.act, dropped), _drop(part.delta, dropped)
+            act, d = _drop(part.act, any_dropped), _drop(part.delta, any_dropped)
             if part.module.weight.requires_grad:
                 sums[id(part.module.weight)] = _outer_sum(
                     d, act, factors, *outer_bounds[id(part)], float32=float32
                 )  # Σᵢ cᵢδᵢaᵢᵀ
             if part.module.bias is not None and part.module.bias.requires_grad:
-                sums[id(part.module.bias)] = (d.to(torch.float64) * factors[:, None]).sum(0)
+                # Σᵢ cᵢδᵢ in float64, one product (any order: the bound of the notes)
+                sums[id(part.module.bias)] = factors @ d.to(torch.float64)
         elif isinstance(part, _Dense):
             total = torch.zeros(part.param.numel(), dtype=torch.float64, device=device)
-            _add_weighted(total, _drop(part.grads, dropped), factors)
+            _add_weighted(total, _drop(part.grads, any_dropped), factors)
             sums[id(part.param)] = total.reshape(part.param.shape)
         elif isinstance(part, _Chunked):
             # The same examples' gradients formed again. Should a kernel not give the
@@ -1063,13 +1073,15 @@ def _outer_sum(
     *,
     float32: bool = True,
 ) -> torch.Tensor:
-    """Σᵢ cᵢδᵢaᵢᵀ (float64) of a Linear layer on ``[B, features]``: float32 where allowed.
+    """Σᵢ cᵢδᵢaᵢᵀ of a Linear layer on ``[B, features]``: float32 where allowed, else float64.
 
     ``delta_sq`` and ``act_sq`` are the per-example bounds on ‖δᵢ‖² and ‖aᵢ‖²; rows with
     factor 0 are zero in ``delta`` and ``act``. In float32 (module notes: ``float32``
     true, IEEE products on the CPU, :func:`float32_chunks`, factors and norms in range;
     weights of at least 2¹⁴ entries) the examples are split into n ranges, one product
-    each, summed in float32; otherwise one float64 product.
+    each, summed in float32, and the float32 total is returned (its values, converted
+    exactly, are the float64 sum's; no float64 copy is made here); otherwise one float64
+    product.
     """
     batch, out_features, in_features = act.shape[0], delta.shape[1], act.shape[1]
     chunks = (
@@ -1093,7 +1105,7 @@ def _outer_sum(
             # each range's product on its own, then added: one more rounding per range
             torch.mm(weighted[a:b].T, act[a:b], out=part)
             total += part
-        return total.to(torch.float64)
+        return total  # float32: converted exactly to float64 where it is added or rounded
     weighted64 = delta.to(torch.float64) * factors[:, None]
     return weighted64.T @ act.to(torch.float64)
 

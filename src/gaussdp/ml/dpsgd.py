@@ -263,13 +263,13 @@ def _squared_norms_upper(blocks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             groups.setdefault((flat.shape[0], flat.device), []).append(i)
     for members in groups.values():
         stacked = _chunked_bounds([plans[i] for i in members])
-        overflowed = ~torch.isfinite(stacked)
-        if bool(overflowed.any()):
+        if not bool(torch.isfinite(stacked).all()):
+            overflowed = ~torch.isfinite(stacked)
             for row, i in enumerate(members):
                 if bool(overflowed[row].any()):
                     _rescaled_rows(stacked[row], plans[i][0], overflowed[row])
-        for row, i in enumerate(members):
-            bounds[i] = stacked[row]
+        for i, bound in zip(members, stacked.unbind(0), strict=True):
+            bounds[i] = bound
     return [b for b in bounds if b is not None]
 
 
@@ -327,32 +327,45 @@ def _chunked_bounds(plans: Sequence[tuple[torch.Tensor, int, float]]) -> torch.T
     partials, constants = [], []
     for flat, m, u in plans:
         batch, k = flat.shape
-        chunks = flat.reshape(batch, k // m, m)
-        partials.append(torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1))
+        if m == k:  # one chunk: its dot product, converted (exactly) with the others below
+            partials.append(torch.linalg.vecdot(flat, flat))
+        else:
+            chunks = flat.reshape(batch, k // m, m)
+            partials.append(torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1))
         gamma = m * u / (1 - m * u)
         tiny = float(torch.finfo(flat.dtype).tiny)
         constants.append([1 + (k // m) * 2.0**-52, 1 - gamma, k * tiny, k * tiny * 2.0**40])
-    partial = torch.stack(partials)
-    c = torch.tensor(constants, dtype=torch.float64, device=partial.device)
-    partial *= c[:, 0:1]
-    bound: torch.Tensor = (partial / c[:, 1:2] + c[:, 2:3]) * (1 + 2.0**-40)
+    partial = torch.stack(partials).to(torch.float64)
+    # The same float64 operations on the same values either way; on the CPU in numpy,
+    # whose calls on these few hundred values cost a fraction of torch's.
+    cpu = partial.device.type == "cpu"
+    values: Any = partial.detach().numpy() if cpu else partial
+    c: Any = (
+        np.array(constants)
+        if cpu
+        else torch.tensor(constants, dtype=torch.float64, device=partial.device)
+    )
+    values *= c[:, 0:1]  # in place: ``partial`` holds the same memory on the CPU
+    bound = torch.as_tensor((values / c[:, 1:2] + c[:, 2:3]) * (1 + 2.0**-40))
+    if not bool((values < c[:, 3:4]).any()):
+        return bound
+    c = torch.as_tensor(c, device=partial.device)
     faint = partial < c[:, 3:4]
-    if bool(faint.any()):
-        for row, (flat, _, _) in enumerate(plans):
-            if not bool(faint[row].any()):
-                continue
-            # Magnitudes compared as integers (the bit patterns of non-negative floats
-            # are ordered like their values): with denormals flushed
-            # (``torch.set_flush_denormal``, which also treats subnormal inputs as 0), a
-            # float comparison would count a subnormal entry as 0 although its square is
-            # lost.
-            tiny = float(torch.finfo(flat.dtype).tiny)
-            ints = _SAME_WIDTH_INT[flat.dtype]
-            bits = flat[faint[row]].view(ints) & torch.iinfo(ints).max  # sign bit cleared
-            limit = torch.tensor(2 * math.sqrt(tiny), dtype=flat.dtype).view(ints)  # 2√t
-            small = ((bits != 0) & (bits < limit)).sum(1, dtype=torch.float64)
-            slack = partial[row, faint[row]] / c[row, 1] + 4 * tiny * small
-            bound[row, faint[row]] = slack * (1 + 2.0**-40)
+    for row, (flat, _, _) in enumerate(plans):
+        if not bool(faint[row].any()):
+            continue
+        # Magnitudes compared as integers (the bit patterns of non-negative floats
+        # are ordered like their values): with denormals flushed
+        # (``torch.set_flush_denormal``, which also treats subnormal inputs as 0), a
+        # float comparison would count a subnormal entry as 0 although its square is
+        # lost.
+        tiny = float(torch.finfo(flat.dtype).tiny)
+        ints = _SAME_WIDTH_INT[flat.dtype]
+        bits = flat[faint[row]].view(ints) & torch.iinfo(ints).max  # sign bit cleared
+        limit = torch.tensor(2 * math.sqrt(tiny), dtype=flat.dtype).view(ints)  # 2√t
+        small = ((bits != 0) & (bits < limit)).sum(1, dtype=torch.float64)
+        slack = partial[row, faint[row]] / c[row, 1] + 4 * tiny * small
+        bound[row, faint[row]] = slack * (1 + 2.0**-40)
     return bound
 
 
@@ -743,6 +756,8 @@ class _Engine:
         self.proofs: dict[tuple[Any, ...], Proven | str] = {}
         self.loss_fn = loss_fn
         self.names = [k for k, v in module.named_parameters() if v.requires_grad]
+        # Where each was found: the path of submodules and the parameter's attribute name.
+        self.places = [(tuple(n.split(".")[:-1]), n.split(".")[-1]) for n in self.names]
         self.params = [v for v in module.parameters() if v.requires_grad]
         self.device = self.params[0].device if self.params else torch.device("cpu")
         dim = sum(p.numel() for p in self.params)
@@ -900,8 +915,14 @@ class _Engine:
 
         A reassigned parameter (``net.a.weight = nn.Parameter(...)``) is not the one
         clipped and noised: its gradient would be missing from the clipped sum.
-        Raised before anything is computed or drawn.
+        Raised before anything is computed or drawn. Each parameter is first looked up
+        where make_private found it (the submodules' and parameters' own dicts, as
+        ``parameters()`` walks them); only if one is not there are all the model's
+        parameters listed (a parameter moved elsewhere in the model still counts).
         """
+        places = zip(self.places, self.params, strict=True)
+        if all(_holds(self.module, where, p) for where, p in places):
+            return
         present = {id(p) for p in self.module.parameters()}
         gone = [n for n, p in zip(self.names, self.params, strict=True) if id(p) not in present]
         if gone:
@@ -1792,6 +1813,21 @@ def _without_autocast(device: torch.device) -> Iterator[None]:
         for kind in {"cpu", device.type}:
             stack.enter_context(torch.autocast(kind, enabled=False))
         yield
+
+
+def _holds(model: nn.Module, place: tuple[tuple[str, ...], str], param: torch.Tensor) -> bool:
+    """Whether ``param`` is still registered at ``place`` (submodule path, name) in ``model``.
+
+    Through the ``_modules`` and ``_parameters`` dicts, which ``model.parameters()`` walks.
+    """
+    path, name = place
+    module = model
+    for part in path:
+        inner = module._modules.get(part)
+        if inner is None:
+            return False
+        module = inner
+    return module._parameters.get(name) is param
 
 
 def _batch_of(leaves: list[Any]) -> int:

@@ -59,6 +59,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from gaussdp._validation import check_int, check_positive, redacted
@@ -278,19 +279,22 @@ class SumNoiser:
         return 1.0 if self._lattice is None else self._lattice.gamma
 
     def accumulate_sums(self, sums: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Prepare float64 sums of clipped contributions (ghost clipping) for :meth:`release`.
+        """Prepare float sums of clipped contributions (ghost clipping) for :meth:`release`.
 
         The sums are in units of :attr:`unit` (the caller scales its clip factors by
         1/unit, an exact power of two). Secure path: each sum is rounded to the lattice
-        in place; the caller guarantees that neighbouring sums differ by at most C/γ in
-        L2 norm, float error included (see :mod:`gaussdp.ml._ghost`), so the rounded
-        sums differ by at most C/γ + √d. Otherwise the float32 sums. The caller's
+        (float32 and float64 sums in their own dtype, which holds the rounded values
+        exactly; others in float64); the caller guarantees that neighbouring sums differ
+        by at most C/γ in L2 norm, float error included (see :mod:`gaussdp.ml._ghost`),
+        so the rounded sums differ by at most C/γ + √d. Otherwise the float32 sums. The caller's
         tensors are left as they are (DP-SGD rounds the sums of a step's calls so far
         whenever it reads them, and keeps adding to the unrounded ones).
         """
         if self._lattice is None:
             return [s.to(torch.float32) for s in sums]
-        return [s.to(torch.float64).round() for s in sums]
+        # A float32 or float64 value rounds to an integer of its own type, exactly: the
+        # same values as rounding in float64, without a float64 copy (release converts).
+        return [s.round() if s.dtype in _ROUND_EXACT else s.to(torch.float64).round() for s in sums]
 
     def release(
         self,
@@ -315,21 +319,28 @@ class SumNoiser:
             )
         # On the CPU: the noise is drawn there (CUDA sums are copied over, and the caller
         # copies the result back; the noise never leaves the exact integer path before).
-        flat = torch.cat([s.reshape(-1).to("cpu", torch.float64) for s in sums])
-        if self._sigma > 0 and self._lattice is None:  # insecure-float
-            generator = torch.Generator().manual_seed(self._rng.randbits(63))
-            flat += torch.normal(0.0, self._sigma * self._clip, flat.shape, generator=generator)
-        elif self._sigma > 0:
+        pieces = [s.detach().reshape(-1).to("cpu") for s in sums]
+        result = torch.empty(self._dim, dtype=torch.float32) if out is None else out.reshape(-1)
+        into = result if result.device.type == "cpu" and result.is_contiguous() else None
+        if self._sigma > 0 and self._lattice is not None and into is not None:
             assert self._stream is not None
-            assert self._lattice is not None
             # A fresh ChaCha20 key per release. Integers below 2**53 add exactly in
-            # float64; multiplying by γ = 2**k is exact, the rest is post-processing.
-            # The view of the worker's memory is added at once and not kept (no copy).
-            np.add(flat.numpy(), self._stream._next(), out=flat.numpy())
-            scale *= self._lattice.gamma
-        if scale != 1.0:
-            flat *= scale
-        result = flat.to(torch.float32) if out is None else out.reshape(-1).copy_(flat)
+            # float64; multiplying by γ = 2**k is exact, the rest is post-processing. The
+            # view of the worker's memory is read at once and not kept (no copy).
+            _noisy_into(pieces, self._stream._next(), scale * self._lattice.gamma, into)
+        else:
+            flat = torch.cat(pieces, out=torch.empty(self._dim, dtype=torch.float64))
+            if self._sigma > 0 and self._lattice is None:  # insecure-float
+                generator = torch.Generator().manual_seed(self._rng.randbits(63))
+                flat += torch.normal(0.0, self._sigma * self._clip, flat.shape, generator=generator)
+            elif self._sigma > 0:  # the output is not the CPU's: as above, then copied over
+                assert self._stream is not None
+                assert self._lattice is not None
+                np.add(flat.numpy(), self._stream._next(), out=flat.numpy())
+                scale *= self._lattice.gamma
+            if scale != 1.0:
+                flat *= scale
+            result.copy_(flat)
         return [
             block.reshape(s.shape)
             for block, s in zip(torch.split(result, sizes), sums, strict=True)
@@ -359,6 +370,37 @@ def _float_sum(block: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
 
 
 _WIDER_THAN_FLOAT32 = (torch.float64, torch.complex128)
+
+# Types in which rounding to an integer is exact (the result is one of the type's values).
+_ROUND_EXACT = (torch.float32, torch.float64)
+
+# Coordinates per pass of _noisy_into: its float64 scratch (256 KB) stays in the cache.
+_NOISY_CHUNK = 2**15
+
+
+def _noisy_into(
+    pieces: Sequence[torch.Tensor], noise: npt.NDArray[np.int64], scale: float, out: torch.Tensor
+) -> None:
+    """``out[:] = (cat(pieces) + noise) * scale``, in float64, then rounded to float32.
+
+    ``pieces`` are the CPU blocks of the sums (integers in float32 or float64, converted
+    exactly), ``noise`` the int64 lattice noise (exact in float64 below 2**53), ``out``
+    a contiguous float32 CPU tensor that receives the float64 product rounded to float32
+    — the values of a float64 copy of the sums plus the noise, times ``scale``, then cast,
+    computed a few thousand coordinates at a time so that no float64 vector is written
+    out whole.
+    """
+    result = out.numpy()
+    scratch = np.empty(min(_NOISY_CHUNK, result.size))
+    offset = 0
+    for piece in pieces:
+        values = (piece if piece.dtype in _ROUND_EXACT else piece.to(torch.float64)).numpy()
+        for a in range(0, values.size, _NOISY_CHUNK):
+            b = min(a + _NOISY_CHUNK, values.size)
+            part = scratch[: b - a]
+            np.add(values[a:b], noise[offset + a : offset + b], out=part)
+            np.multiply(part, scale, out=result[offset + a : offset + b], casting="same_kind")
+        offset += values.size
 
 
 def _lattice_sum(

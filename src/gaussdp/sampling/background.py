@@ -326,19 +326,21 @@ class _Worker:
         """Ask for the next vector in the other slot; False if the worker is gone."""
         assert self._proc.stdin is not None
         self._slot ^= 1
+        request = bytes([self._slot]) + key
         try:
-            self._proc.stdin.write(bytes([self._slot]) + key)
-            self._proc.stdin.flush()
-        except OSError:
+            # One write(2) on the pipe's descriptor (nothing is ever buffered in the file
+            # object): a pipe takes up to PIPE_BUF (≥ 512) bytes at once, whole.
+            written = os.write(self._proc.stdin.fileno(), request)
+        except (OSError, ValueError):  # ValueError: the file object is closed
             return False
-        return True
+        return written == len(request)
 
     def result(self) -> IntArray | None:
         """Wait for the vector asked for last; None if the worker is gone."""
         assert self._proc.stdout is not None
         try:
-            reply = self._proc.stdout.read(1)
-        except OSError:
+            reply = os.read(self._proc.stdout.fileno(), 1)  # unbuffered: one read(2)
+        except (OSError, ValueError):  # ValueError: the file object is closed
             return None
         if reply != _OK:
             return None

@@ -1335,8 +1335,41 @@ def _discrete_gaussian_into(sigma2: Fraction, out: IntArray, rng: RandomSource) 
     if plan is None or plan.huge is not None or n <= _FEW_MAX:
         out[:] = discrete_gaussian(exact, n, rng=rng)
         return
-    draw = _gaussian_drawer(plan, rng)
-    _draw(draw.batch, n, draw.acceptance, lambda _: out, None)
+    assert isinstance(plan, _GaussianPlan)
+    zig, fused = plan.ziggurat, _Kernels.fused
+    if zig is None or fused is None:
+        draw = _gaussian_drawer(plan, rng)
+        _draw(draw.batch, n, draw.acceptance, lambda _: out, None)
+        return
+    # _draw over the blocks of _gaussian_ziggurat, the same words block by block, with
+    # the compiled kernel writing a block's accepted values straight into ``out`` where
+    # the whole block fits (it writes one entry per lane, kept ones at the front): no
+    # copy of the block, no arrays per block. The same values.
+    t = zig.tables
+    codes = np.empty(_CHUNK, dtype=np.uint8)
+    scratch = np.empty(_CHUNK, dtype=np.int64)
+    have = 0
+    while have < n:
+        m = min(math.ceil((n - have) / plan.acceptance * 1.02) + 16, _CHUNK)
+        words = rng.words(m)
+        fits = have + m <= n
+        target = out[have : have + m] if fits else scratch[:m]
+        count = fused.ziggurat_block(
+            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.packed_thresholds, t.ratios,
+            zig.inv_two_sigma2_f, codes[:m], target,
+        )  # fmt: skip
+        if count < 0:  # lanes left to decide: as _gaussian_ziggurat, into ``out`` after
+            values = zig.signed(words, codes[:m])  # the kernel's codes
+            zig.finish(words, values, codes[:m], rng)
+            part = accepted(values, codes[:m])
+        elif fits:  # already in place
+            have += count
+            continue
+        else:
+            part = scratch[:count]
+        count = min(len(part), n - have)
+        out[have : have + count] = part[:count]
+        have += count
 
 
 @overload
