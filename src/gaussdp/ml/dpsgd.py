@@ -63,6 +63,7 @@ import math
 import secrets
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -1737,16 +1738,29 @@ class _Record:
 
 
 class _Capture(torch.autograd.Function):
-    """Identity on the model's outputs whose backward records ∂loss/∂output and stops there."""
+    """Identity on the model's outputs whose backward records ∂loss/∂output and stops there.
+
+    The autograd node holds its record weakly: the record holds the captured outputs
+    (through its loss-check probe), whose node this is, and a strong reference would
+    close a cycle through torch's C++ graph that Python's garbage collector cannot
+    follow — every step's record, with its batch's activations and graph, was kept for
+    the life of the process (≈ 50 MB a step on the transformer of
+    ``benchmarks/dpsgd.py``). The engine holds each record until the step that uses
+    or drops it; a backward through the outputs of a record no step will use (dropped,
+    or already stepped on) records nothing, as before, when its gradients went to a
+    record no step read.
+    """
 
     @staticmethod
     def forward(ctx: Any, record: _Record, anchor: torch.Tensor, *outputs: torch.Tensor) -> Any:
-        ctx.record = record
+        ctx.record = weakref.ref(record)
         return tuple(o.view_as(o) for o in outputs)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
-        ctx.record.capture(grads)
+        record = ctx.record()
+        if record is not None:
+            record.capture(grads)
         return (None, None, *(None for _ in grads))
 
 
