@@ -555,3 +555,95 @@ def test_an_error_while_the_batches_are_read_is_one_line(monkeypatch: pytest.Mon
     assert "\n" not in str(caught.value)
     assert "secret" not in str(caught.value)
     assert caught.value.__cause__ is None or "secret" not in str(caught.value.__cause__)
+
+
+def test_the_keys_read_decides_key_filters_per_group_as_row_by_row() -> None:
+    """:func:`keys_sql` counts a key column and ``kept`` once a group (its rows share the
+    key values): the same per-group numbers as counting row by row with the template's
+    filter, with NULL, NaN and ±0 float keys, ``'nan'`` text keys in any case, and a float
+    privacy unit with NaN and NULL."""
+    import duckdb
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    con = duckdb.connect()
+    frame = pd.DataFrame(
+        {
+            "pu": rng.choice([1.0, 2.0, 3.5, np.nan, None], n),
+            "k0": rng.choice([0.0, -0.0, 1.5, np.nan, None], n),
+            "k1": rng.choice(["a", "nan", "NaN", "b", None], n),
+            "x0": rng.choice([1.0, np.nan, None], n),
+        }
+    )
+    con.register("frame", frame)
+    con.execute("CREATE VIEW v AS SELECT * FROM frame")
+    nan = {"pu": "float", "k0": "float", "k1": "text"}
+    b = sql_module.Bounding("v", ("k0", "k1"), None, (), (sql_module.Output("rows"),), 2, 2, 1, nan)
+    columns = ["pu", "k0", "k1", "x0"]
+    got = con.execute(
+        f"SELECT * FROM ({sql_module.keys_sql(b, columns)}) ORDER BY k0, k1"
+    ).fetchall()
+    row_filter = sql_module._row_filter(b.keys, nan)
+    want = con.execute(
+        "SELECT k0, k1, COUNT(pu), COUNT(k0), COUNT(k1), COUNT(x0), "
+        f"COUNT(*) FILTER (WHERE pu IS NOT NULL{row_filter}) FROM v GROUP BY k0, k1 "
+        "ORDER BY k0, k1"
+    ).fetchall()
+    assert len(got) == len(want) >= 12
+    assert sum(row[-1] for row in got) > 0
+    for g, w in zip(got, want, strict=True):
+        assert g[:2] == w[:2] or (g[0] != g[0] and w[0] != w[0] and g[1] == w[1])  # NaN keys
+        assert g[2:] == w[2:]
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "center", "gamma"),
+    [
+        (0.0, 60.0, None, 0.125),
+        (-100.0, 100.0, None, 0.5),
+        (-3.0, 5.0, 1.0, 0.03125),
+        (1e-300, 2e-300, None, 2.0**-1040),
+        (-1e300, 1e300, None, 2.0**988),
+    ],
+)
+def test_the_compiled_grid_integers_are_the_sqls(
+    lo: float, hi: float, center: float | None, gamma: float
+) -> None:
+    """The compiled loops put a value on the grid (``_compiled._grid``) as
+    :data:`~gaussdp.release.sql.TEMPLATE`'s text does in DuckDB, for NULL, NaN, ±0, ±inf,
+    the bounds and the doubles next to them, half-grid points and the doubles next to
+    them, subnormals and random values."""
+    import duckdb
+
+    from gaussdp.release import _compiled
+    from gaussdp.release.sql import ScalarValue, _base
+
+    rng = np.random.default_rng(5)
+    half = [(k + 0.5) * gamma for k in range(-8, 8)] + [lo + gamma / 2, hi - gamma / 2]
+    points = [lo, hi, 0.0, -0.0, 5e-324, -5e-324, 2.2e-308, np.inf, -np.inf, 1e308, -1e308]
+    points += half
+    near = np.array(points, np.float64)
+    values = np.concatenate(
+        [
+            near,
+            np.nextafter(near, np.inf),
+            np.nextafter(near, -np.inf),
+            rng.uniform(lo - (hi - lo), hi + (hi - lo), 2000),
+            [np.nan],
+        ]
+    )
+    column = pa.array([*values, None], pa.float64())
+    table = pa.table({"i": pa.array(range(len(column))), "x0": column})
+    con = duckdb.connect()
+    con.register("t", table)
+    value = ScalarValue("x0", lo, hi, gamma, center)
+    select = _base(keys=(), histogram=None, values=(value,), nan=None).value_select
+    want = [r[1] for r in con.execute(f"SELECT i{select} FROM t ORDER BY i").fetchall()]
+    got = [
+        _compiled._grid(x, lo, hi, center or 0.0, center is not None, gamma)
+        for x in column.to_numpy(zero_copy_only=False)
+    ]
+    null = _compiled._NULL
+    assert got == [null if w is None else w for w in want]
+    assert got.count(null) == 2
+    assert len(set(got)) > 10

@@ -4,10 +4,11 @@ Optional: needs numba (the ``torch`` extra); only :mod:`gaussdp.release.engines`
 this module, when a grouping can use it. It computes exactly what
 :func:`gaussdp.release.sql.grouping_sql`'s query returns, with no table per
 (unit, group): DuckDB sends the rows that the query's ``base`` step keeps
-(:func:`gaussdp.release.sql.stream_sql`: the same filters, clamps and grid integers,
-the same cell hash ``h`` and salt, and an exact integer code of the group keys that
-sorts as the keys do), in record batches, and the compiled loops here keep, per unit,
-its first L0 cells in the order ``(h, keys…)``:
+(:func:`gaussdp.release.sql.stream_sql`: the same filters, the same cell hash ``h`` and
+salt, an exact integer code of the group keys that sorts as the keys do, and each value
+as a double), in record batches; the compiled loops here put each value on the grid
+with the SQL's own operations (:func:`partition`), then keep, per unit, its first L0
+cells in the order ``(h, keys…)``:
 
 - a unit's state is at most L0 slots, each a cell ``(h, key code)`` with its row
   count and, per value, its valid-row count, exact integer sum and (for a variance)
@@ -27,7 +28,8 @@ No floating-point step: every number here is an integer.
 
 Memory and speed: each record batch is partitioned by a hash of the unit (a counting
 sort, :func:`partition`) into one buffer of packed rows (:func:`row_words` 64-bit words a
-row: the unit, ``h``, then the key code and the values as 32-bit fields), so that the
+row: the unit, ``h``, then the key code and the values' grid integers as 32-bit fields),
+so that the
 units of one partition, bounded together (:func:`bound_all`, one call for every
 partition), fit in the processor's cache. The buffer holds every row until all have
 arrived; it is sized from the rows DuckDB counted before (an exact count of the rows the
@@ -46,7 +48,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gaussdp.release.sql import STREAM_NULL, Bounding, Output, ScalarValue
+from gaussdp.release.sql import Bounding, Output, ScalarValue
 
 __all__ = ["KINDS", "bound", "bound_all", "partition", "row_bytes", "row_words", "warm"]
 
@@ -85,17 +87,47 @@ _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the unit
 _PART_BITS = 10  # 1024 partitions: ≈ 10³ units each at 10⁶ units, a table in L2
 _TABLE_ROWS = 256  # a partition's first table; doubled while its units do not fit
 _OK, _MEMORY, _INT64 = 0, 1, 2  # bound_all's outcomes
+#: A NULL or NaN value in the held rows (grid integers are ``|v| ≤ 2⁹ + 1``).
+_NULL = -(2**31)
+
+
+@_jit
+def _grid(
+    x: float, lo: float, hi: float, center: float, centred: bool, gamma: float
+) -> int:  # pragma: no cover - compiled
+    """The SQL's grid integer of one value (:func:`gaussdp.release.sql._base`): ``NULL``
+    (here NaN) or NaN → :data:`_NULL`, else ``FLOOR((LEAST(GREATEST(x, lo), hi)[ −
+    center]) / γ + ½)``, the same IEEE double operations in the same order (numba keeps
+    them: no fast-math; only a ±0 may differ from DuckDB's ``GREATEST``, and its grid
+    integer is the same)."""
+    if x != x:
+        return _NULL
+    c = min(max(x, lo), hi)
+    if centred:
+        c = c - center
+    return int(np.floor(c / gamma + 0.5))
 
 
 @_jit
 def partition(
-    pu: Any, h: Any, kc: Any, v: Any, bits: int, wide: Any, narrow: Any, start: int, offsets: Any
+    pu: Any,
+    h: Any,
+    kc: Any,
+    v: Any,
+    grid: Any,
+    bits: int,
+    wide: Any,
+    narrow: Any,
+    start: int,
+    offsets: Any,
 ) -> None:  # pragma: no cover - compiled
     """Write one batch's rows to ``wide[start:start + n]`` ordered by the top ``bits``
     (1 to 16) of their unit's hash (a counting sort): the unit and ``h`` as sortable int64
-    in ``wide`` (rows × words, int64), the key code and the values (``v``: int32, rows ×
-    values) in ``narrow``, the same buffer as int32 (fields 4, 5, …). ``offsets``
-    (``2**bits`` + 1) gets each partition's first row in the buffer, then the end."""
+    in ``wide`` (rows × words, int64), the key code and the values' grid integers
+    (:func:`_grid` of ``v``, rows × values, float64, NaN for NULL, with ``grid``'s row per
+    value: lo, hi, center, centred (0 or 1), γ) in ``narrow``, the same buffer as int32
+    (fields 4, 5, …). ``offsets`` (``2**bits`` + 1) gets each partition's first row in the
+    buffer, then the end."""
     n = pu.shape[0]
     nv = v.shape[1]
     shift = np.uint64(64 - bits)
@@ -117,7 +149,8 @@ def partition(
         wide[d, 1] = np.int64(h[r]) ^ _SIGN
         narrow[d, 4] = kc[r]
         for a in range(nv):
-            narrow[d, 5 + a] = v[r, a]
+            g = grid[a]
+            narrow[d, 5 + a] = _grid(v[r, a], g[0], g[1], g[2], g[3] != 0.0, g[4])
 
 
 @_jit
@@ -186,7 +219,7 @@ def _feed(
             table[p, hit + 2] += 1
             for a in range(nv):
                 x = np.int64(narrow[r, 5 + a])
-                if x != STREAM_NULL:
+                if x != _NULL:
                     c = hit + 3 + per * a
                     table[p, c] += 1
                     table[p, c + 1] += x
@@ -312,6 +345,14 @@ def bound(
     which = np.array([max(o.value, 0) for o in b.outputs], np.int64)
     lo = np.array([o.total_lo for o in b.outputs], np.int64)
     hi = np.array([o.total_hi for o in b.outputs], np.int64)
+    grid = np.array(
+        [
+            (x.lo, x.hi, x.center or 0.0, x.center is not None, x.gamma)
+            for x in b.values
+            if isinstance(x, ScalarValue)
+        ],
+        np.float64,
+    ).reshape(nv, 5)
     wide = _buffer(rows, row_words(nv))
     narrow = wide.view(np.int32)
     offsets: list[I64] = []
@@ -322,12 +363,12 @@ def bound(
             continue
         if held + n > rows:
             return None
-        v = np.empty((n, nv), np.int32)
-        for a in range(nv):
-            v[:, a] = batch.column(3 + a).to_numpy()
+        v = np.empty((n, nv), np.float64)
+        for a in range(nv):  # a NULL value: NaN, which _grid takes as the SQL takes NULL
+            v[:, a] = batch.column(3 + a).to_numpy(zero_copy_only=False)
         at = np.empty((1 << _PART_BITS) + 1, np.int64)
         pu, h, kc = (batch.column(i).to_numpy() for i in range(3))
-        partition(pu, h, kc, v, _PART_BITS, wide, narrow, held, at)
+        partition(pu, h, kc, v, grid, _PART_BITS, wide, narrow, held, at)
         offsets.append(at)
         held += n
     units = np.zeros(groups, np.int64)
@@ -354,7 +395,7 @@ def warm() -> None:
             pa.array([1], pa.int64()),
             pa.array([1], pa.uint64()),
             pa.array([0], pa.int32()),
-            pa.array([1], pa.int32()),
+            pa.array([1.0], pa.float64()),
         ],
         names=["pu", "h", "kc", "v0"],
     )
