@@ -172,12 +172,19 @@ def _feed(
     sw = 3 + per * nv
     mask = table.shape[0] - 1
     limit = (table.shape[0] * 5) // 8
+    # A unit's first slot: the bits of its Fibonacci hash just below the partition's (the
+    # top ones, which spread units best; the bits further down left sequential ids in a
+    # third of the slots, and lookups probed twice as far).
+    span, k = (offsets.shape[1] - 1) * table.shape[0], 0
+    while (np.int64(1) << k) < span:
+        k += 1
+    shift = np.uint64(max(64 - k, 0))
     table[:, 1] = 0
     count = 0
     for b in range(offsets.shape[0]):
         for r in range(offsets[b, q], offsets[b, q + 1]):
             u = wide[r, 0]
-            p = np.int64((np.uint64(u) * _MUL) >> np.uint64(24)) & mask
+            p = np.int64((np.uint64(u) * _MUL) >> shift) & mask
             while True:
                 if table[p, 1] == 0:
                     if count >= limit:
