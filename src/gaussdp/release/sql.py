@@ -79,6 +79,7 @@ __all__ = [
     "codes_sql",
     "double",
     "grouping_sql",
+    "key_hashes_sql",
     "keys_sql",
     "stream_sql",
     "tree_sql",
@@ -448,7 +449,7 @@ def grouping_sql(
 STREAM_TEMPLATE = (
     BASE_CTES
     + """
-SELECT CAST(pu AS BIGINT) AS pu, {cell_hash} AS h, gdp_codes.kc{values}
+SELECT CAST(pu AS BIGINT) AS pu, gdp_codes.kc{values}
 FROM base JOIN {codes} AS gdp_codes USING ({keys})"""
 )
 
@@ -552,24 +553,25 @@ def codes_sql(b: Bounding, keys_table: str) -> str:
 
 def stream_sql(b: Bounding, codes: str) -> str:
     """One row per input row that :data:`TEMPLATE`'s ``raw`` step keeps: the unit (an
-    integer column), the cell hash ``h`` (:data:`CELL_HASH`, the same salt), the key
-    code ``kc`` (from ``codes``, a table of :func:`codes_sql`'s rows) and each scalar
-    value as the DOUBLE that :data:`TEMPLATE` clamps, ``v0, v1, …`` (``CAST(x AS
-    DOUBLE)``: NULL where the value is NULL).
+    integer column, as BIGINT), the key code ``kc`` (from ``codes``, a table of
+    :func:`codes_sql`'s rows) and each scalar value as the DOUBLE that :data:`TEMPLATE`
+    clamps, ``v0, v1, …`` (``CAST(x AS DOUBLE)``: NULL where the value is NULL).
 
-    The filters and the cell hash are :data:`TEMPLATE`'s own text; the NULL and NaN
-    test, the clamp and the grid integer of each value are computed by
-    ``gaussdp.release._compiled`` with the same IEEE double operations (``LEAST``,
+    The filters are :data:`TEMPLATE`'s own text. The cell hash (:data:`CELL_HASH`) and
+    each value's NULL and NaN test, clamp and grid integer are computed by
+    ``gaussdp.release._compiled``: the hash from DuckDB's own hashes of the key values
+    and of the salt, as DuckDB combines them (checked against DuckDB before the path is
+    taken), the grid integers with the same IEEE double operations (``LEAST``,
     ``GREATEST``, a subtraction, a division by the power of two γ, ``+ ½``, ``FLOOR``;
-    none rounds differently in another order or engine), which costs DuckDB's
-    ``CASE`` a third of the stream's time.
+    none rounds differently in another order or engine). In DuckDB they cost the
+    stream two fifths of its time (a text hash of every row's keys, a ``CASE``).
 
     Examples
     --------
     >>> b = Bounding("v", ("k0",), None, (ScalarValue("x0", 0.0, 1.0, 0.5),),
     ...              (Output("sum", 0),), 2, 3, 5)
     >>> sql = stream_sql(b, "c")
-    >>> "hash(hash(pu, base.k0, 5)) AS h" in sql and "CAST(x0 AS DOUBLE) AS v0" in sql
+    >>> "CAST(pu AS BIGINT) AS pu, gdp_codes.kc, v0" in sql and "CAST(x0 AS DOUBLE) AS v0" in sql
     True
     """
     base = _base(keys=b.keys, histogram=b.histogram, values=(), nan=b.nan)
@@ -578,19 +580,32 @@ def stream_sql(b: Bounding, codes: str) -> str:
         if not isinstance(value, ScalarValue):  # pragma: no cover - engines.py checks
             raise ValueError("the compiled stream takes scalar values only")
         doubles += f", CAST({value.column} AS DOUBLE) AS v{i}"
-    qualified = "".join(f", base.{k}" for k in b.keys)
     return STREAM_TEMPLATE.format(
         source=b.source,
         raw_select=base.raw_select,
         key_filter=base.key_filter,
         key_select=base.key_select,
         value_select=doubles,
-        # base's own key columns (not the join's): the very values TEMPLATE hashes
-        cell_hash=CELL_HASH.format(keys=qualified, salt=int(b.salt)),
         values="".join(f", v{i}" for i in range(len(b.values))),
         codes=codes,
         keys=", ".join(b.keys),
     )
+
+
+def key_hashes_sql(b: Bounding, codes: str) -> str:
+    """DuckDB's ``hash`` of each key value of ``codes`` (a table of :func:`codes_sql`'s
+    rows), by key code, and of the salt (as :data:`CELL_HASH` writes it), in a list of
+    one value per key column, then the salt's: what :data:`CELL_HASH` combines with the
+    unit's hash (the compiled path combines them, ``gaussdp.release._compiled``).
+
+    Examples
+    --------
+    >>> b = Bounding("v", ("k0", "k1"), None, (), (Output("rows"),), 2, 3, 5)
+    >>> key_hashes_sql(b, "c")
+    'SELECT (SELECT list([hash(k0), hash(k1)] ORDER BY kc) FROM c), hash(5)'
+    """
+    hashes = ", ".join(f"hash({k})" for k in b.keys)
+    return f"SELECT (SELECT list([{hashes}] ORDER BY kc) FROM {codes}), hash({int(b.salt)})"
 
 
 @dataclass(frozen=True, slots=True)
