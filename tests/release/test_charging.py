@@ -158,3 +158,74 @@ def test_report_and_run_share_one_plan_until_an_input_changes(
     assert made == [1, 1, 2, 2]
     assert release.plan() is not release.plan()  # a fresh object each time
     assert made == [1, 1, 2, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("budget", "keys"),
+    [
+        (Budget(epsilon=1.0, delta=1e-6), None),  # exact parts, private partition selection
+        (Budget(epsilon=0.3, delta=1e-9), ["a", "b", "c"]),
+        (Budget(rho=0.5), ["a", "b", "c"]),
+    ],
+)
+def test_the_budget_check_reuses_the_plans_certified_spend_exactly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, budget: Budget, keys: list[str] | None
+) -> None:
+    """A release plan certifies its event on an empty history; the check of a fresh filter
+    (and of an empty ledger) measures that same history, and takes the plan's value
+    (``filter.remember_spent``) instead of a second PLD: the check computes nothing for
+    an (ε, δ) budget, and what is charged — ε or ρ, its lower bound, the selection's δ,
+    the slack, the note — equals a new computation of the filter's history. A second run
+    (a history of two) is computed, and equal too."""
+    from gaussdp.accounting import filter as filter_module
+    from gaussdp.accounting.filter import budget_accountant
+
+    frame = pd.DataFrame(
+        {
+            "user": [u // 3 for u in range(300)],
+            "page": [["a", "b", "c"][u % 3] for u in range(300)],
+            "minutes": [float(u % 50) for u in range(300)],
+        }
+    )
+
+    def build() -> Release:
+        release = Release(
+            frame, privacy_unit="user", budget=budget, max_groups_per_unit=2, max_rows_per_group=2
+        )
+        release.count(by="page", keys=keys).sum("minutes", bounds=(0, 60), by="page", keys=keys)
+        return release.mean("minutes", bounds=(0, 60), by="page", keys=keys)
+
+    computed: list[object] = []
+    real = filter_module.spent
+
+    def counted(b: Budget, accountant: object) -> filter_module.Spent:
+        computed.append(accountant)
+        return real(b, accountant)  # type: ignore[arg-type]
+
+    release = build()
+    event = release.plan().event
+    monkeypatch.setattr(filter_module, "spent", counted)
+    release.run(rng=ChaCha20Random(1))
+    if budget.delta is not None:
+        assert computed == []  # the plan's certified value
+    charged = release.filter._measure(budget, release.filter.accountant)
+    fresh = real(budget, budget_accountant(budget).compose(event))
+    assert charged == fresh
+    assert charged.value == release.filter.spent > 0
+    # A ledger's check of an empty ledger takes it as well, and charges the same.
+    book = Ledger(tmp_path / "book.db", total=budget)
+    computed.clear()
+    build().run(ledger=book, rng=ChaCha20Random(2))
+    if budget.delta is not None:
+        assert computed == []
+    assert book.spent == fresh.value
+    # A history of two is not the plan's: computed, and the same as a new computation.
+    larger = Budget(rho=3 * budget.rho) if budget.rho else Budget(epsilon=3.0, delta=budget.delta)
+    other = PrivacyFilter(larger)
+    release.run(filter=other, rng=ChaCha20Random(3))
+    computed.clear()
+    release.run(filter=other, rng=ChaCha20Random(4))
+    assert computed != []
+    twice = real(larger, budget_accountant(larger).compose(event).compose(event))
+    assert other._measure(larger, other.accountant) == twice
+    assert other.spent == twice.value

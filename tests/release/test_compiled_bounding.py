@@ -134,47 +134,90 @@ def test_more_rows_than_counted_take_the_sql() -> None:
     from gaussdp.release import _compiled
 
     batch = pa.record_batch(
-        {
-            "pu": pa.array([1, 2, 3], pa.int64()),
-            "h": pa.array([5, 6, 7], pa.uint64()),
-            "kc": pa.array([0, 0, 1], pa.int32()),
-        }
+        {"pu": pa.array([1, 2, 3], pa.int64()), "kc": pa.array([0, 0, 1], pa.int32())}
     )
     b = sql_module.Bounding("v", ("k0",), None, (), (sql_module.Output("rows"),), 2, 3, 5)
-    assert _compiled.bound([batch], b, 2, 2**20, 2) is None
-    assert _compiled.bound([batch, batch], b, 2, 2**20, 5) is None
-    assert _compiled.bound([batch, batch], b, 2, 2**20, 6) is not None
-    result = _compiled.bound([batch], b, 2, 2**20, 3)
+    hashes = (np.array([[5], [6]], np.uint64), 7, False)
+    assert _compiled.bound([batch], b, 2, 2**20, 2, hashes) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 5, hashes) is None
+    assert _compiled.bound([batch, batch], b, 2, 2**20, 6, hashes) is not None
+    result = _compiled.bound([batch], b, 2, 2**20, 3, hashes)
     assert result is not None
     units, totals = result
     assert units.tolist() == [2, 1]
     assert totals[:, 0].tolist() == [2, 1]
 
 
-@pytest.mark.parametrize("modulus", [1, 2, 5])
-def test_hash_collisions_are_broken_by_the_keys_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, modulus: int
+@pytest.mark.parametrize(
+    "key",
+    [
+        "'x'",  # every cell of a unit ties
+        "CASE WHEN right(k0, 1) IN ('1', '3', '5') THEN 'x' ELSE k0 END",  # some tie
+        "k0",  # the cell hash itself
+    ],
+)
+def test_hash_ties_are_broken_by_the_keys_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch, key: str
 ) -> None:
-    """A cell hash with ``modulus`` values (the same text on both paths): ties everywhere,
-    settled by the keys in the engine's order, identically."""
-    weak = f"(hash(hash(pu{{keys}}, {{salt}})) % {modulus})"
-    monkeypatch.setattr(sql_module, "CELL_HASH", weak)
-    frame = random_table(100 + modulus)
+    """A cell hash of the unit and ``key`` (an expression of the key) instead of the keys:
+    ties among a unit's cells wherever two keys give one value, settled by the keys in the
+    engine's order. The SQL template with that cell hash and the compiled loops given
+    DuckDB's hashes of ``key`` per key code keep the same cells and give the same sums."""
+    import duckdb
+
+    from gaussdp.release import _compiled
+
+    frame = random_table(100 + len(key))[["user", "page", "minutes"]].dropna(subset=["user"])
+    frame = frame.rename(columns={"user": "pu", "page": "k0", "minutes": "x0"})
+    frame["pu"] = frame["pu"].astype("int64")
+    con = duckdb.connect()
+    con.register("frame", frame)
+    con.execute("CREATE VIEW v AS SELECT * FROM frame")
+    value = sql_module.ScalarValue("x0", 0.0, 60.0, 0.125)
+    outputs = (
+        sql_module.Output("rows"),
+        sql_module.Output("valid", 0),
+        sql_module.Output("sum", 0, -1, 0, 960),
+    )
+    b = sql_module.Bounding("v", ("k0",), None, (value,), outputs, 3, 2, 12345)
+    con.execute(f"CREATE TABLE keys AS {sql_module.keys_sql(b)}")
+    con.execute(f"CREATE TABLE codes AS {sql_module.codes_sql(b, 'keys')}")
+    ((groups,),) = con.execute("SELECT COUNT(*) FROM codes").fetchall()
+    listed = [r[0] for r in con.execute(f"SELECT hash({key}) FROM codes ORDER BY kc").fetchall()]
+    ((salt,),) = con.execute(f"SELECT hash({b.salt})").fetchall()
+    ((rows,),) = con.execute("SELECT SUM(kept) FROM keys").fetchall()
+    reader = con.sql(sql_module.stream_sql(b, "codes")).to_arrow_reader(64)
+    hashes = (np.array(listed, np.uint64).reshape(groups, 1), salt, False)
+    result = _compiled.bound(reader, b, groups, 2**30, int(rows), hashes)
+    assert result is not None
+    units, totals = result
+    monkeypatch.setattr(sql_module, "CELL_HASH", f"hash(hash(pu, {key}, {{salt}}))")
+    want = con.execute(b.sql()).fetchall()
+    codes = [r[0] for r in con.execute("SELECT k0 FROM codes ORDER BY kc").fetchall()]
+    got = [(codes[g], int(units[g]), *map(int, totals[g])) for g in range(groups) if units[g] > 0]
+    assert got == [tuple(r) for r in want]
+    assert len(got) > 5
+
+
+def test_a_cell_hash_the_compiled_loops_do_not_compute_leaves_the_sql(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another :data:`~gaussdp.release.sql.CELL_HASH` text (or another DuckDB hash) than
+    :func:`_compiled.cell_hash` computes: the compiled path is not taken (checked before
+    anything is reserved, on fixed values), and the release is the SQL's."""
+    monkeypatch.setattr(sql_module, "CELL_HASH", "(hash(hash(pu{keys}, {salt})) % 5)")
+    frame = random_table(7)
 
     def build() -> Release:
-        return (
-            Release(
-                frame,
-                privacy_unit="user",
-                budget=BUDGET,
-                max_groups_per_unit=3,
-                max_rows_per_group=2,
-            )
-            .count(by=["page", "day"])
-            .sum("minutes", bounds=(0, 60), by=["page", "day"])
-        )
+        return Release(
+            frame, privacy_unit="user", budget=BUDGET, max_groups_per_unit=3, max_rows_per_group=2
+        ).count(by="page")
 
-    both(monkeypatch, build)
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "compiled")
+    with pytest.raises(ValueError, match="cell hash"):
+        build().run(rng=ChaCha20Random(1))
+    monkeypatch.setenv("GAUSSDP_BOUNDING", "auto")
+    assert pre_noise(monkeypatch, "auto", build) == pre_noise(monkeypatch, "sql", build)
 
 
 def test_integer_keys_and_units_of_every_integer_width(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -607,3 +650,95 @@ def test_an_error_while_the_batches_are_read_is_one_line(monkeypatch: pytest.Mon
     assert "\n" not in str(caught.value)
     assert "secret" not in str(caught.value)
     assert caught.value.__cause__ is None or "secret" not in str(caught.value.__cause__)
+
+
+def test_the_keys_read_decides_key_filters_per_group_as_row_by_row() -> None:
+    """:func:`keys_sql` counts a key column and ``kept`` once a group (its rows share the
+    key values): the same per-group numbers as counting row by row with the template's
+    filter, with NULL, NaN and ±0 float keys, ``'nan'`` text keys in any case, and a float
+    privacy unit with NaN and NULL."""
+    import duckdb
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    con = duckdb.connect()
+    frame = pd.DataFrame(
+        {
+            "pu": rng.choice([1.0, 2.0, 3.5, np.nan, None], n),
+            "k0": rng.choice([0.0, -0.0, 1.5, np.nan, None], n),
+            "k1": rng.choice(["a", "nan", "NaN", "b", None], n),
+            "x0": rng.choice([1.0, np.nan, None], n),
+        }
+    )
+    con.register("frame", frame)
+    con.execute("CREATE VIEW v AS SELECT * FROM frame")
+    nan = {"pu": "float", "k0": "float", "k1": "text"}
+    b = sql_module.Bounding("v", ("k0", "k1"), None, (), (sql_module.Output("rows"),), 2, 2, 1, nan)
+    columns = ["pu", "k0", "k1", "x0"]
+    got = con.execute(
+        f"SELECT * FROM ({sql_module.keys_sql(b, columns)}) ORDER BY k0, k1"
+    ).fetchall()
+    row_filter = sql_module._row_filter(b.keys, nan)
+    want = con.execute(
+        "SELECT k0, k1, COUNT(pu), COUNT(k0), COUNT(k1), COUNT(x0), "
+        f"COUNT(*) FILTER (WHERE pu IS NOT NULL{row_filter}) FROM v GROUP BY k0, k1 "
+        "ORDER BY k0, k1"
+    ).fetchall()
+    assert len(got) == len(want) >= 12
+    assert sum(row[-1] for row in got) > 0
+    for g, w in zip(got, want, strict=True):
+        assert g[:2] == w[:2] or (g[0] != g[0] and w[0] != w[0] and g[1] == w[1])  # NaN keys
+        assert g[2:] == w[2:]
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "center", "gamma"),
+    [
+        (0.0, 60.0, None, 0.125),
+        (-100.0, 100.0, None, 0.5),
+        (-3.0, 5.0, 1.0, 0.03125),
+        (1e-300, 2e-300, None, 2.0**-1040),
+        (-1e300, 1e300, None, 2.0**988),
+    ],
+)
+def test_the_compiled_grid_integers_are_the_sqls(
+    lo: float, hi: float, center: float | None, gamma: float
+) -> None:
+    """The compiled loops put a value on the grid (``_compiled._grid``) as
+    :data:`~gaussdp.release.sql.TEMPLATE`'s text does in DuckDB, for NULL, NaN, ±0, ±inf,
+    the bounds and the doubles next to them, half-grid points and the doubles next to
+    them, subnormals and random values."""
+    import duckdb
+
+    from gaussdp.release import _compiled
+    from gaussdp.release.sql import ScalarValue, _base
+
+    rng = np.random.default_rng(5)
+    half = [(k + 0.5) * gamma for k in range(-8, 8)] + [lo + gamma / 2, hi - gamma / 2]
+    points = [lo, hi, 0.0, -0.0, 5e-324, -5e-324, 2.2e-308, np.inf, -np.inf, 1e308, -1e308]
+    points += half
+    near = np.array(points, np.float64)
+    values = np.concatenate(
+        [
+            near,
+            np.nextafter(near, np.inf),
+            np.nextafter(near, -np.inf),
+            rng.uniform(lo - (hi - lo), hi + (hi - lo), 2000),
+            [np.nan],
+        ]
+    )
+    column = pa.array([*values, None], pa.float64())
+    table = pa.table({"i": pa.array(range(len(column))), "x0": column})
+    con = duckdb.connect()
+    con.register("t", table)
+    value = ScalarValue("x0", lo, hi, gamma, center)
+    select = _base(keys=(), histogram=None, values=(value,), nan=None).value_select
+    want = [r[1] for r in con.execute(f"SELECT i{select} FROM t ORDER BY i").fetchall()]
+    got = [
+        _compiled._grid(x, lo, hi, center or 0.0, center is not None, gamma)
+        for x in column.to_numpy(zero_copy_only=False)
+    ]
+    null = _compiled._NULL
+    assert got == [null if w is None else w for w in want]
+    assert got.count(null) == 2
+    assert len(set(got)) > 10

@@ -64,6 +64,7 @@ __all__ = [
     "left_of",
     "left_text",
     "refusal",
+    "remember_spent",
     "spent",
 ]
 
@@ -282,6 +283,8 @@ class SpentMemo:
     (events are hashable values), and a remembered value is the one a new
     computation would give: a check followed by the same check (``can_accept`` then
     ``accept``, as ``Release.run`` does) computes once, and never decides otherwise.
+    A history not remembered here is looked up among those a release plan certified
+    in this process (:func:`remember_spent`, the same key) before it is computed.
     Thread-safe.
     """
 
@@ -292,17 +295,41 @@ class SpentMemo:
 
     def __call__(self, budget: Budget, accountant: Accountant) -> Spent:
         key = (budget, type(accountant), accountant.history)
+        known = self._get(key)
+        if known is None and self is not _PLANNED:
+            known = _PLANNED._get(key)
+        if known is None:
+            known = spent(budget, accountant)
+        self._put(key, known)
+        return known
+
+    def _get(self, key: tuple[object, ...]) -> Spent | None:
         with self._lock:
             known = self._known.get(key)
             if known is not None:
                 self._known.move_to_end(key)
-                return known
-        known = spent(budget, accountant)
+            return known
+
+    def _put(self, key: tuple[object, ...], value: Spent) -> None:
         with self._lock:
-            self._known[key] = known
+            self._known[key] = value
+            self._known.move_to_end(key)
             while len(self._known) > self._size:
                 self._known.popitem(last=False)
-        return known
+
+
+#: What the histories release plans certified spend (:func:`remember_spent`).
+_PLANNED = SpentMemo(16)
+
+
+def remember_spent(budget: Budget, accountant: Accountant) -> Spent:
+    """:func:`spent` of ``accountant`` (a fresh accountant of ``budget``'s kind,
+    :func:`budget_accountant`, with a history composed), kept in this process for the
+    filters' and ledgers' checks of the same history (:class:`SpentMemo`): a release
+    plan certifies its event on an empty history (its ε), and the budget check of a
+    fresh filter or an empty ledger then measures that same history — the same key,
+    so the same value a new computation would give, computed once."""
+    return _PLANNED(budget, accountant)
 
 
 class PrivacyFilter:

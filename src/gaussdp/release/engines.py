@@ -35,7 +35,14 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gaussdp.errors import EngineError, MissingExtraError, invalid
-from gaussdp.release.sql import Bounding, ScalarValue, codes_sql, keys_sql, stream_sql
+from gaussdp.release.sql import (
+    Bounding,
+    ScalarValue,
+    codes_sql,
+    key_hashes_sql,
+    keys_sql,
+    stream_sql,
+)
 from gaussdp.release.values import column_text, type_label
 
 __all__ = [
@@ -1502,6 +1509,8 @@ class DuckDBEngine(Engine):
             return f"a privacy unit of type {unit}"
         if any(k not in _COMPILED_KEYS for k in keys):
             return f"group keys of types {keys}"
+        if not module.hash_agrees(self._con, unit):
+            return f"this DuckDB's cell hash (version {self._duckdb.__version__})"
         return None
 
     def _compiled(self, b: Bounding, action: str) -> list[np.ndarray[Any, Any]] | None:
@@ -1529,6 +1538,10 @@ class DuckDBEngine(Engine):
             self._con.execute(f"CREATE TEMP TABLE {codes} AS {codes_sql(b, known[0])}")
             try:
                 ((groups,),) = self._con.execute(f"SELECT COUNT(*) FROM {codes}").fetchall()
+                ((listed, salt),) = self._con.execute(key_hashes_sql(b, codes)).fetchall()
+                key_hashes = np.array(listed or [], np.uint64).reshape(int(groups), len(b.keys))
+                unit_type = str(self._con.sql(f"SELECT pu FROM {b.source}").types[0])
+                hashes = (key_hashes, int(salt), unit_type in _compiled_module().NARROW_UNITS)
                 reader = self._con.sql(stream_sql(b, codes)).to_arrow_reader(_BATCH_ROWS)
                 # DuckDB's errors while the batches are read come through Arrow (an
                 # OSError quoting the value): scrubbed to one line like DuckDB's own
@@ -1537,7 +1550,7 @@ class DuckDBEngine(Engine):
                 with _Failures(self.name, action, (OSError, pa.ArrowException)):
                     try:
                         result = _compiled_module().bound(
-                            reader, b, int(groups), self._memory, rows
+                            reader, b, int(groups), self._memory, rows, hashes
                         )
                     except MemoryError:  # the SQL (which can spill) takes it, or refuses
                         result = None

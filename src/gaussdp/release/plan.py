@@ -170,7 +170,7 @@ from gaussdp.accounting.events import (
     LatticeNoise,
     PartitionSelection,
 )
-from gaussdp.accounting.filter import budget_accountant, refusal
+from gaussdp.accounting.filter import budget_accountant, refusal, remember_spent
 from gaussdp.budget import Accounting, Budget
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import LatticeGaussian
@@ -961,8 +961,10 @@ def _split(
     gdp = _composed(GDPAccountant(), event)  # None with exact parts: no μ certificate
     acc = zcdp if accounting == "zcdp" else _composed(budget_accountant(budget), event)
     epsilon = None
-    if budget.delta is not None:
-        epsilon = None if acc is None else acc.epsilon(budget.delta).upper
+    if budget.delta is not None and acc is not None:
+        epsilon = acc.epsilon(budget.delta).upper
+        if accounting != "zcdp":  # budget_accountant's: what the budget check measures
+            remember_spent(budget, acc)  # the same ε (acc keeps it): no second PLD
     # The smoothing slack of the parts that use it (all of them unless some are exact).
     slack = gdp.slack if gdp is not None else acc.slack if acc is not None else 0.0
     return Plan(
