@@ -1,7 +1,8 @@
 """DP-SGD step time and peak GPU memory: gaussdp against Opacus on a ResNet-18-sized CNN.
 
 Run with ``python benchmarks/dpsgd_gpu.py [--device cuda] [--steps 200] [--batch 256]``;
-``--device cpu --steps 2 --batch 4 --width 4`` is the smoke run of the test suite.
+``--device cpu --steps 1 --warmup 0 --batch 2 --width 4 --no-opacus`` is the smoke run
+of the test suite.
 Needs the ``torch`` extra; Opacus (``bench`` extra) is measured if it is installed.
 
 The model is ResNet-18 (four stages of two basic blocks, 64-128-256-512 channels at
