@@ -510,6 +510,19 @@ def test_a_folder_whose_files_add_no_rows_is_released_as_an_empty_table(
         count_and_sum(tmp_path / "folders" / "a-truncated-.gz" / "a.csv.gz")
 
 
+def test_a_csv_without_a_header_line_is_refused_without_printing_its_first_row(
+    tmp_path: Path,
+) -> None:
+    # Its first row is read as the names: the refusal says how many, not which (an audit
+    # found "privacy_unit must be a column among ['7', 'home', 'secret42']").
+    path = tmp_path / "rows.csv"
+    path.write_text("7,home,secret42\n8,a,2.5\n")
+    with pytest.raises(ValueError, match="among the 3 names of the CSV header line") as error:
+        count_and_sum(path)
+    assert "secret42" not in str(error.value)
+    assert "home" not in str(error.value)
+
+
 def test_a_column_no_csv_file_of_a_folder_has_is_null(tmp_path: Path, no_noise: None) -> None:
     # As for Parquet folders: only u.csv (one unit's) has 'minutes'; without it the
     # folder's release was refused ("must be a column among ['page', 'user']").

@@ -1036,14 +1036,20 @@ def _prepare(
             # And a key column whose type there does not take its public keys (a number
             # in the one file that has it, keys 'a'): read as the keys' type, per value.
             engine.mixed_columns |= _keys_not_typed(release, plan, inferred)
+        # A CSV's names are its first line: in a file without a header line, a row of
+        # data, which an error message must not print.
+        names = (
+            f"the {len(inferred)} names of the CSV header line (not shown: in a file "
+            "without a header line they are its first row)"
+            if engine.text_columns
+            else str(sorted(inferred))
+        )
         for column in release.column_types:
             if column not in inferred:
-                raise ValueError(
-                    invalid("column_types", f"keyed by columns among {sorted(inferred)}", column)
-                )
+                raise ValueError(invalid("column_types", f"keyed by columns among {names}", column))
         for key, column in _named_columns(release):
             if column not in inferred:
-                raise ValueError(invalid(key, f"a column among {sorted(inferred)}", column))
+                raise ValueError(invalid(key, f"a column among {names}", column))
         converted: dict[str, str] = {}
         # A CSV's columns are text (a type inferred from the rows would tell neighbouring
         # tables apart), and so is a Parquet directory's column whose files disagree
