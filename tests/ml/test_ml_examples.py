@@ -1,5 +1,5 @@
-"""examples/dpsgd_digits.py, dpsgd_digits_cnn.py and dpsgd_transformer.py run (small sizes) and
-meet ε."""
+"""examples/dpsgd_digits.py, dpsgd_digits_cnn.py and dpsgd_transformer.py run (small sizes),
+meet ε and learn (private test accuracy well above chance)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def _spent(output: str) -> tuple[float, float]:
     return float(match.group(1)), float(match.group(2))
 
 
+def _accuracy(output: str, pattern: str) -> float:
+    match = re.search(pattern, output)
+    assert match is not None, output
+    return float(match.group(1))
+
+
 def _run(module: ModuleType, argv: list[str]) -> None:
     threads = torch.get_num_threads()
     try:
@@ -46,19 +52,26 @@ def _run(module: ModuleType, argv: list[str]) -> None:
 def test_cnn_on_digits_runs_and_spends_at_most_its_target(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _run(_load("dpsgd_digits_cnn"), ["--epochs", "1", "--epsilon", "2"])
+    _run(_load("dpsgd_digits_cnn"), ["--epochs", "3", "--epsilon", "2"])
     out = capsys.readouterr().out
     spent, target = _spent(out)
     assert target == 2.0
     assert 1.5 < spent <= 2.0
     assert "non-private test accuracy" in out
+    # Ten classes (chance 0.1 on 360 test images, std 0.016); the seeded run gives 0.66,
+    # seeds 1 and 2 gave 0.67 and 0.61.
+    assert _accuracy(out, r"test accuracy ([0-9.]+), epsilon spent") > 0.4
 
 
 def test_transformer_runs_and_spends_at_most_its_target(capsys: pytest.CaptureFixture[str]) -> None:
     example = _load("dpsgd_transformer")
     _run(example, ["--examples", "300", "--epochs", "1", "--batch-size", "50"])
-    spent, target = _spent(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    spent, target = _spent(out)
     assert 2.0 < spent <= target == 3.0
+    # Three classes (chance 1/3 on 2,000 test sequences, std 0.011); the seeded run gives
+    # 0.63, seeds 1 and 2 gave 0.42 and 0.46.
+    assert _accuracy(out, r"epoch 1: test accuracy ([0-9.]+)") > 0.4
 
 
 def test_transformer_task_labels_the_most_frequent_marker() -> None:
