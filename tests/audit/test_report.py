@@ -92,7 +92,7 @@ def test_a_pld_release_is_drawn_from_its_plan_s_pld(result: ReleaseResult) -> No
     )
     accountant = budget_accountant(report.budget).compose(report.event)
     assert accountant.epsilon(report.delta).upper == report.epsilon  # the same certification
-    assert f"ε ≤ {report.epsilon:.4g}" in curve.description
+    assert f"ε ≤ {format_bound(report.epsilon, up=True, digits=4)}" in curve.description
     alphas = np.linspace(0.0, 1.0, 201)
     # It is the supremum of certified (ε, δ) curves (DRS Prop 2.12): at least the plan's
     # own one (Prop 2.4), at most 1 − α, with the accountant's δ(0) as its advantage.
