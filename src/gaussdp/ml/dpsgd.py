@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import hashlib
 import math
@@ -698,6 +699,60 @@ PER_EXAMPLE_LIMIT = 2**26
 _MAX_PROOFS = 32
 
 
+class _Watch(functools.partial[Any]):
+    """One of an engine's watch hooks (:meth:`_Engine._watch_raw_calls` or ``_outputs``).
+
+    ``copy.deepcopy`` of the watched network (an EMA or BYOL target) copies the
+    modules' hook tables, and so each watch: it copies as a :class:`_Carried` mark,
+    never as a copy of the engine (its noise and mask generators, clipped sums and
+    batch). The copy is another network: its calls run no check and add nothing to
+    the private step, and its parameters are its own, outside the private optimizer.
+    """
+
+    @property
+    def engine(self) -> _Engine:
+        """The engine whose method this is."""
+        owner = getattr(self.func, "__self__", None)
+        assert isinstance(owner, _Engine)
+        return owner
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Carried:
+        return _Carried(self.engine)
+
+
+class _Carried:
+    """A watch hook's mark on a deep copy of the network: watches nothing, keeps the steps.
+
+    The copy's parameters come from a privately trained network (and an EMA target's
+    keep following it), so :func:`make_private` on the copy asks for the history of
+    the run it came from, as on the network itself (:func:`_check_resume`): the steps
+    of that run, or of the run of a later ``make_private`` that took it over, counted
+    when asked; a pickled mark keeps those counted when pickled.
+    """
+
+    __slots__ = ("engine", "frozen")
+
+    def __init__(self, engine: _Engine | None, frozen: int = 0) -> None:
+        self.engine, self.frozen = engine, frozen
+
+    def __call__(self, *_args: Any) -> None:
+        return None
+
+    @property
+    def steps(self) -> int:
+        """The steps the run of the copy's source carries now (see the class notes)."""
+        engine = self.engine
+        while engine is not None and engine.successor is not None:
+            engine = engine.successor
+        return max(self.frozen, 0 if engine is None else engine.carried)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Carried:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Carried, (None, self.steps))
+
+
 class _Engine:
     """State shared by the wrapped model and optimizer of one :func:`make_private` call."""
 
@@ -807,12 +862,13 @@ class _Engine:
         self.watches: list[torch.utils.hooks.RemovableHandle] = []
         for sub in module.modules():
             if sub is module or any(p.requires_grad for p in sub.parameters()):
-                self.watches.append(sub.register_forward_pre_hook(self._watch_raw_calls))
-                self.watches.append(sub.register_forward_hook(self._watch_raw_outputs))
+                self.watches.append(sub.register_forward_pre_hook(_Watch(self._watch_raw_calls)))
+                self.watches.append(sub.register_forward_hook(_Watch(self._watch_raw_outputs)))
         self.retired = False  # a later make_private took the model over (_check_resume)
+        self.successor: _Engine | None = None  # that make_private's engine
 
-    def retire(self) -> None:
-        """Hand the model over to a later :func:`make_private`: no step here any more.
+    def retire(self, successor: _Engine) -> None:
+        """Hand the model over to ``successor``, a later :func:`make_private`'s: no step here.
 
         Its watch hooks leave the modules (the new engine's proof of the batched path
         would see them as foreign hooks); :meth:`DPOptimizer.step` then refuses, so
@@ -821,6 +877,7 @@ class _Engine:
         for handle in self.watches:
             handle.remove()
         self.retired = True
+        self.successor = successor
 
     def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
         if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
@@ -1357,7 +1414,7 @@ class _Engine:
                     self.expected,
                     args,
                     kwargs,
-                    allowed_hook=lambda _, h: h in (self._watch_raw_calls, self._watch_raw_outputs),
+                    allowed_hook=lambda _, h: isinstance(h, _Watch) and h.engine is self,
                 )
             finally:
                 self.inside = inside
@@ -2065,9 +2122,20 @@ class PrivateModule(nn.Module):
         return self._module
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        """Refused (``TypeError``): copy, deepcopy, pickle and ``torch.save`` it through
+        """Refused (``TypeError``): copy, pickle and ``torch.save`` it through
         :meth:`state_dict`."""
         raise _not_copied("model", self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> nn.Module:
+        """A deep copy of the wrapped network, not private (an EMA or BYOL target).
+
+        The copy is another network (:class:`_Watch`): of the wrapped network's class,
+        with its own parameters and the keys of :meth:`state_dict`, no engine, no
+        checks; training it is not private, and its outputs in the private model's loss
+        are keys the loss check does not see. ``make_private`` on it asks for the
+        history of this model's run (``resume``), as on the wrapped network.
+        """
+        return copy.deepcopy(self._module, memo)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The model's output; with gradients enabled, ready for a private ``loss.backward()``.
@@ -3155,7 +3223,11 @@ def make_private(
     if resume is not None:  # the history only: the wrapped optimizer keeps its own state
         private.load_state_dict({"optimizer": optimizer.state_dict(), "privacy": resume["privacy"]})
     for old in earlier:  # the model is this engine's now
-        old.retire()
+        old.retire(engine)
+    for sub in model.modules():  # and so is a deep copy (_Carried): it carries no more steps
+        for table in (sub._forward_pre_hooks, sub._forward_hooks):
+            for key in [k for k, hook in table.items() if isinstance(hook, _Carried)]:
+                del table[key]
     return PrivateTraining(PrivateModule(engine), private, loader)
 
 
@@ -3164,23 +3236,23 @@ def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_E
 
     An engine's watch hooks stay on the modules it wrapped (and keep it alive) until a
     later :func:`make_private` retires it, so a model trained by an earlier one is
-    found from its modules.
+    found from its modules; a deep copy of one carries marks of the run instead
+    (:class:`_Carried`).
     """
-    owners = (
-        getattr(hook, "__self__", None)
-        for sub in model.modules()
-        for hook in sub._forward_pre_hooks.values()
-    )
-    earlier = list({id(e): e for e in owners if isinstance(e, _Engine)}.values())
-    carried = max((e.carried for e in earlier), default=0)
+    hooks = [hook for sub in model.modules() for hook in sub._forward_pre_hooks.values()]
+    owners = (h.engine for h in hooks if isinstance(h, _Watch))
+    earlier = list({id(e): e for e in owners}.values())
+    marks = (h.steps for h in hooks if isinstance(h, _Carried))  # a deep copy's
+    carried = max((*(e.carried for e in earlier), *marks), default=0)
     if resume is None:
         if carried:
             raise ValueError(
                 invalid(
                     "resume",
                     "the state_dict() of the optimizer that trained this model before "
-                    "(an earlier make_private still wraps it, and the parameters carry its "
-                    "private steps: without their history epsilon would restart at 0)",
+                    "(an earlier make_private still wraps it or the network it was deep-copied "
+                    "from, and the parameters carry its private steps: without their history "
+                    "epsilon would restart at 0)",
                     f"None for a model carrying {carried} steps",
                 )
             )
