@@ -653,6 +653,55 @@ def test_a_batch_above_the_limit_of_a_ghost_run_is_refused(monkeypatch: pytest.M
         monkeypatch.setattr(engine.masks, "next", before)
 
 
+@pytest.mark.parametrize("api", APIS)
+def test_a_step_above_the_limit_in_micro_batches_is_refused(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The float bound of the ghost sums is for the step's whole batch; each call was
+    # checked on its own, so a Poisson batch above the limit split into calls within it
+    # was summed and released. Now the step refuses, drops the sums, draws nothing.
+    _limit(3, monkeypatch)
+    monkeypatch.setattr(dpsgd_module, "ghost_run", lambda rate, size: True)
+    x, y = _features()
+    torch.manual_seed(0)
+    net = in_place_relu()
+    model, optimizer, loader = make_private(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        DataLoader(TensorDataset(x, y), batch_size=10),  # q = 1: batches of all 10
+        loss_fn=nnf.cross_entropy,
+        noise_multiplier=1.0,
+        max_grad_norm=CLIP,
+        delta=1e-5,
+    )
+    engine = model._engine  # type: ignore[attr-defined]
+    assert engine.ghost_layers is not None
+    before = [p.detach().clone() for p in net.parameters()]
+    xb, yb = next(iter(loader))
+
+    def train(rows: slice) -> None:
+        if api == "backward":
+            model.backward(xb[rows], yb[rows])  # type: ignore[operator]
+        else:
+            nnf.cross_entropy(model(xb[rows]), yb[rows]).backward()
+
+    for start in range(0, 10, 3):  # calls of 3, 3, 3 and 1 rows
+        train(slice(start, start + 3))
+    monkeypatch.setattr(engine.noiser, "release", lambda *a, **k: pytest.fail("noise drawn"))
+    with pytest.raises(ValueError, match="the step's batch size must be at most 3 examples"):
+        optimizer.step()
+    assert not engine.held  # dropped
+    assert not engine.records
+    assert optimizer.steps == 0  # type: ignore[attr-defined]
+    assert optimizer.privacy_spent(1e-5).upper == 0  # type: ignore[attr-defined]
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), before, strict=True))
+    monkeypatch.undo()
+    _limit(3, monkeypatch)
+    train(slice(0, 3))  # within the limit: the step goes through
+    optimizer.step()
+    assert optimizer.steps == 1  # type: ignore[attr-defined]
+
+
 def _in_ranges_of(rows: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make the per-example path take ``rows`` examples at a time; the ranges' sizes seen."""
     net = in_place_relu()

@@ -124,11 +124,12 @@ In exact rationals (the float32 γ_{k+n+1}·B₁ ≤ γ_{2¹⁴−2⁶} < 0.9970
 γ_{B+2}·B < 0.99994·2⁻²¹ for B ≤ 2¹⁶ − 3) that is below 2⁻¹⁰·C − 2.5·2⁻²⁰·C, and the
 underflows' 2⁻³⁶·C/γ fit in the rest: the step's error stays within 2⁻¹⁰·C, whatever the
 number of calls. Which call may use float32 depends on the order of the calls only,
-never on the data. The bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`, while
-:func:`check_batch` refuses each call: a step whose calls stay within the limit but
-whose batch does not is the event B > GHOST_MAX_BATCH of the Poisson batch, whose
-probability (≤ GHOST_TAIL) the (1 + e^ε)·p added to δ below already pays for, whatever
-happens on it.
+never on the data. The bound needs the step's B ≤ :data:`GHOST_MAX_BATCH`:
+:func:`check_batch` refuses each call above it, and the step (``_Engine.refuse_rows``)
+a step whose calls stay within the limit but whose rows, all calls together, do not —
+before anything is drawn or charged, the sums dropped. The step's rows are at most its
+Poisson batch's (that rule comes first), so this is the event B > GHOST_MAX_BATCH,
+whose probability (≤ GHOST_TAIL) the (1 + e^ε)·p added to δ below pays for.
 
 Ghost or per-example: decided for the run, never by the batch. The per-example path
 rounds each clipped contribution to the lattice and sums the integers; this path rounds

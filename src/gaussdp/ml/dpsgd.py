@@ -801,6 +801,9 @@ class _Engine:
                     grad_sample_mode,
                 )
             )
+        # Whether a step's batch is held to GHOST_MAX_BATCH (refuse_rows): the run may
+        # take the ghost path (a later switch to the per-example path leaves it so).
+        self.ghost_limit = self.ghost_layers is not None
         # The dimension along which ghost clipping reads each layer's examples.
         self.expected = {
             id(m): 1 if isinstance(m, nn.MultiheadAttention) and not m.batch_first else 0
@@ -1108,6 +1111,10 @@ class _Engine:
         ------
         RuntimeError
             The pending sums and captured gradients are dropped first.
+        ValueError
+            In a run that may take the ghost path, for a step of more than
+            :data:`~gaussdp.ml._ghost.GHOST_MAX_BATCH` rows, each call within it
+            (micro-batches of a larger Poisson batch); dropped first too.
         """
         captured = [r for r in self.records if r.grads is not None]
         if not self.held and not captured:
@@ -1121,6 +1128,22 @@ class _Engine:
             got = "its last batch, which a step already released"
         elif used > sampler._current_rows:
             got = f"{used} rows for a batch of {sampler._current_rows} examples"
+        elif self.ghost_limit and used > GHOST_MAX_BATCH:
+            # The float bound of the ghost sums holds for a step of at most GHOST_MAX_BATCH
+            # examples, whatever its calls (_ghost, "Several calls for one step"); with
+            # the rows within the Poisson batch, this is the event B > GHOST_MAX_BATCH
+            # (probability at most GHOST_TAIL a step), as for one call's check_batch.
+            self.drop()
+            raise ValueError(
+                invalid(
+                    "the step's batch size",
+                    f"at most {GHOST_MAX_BATCH} examples over all the training and "
+                    "model.backward calls since the last step, for ghost clipping (a run "
+                    "takes it only if a Poisson batch exceeds that with probability at most "
+                    f"{GHOST_TAIL:g}; the sums are dropped here, nothing is drawn or charged)",
+                    used,
+                )
+            )
         else:
             return
         self.drop()
