@@ -180,8 +180,9 @@ example's exact contribution cⱼgⱼ to be the same in both, i.e. the *computed
 independence proof gives that in exact arithmetic; in floats a batched kernel may round
 one row differently with the batch size (a ``nn.Linear`` row in a batch of 5 or 7
 differs in its last bits from the same row in a batch of 300 on the CPU the project is
-tested on; batches of a multiple of 4 rows do not). Such a change of the other examples'
-contributions adds to the sensitivity; a well-conditioned model keeps it to a few
+tested on) and with its position in the batch, which removing an example shifts (padding
+the batch to a multiple of 4 or 16 rows does not remove that). Such a change of the
+other examples' contributions adds to the sensitivity; a well-conditioned model keeps it to a few
 lattice units, a model that amplifies rounding (features sin(10⁷·h)) does not — see
 docs/ml.md, "What the float arguments assume".
 """
