@@ -10,6 +10,7 @@ make_private on it still asks for the history its parameters carry.
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 
 import pytest
@@ -138,3 +139,14 @@ def test_make_private_on_a_copy_asks_for_the_history_of_its_source() -> None:
     )
     _train(third, third_opt, third_loader)
     assert third_opt.state_dict()["privacy"]["steps"] == 30
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_the_network_itself_is_still_not_pickled(how: str) -> None:
+    """Pickled to a torch.multiprocessing worker, an unwatched copy would share its storage."""
+    net = _net()
+    _wrap(net)
+    copier = {"pickle": pickle.dumps, "torch.save": lambda o: torch.save(o, io.BytesIO())}[how]
+    with pytest.raises(TypeError, match="to save or copy a model made private, use its state_dict"):
+        copier(net)
+    copier(copy.deepcopy(net))  # a copy has nothing of the run to share
