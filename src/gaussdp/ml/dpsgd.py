@@ -739,12 +739,18 @@ class _Carried:
         return None
 
     @property
-    def steps(self) -> int:
-        """The steps the run of the copy's source carries now (see the class notes)."""
+    def latest(self) -> _Engine | None:
+        """The engine of the run now training the copy's source (None once pickled)."""
         engine = self.engine
         while engine is not None and engine.successor is not None:
             engine = engine.successor
-        return max(self.frozen, 0 if engine is None else engine.carried)
+        return engine
+
+    @property
+    def steps(self) -> int:
+        """The steps the run of the copy's source carries now (see the class notes)."""
+        latest = self.latest
+        return max(self.frozen, 0 if latest is None else latest.carried)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Carried:
         return self
