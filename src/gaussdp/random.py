@@ -213,8 +213,8 @@ def _not_copied(source: RandomSource) -> str:
         "rng",
         "used where it is, not copied or pickled (the copy would hand out the bytes the "
         "source hands out next: the same noise twice); share the source itself, or make "
-        "a new one (ChaCha20Random(seed) for a reproducible stream); to save or copy a "
-        "model made private, use its state_dict()",
+        "a new one (ChaCha20Random(seed) for a reproducible stream); to save a model made "
+        "private, use its state_dict(); copy.deepcopy gives a plain copy of its network",
         source,
     )
 
