@@ -2051,10 +2051,12 @@ class PrivateModule(nn.Module):
     meet those outputs outside the model (``model(x) @ w`` is refused on probed
     steps). A call of the *unwrapped* model, or of any of its modules that holds a
     trainable parameter, with gradients enabled since the last ``zero_grad()``, or a
-    backward pass since then that reached the output of such a call made earlier,
-    makes the step refuse if any parameter holds a gradient. Not detected: a
-    parameter used on data outside every module call (``net[0].weight @ x.T`` in the
-    loss, ``net[0].forward(x)``, which runs no module hook).
+    backward pass since then that reached a tensor such a call made earlier (its
+    output, a dataclass's field, an auxiliary loss it kept as an attribute:
+    :mod:`gaussdp.ml._raw_calls`), makes the step refuse if any parameter holds a
+    gradient. Not detected: a parameter used on data outside every module call
+    (``net[0].weight @ x.T`` in the loss, ``net[0].forward(x)``, which runs no
+    module hook).
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
