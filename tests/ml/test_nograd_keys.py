@@ -132,6 +132,10 @@ def _keys_unwrapped(model: Any, x: torch.Tensor) -> torch.Tensor:
         return model.module(x)  # type: ignore[no-any-return]
 
 
+def _keys_unwrapped_detached(model: Any, x: torch.Tensor) -> torch.Tensor:
+    return model.module(x).detach()  # type: ignore[no-any-return]
+
+
 def _keys_detached(model: Any, x: torch.Tensor) -> torch.Tensor:
     return model(x).detach()  # type: ignore[no-any-return]
 
@@ -140,7 +144,7 @@ def _keys_data(model: Any, x: torch.Tensor) -> torch.Tensor:
     return model(x).data  # type: ignore[no-any-return]
 
 
-KEYS = [_keys_eval, _keys_unwrapped, _keys_detached, _keys_data]
+KEYS = [_keys_eval, _keys_unwrapped, _keys_unwrapped_detached, _keys_detached, _keys_data]
 
 
 def _contrastive_on(keys: Any) -> Any:
@@ -165,6 +169,7 @@ def test_stop_gradient_keys_of_every_spelling_are_moved_with_the_examples(keys: 
     # rev28-ml #3: keys computed in eval mode, by the unwrapped net under no_grad, or
     # with gradients on and then .detach() / .data were not moved in the loss check's
     # second evaluation: the in-batch contrastive loss passed at 2.18·C for each.
+    # rev29-ml #3: the same for the unwrapped net's keys with gradients on, detached.
     x, y = _data()
     net = _net()
     model, optimizer, _ = zero_noise_private(net, x, y, "auto")
@@ -176,6 +181,30 @@ def test_stop_gradient_keys_of_every_spelling_are_moved_with_the_examples(keys: 
     model, optimizer, _ = zero_noise_private(net, x, y, "auto")
     clipped = _clipped_sum(net, model, optimizer, _own_target_on(keys))
     assert sensitivity(clipped, x, y) <= 1.0 + 1e-5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_detached_keys_of_the_unwrapped_net_made_before_zero_grad_are_refused(mode: str) -> None:
+    # rev29-ml #3 in the textbook order: keys from the unwrapped net with gradients on,
+    # detached, then zero_grad(): 2.18·C before (no backward reaches the keys, and the
+    # private model leaves param.grad empty, so the raw-call check had nothing to see).
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+
+    def clipped_sum(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        draw(optimizer)
+        k = net(inputs.flip(1)).detach()
+        optimizer.zero_grad()
+        logits = model(inputs) @ k.T / 0.5
+        nnf.cross_entropy(logits, torch.arange(inputs.shape[0])).backward()
+        optimizer.step()
+        flat = torch.cat([p.grad.reshape(-1) for p in net.parameters()])  # type: ignore[union-attr]
+        return flat.to(torch.float64) * optimizer.expected_batch_size
+
+    with pytest.raises(ValueError, match=MIXES):
+        sensitivity(clipped_sum, x, y)
+    assert optimizer.steps == 0
 
 
 def test_no_grad_outputs_are_keys_while_a_batch_awaits_its_step_only() -> None:

@@ -125,6 +125,7 @@ from gaussdp.ml._ghost import (
 )
 from gaussdp.ml._loss_check import LossCheck, Probe
 from gaussdp.ml._masks import MaskStates
+from gaussdp.ml._raw_calls import RawCalls
 from gaussdp.ml.noise import (
     CLIP_MARGIN,
     NoiseMode,
@@ -864,6 +865,7 @@ class _Engine:
         # its unclipped gradient went into param.grad, whenever the call was made.
         self.raw_backward = False
         self.raw_module = ""  # the name of the first one that did
+        self.raw_calls = RawCalls()  # such a call under way: its tensors are watched
         # On the model and on every module that holds a trainable parameter (itself or
         # in a submodule): a call of a part (an auxiliary head, an activation penalty on
         # features) runs on data too.
@@ -872,7 +874,9 @@ class _Engine:
         for sub in module.modules():
             if sub is module or any(p.requires_grad for p in sub.parameters()):
                 self.watches.append(sub.register_forward_pre_hook(_Watch(self._watch_raw_calls)))
-                self.watches.append(sub.register_forward_hook(_Watch(self._watch_raw_outputs)))
+                self.watches.append(
+                    sub.register_forward_hook(_Watch(self._watch_raw_outputs), always_call=True)
+                )
         self.retired = False  # a later make_private took the model over (_check_resume)
         self.successor: _Engine | None = None  # that make_private's engine
 
@@ -889,30 +893,47 @@ class _Engine:
         self.successor = successor
 
     def _watch_raw_calls(self, module: nn.Module, _args: Any) -> None:
-        if not self.inside and torch.is_grad_enabled() and not self.raw_forward:
-            self.raw_forward = True  # named by the first (outermost) call
-            self.raw_module = self.module_names.get(id(module), type(module).__name__)
+        """A call outside the engine begins: with gradients, its tensors are watched.
+
+        Every result of a torch function from the start of the outermost such call to
+        its end gets a tensor hook (:mod:`gaussdp.ml._raw_calls`): a backward pass
+        reaching one flags the step, however the call passed it on — returned,
+        in a dataclass, kept as an attribute (rev29-ml #1).
+        """
+        if self.inside:
+            return
+        reached = None
+        if torch.is_grad_enabled():
+            name = self.module_names.get(id(module), type(module).__name__)
+            if not self.raw_forward:
+                self.raw_forward = True  # named by the first (outermost) call
+                self.raw_module = name
+            reached = functools.partial(self._raw_reached, name)
+        self.raw_calls.begin(module, reached)
 
     def _watch_raw_outputs(self, module: nn.Module, _args: Any, output: Any) -> Any:
-        """A call outside the engine: its outputs flag the backward passes that reach them.
+        """A call outside the engine ended (also by an exception): its outputs are watched.
 
         With gradients enabled, each output that requires a gradient gets a tensor
-        hook: it stays with the graph (also after the tensor itself is gone) and fires
-        when a backward pass reaches that output, whenever the call was made — before
-        or after ``zero_grad()`` — so ``out = net[0](x); optimizer.zero_grad();
-        loss.backward()`` is seen (rev28-ml: 1.77·C, unbounded with the weight). Under
-        ``torch.no_grad()`` the model's own outputs are the keys of a stop-gradient
-        loss on probed steps (:meth:`keys`). Calls the engine makes itself pass as they are.
+        hook, as every tensor made during the call did (:meth:`_watch_raw_calls`): it
+        stays with the graph (also after the tensor itself is gone) and fires when a
+        backward pass reaches that output, whenever the call was made — before or
+        after ``zero_grad()`` — so ``out = net[0](x); optimizer.zero_grad();
+        loss.backward()`` is seen (rev28-ml: 1.77·C, unbounded with the weight). The
+        model's own outputs, with gradients enabled or not, are the keys of a
+        stop-gradient loss while the loader's batch awaits its step (:meth:`keys`):
+        ``k = net(x2).detach()`` is as ``torch.no_grad()`` keys are (rev29-ml #3:
+        2.18·C). Calls the engine makes itself pass as they are.
         """
         if self.inside:
             return None
+        self.raw_calls.ended(module)
         if torch.is_grad_enabled():
             name = self.module_names.get(id(module), type(module).__name__)
             for t in tree_flatten(output)[0]:
                 # (A leaf, such as a parameter a module returns, is not data.)
                 if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                     t.register_hook(functools.partial(self._raw_reached, name))  # type: ignore[no-untyped-call]
-            return None
         return self.keys(output) if module is self.module else None
 
     def _raw_reached(self, name: str, _grad: torch.Tensor) -> None:
@@ -953,13 +974,16 @@ class _Engine:
 
         Every module holding a trainable parameter (itself or in a submodule) watches
         its calls: one outside the engine with gradients enabled since the last
-        ``zero_grad()``, or a backward pass since then that reached the output of such
-        a call made at any time (``out = net[0](x)`` before ``zero_grad()``, its
-        backward after it), may have put unclipped per-example gradients into
-        ``param.grad``, which the step would add un-noised as a regulariser. Not seen:
-        a parameter used on data outside the module calls (``w @ x.T`` in the loss,
-        ``net[0].forward(x)``: ``.forward()`` skips the hooks; see
-        :class:`PrivateModule`). Raised before anything is captured, drawn or charged.
+        ``zero_grad()``, or a backward pass since then that reached a tensor such a call
+        made at any time (``out = net[0](x)`` before ``zero_grad()``, its backward
+        after it; its output, or anything it computed: a dataclass's field, an
+        auxiliary loss kept as an attribute, :mod:`gaussdp.ml._raw_calls`), may have
+        put unclipped per-example gradients into ``param.grad``, which the step would
+        add un-noised as a regulariser. Not seen: a parameter used on data outside the
+        module calls (``w @ x.T`` in the loss, ``net[0].forward(x)``: ``.forward()``
+        skips the hooks; see :class:`PrivateModule`), and a module that turns
+        gradients on inside a call made under ``torch.no_grad()``. Raised before
+        anything is captured, drawn or charged.
         """
         if (self.raw_forward or self.raw_backward) and any(p.grad is not None for p in self.params):
             part = f"'s submodule {self.raw_module!r}" if self.raw_module else ""
@@ -968,8 +992,8 @@ class _Engine:
                     "optimizer.step()",
                     "called without the unwrapped model or any of its layers having run "
                     "with gradients enabled since the last zero_grad(), and without a "
-                    "backward pass since then reaching the output of such a call made "
-                    "earlier, while parameters hold gradients (they may be unclipped "
+                    "backward pass since then reaching a tensor such a call made earlier, "
+                    "while parameters hold gradients (they may be unclipped "
                     "per-example gradients, added un-noised): train through the model "
                     "make_private returned and run the unwrapped one and its parts under "
                     "torch.no_grad()",
@@ -2113,10 +2137,12 @@ class PrivateModule(nn.Module):
     meet those outputs outside the model (``model(x) @ w`` is refused on probed
     steps). A call of the *unwrapped* model, or of any of its modules that holds a
     trainable parameter, with gradients enabled since the last ``zero_grad()``, or a
-    backward pass since then that reached the output of such a call made earlier,
-    makes the step refuse if any parameter holds a gradient. Not detected: a
-    parameter used on data outside every module call (``net[0].weight @ x.T`` in the
-    loss, ``net[0].forward(x)``, which runs no module hook).
+    backward pass since then that reached a tensor such a call made earlier (its
+    output, a dataclass's field, an auxiliary loss it kept as an attribute:
+    :mod:`gaussdp.ml._raw_calls`), makes the step refuse if any parameter holds a
+    gradient. Not detected: a parameter used on data outside every module call
+    (``net[0].weight @ x.T`` in the loss, ``net[0].forward(x)``, which runs no
+    module hook).
 
     **One call per set of examples.** Each training call is one set of distinct
     examples; several calls each followed by their own ``loss.backward()`` before one
