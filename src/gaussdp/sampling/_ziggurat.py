@@ -118,9 +118,9 @@ class Ziggurat:
         kernel of the wedge's bracket (in place, assumption 3).
         """
         t = self.tables
-        bucket, alias, entry, x, negative = self._decode(words)
+        _, _, entry, x, negative = self._decode(words)
         values = ((x ^ (np.uint64(0) - negative)) + negative).view(np.int64)
-        threshold = t.slots[bucket * 2 + alias] & np.uint64((1 << 48) - 1)
+        threshold = t.thresholds.view(np.uint64)[entry]  # T_k >= 0: the same integers
         m = words & np.uint64((1 << self.beta) - 1)
         quick = m < threshold
         codes = quick.view(np.uint8)  # ACCEPTED, or REJECTED for now
