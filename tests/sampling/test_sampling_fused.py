@@ -124,6 +124,26 @@ def test_compiled_block_with_wide_brackets_equals_numpy_block(
     np.testing.assert_array_equal(fused_out, numpy_out)
 
 
+def test_the_scalar_exp_is_the_array_exp_bit_for_bit() -> None:
+    """exp_one (the ziggurat's wedge lanes, §2.6) repeats exp_into's operations in order:
+    the same float everywhere, so §2.5's error bound is its bound too."""
+    rng = np.random.default_rng(5)  # the points only: no noise is drawn
+    floor = -708.3964185322641
+    points = np.concatenate([
+        -rng.random(20_000) * 800.0,  # across the floor
+        -rng.random(20_000) * 2.0**-20,  # near 0
+        -rng.random(20_000) * 130.0,  # the wedge's range, gamma < 128
+        np.nextafter(floor, 0.0) - np.arange(-3, 4) * 2.0**-43,  # around the floor
+        [0.0, -0.0, -5e-324, -1e-300, floor, np.nextafter(floor, -1.0), -745.2, -1e6],
+    ])  # fmt: skip
+    arrays = np.empty_like(points)
+    fused.exp_into(points, arrays, np.empty_like(points))
+    scalars = np.array([fused.exp_one(x) for x in points.tolist()])
+    np.testing.assert_array_equal(scalars.view(np.int64), arrays.view(np.int64))
+    assert (scalars[points < floor] == 0.0).all()
+    assert (scalars[points >= floor] > 0.0).all()
+
+
 def test_worker_draws_with_the_compiled_block_and_the_in_place_values() -> None:
     dim = FAST_KERNELS_MIN_DIM
     with NoiseStream(17263857673, dim, rng=ChaCha20Random(5)) as stream:
@@ -169,8 +189,8 @@ def test_the_compiled_kernels_hold_no_fused_multiply_add() -> None:
         pytest.skip(f"the FMA mnemonics checked are x86-64's, not {platform.machine()}'s")
     import numba
 
-    kernels = (fused.log_into, fused.exp_into, fused.gaussian_block, fused.compact,
-               fused.ziggurat_block)  # fmt: skip
+    kernels = (fused.log_into, fused.exp_into, fused.exp_one, fused.gaussian_block,
+               fused.compact, fused.ziggurat_block)  # fmt: skip
     for kernel in kernels:
         # compiled anew, as _fused compiles it but uncached (cached code has no assembly)
         fresh = numba.njit(nogil=True, error_model="numpy")(kernel.py_func)

@@ -90,9 +90,10 @@ def test_tables_hold_their_inequalities_exactly(sigma2: Fraction) -> None:
     assert [int(p) >> 32 for p in packed] == t.prob.tolist()
     assert [(int(p) >> 16) & 0xFFFF for p in packed] == t.primary.tolist()
     assert [int(p) & 0xFFFF for p in packed] == t.alias.tolist()
-    both = t.packed_thresholds.reshape(-1, 2)
-    assert both[:, 0].tolist() == t.thresholds[t.primary].tolist()
-    assert both[:, 1].tolist() == t.thresholds[t.alias].tolist()
+    both = [(int(s) >> 48, int(s) & (2**48 - 1)) for s in t.slots.tolist()]
+    thresholds = t.thresholds.tolist()
+    assert both[0::2] == [(k, thresholds[k]) for k in t.primary.tolist()]
+    assert both[1::2] == [(k, thresholds[k]) for k in t.alias.tolist()]
 
 
 def test_the_scaled_exact_comparison_is_the_indicator() -> None:
@@ -271,7 +272,7 @@ def test_compiled_numpy_and_one_at_a_time_paths_agree(sigma2: Fraction) -> None:
     codes_out, out = np.empty(5000, dtype=np.uint8), np.empty(5000, dtype=np.int64)
     t = zig.tables
     count = fused.ziggurat_block(plain, zig.b, zig.e, zig.beta, zig.blocks, t.packed,  # type: ignore[attr-defined]
-                                 t.packed_thresholds, t.ratios, zig.inv_two_sigma2_f,
+                                 t.slots, t.ratios, zig.inv_two_sigma2_f,
                                  codes_out, out)  # fmt: skip
     signed = zig.signed(plain, codes_out)  # codes the restarted lanes as the numpy block does
     np.testing.assert_array_equal(codes_out, want)

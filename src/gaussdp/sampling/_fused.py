@@ -31,6 +31,7 @@ __all__ = [
     "REJECTED",
     "compact",
     "exp_into",
+    "exp_one",
     "gaussian_block",
     "log_into",
     "ziggurat_block",
@@ -124,6 +125,24 @@ def exp_into(values: F64Array, out: F64Array, rounded: F64Array) -> None:
               + _E4) * r + _E3) * r  # fmt: skip
         p = ((p + 0.5) * r + 1.0) * r + 1.0
         out[i] = p * out[i] if values[i] >= _EXP_FLOOR else 0.0
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def exp_one(value: float) -> float:
+    """``exp_into`` of one value: the same operations in the same order, so the same float.
+
+    For the ziggurat's wedge lanes (§2.6), about 1 % of a block, decided one at a time:
+    ``exp_into`` on arrays of one cost a call and three loops each. ``2**k`` is
+    ``ldexp(1, k)``, exact, where ``exp_into`` writes the same power's bits.
+    """
+    x = max(value, _EXP_FLOOR)
+    k = (x * _INV_LN2 + _ROUND) - _ROUND  # exact (§2.5)
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    p = _E12 * r + _E11
+    p = ((((((((p * r + _E10) * r + _E9) * r + _E8) * r + _E7) * r + _E6) * r + _E5) * r
+          + _E4) * r + _E3) * r  # fmt: skip
+    p = ((p + 0.5) * r + 1.0) * r + 1.0
+    return p * math.ldexp(1.0, int(k)) if value >= _EXP_FLOOR else 0.0
 
 
 @_jit
@@ -229,7 +248,7 @@ def ziggurat_block(
     beta: int,
     blocks: int,
     buckets: npt.NDArray[np.uint64],
-    thresholds: npt.NDArray[np.uint64],
+    slots: npt.NDArray[np.uint64],
     ratios: F64Array,
     inv_two_sigma2_f: float,
     codes: npt.NDArray[np.uint8],
@@ -238,61 +257,74 @@ def ziggurat_block(
     """:meth:`gaussdp.sampling._ziggurat.Ziggurat.block` as one compiled call (§2.6).
 
     ``buckets[i]`` is ``prob << 32 | primary << 16 | alias`` of alias bucket ``i`` and
-    ``thresholds[2 i]``, ``thresholds[2 i + 1]`` the quick-accept thresholds of its
-    primary and alias entries (:class:`gaussdp.sampling._ziggurat.Tables`). The same
-    fields of the same words, the same integer decisions, and for the wedge lanes the
-    same floats (``exp_into`` instead of numpy's ``exp``). Writes ``codes[i]`` (0
+    ``slots[2 i]``, ``slots[2 i + 1]`` are ``entry << 48 | T`` of its primary and alias
+    entries, ``T`` the entry's quick-accept threshold
+    (:class:`gaussdp.sampling._ziggurat.Tables`). The same fields of the same words, the
+    same integer decisions, and for the wedge lanes the same floats (:func:`exp_one`, the
+    arithmetic of ``exp_into``, instead of numpy's ``exp``). Writes ``codes[i]`` (0
     rejected, 1 accepted, 2 undecided, 3 tail). If no lane is undecided or in the tail,
     the accepted ``(1 - 2B) x`` are at the front of ``out`` in lane order, CKS Alg 2's
     restarted zeros left out, and their number is returned; otherwise minus the number
     of lanes left to decide (``out`` is then scratch).
+
+    In passes over :data:`_LANES` lanes: the two table look-ups (scalar: ``out`` takes
+    the slots, so the compiler does not turn them into vector gathers, which cost more
+    here), the fields and the quick accept (vectorised), then lane by lane the other
+    lanes' decisions and the compaction.
     """
     shift_b = np.uint64(64 - b)
     shift_v = np.uint64(48 - b)
     shift_s = np.uint64(beta + e)
     shift_u = np.uint64(beta)
-    width = np.uint64(1 << e)
+    shift_e = np.uint64(e)
     u_mask = np.uint64((1 << e) - 1)
     m_mask = np.uint64((1 << beta) - 1)
     v_mask = np.uint64(0xFFFF)
-    zero, one, four, high = np.uint64(0), np.uint64(1), np.uint64(4), np.uint64(32)
+    t_mask = np.uint64((1 << 48) - 1)
+    zero, one, high, entry_shift = np.uint64(0), np.uint64(1), np.uint64(32), np.uint64(48)
     tail = np.uint64(blocks)
     two_beta = float(1 << beta)
     delta = _WEDGE_REL * two_beta
-    minus_gamma = np.empty(1)
-    prob = np.empty(1)
-    scratch = np.empty(1)
+    signed = np.empty(_LANES, dtype=np.int64)
+    flags = np.empty(_LANES, dtype=np.uint64)  # quick accept | restart << 1
     pending = 0
     kept = 0
-    for i in range(words.size):
-        word = words[i]
-        bucket = word >> shift_b
-        packed = buckets[bucket]
-        alias = np.uint64(((word >> shift_v) & v_mask) >= (packed >> high))
-        entry = (packed >> ((one - alias) << four)) & v_mask
-        threshold = thresholds[(bucket << one) | alias]
-        x = entry * width + ((word >> shift_u) & u_mask)
-        negative = (word >> shift_s) & one
-        m = word & m_mask
-        code = np.uint8(m < threshold)
-        if code == REJECTED:  # about 1 % of lanes: the wedge, the tail, the reject entry
-            if entry == tail:
-                code = np.uint8(3)
-                pending += 1
-            elif entry < tail:  # the wedge: §2.6's float bracket
-                xf = float(np.int64(x))
-                minus_gamma[0] = xf * xf * -inv_two_sigma2_f
-                exp_into(minus_gamma, prob, scratch)
-                big = prob[0] * ratios[entry] * two_beta
-                mf = float(np.int64(m))
-                if mf + 1.0 <= big - delta:
-                    code = np.uint8(ACCEPTED)
-                elif mf < big + delta:
-                    code = np.uint8(2)
+    for start in range(0, words.size, _LANES):
+        lanes = min(_LANES, words.size - start)
+        block = words[start : start + lanes]
+        chosen = out[start : start + lanes]  # the slots; overwritten only once read
+        for j in range(lanes):
+            word = block[j]
+            bucket = word >> shift_b
+            alias = np.uint64(((word >> shift_v) & v_mask) >= (buckets[bucket] >> high))
+            chosen[j] = np.int64(slots[(bucket << one) | alias])
+        for j in range(lanes):
+            word = block[j]
+            slot = np.uint64(chosen[j])
+            x = ((slot >> entry_shift) << shift_e) | ((word >> shift_u) & u_mask)
+            negative = (word >> shift_s) & one
+            signed[j] = np.int64((x ^ (zero - negative)) + negative)
+            quick = np.uint64((word & m_mask) < (slot & t_mask))
+            flags[j] = quick | (np.uint64((negative == one) & (x == zero)) << one)
+        for j in range(lanes):
+            flag = flags[j]
+            code = np.uint8(flag & one)
+            if code == REJECTED:  # about 1 % of lanes: the wedge, the tail, the reject entry
+                entry = np.uint64(chosen[j]) >> entry_shift
+                if entry == tail:
+                    code = np.uint8(3)
                     pending += 1
-        codes[i] = code
-        # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
-        out[kept] = np.int64((x ^ (zero - negative)) + negative)
-        restart = (negative == one) & (x == zero)
-        kept += int((code == ACCEPTED) & ~restart)
+                elif entry < tail:  # the wedge: §2.6's float bracket
+                    word = block[j]
+                    xf = float(np.int64((entry << shift_e) | ((word >> shift_u) & u_mask)))
+                    big = exp_one(xf * xf * -inv_two_sigma2_f) * ratios[entry] * two_beta
+                    mf = float(np.int64(word & m_mask))
+                    if mf + 1.0 <= big - delta:
+                        code = np.uint8(ACCEPTED)
+                    elif mf < big + delta:
+                        code = np.uint8(2)
+                        pending += 1
+            codes[start + j] = code
+            out[kept] = signed[j]  # branch-free compaction; CKS Alg 2's restart of (B = 1, 0)
+            kept += int(code == ACCEPTED) & ~int(flag >> one)
     return -pending if pending else kept

@@ -118,9 +118,9 @@ class Ziggurat:
         kernel of the wedge's bracket (in place, assumption 3).
         """
         t = self.tables
-        bucket, alias, entry, x, negative = self._decode(words)
+        _, _, entry, x, negative = self._decode(words)
         values = ((x ^ (np.uint64(0) - negative)) + negative).view(np.int64)
-        threshold = t.packed_thresholds[bucket * 2 + alias]
+        threshold = t.thresholds.view(np.uint64)[entry]  # T_k >= 0: the same integers
         m = words & np.uint64((1 << self.beta) - 1)
         quick = m < threshold
         codes = quick.view(np.uint8)  # ACCEPTED, or REJECTED for now
@@ -284,7 +284,7 @@ class Tables(NamedTuple):
     heights: I64Array  # H_k for k <= K
     scale: int  # S
     packed: U64Array  # per bucket: prob << 32 | primary << 16 | alias (the compiled block)
-    packed_thresholds: U64Array  # per bucket: T of its primary, T of its alias
+    slots: U64Array  # per bucket: entry << 48 | T_entry of its primary, then of its alias
 
 
 def _build(zig: Ziggurat) -> Tables:
@@ -335,6 +335,7 @@ def _build(zig: Ziggurat) -> Tables:
     ratios = np.zeros(blocks + 2, dtype=np.float64)
     ratios[:blocks] = [float(Fraction(scale, int(h))) for h in heights[:blocks]]  # rounded once
     packed = (prob_a << 32 | primary_a << 16 | alias_a).astype(np.uint64)
-    both = np.stack([thresholds[primary_a], thresholds[alias_a]], axis=1).reshape(-1)
-    return Tables(primary_a, alias_a, prob_a, thresholds, ratios, heights, scale, packed,
-                  both.astype(np.uint64))  # fmt: skip
+    both = np.stack([primary_a, alias_a], axis=1).reshape(-1)
+    assert int(thresholds.max()) < 1 << 48  # T_k < 2**beta <= 2**37
+    slots = (both << 48 | thresholds[both]).astype(np.uint64)
+    return Tables(primary_a, alias_a, prob_a, thresholds, ratios, heights, scale, packed, slots)

@@ -271,7 +271,8 @@ def _fused_agrees(fused: ModuleType) -> bool:
     """The compiled kernel's known-answer self-test, against numpy's kernels.
 
     Its ``log`` and ``exp`` at a few points within 2**-46 (relative) of numpy's (both are
-    within 2**-47 of the truth, §2.5), 0 below the exp's floor, and one seeded block of
+    within 2**-47 of the truth, §2.5), 0 below the exp's floor, its scalar ``exp_one``
+    equal to its ``exp_into`` at the same points, and one seeded block of
     each word layout equal to the numpy passes' block (the same decisions on the same
     words). A compiler that broke the kernel's arithmetic fails here, before any draw.
     """
@@ -286,10 +287,12 @@ def _fused_agrees(fused: ModuleType) -> bool:
     fused.exp_into(points, exps, np.empty_like(points))
     below = np.empty(1)
     fused.exp_into(np.array([-708.3964185322642]), below, np.empty(1))
+    ones = [fused.exp_one(x) for x in [*points.tolist(), -708.3964185322642]]
     if not (
         np.all(np.abs(logs - expected) <= 2.0**-46 * np.abs(expected))
         and np.all(np.abs(exps - np.exp(points)) <= 2.0**-46 * np.exp(points))
         and below[0] == 0.0
+        and ones == [*exps.tolist(), 0.0]  # the ziggurat's scalar exp: the same floats
     ):
         return False
     for sigma2 in (Fraction(2), Fraction(66000)):  # t <= 256 (packed words), t > 256
@@ -304,7 +307,7 @@ def _fused_agrees(fused: ModuleType) -> bool:
     t = zig.tables
     codes, out = np.empty(2000, dtype=np.uint8), np.empty(2000, dtype=np.int64)
     count = fused.ziggurat_block(words, zig.b, zig.e, zig.beta, zig.blocks, t.packed,
-                                 t.packed_thresholds, t.ratios, zig.inv_two_sigma2_f, codes,
+                                 t.slots, t.ratios, zig.inv_two_sigma2_f, codes,
                                  out)  # fmt: skip
     values, numpy_codes, _ = zig.block(words, _numpy_exp)
     zig.signed(words, codes)  # the restarted lanes, coded as the numpy block codes them
@@ -741,7 +744,7 @@ def _gaussian_ziggurat(zig: Ziggurat, n: int, rng: RandomSource) -> IntArray:
         codes = np.empty(n, dtype=np.uint8)
         out = np.empty(n, dtype=np.int64)
         count = fused.ziggurat_block(
-            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.packed_thresholds, t.ratios,
+            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.slots, t.ratios,
             zig.inv_two_sigma2_f, codes, out,
         )  # fmt: skip
         if count >= 0:
@@ -1355,7 +1358,7 @@ def _discrete_gaussian_into(sigma2: Fraction, out: IntArray, rng: RandomSource) 
         fits = have + m <= n
         target = out[have : have + m] if fits else scratch[:m]
         count = fused.ziggurat_block(
-            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.packed_thresholds, t.ratios,
+            words, zig.b, zig.e, zig.beta, zig.blocks, t.packed, t.slots, t.ratios,
             zig.inv_two_sigma2_f, codes[:m], target,
         )  # fmt: skip
         if count < 0:  # lanes left to decide: as _gaussian_ziggurat, into ``out`` after
