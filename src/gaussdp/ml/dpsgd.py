@@ -644,6 +644,7 @@ class DPDataLoader(DataLoader[Any]):
         source = _DerivedStream(check_rng(None)) if fetch_rng is None else check_rng(fetch_rng)
         fetch = SecretFetch(dataset, source)
         collate = _EmptySafeCollate(dataset, collate_fn or default_collate, fetch)
+        self._indexed_collate = collate if collate._collate is default_collate else None
         super().__init__(
             dataset if _draws_nothing(dataset) else fetch,
             batch_sampler=sampler,
@@ -657,9 +658,34 @@ class DPDataLoader(DataLoader[Any]):
         """The batches, each tagged with its own identity (:mod:`gaussdp.ml._batches`)."""
         sampler = self.batch_sampler
         assert isinstance(sampler, PoissonBatchSampler)
-        for batch in super().__iter__():
+        indexed = (
+            self._indexed_collate is not None
+            and self.collate_fn is self._indexed_collate
+            and self.num_workers == 0
+            and not self.pin_memory
+            and _draws_nothing(self.dataset)
+        )
+        for batch in _indexed(self.dataset, sampler) if indexed else super().__iter__():
             tag(batch, sampler._hand_out())
             yield batch
+
+
+def _indexed(dataset: Dataset[Any], sampler: PoissonBatchSampler) -> Iterator[list[torch.Tensor]]:
+    """The batches of a ``TensorDataset`` (or a ``Subset`` of one), one index per tensor.
+
+    What ``default_collate`` makes of the examples fetched one by one — a list of the
+    tensors' rows, stacked, 0 rows for an empty batch — with one indexing operation per
+    tensor instead of one per example and tensor (≈ 0.1 ms against ≈ 1 ms for 256
+    MNIST-sized examples). Such a dataset draws nothing (:func:`_draws_nothing`).
+    """
+    for indices in sampler:
+        source = dataset
+        while type(source) is Subset:
+            indices = [int(source.indices[i]) for i in indices]
+            source = source.dataset
+        assert isinstance(source, TensorDataset)
+        index = torch.tensor(indices, dtype=torch.long)
+        yield [t[index.to(t.device)] for t in source.tensors]
 
 
 def _draws_nothing(dataset: Dataset[Any]) -> bool:
