@@ -310,6 +310,32 @@ _SAME_WIDTH_INT = {
 }
 
 
+#: Float elements whose squares ``linalg.vecdot`` writes out at once (4 MB of float32).
+_SQUARES_AT_ONCE = 2**20
+
+
+def _sums_of_squares(chunks: torch.Tensor) -> torch.Tensor:
+    """x·x over the last dimension, in the block's dtype (the chunk sums ŝⱼ of docs/ml.md).
+
+    ``linalg.vecdot`` writes every product out before it sums them: 100 MB for the
+    MLP's per-example gradients at batch 256 (the check of the batched path, the
+    per-example path), most of that check's time in page faults. A block of more than
+    :data:`_SQUARES_AT_ONCE` elements is taken a few rows at a time, into one output:
+    the same operation on the same rows, whose results do not depend on the rows
+    taken with them (bit for bit, tests/ml/test_norm_bound.py), and whose memory is
+    reused from range to range.
+    """
+    rows = max(1, _SQUARES_AT_ONCE // max(1, math.prod(chunks.shape[1:])))
+    if rows >= chunks.shape[0]:
+        whole: torch.Tensor = torch.linalg.vecdot(chunks, chunks)
+        return whole
+    out = chunks.new_empty(chunks.shape[:-1])
+    for start in range(0, chunks.shape[0], rows):
+        part = chunks[start : start + rows]
+        torch.linalg.vecdot(part, part, out=out[start : start + rows])
+    return out
+
+
 def _chunked_bounds(plans: Sequence[tuple[torch.Tensor, int, float]]) -> torch.Tensor:
     """Σ over chunks of m coordinates of the dot products, bounded above (float64).
 
@@ -329,10 +355,10 @@ def _chunked_bounds(plans: Sequence[tuple[torch.Tensor, int, float]]) -> torch.T
     for flat, m, u in plans:
         batch, k = flat.shape
         if m == k:  # one chunk: its dot product, converted (exactly) with the others below
-            partials.append(torch.linalg.vecdot(flat, flat))
+            partials.append(_sums_of_squares(flat))
         else:
             chunks = flat.reshape(batch, k // m, m)
-            partials.append(torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1))
+            partials.append(_sums_of_squares(chunks).to(torch.float64).sum(1))
         gamma = m * u / (1 - m * u)
         tiny = float(torch.finfo(flat.dtype).tiny)
         constants.append([1 + (k // m) * 2.0**-52, 1 - gamma, k * tiny, k * tiny * 2.0**40])
@@ -712,12 +738,15 @@ def _dataset_length(dataset: object, name: str) -> int:
 
 
 # -- the wrapped model and optimizer ------------------------------------------------------
-#: Float32 elements of per-example gradients the per-example path holds at once (256 MB):
+#: Float32 elements of per-example gradients the per-example path holds at once (16 MB):
 #: a larger batch (a Poisson batch above GHOST_MAX_BATCH, or torch.func on a large model)
 #: is processed ⌊limit/d⌋ examples at a time (at least one), each range clipped on its own
 #: and its clipped sum added (exact on the secure path: integers in lattice units). The
-#: check of the batched path against the per-example one takes the same ranges.
-PER_EXAMPLE_LIMIT = 2**26
+#: check of the batched path against the per-example one takes the same ranges. Below
+#: glibc's 32 MB mmap limit, a range's memory is reused by the next instead of mapped
+#: afresh: 256 MB ranges cost the MLP of benchmarks/dpsgd.py (d = 101,770, batch 256)
+#: ≈ 25,000 page faults a checked call, 40-100 ms of system CPU.
+PER_EXAMPLE_LIMIT = 2**22
 
 #: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
 #: at every step (a float attribute set each step) must not hold a graph per step.
