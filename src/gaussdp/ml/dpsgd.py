@@ -711,7 +711,7 @@ def _indexed(dataset: Dataset[Any], sampler: PoissonBatchSampler) -> Iterator[li
             source = source.dataset
         assert isinstance(source, TensorDataset)
         index = torch.tensor(indices, dtype=torch.long)
-        yield [t[index.to(t.device)] for t in source.tensors]
+        yield [torch.index_select(t, 0, index.to(t.device)) for t in source.tensors]
 
 
 def _draws_nothing(dataset: Dataset[Any]) -> bool:
