@@ -745,7 +745,8 @@ def _dataset_length(dataset: object, name: str) -> int:
 #: check of the batched path against the per-example one takes the same ranges. Below
 #: glibc's 32 MB mmap limit, a range's memory is reused by the next instead of mapped
 #: afresh: 256 MB ranges cost the MLP of benchmarks/dpsgd.py (d = 101,770, batch 256)
-#: ≈ 25,000 page faults a checked call, 40-100 ms of system CPU.
+#: ≈ 25,000 page faults a checked call (half of its ≈ 50,000 with vecdot's squares, which
+#: cost 66-630 ms of system CPU at load 12; see _sums_of_squares).
 PER_EXAMPLE_LIMIT = 2**22
 
 #: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
