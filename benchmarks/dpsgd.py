@@ -24,7 +24,9 @@ with ``grad_sample_mode="ghost"`` (float noise), with ``secure_mode=True`` where
 ``--opacus-hooks`` is given. Every method draws its batch within the step's time, as in
 training: gaussdp and Opacus their Poisson batch (expected size 256) from the loader their
 ``make_private`` returned (gaussdp trains only on the batch its loader drew last), the
-non-private step the next batch of a shuffled ``DataLoader``.
+non-private step the next batch of a shuffled ``DataLoader``. gaussdp's loader indexes
+the ``TensorDataset`` once per batch; torch's ``DataLoader`` (the non-private step's,
+and Opacus's) fetches the examples one by one and stacks them (≈ 1 ms a step here).
 
 Each method takes ``--block`` steps in turn, for ``--rounds`` interleaved rounds
 (so that a change of load hits every method alike), after ``--warmup`` steps (35:

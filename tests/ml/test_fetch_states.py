@@ -17,8 +17,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as nnf  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset  # noqa: E402
+from torch.utils.data.dataloader import default_collate  # noqa: E402
 
-from gaussdp.ml import make_private  # noqa: E402
+from gaussdp.ml import DPDataLoader, make_private  # noqa: E402
 from gaussdp.ml._fetch import SecretFetch  # noqa: E402
 from gaussdp.random import ChaCha20Random  # noqa: E402
 
@@ -132,6 +133,37 @@ def test_a_tensor_dataset_is_fetched_as_it_is() -> None:
     assert _private(part, seed=0)[1][2].dataset is part
     drawn = Subset(Draws([1] * 8), [1, 3, 5, 7])  # a Subset of a dataset that draws: wrapped
     assert isinstance(_private(drawn, seed=0)[1][2].dataset, SecretFetch)
+
+
+def test_a_tensor_datasets_batch_is_one_index_per_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batches default_collate makes of the examples fetched one by one, empty ones too.
+
+    Without a ``__getitem__`` per example; a collate_fn of the user's keeps that fetch.
+    """
+    x, y = torch.randn(40, 3, 2), torch.arange(40)
+    reversed_part = Subset(TensorDataset(x, y), list(range(39, -1, -1)))
+    for data in (TensorDataset(x, y), Subset(reversed_part, [0, 5, 7, 30, 31])):
+        for rate in (0.3, 1e-3):  # 1e-3: empty batches
+            own = DPDataLoader(data, sample_rate=rate, rng=ChaCha20Random(1), collate_fn=_collate)
+            expected = list(own)
+            with monkeypatch.context() as patch:
+                patch.setattr(TensorDataset, "__getitem__", _not_called)
+                got = list(DPDataLoader(data, sample_rate=rate, rng=ChaCha20Random(1)))
+            assert len(got) == len(expected)
+            assert any(b[1].shape == (0,) for b in got) == (rate < 0.1)
+            for batch, reference in zip(got, expected, strict=True):
+                assert type(batch) is type(reference) is list
+                for a, b in zip(batch, reference, strict=True):
+                    assert torch.equal(a, b)
+                    assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride())
+
+
+def _collate(batch: list[tuple[torch.Tensor, ...]]) -> object:
+    return default_collate(batch)
+
+
+def _not_called(*_: object) -> None:
+    raise AssertionError("an example fetched on its own")
 
 
 def test_workers_fetch_under_states_of_their_own() -> None:

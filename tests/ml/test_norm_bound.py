@@ -19,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gaussdp.ml import dpsgd as dpsgd_module  # noqa: E402
 from gaussdp.ml.dpsgd import (  # noqa: E402
     _factors_from_squared,
     _squared_norm_upper,
@@ -83,11 +84,17 @@ def test_squared_norm_bound_is_above_the_exact_value_and_tight(k: int) -> None:
             assert Fraction(b) <= slack * (1 + Fraction(1, 2**30))
 
 
-def test_several_blocks_at_once_give_each_rows_bounds_bit_for_bit() -> None:
+@pytest.mark.parametrize("at_once", [None, 3 * 4096])
+def test_several_blocks_at_once_give_each_rows_bounds_bit_for_bit(
+    at_once: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stacked float64 steps of ``_squared_norms_upper`` change no bound: each block's
     bounds equal those of its rows bounded one at a time (batches of one, nothing stacked),
     on blocks that take every path — chunks of 4096, one chunk, faint and overflowing rows,
-    float64 and float16 blocks, an empty block and another batch size among them."""
+    float64 and float16 blocks, an empty block and another batch size among them. Also
+    when the squares are written out a few rows at a time (``at_once``: 1 or 3 rows)."""
+    if at_once is not None:
+        monkeypatch.setattr(dpsgd_module, "_SQUARES_AT_ONCE", at_once)
     gen = torch.Generator().manual_seed(5)
     adversarial = _adversarial_rows(8192)
     batch = adversarial.shape[0]

@@ -312,6 +312,32 @@ _SAME_WIDTH_INT = {
 }
 
 
+#: Float elements whose squares ``linalg.vecdot`` writes out at once (4 MB of float32).
+_SQUARES_AT_ONCE = 2**20
+
+
+def _sums_of_squares(chunks: torch.Tensor) -> torch.Tensor:
+    """x·x over the last dimension, in the block's dtype (the chunk sums ŝⱼ of docs/ml.md).
+
+    ``linalg.vecdot`` writes every product out before it sums them: 100 MB for the
+    MLP's per-example gradients at batch 256 (the check of the batched path, the
+    per-example path), most of that check's time in page faults. A block of more than
+    :data:`_SQUARES_AT_ONCE` elements is taken a few rows at a time, into one output:
+    the same operation on the same rows, whose results do not depend on the rows
+    taken with them (bit for bit, tests/ml/test_norm_bound.py), and whose memory is
+    reused from range to range.
+    """
+    rows = max(1, _SQUARES_AT_ONCE // max(1, math.prod(chunks.shape[1:])))
+    if rows >= chunks.shape[0]:
+        whole: torch.Tensor = torch.linalg.vecdot(chunks, chunks)
+        return whole
+    out = chunks.new_empty(chunks.shape[:-1])
+    for start in range(0, chunks.shape[0], rows):
+        part = chunks[start : start + rows]
+        torch.linalg.vecdot(part, part, out=out[start : start + rows])
+    return out
+
+
 def _chunked_bounds(plans: Sequence[tuple[torch.Tensor, int, float]]) -> torch.Tensor:
     """Σ over chunks of m coordinates of the dot products, bounded above (float64).
 
@@ -331,10 +357,10 @@ def _chunked_bounds(plans: Sequence[tuple[torch.Tensor, int, float]]) -> torch.T
     for flat, m, u in plans:
         batch, k = flat.shape
         if m == k:  # one chunk: its dot product, converted (exactly) with the others below
-            partials.append(torch.linalg.vecdot(flat, flat))
+            partials.append(_sums_of_squares(flat))
         else:
             chunks = flat.reshape(batch, k // m, m)
-            partials.append(torch.linalg.vecdot(chunks, chunks).to(torch.float64).sum(1))
+            partials.append(_sums_of_squares(chunks).to(torch.float64).sum(1))
         gamma = m * u / (1 - m * u)
         tiny = float(torch.finfo(flat.dtype).tiny)
         constants.append([1 + (k // m) * 2.0**-52, 1 - gamma, k * tiny, k * tiny * 2.0**40])
@@ -646,6 +672,7 @@ class DPDataLoader(DataLoader[Any]):
         source = _DerivedStream(check_rng(None)) if fetch_rng is None else check_rng(fetch_rng)
         fetch = SecretFetch(dataset, source)
         collate = _EmptySafeCollate(dataset, collate_fn or default_collate, fetch)
+        self._indexed_collate = collate if collate._collate is default_collate else None
         super().__init__(
             dataset if _draws_nothing(dataset) else fetch,
             batch_sampler=sampler,
@@ -659,9 +686,34 @@ class DPDataLoader(DataLoader[Any]):
         """The batches, each tagged with its own identity (:mod:`gaussdp.ml._batches`)."""
         sampler = self.batch_sampler
         assert isinstance(sampler, PoissonBatchSampler)
-        for batch in super().__iter__():
+        indexed = (
+            self._indexed_collate is not None
+            and self.collate_fn is self._indexed_collate
+            and self.num_workers == 0
+            and not self.pin_memory
+            and _draws_nothing(self.dataset)
+        )
+        for batch in _indexed(self.dataset, sampler) if indexed else super().__iter__():
             tag(batch, sampler._hand_out())
             yield batch
+
+
+def _indexed(dataset: Dataset[Any], sampler: PoissonBatchSampler) -> Iterator[list[torch.Tensor]]:
+    """The batches of a ``TensorDataset`` (or a ``Subset`` of one), one index per tensor.
+
+    What ``default_collate`` makes of the examples fetched one by one — a list of the
+    tensors' rows, stacked, 0 rows for an empty batch — with one indexing operation per
+    tensor instead of one per example and tensor (≈ 0.1 ms against ≈ 1 ms for 256
+    MNIST-sized examples). Such a dataset draws nothing (:func:`_draws_nothing`).
+    """
+    for indices in sampler:
+        source = dataset
+        while type(source) is Subset:
+            indices = [int(source.indices[i]) for i in indices]
+            source = source.dataset
+        assert isinstance(source, TensorDataset)
+        index = torch.from_numpy(np.array(indices, dtype=np.int64))  # ≈ 5× torch.tensor's speed
+        yield [torch.index_select(t, 0, index.to(t.device)) for t in source.tensors]
 
 
 def _draws_nothing(dataset: Dataset[Any]) -> bool:
@@ -688,12 +740,16 @@ def _dataset_length(dataset: object, name: str) -> int:
 
 
 # -- the wrapped model and optimizer ------------------------------------------------------
-#: Float32 elements of per-example gradients the per-example path holds at once (256 MB):
+#: Float32 elements of per-example gradients the per-example path holds at once (16 MB):
 #: a larger batch (a Poisson batch above GHOST_MAX_BATCH, or torch.func on a large model)
 #: is processed ⌊limit/d⌋ examples at a time (at least one), each range clipped on its own
 #: and its clipped sum added (exact on the secure path: integers in lattice units). The
-#: check of the batched path against the per-example one takes the same ranges.
-PER_EXAMPLE_LIMIT = 2**26
+#: check of the batched path against the per-example one takes the same ranges. Below
+#: glibc's 32 MB mmap limit, a range's memory is reused by the next instead of mapped
+#: afresh: 256 MB ranges cost the MLP of benchmarks/dpsgd.py (d = 101,770, batch 256)
+#: ≈ 25,000 page faults a checked call (half of its ≈ 50,000 with vecdot's squares, which
+#: cost 66-630 ms of system CPU at load 12; see _sums_of_squares).
+PER_EXAMPLE_LIMIT = 2**22
 
 #: Proofs (each with its traced graph) kept per engine: a model whose proof key changes
 #: at every step (a float attribute set each step) must not hold a graph per step.
