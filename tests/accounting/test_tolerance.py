@@ -561,3 +561,60 @@ def test_closed_form_accountants_label_their_bounds(accountant: type, label: str
     # the closed forms (ρ = 1/(2σ²) may be rounded up by the accountant: at least 0.5)
     want = gdp_epsilon(1.0, 1e-5) if label == "gdp" else zcdp_epsilon(0.5, 1e-5)
     assert want <= eps.upper <= want * (1 + 1e-12)
+
+
+def test_a_finer_grid_that_is_looser_is_dropped() -> None:
+    # The bare bracket [1, 1.01] is wide for a reason the step does not change (as the
+    # truncations' mass at +∞ against a tiny δ), while the allowance grows as the grid
+    # does: the finer grid's upper bound is larger, so the coarser grid is kept.
+    built: list[float] = []
+
+    def build(h: float, extended: bool) -> _Bounds:
+        built.append(h)
+        return _Bounds(upper=1.01 + 1e-5 * (1e-3 / h) ** 0.5, bare_upper=1.01)
+
+    grid = AdaptivePLD(build, 1e-3, 1e-4, fixed=False, snap=lambda h: h)
+    b = grid.epsilon(1e-6)
+    assert (b.lower, b.upper) == (1.0, 1.01001)
+    assert len(built) == 2  # one finer grid, built and dropped
+    assert built[1] < built[0]
+    assert grid.value_discretization == 1e-3
+    assert grid.pld().epsilon(1e-6).upper == 1.01001
+    assert grid.epsilon(1e-6).upper == 1.01001
+
+
+# The reduced leaves of a release plan at δ = 1e-12 (rev29-rel F2): three exact parts,
+# two parts by the smoothing argument; the plan's selection δ leaves this δ to them.
+_TINY_DELTA_PLAN = (
+    DiscreteGaussianVector(Fraction(13727385807435, 1073741824), (2, 2, 2)),
+    DiscreteGaussianVector(Fraction(13727385807435, 536870912), (2, 2, 2)),
+    DiscreteGaussianVector(Fraction(13727385807435, 4294967296), (1, 1, 1)),
+    Gaussian(sigma=1.0, sensitivity=0.03063702832864556),
+    Gaussian(sigma=1.0, sensitivity=0.021663650486589636),
+)
+_TINY_DELTA = 6.116383487354872e-13
+
+
+def test_a_query_asked_again_gets_the_same_answer() -> None:
+    # Each query of this composition refined the grid, and each finer grid (its bracket
+    # held wide by the truncations, its round-off allowance growing) answered a larger
+    # upper bound: 0.3954520, 0.3954637, 0.3955204. A check that remembered one answer
+    # then disagreed with one that asked again. Independent answer: the hockey-stick
+    # bracket of tests/release/exact_reference.py for the whole plan (its slack is
+    # 1e-57) at a loss step of 2e-6, [0.39534053, 0.39534674].
+    acc = PLDAccountant()
+    for event in _TINY_DELTA_PLAN:
+        acc.compose(event)
+    first = acc.epsilon(_TINY_DELTA)
+    assert 0.39534674 <= first.upper <= 0.3954521
+    assert first.lower <= 0.39534053
+    assert [acc.epsilon(_TINY_DELTA) for _ in range(3)] == [first] * 3
+    assert acc.copy().epsilon(_TINY_DELTA) == first  # a fresh computation: the same
+    at = acc.delta(first.upper)
+    assert at.upper <= _TINY_DELTA * (1 + 1e-6)
+    acc.epsilon(1e-9)  # another argument between: the kept answers stay
+    assert acc.delta(first.upper) == at
+    assert acc.epsilon(_TINY_DELTA) == first
+    # A composition starts over.
+    acc.compose(_TINY_DELTA_PLAN[-1])
+    assert acc.epsilon(_TINY_DELTA).upper > first.upper

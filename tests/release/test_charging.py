@@ -229,3 +229,45 @@ def test_the_budget_check_reuses_the_plans_certified_spend_exactly(
     twice = real(larger, budget_accountant(larger).compose(event).compose(event))
     assert other._measure(larger, other.accountant) == twice
     assert other.spent == twice.value
+
+
+def test_a_plan_that_meets_its_budget_at_a_tiny_delta_is_admitted_by_that_budget(
+    tmp_path: Path,
+) -> None:
+    """rev29-rel F2: at δ = 1e-12 the PLD's bracket is held wide by its truncations, and
+    each query of the plan's accountant refined the grid and answered a larger upper
+    bound (0.59999 for the plan, 0.601 for the check it remembered). A fresh filter and
+    an empty ledger of the release's own budget then refused a plan that meets it. Now
+    the plan's ε is the one query the check remembers, and asking again answers the same."""
+    from gaussdp.accounting.filter import budget_accountant
+
+    budget = Budget(epsilon=0.6, delta=1e-12)
+    frame = pd.DataFrame(
+        {
+            "user": [u % 500 for u in range(3000)],
+            "page": [["a", "b", "c", "d", "e", "f"][(7 * u) % 6] for u in range(3000)],
+            "minutes": [float((13 * u) % 60) for u in range(3000)],
+        }
+    )
+
+    def build() -> Release:
+        release = Release(
+            frame, privacy_unit="user", budget=budget, max_groups_per_unit=3, max_rows_per_group=2
+        )
+        release.count(by="page").sum("minutes", bounds=(0, 60), by="page")
+        return release.mean("minutes", bounds=(0, 60), by="page")
+
+    release = build()
+    plan = release.plan()
+    assert plan.accounting == "pld"
+    assert plan.epsilon is not None
+    assert plan.epsilon <= budget.epsilon
+    assert PrivacyFilter(budget).can_accept(plan.event)
+    release.run(rng=ChaCha20Random(1))
+    assert release.filter.spent == plan.epsilon
+    book = Ledger(tmp_path / "book.db", total=budget)
+    build().run(ledger=book, rng=ChaCha20Random(2))
+    assert book.spent == plan.epsilon
+    # A new computation, asked three times, answers the plan's ε each time.
+    accountant = budget_accountant(budget).compose(plan.event)
+    assert [accountant.epsilon(1e-12).upper for _ in range(3)] == [plan.epsilon] * 3

@@ -1022,12 +1022,21 @@ class PLDAccountant(Accountant):
 
     Notes
     -----
-    The accountant keeps the grid its queries built (the finest step, the smallest
-    tail mass, extended precision), so a query can be slightly tighter after other
-    queries than on a fresh accountant (measured: 2–4e-7 relative in ε); both answers
-    are certified and within the tolerance. For answers that depend only on the events,
-    query a copy (``acc.copy().epsilon(delta)``: a copy holds no grid), at the cost of
-    rebuilding it (``docs/accounting.md`` §5, "Query order").
+    A query asked again, with the same argument and no event composed since, gets
+    the same answer: the first one, kept (per argument, until the next composition).
+    Without that, an answer would depend on how often it was asked, since each query
+    may refine the grid, and a budget check that remembers one answer for a history
+    (:class:`~gaussdp.accounting.filter.SpentMemo`) would disagree with another check
+    of it (``docs/accounting.md`` §5). Every answer is a certified bracket, so the
+    first is as sound as a later one would be (which could differ from it in its last
+    digits, either way).
+
+    The accountant keeps the grid its queries built (the finest step kept, the smallest
+    tail mass, extended precision), so a query at a new argument can differ slightly
+    from the same query on a fresh accountant (measured: 2–4e-7 relative in ε, tighter);
+    both answers are certified and within the tolerance. For answers that depend only
+    on the events, query a copy (``acc.copy().epsilon(delta)``: a copy holds no grid and
+    no answers), at the cost of rebuilding it (``docs/accounting.md`` §5, "Query order").
 
     Examples
     --------
@@ -1069,6 +1078,9 @@ class PLDAccountant(Accountant):
         # grid (in extended precision) does not discretise it again. (Not kept for many
         # events: their one-run PLDs together could take a lot of memory.)
         self._run_cache: dict[tuple[Event, float, float, bool], PrivacyLossDistribution] = {}
+        # Every answer given for the current history, per argument (see Notes).
+        self._epsilons: dict[float, EpsilonBounds] = {}
+        self._deltas: dict[float, DeltaBounds] = {}
 
     def __repr__(self) -> str:
         return f"PLDAccountant(events={len(self.events)}, count={self.count})"
@@ -1094,6 +1106,8 @@ class PLDAccountant(Accountant):
         self._adaptive = None
         self._single_cache = None
         self._run_cache = {}
+        self._epsilons = {}
+        self._deltas = {}
 
     def _leaf_supported(self, event: Event) -> bool:
         if isinstance(event, Subsampled):
@@ -1121,7 +1135,7 @@ class PLDAccountant(Accountant):
 
     @property
     def value_discretization(self) -> float:
-        """The grid step h of the current composition (the finest built so far)."""
+        """The grid step h of the current composition (the finest kept so far)."""
         if self._h is not None:
             return self._h
         if self._adaptive is not None:
@@ -1378,6 +1392,18 @@ class PLDAccountant(Accountant):
         return rdp
 
     def _base_epsilon(self, delta: float) -> EpsilonBounds:
+        known = self._epsilons.get(delta)
+        if known is None:
+            known = self._epsilons[delta] = self._new_epsilon(delta)
+        return known
+
+    def _base_delta(self, epsilon: float) -> DeltaBounds:
+        known = self._deltas.get(epsilon)
+        if known is None:
+            known = self._deltas[epsilon] = self._new_delta(epsilon)
+        return known
+
+    def _new_epsilon(self, delta: float) -> EpsilonBounds:
         if self.is_exact:
             # DRS Cor 2.13 / 3.3, rounded up
             mu, floor = _gaussian_mu(self._leaves), _gaussian_mu_floor(self._leaves)
@@ -1402,7 +1428,7 @@ class PLDAccountant(Accountant):
                     return EpsilonBounds(lower=min(b.lower, r), upper=r, method="rdp", note=note)
         return b
 
-    def _base_delta(self, epsilon: float) -> DeltaBounds:
+    def _new_delta(self, epsilon: float) -> DeltaBounds:
         if self.is_exact:
             # DRS Cor 2.13 / Cor 3.3
             mu, floor = _gaussian_mu(self._leaves), _gaussian_mu_floor(self._leaves)

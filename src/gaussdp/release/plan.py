@@ -1062,9 +1062,12 @@ def _split(
     acc = zcdp if accounting == "zcdp" else _composed(budget_accountant(budget), event)
     epsilon = None
     if budget.delta is not None and acc is not None:
-        epsilon = acc.epsilon(budget.delta).upper
-        if accounting != "zcdp":  # budget_accountant's: what the budget check measures
-            remember_spent(budget, acc)  # the same ε (acc keeps it): no second PLD
+        # budget_accountant's (not zCDP's): what the budget check measures. One query,
+        # kept for that check (remember_spent), so the plan's ε is the check's.
+        if accounting == "zcdp":
+            epsilon = acc.epsilon(budget.delta).upper
+        else:
+            epsilon = remember_spent(budget, acc).value
     # The smoothing slack of the parts that use it (all of them unless some are exact).
     slack = gdp.slack if gdp is not None else acc.slack if acc is not None else 0.0
     return Plan(
