@@ -102,21 +102,49 @@ def test_keys_of_another_row_count_are_refused() -> None:
     assert optimizer.steps == 0
 
 
-def test_keys_are_probed_tensors_on_probed_steps_only_and_evaluation_is_plain() -> None:
+def test_keys_are_probed_tensors_on_every_step_and_evaluation_is_plain() -> None:
     x, y = _data()
     net = _net()
     model, optimizer, _ = zero_noise_private(net, x, y, "auto")
-    for step in range(_loss_check.FIRST_STEPS + 1):
+    for _ in range(_loss_check.FIRST_STEPS + 2):  # unprobed steps too
         optimizer.zero_grad()
         draw(optimizer)
         with torch.no_grad():
             k = model(x)
-        assert (type(k) is _loss_check._Probed) == (step < _loss_check.FIRST_STEPS)
+        assert type(k) is _loss_check._Probed
         _own_target(model, x, y).backward()
         optimizer.step()
     model.eval()
     with torch.no_grad():
         assert type(model(x)) is torch.Tensor  # evaluation: the plain model
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keys_of_a_loss_first_seen_on_an_unprobed_step_are_moved(mode: str) -> None:
+    # rev29-ml #2: keys were wrapped on probed steps only; a contrastive term switched on
+    # after them was checked (a new form) with plain keys, passed at 2.18·C, and its
+    # form was recorded as checked until the next probed step.
+    x, y = _data()
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    for _ in range(_loss_check.FIRST_STEPS + 2):
+        optimizer.zero_grad()
+        draw(optimizer)
+        nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert not optimizer._engine.loss_check.due()
+    with pytest.raises(ValueError, match=MIXES):
+        sensitivity(_clipped_sum(net, model, optimizer, _contrastive), x, y)
+    assert optimizer.steps == _loss_check.FIRST_STEPS + 2
+    # A per-example target on unprobed steps: passes, within C.
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, mode)
+    for _ in range(_loss_check.FIRST_STEPS + 2):
+        optimizer.zero_grad()
+        draw(optimizer)
+        nnf.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert sensitivity(_clipped_sum(net, model, optimizer, _own_target), x, y) <= 1.0 + 1e-5
 
 
 def _keys_eval(model: Any, x: torch.Tensor) -> torch.Tensor:

@@ -55,8 +55,8 @@ compiled loss is recorded and checked like any other.
    :data:`_CHANGED`) in every recorded call that reads it; the caller's tensor is
    not changed again. One changed in place with nothing of the outputs (a step
    counter) is not made again. A record it cannot recompute (a call that fails)
-   leaves the loss to steps 1 and 2. On a probed step the private model's outputs
-   under ``torch.no_grad()`` while the loader's batch awaits its step (the keys of a
+   leaves the loss to steps 1 and 2. The private model's outputs (recorded on every
+   step) under ``torch.no_grad()`` while the loader's batch awaits its step (the keys of a
    stop-gradient loss, :meth:`LossCheck.wrap_keys`, in training or eval mode; the
    unwrapped model's too) and the other training calls'
    outputs (``model(x2).detach()``, ``.data``) that the loss takes are moved row for
@@ -174,15 +174,16 @@ class LossCheck:
         return probe.wrapped, probe
 
     def wrap_keys(self, output: Any) -> Any:
-        """On a probed step, the model's output under ``torch.no_grad()`` as :class:`_Probed`.
+        """The model's output under ``torch.no_grad()`` as :class:`_Probed`, on every step.
 
         Keys of a stop-gradient loss (MoCo, SimSiam-style: ``k = model(x2)`` under
         ``torch.no_grad()``, then ``q @ k.T``) carry no gradient, so step 1 cannot see
         example i's Gᵢ depend on the other examples' keys; step 3 moves their rows with
-        the training call's (:func:`_check_replayed`). Other steps: ``output`` as it is.
+        the training call's (:func:`_check_replayed`). Wrapped on unprobed steps too: a
+        loss whose form is new there is checked, and keys left plain could not be
+        moved (rev29-ml: a contrastive term switched on after the probed steps passed
+        at 2.18·C until the next probed step).
         """
-        if not self.due():
-            return output
         leaves, spec = tree_flatten(output)
         keys = [
             i

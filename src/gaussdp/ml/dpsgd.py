@@ -862,9 +862,9 @@ class _Engine:
     def keys(self, output: Any) -> Any:
         """The model's output under ``torch.no_grad()``, as keys of a stop-gradient loss.
 
-        On probed steps, while the data loader's last batch awaits its step, in
-        training or eval mode (keys computed in ``model.eval()`` to switch dropout
-        off): the loss check's probed keys
+        On every step (probed or not: a loss of a new form is checked on any step),
+        while the data loader's last batch awaits its step, in training or eval mode
+        (keys computed in ``model.eval()`` to switch dropout off): the loss check's keys
         (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). Otherwise as it is: keys
         of the current batch come after it is drawn, and no step releases sums without
         a batch drawn from the loader, so evaluation after a step (or after training)
@@ -877,7 +877,6 @@ class _Engine:
             or sampler._released
             or sampler._current is None
             or sampler._current[:2] != _process_identity()
-            or not self.loss_check.due()
         ):
             return output
         return self.loss_check.wrap_keys(output)
