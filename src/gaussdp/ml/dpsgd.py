@@ -103,7 +103,7 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
-from gaussdp.ml._batches import BatchId, batches_of, refuse_mixed_rows, tag
+from gaussdp.ml._batches import BatchId, batches_of, owning_rows, refuse_mixed_rows, tag
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._fetch import SecretFetch
 from gaussdp.ml._ghost import (
@@ -658,6 +658,7 @@ class DPDataLoader(DataLoader[Any]):
         sampler = self.batch_sampler
         assert isinstance(sampler, PoissonBatchSampler)
         for batch in super().__iter__():
+            batch = owning_rows(batch)  # a view's rows are checked against its own base
             tag(batch, sampler._hand_out())
             yield batch
 
