@@ -769,6 +769,9 @@ class _Engine:
         # Steps the parameters carry from this engine's optimizer, loaded ones included:
         # a later make_private on the model must take them over (its ``resume``).
         self.carried = 0
+        # The runs whose steps those are, oldest first: the histories loaded, then this
+        # engine's own (a random id). A later make_private's ``resume`` must name them all.
+        self.runs: list[str] = [secrets.token_hex(16)]
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -2467,7 +2470,10 @@ class DPOptimizer(torch.optim.Optimizer):
 
         ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 2,
         "accountant": "pld" | "rdp", "steps": n, "non_private_steps": m,
-        "history": <JSON of the history event>, "charges": [...]}}``: the history is
+        "history": <JSON of the history event>, "charges": [...], "runs": [...]}}``:
+        ``runs`` names the runs the history holds (the loaded histories' runs, then
+        this optimizer's own random id), which ``make_private(resume=...)`` compares
+        with the runs the model's parameters carry; the history is
         :attr:`history` in the events' JSON form
         (:func:`gaussdp.accounting.events.event_to_json`), the same form a
         :class:`gaussdp.Ledger` stores; ``charges`` splits its steps by where they
@@ -2484,6 +2490,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 "non_private_steps": self._free_steps,
                 "history": event_to_json(self.history),
                 "charges": self._charges(),
+                "runs": list(self._engine.runs),
             },
         }
 
@@ -2545,6 +2552,7 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         history, steps, free = _check_privacy(state_dict["privacy"])
         segments = _check_charges(state_dict["privacy"], history)
+        runs = _check_runs(state_dict["privacy"])
         if self._steps or self._loaded:
             raise ValueError(
                 invalid(
@@ -2579,6 +2587,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
         self._engine.carried += steps
+        self._engine.runs = [*dict.fromkeys([*(runs or []), *self._engine.runs])]
 
     def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
         """Charge the loaded steps ``charger`` does not hold; all are then held there."""
@@ -2642,6 +2651,22 @@ def _check_charges(privacy: Mapping[str, Any], history: Composed) -> list[Segmen
 
 
 _CHECKPOINT_FORMAT = 2
+
+
+def _check_runs(privacy: Mapping[str, Any]) -> list[str] | None:
+    """The ``runs`` of a checkpoint's privacy part; None for one written before them."""
+    if "runs" not in privacy:
+        return None
+    runs = privacy["runs"]
+    if not (isinstance(runs, list) and runs and all(isinstance(r, str) and r for r in runs)):
+        raise ValueError(
+            invalid(
+                "state_dict['privacy']['runs']",
+                "a non-empty list of run ids (from DPOptimizer.state_dict())",
+                runs,
+            )
+        )
+    return runs
 
 
 def _check_privacy(privacy: object) -> tuple[Composed, int, int]:
@@ -2980,7 +3005,11 @@ def make_private(
         a make_private engine still wraps ``model`` or one of its modules and its
         optimizer took or loaded private steps: without it the new
         :meth:`~DPOptimizer.privacy_spent` would start from 0 although the parameters
-        carry those steps. Its step count must be at least theirs.
+        carry those steps. Its step count must be at least theirs, and its ``runs``
+        must name every run whose steps they carry (another network's history, or
+        one of two parts trained by separate make_private calls and joined, is
+        refused; a checkpoint without ``runs`` only for a model no engine with steps
+        wraps).
 
     Returns
     -------
@@ -3164,7 +3193,15 @@ def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_E
 
     An engine's watch hooks stay on the modules it wrapped (and keep it alive) until a
     later :func:`make_private` retires it, so a model trained by an earlier one is
-    found from its modules.
+    found from its modules. ``resume`` must hold the history of every earlier engine
+    that carries steps: its ``runs`` must include each one's (its own id and those of
+    the histories it loaded), and its steps be at least the most any carries. So the
+    history of another network, or of one of two parts trained by separate
+    make_private calls and then joined, is refused (rev29-ml: ε 2.866 reported for
+    4.688, and 10.498 for 12.200): one history cannot hold two unrelated runs. A
+    checkpoint written before ``runs`` names none: refused when an earlier engine
+    carries steps (it cannot be shown to be their history), accepted otherwise (a
+    network rebuilt from a saved state carries no engine to compare with).
     """
     owners = (
         getattr(hook, "__self__", None)
@@ -3197,6 +3234,21 @@ def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_E
                 f"the state_dict() of the optimizer that trained this model before, with "
                 f"at least the {carried} steps the model carries (take it after the last step)",
                 f"a history of {steps} steps",
+            )
+        )
+    runs = _check_runs(resume["privacy"])
+    missing = [e for e in earlier if e.carried and not set(e.runs) <= set(runs or [])]
+    if missing:
+        held = "no run ids (a checkpoint of gaussdp before them)" if runs is None else runs
+        raise ValueError(
+            invalid(
+                "resume",
+                "the state_dict() of the optimizer that trained this model before, whose "
+                "'runs' include those of every earlier make_private whose steps the "
+                f"model's parameters carry ({[e.runs for e in missing]}): the history of "
+                "another network, or of one of two parts trained by separate make_private "
+                "calls, would under-report epsilon (train the parts in one make_private)",
+                f"a history naming {held}",
             )
         )
     return earlier
