@@ -105,7 +105,7 @@ from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
 from gaussdp.ml._batches import BatchId, batches_of, owning_rows, refuse_mixed_rows, tag
 from gaussdp.ml._budget import Charger, check_spender
-from gaussdp.ml._fetch import SecretFetch
+from gaussdp.ml._fetch import SecretFetch, rekey_worker
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     GHOST_MARGIN,
@@ -608,7 +608,9 @@ class DPDataLoader(DataLoader[Any]):
     collate_fn : callable, optional
         As for DataLoader (default: ``default_collate``).
     num_workers : int, default 0
-        As for DataLoader; sampling always runs in the main process.
+        As for DataLoader; sampling always runs in the main process. Each pass
+        draws one fetch key per worker (:mod:`gaussdp.ml._fetch`): the loader's
+        ``worker_init_fn`` re-keys the worker with it.
     fetch_rng : RandomSource, optional
         Source of the generator states each example is fetched under (random data
         augmentation in the dataset, :mod:`gaussdp.ml._fetch`); ``None`` is a stream
@@ -650,13 +652,17 @@ class DPDataLoader(DataLoader[Any]):
             collate_fn=collate,
             num_workers=num_workers,
             generator=fetch.generator(),  # the workers' seeds: secret (_fetch)
+            worker_init_fn=functools.partial(rekey_worker, fetch),
         )
         self.sample_rate: float = sampler.sample_rate
+        self._fetch = fetch
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """The batches, each tagged with its own identity (:mod:`gaussdp.ml._batches`)."""
         sampler = self.batch_sampler
         assert isinstance(sampler, PoissonBatchSampler)
+        if self.num_workers > 0:  # fresh keys for this pass's workers (_fetch)
+            self._fetch.key_workers(self.num_workers)
         for batch in super().__iter__():
             batch = owning_rows(batch)  # a view's rows are checked against its own base
             tag(batch, sampler._hand_out())
