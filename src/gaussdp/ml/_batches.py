@@ -157,6 +157,29 @@ def _row_span(t: torch.Tensor) -> int:
     return sum((n - 1) * st for n, st in zip(t.shape[1:], t.stride()[1:], strict=True))
 
 
+def first_row(leaves: Iterable[Any]) -> int | None:
+    """The row of its batch tensor that the first batch tensor among ``leaves`` starts at.
+
+    0 for a tagged batch tensor itself; for a view of one that keeps its row step
+    (``x[a:b]``, ``x[a:b, 1:]``) the row ``a``; None when the first tensor is neither
+    (a copy, another step such as ``x[::2]``): its rows cannot be placed in the batch.
+    """
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        if _tag_of(leaf) is None:
+            return None
+        base = leaf._base
+        if base is None or _TAGS.get(id(leaf)) is not None:
+            return 0
+        stride = base.stride(0)
+        offset = leaf.storage_offset() - base.storage_offset()
+        if base.shape[0] < 2 or (leaf.stride(0) == stride and stride > 0 and offset >= 0):
+            return 0 if base.shape[0] < 2 else offset // stride
+        return None
+    return None
+
+
 def refuse_mixed_rows(leaves: Iterable[Any], name: str) -> None:
     """Refuse a view of a batch tensor whose rows are not the batch's examples (module notes).
 

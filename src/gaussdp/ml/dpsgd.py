@@ -103,7 +103,14 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
-from gaussdp.ml._batches import BatchId, batches_of, owning_rows, refuse_mixed_rows, tag
+from gaussdp.ml._batches import (
+    BatchId,
+    batches_of,
+    first_row,
+    owning_rows,
+    refuse_mixed_rows,
+    tag,
+)
 from gaussdp.ml._budget import Charger, check_spender
 from gaussdp.ml._fetch import SecretFetch, rekey_worker
 from gaussdp.ml._ghost import (
@@ -889,7 +896,7 @@ class _Engine:
             or sampler._current[:2] != _process_identity()
         ):
             return output
-        return self.loss_check.wrap_keys(output)
+        return self.loss_check.wrap_keys(output, sampler._current_rows)
 
     def refuse_raw_calls(self) -> None:
         """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
@@ -1483,7 +1490,8 @@ class _Engine:
             self.anchor,
             *(out_leaves[i].detach() for i in record.floating),
         )
-        captured, record.probe = self.loss_check.wrap(list(captured), batch)
+        first = first_row(leaves)  # where a micro-batch x[a:b] lies in the batch
+        captured, record.probe = self.loss_check.wrap(list(captured), batch, first)
         for i, tensor in zip(record.floating, captured, strict=True):
             out_leaves[i] = tensor
         self.records.append(record)
