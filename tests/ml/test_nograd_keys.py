@@ -119,12 +119,8 @@ def test_keys_are_probed_tensors_on_every_step_and_evaluation_is_plain() -> None
         assert type(model(x)) is torch.Tensor  # evaluation: the plain model
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_keys_of_a_loss_first_seen_on_an_unprobed_step_are_moved(mode: str) -> None:
-    # rev29-ml #2: keys were wrapped on probed steps only; a contrastive term switched on
-    # after them was checked (a new form) with plain keys, passed at 2.18·C, and its
-    # form was recorded as checked until the next probed step.
-    x, y = _data()
+def _past_the_probed_steps(mode: str, x: torch.Tensor, y: torch.Tensor) -> tuple[Any, Any, Any]:
+    """A private model after plain cross-entropy steps, the next step not probed."""
     net = _net()
     model, optimizer, _ = zero_noise_private(net, x, y, mode)
     for _ in range(_loss_check.FIRST_STEPS + 2):
@@ -133,17 +129,21 @@ def test_keys_of_a_loss_first_seen_on_an_unprobed_step_are_moved(mode: str) -> N
         nnf.cross_entropy(model(x), y).backward()
         optimizer.step()
     assert not optimizer._engine.loss_check.due()
+    return net, model, optimizer
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keys_of_a_loss_first_seen_on_an_unprobed_step_are_moved(mode: str) -> None:
+    # rev29-ml #2: keys were wrapped on probed steps only; a contrastive term switched on
+    # after them was checked (a new form) with plain keys, passed at 2.18·C, and its
+    # form was recorded as checked until the next probed step.
+    x, y = _data()
+    net, model, optimizer = _past_the_probed_steps(mode, x, y)
     with pytest.raises(ValueError, match=MIXES):
         sensitivity(_clipped_sum(net, model, optimizer, _contrastive), x, y)
     assert optimizer.steps == _loss_check.FIRST_STEPS + 2
     # A per-example target on unprobed steps: passes, within C.
-    net = _net()
-    model, optimizer, _ = zero_noise_private(net, x, y, mode)
-    for _ in range(_loss_check.FIRST_STEPS + 2):
-        optimizer.zero_grad()
-        draw(optimizer)
-        nnf.cross_entropy(model(x), y).backward()
-        optimizer.step()
+    net, model, optimizer = _past_the_probed_steps(mode, x, y)
     assert sensitivity(_clipped_sum(net, model, optimizer, _own_target), x, y) <= 1.0 + 1e-5
 
 
