@@ -158,11 +158,11 @@ def _row_span(t: torch.Tensor) -> int:
 
 
 def first_row(leaves: Iterable[Any]) -> int | None:
-    """The row of its batch tensor that the first batch tensor among ``leaves`` starts at.
+    """The row of the loader's batch that the first tensor among ``leaves`` starts at.
 
     0 for a tagged batch tensor itself; for a view of one that keeps its row step
     (``x[a:b]``, ``x[a:b, 1:]``) the row ``a``; None when the first tensor is neither
-    (a copy, another step such as ``x[::2]``): its rows cannot be placed in the batch.
+    (untagged: a copy; another step such as ``x[::2]``): its rows cannot be placed.
     """
     for leaf in leaves:
         if not isinstance(leaf, torch.Tensor):
