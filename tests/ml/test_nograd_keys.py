@@ -314,3 +314,32 @@ def test_a_contrastive_loss_on_normalized_keys_is_refused(mode: str) -> None:
     with pytest.raises(ValueError, match=MIXES):
         sensitivity(_clipped_sum(net, model, optimizer, _contrastive_normalized), x, y)
     assert optimizer.steps == 0
+
+
+def test_a_refusal_after_a_captured_micro_batch_drops_the_whole_step() -> None:
+    # A loss refused in the second micro-batch (its rows a copy, so the keys of the whole
+    # batch cannot be placed: a refusal only batches of more than one micro-batch meet)
+    # left the first micro-batch's gradient captured, and a step after the caught
+    # refusal released that part of the batch, chosen by the batch size.
+    x, y = _data(8)
+    net = _net()
+    model, optimizer, _ = zero_noise_private(net, x, y, "auto")
+    optimizer.zero_grad()
+    xb, _ = draw(optimizer)
+    with torch.no_grad():
+        k = nnf.normalize(model(xb.flip(1)), dim=1)
+    _own_rows(nnf.normalize(model(xb[:4]), dim=1), k, 0).backward()  # placed: passes
+    with pytest.raises(ValueError, match="without its gradient of 8 rows"):
+        _own_rows(nnf.normalize(model(xb[4:].clone()), dim=1), k, 4).backward()
+    with pytest.raises(RuntimeError, match="refused a loss of this step"):
+        optimizer.step()
+    assert optimizer.steps == 0
+    assert all(p.grad is None for p in net.parameters())
+    optimizer.zero_grad()  # the next batch trains as usual
+    xb, _ = draw(optimizer)
+    with torch.no_grad():
+        k = nnf.normalize(model(xb.flip(1)), dim=1)
+    for a in (0, 4):
+        _own_rows(nnf.normalize(model(xb[a : a + 4]), dim=1), k, a).backward()
+    optimizer.step()
+    assert optimizer.steps == 1

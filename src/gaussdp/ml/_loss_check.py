@@ -68,7 +68,9 @@ compiled loss is recorded and checked like any other.
    tensor given as ``out`` marks a call that writes into the caller's tensor.
 
 A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
-runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
+runs: nothing is captured, so no step can follow, and nothing is drawn or charged;
+what the step captured before (other micro-batches) is spoiled (:meth:`LossCheck.check`)
+and the step refuses and drops it. A
 probed output whose gradient reached the step without this check (a loss computed
 outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
 
@@ -149,6 +151,8 @@ class Probe:
         # What the caller gets: the same data and graph, as _Probed tensors.
         self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
+        # A loss of the step was refused after this call: its gradient is not released.
+        self.spoiled = False
 
 
 class LossCheck:
@@ -238,12 +242,33 @@ class LossCheck:
             )
         self.steps += 1
 
+    def drop(self) -> None:
+        """Forget the step's probes without a step (its captured gradients were dropped)."""
+        self.pending = []
+        self.keys = []
+        _ACTIVE.discard(self)
+        if not _ACTIVE:
+            _TRACE.clear()
+            _CHANGED.clear()
+
     def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
         """Check the pending probes this backward pass reaches (raises ``ValueError``).
 
         On a probed step; on any other when the loss's form (:func:`_form` of the calls
-        recorded since the last step) is not one checked before.
+        recorded since the last step) is not one checked before. A refusal spoils
+        every probe of the step so far (:attr:`Probe.spoiled`): the step must not
+        release the gradients captured before it, of the other micro-batches (a
+        refusal that depends on the data or the batch size would choose which of the
+        batch's examples are released).
         """
+        try:
+            self._check(roots, seeds)
+        except ValueError:
+            for probe in self.pending:
+                probe.spoiled = True
+            raise
+
+    def _check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
         form = _form(_TRACE)
         if form in self.forms and all(p.checked or not p.due for p in self.pending):
             return

@@ -1598,10 +1598,23 @@ class _Engine:
         """Add the clipped sums of every captured record since the last step to :attr:`pending`.
 
         Raises before anything is drawn or added if two model outputs reached one
-        backward pass (their examples would count twice).
+        backward pass (their examples would count twice), and drops every sum of the
+        step if the loss check refused a loss after one of them was captured (the
+        other micro-batches of a batch: a refusal that depends on the data or the
+        batch size would choose the examples released).
         """
         captured = [r for r in self.records if r.grads is not None]
         self.records = []
+        if any(r.probe is not None and r.probe.spoiled for r in captured):
+            self.pending = None
+            self.pending_rows = 0
+            self.loss_check.drop()
+            raise RuntimeError(
+                "optimizer.step() after loss.backward() refused a loss of this step: the "
+                "gradients captured before the refusal (other micro-batches of the "
+                "batch) are dropped, not released; draw the next batch and train on it "
+                "with a per-example loss (nothing was drawn or charged)"
+            )
         moments = [r.captured_at for r in captured]
         if len(set(moments)) != len(moments):
             raise RuntimeError(
@@ -2317,9 +2330,10 @@ class DPOptimizer(torch.optim.Optimizer):
             still go through the model and ``loss.backward()``, or
             ``model.backward``), if two outputs reached one backward pass, if a
             probed output's gradient arrived without the loss check of
-            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model or one of its
-            modules with trainable parameters ran with gradients enabled and
-            parameters hold gradients.
+            :mod:`gaussdp.ml._loss_check`, if the loss check refused a loss after
+            some of the step's gradients were captured (they are dropped), or if
+            the unwrapped model or one of its modules with trainable parameters ran
+            with gradients enabled and parameters hold gradients.
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the
