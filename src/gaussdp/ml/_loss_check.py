@@ -227,12 +227,7 @@ class LossCheck:
 
         ``probes``: those of the training calls whose gradients the step uses.
         """
-        self.pending = []
-        self.keys = []
-        _ACTIVE.discard(self)
-        if not _ACTIVE:
-            _TRACE.clear()
-            _CHANGED.clear()
+        self.drop()
         if not all(p is None or p.checked or not p.due for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
@@ -243,7 +238,7 @@ class LossCheck:
         self.steps += 1
 
     def drop(self) -> None:
-        """Forget the step's probes without a step (its captured gradients were dropped)."""
+        """Forget the step's probes and record (at the step, or when its sums are dropped)."""
         self.pending = []
         self.keys = []
         _ACTIVE.discard(self)
