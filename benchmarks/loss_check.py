@@ -37,7 +37,10 @@ WRAP = _loss_check.LossCheck.wrap
 
 
 def _plain(
-    _check: _loss_check.LossCheck, outputs: list[torch.Tensor], _batch: int
+    _check: _loss_check.LossCheck,
+    outputs: list[torch.Tensor],
+    _batch: int,
+    _first: int | None = None,
 ) -> tuple[list[torch.Tensor], None]:
     """No check at all: the outputs as they are, no probe."""
     return outputs, None

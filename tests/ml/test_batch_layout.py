@@ -139,3 +139,42 @@ def test_views_that_mix_examples_fail(batch: int) -> None:
     flat = torch.randn(batch, E)
     assert not _rows_kept(flat.T, flat)
     assert not _rows_kept(flat[:1].expand(batch, E), flat) or batch <= 1
+
+
+def _time_major_collate(items: list[tuple[torch.Tensor, torch.Tensor]]) -> object:
+    """Stacked time-major, handed out batch-first: views of the stacks, in a dict and tuple."""
+    xs = torch.stack([x for x, _ in items], 1)  # [T, B, E]
+    ys = torch.stack([y for _, y in items], 1)
+    return {"x": xs.transpose(0, 1)}, (ys.transpose(0, 1),)
+
+
+def test_a_collate_fn_returning_views_is_checked_like_the_default() -> None:
+    # rev29-ml #4: the view was tagged, so the user's x.transpose(0, 1) of it had the
+    # untagged stack as its base and was not checked (accepted at 2.89·C).
+    x, y = _data(8)
+    net = Tagger(inside=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, optimizer, loader = make_private(
+            net,
+            torch.optim.SGD(net.parameters(), lr=0.0),
+            DataLoader(TensorDataset(x, y), batch_size=8, collate_fn=_time_major_collate),
+            loss_reduction="sum",
+            noise_multiplier=0.0,
+            max_grad_norm=1.0,
+            delta=1e-6,
+            rng=ChaCha20Random(0),
+            grad_sample_mode="functorch",
+        )
+    inputs, (yb,) = next(iter(loader))
+    xb = inputs["x"]
+    for t in (xb, yb):  # copies, row-major
+        assert t._base is None
+        assert t.is_contiguous()
+    optimizer.zero_grad()
+    with pytest.raises(ValueError, match="examples along the first dimension"):
+        model(xb.transpose(0, 1))
+    with pytest.raises(ValueError, match="examples along the first dimension"):
+        model.backward(xb, yb.T)
+    assert optimizer.steps == 0
+    assert not optimizer._engine.held

@@ -141,6 +141,20 @@ def test_make_private_on_a_copy_asks_for_the_history_of_its_source() -> None:
     assert third_opt.state_dict()["privacy"]["steps"] == 30
 
 
+def test_a_copy_takes_only_its_source_runs_history() -> None:
+    """Another network's history of as many steps is not the copy's (rev29-ml #5)."""
+    net = _net()
+    model, optimizer, loader = _wrap(net)
+    target = copy.deepcopy(net)
+    _train(model, optimizer, loader)
+    other = _net()
+    other_model, other_opt, other_loader = _wrap(other)
+    _train(other_model, other_opt, other_loader)
+    with pytest.raises(ValueError, match="'runs' include those of every earlier"):
+        _wrap(target, resume=other_opt.state_dict())
+    _wrap(target, resume=optimizer.state_dict())
+
+
 @pytest.mark.parametrize("how", ["pickle", "torch.save"])
 def test_the_network_itself_is_still_not_pickled(how: str) -> None:
     """Pickled to a torch.multiprocessing worker, an unwatched copy would share its storage."""

@@ -98,3 +98,56 @@ def test_the_earlier_optimizer_is_retired() -> None:
     with pytest.raises(RuntimeError, match="a later one took it over"):
         first.step()
     assert first.steps == 10
+
+
+def test_the_history_of_another_network_is_refused() -> None:
+    # rev29-ml #5 (a): only the step count was compared, so network B resumed with the
+    # history of network A (as many steps, σ = 8) reported ε 2.866 instead of 4.688.
+    a = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    b = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    first_a = _stage(a)
+    first_b = _stage(b)
+    with pytest.raises(ValueError, match="resume must be the state_dict.*'runs' include"):
+        _stage(b, resume=first_a.state_dict())
+    second = _stage(b, resume=first_b.state_dict())  # its own history: accepted
+    assert second.state_dict()["privacy"]["runs"][:-1] == first_b.state_dict()["privacy"]["runs"]
+    third = _stage(b, resume=second.state_dict())  # a third stage names both runs
+    assert third.state_dict()["privacy"]["steps"] == 30
+    assert len(third.state_dict()["privacy"]["runs"]) == 3
+
+
+class _Joint(nn.Module):
+    def __init__(self, encoder: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.head, self.out = encoder, head, nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.encoder(x)) + self.head(x)  # type: ignore[no-any-return]
+
+
+def test_parts_trained_apart_cannot_be_joined_under_one_history() -> None:
+    # rev29-ml #5 (b): an encoder and a head trained by two make_private calls, joined:
+    # the encoder's history was accepted and ε reported 10.498 for 12.200.
+    encoder = nn.Sequential(nn.Linear(5, 4), nn.ReLU())
+    head = nn.Linear(5, 2)
+    first = _stage(nn.Sequential(encoder, nn.Linear(4, 2)))
+    other = _stage(head)
+    for history in (first, other):
+        with pytest.raises(ValueError, match="'runs' include"):
+            _stage(_Joint(encoder, head), resume=history.state_dict())
+    assert first.steps == other.steps == 10  # both still wrap their parts, unretired
+
+
+def test_a_checkpoint_without_run_ids_is_refused_for_a_model_carrying_steps() -> None:
+    net = nn.Sequential(nn.Linear(5, 2))
+    first = _stage(net)
+    old = first.state_dict()
+    del old["privacy"]["runs"]  # as gaussdp wrote it before run ids
+    with pytest.raises(ValueError, match="a history naming no run ids"):
+        _stage(net, resume=old)
+    fresh = nn.Sequential(nn.Linear(5, 2))  # no engine to compare with: loaded
+    assert _stage(fresh, resume=old).state_dict()["privacy"]["steps"] == 20
+    broken = first.state_dict()
+    broken["privacy"]["runs"] = []
+    with pytest.raises(ValueError, match=r"\['runs'\] must be a non-empty list"):
+        _stage(nn.Sequential(nn.Linear(5, 2)), resume=broken)

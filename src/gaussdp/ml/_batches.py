@@ -34,13 +34,15 @@ one row is accepted (it is one example per row whatever the code did). So code t
 only a batch of one example gets right is refused on its first batch of any other
 size. Copies carry no tag (``x.transpose(0, 1).contiguous()``) and are not seen:
 keep the examples first in every input and output, and transpose inside the model's
-``forward`` for a time-major layer.
+``forward`` for a time-major layer. A batch tensor that is itself a view (of a
+``collate_fn``'s stack) is copied before it is tagged (:func:`owning_rows`): a view
+of it would otherwise be a view of the untagged stack.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -64,6 +66,32 @@ def tag(batch: Any, batch_id: BatchId) -> None:
     elif isinstance(batch, Mapping):
         for item in batch.values():
             tag(item, batch_id)
+
+
+def owning_rows(batch: Any) -> Any:
+    """``batch`` with each tensor that is a view replaced by a row-major copy of it.
+
+    A ``collate_fn`` may hand out a view (``torch.stack(xs, 1).transpose(0, 1)``:
+    stacked time-major, returned batch-first). Tagged as it is, the user's
+    ``x.transpose(0, 1)`` of it would be a view of the untagged stack, which
+    :func:`refuse_mixed_rows` cannot find (rev29-ml: accepted at 2.89·C); a copy is
+    its own base, with each example's row in one block. Tuples (named ones too),
+    lists and dicts are walked as :func:`tag` walks them; lists and mappings are
+    changed in place, tuples rebuilt. A batch without views is returned as it is.
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch if batch._base is None else batch.clone(memory_format=torch.contiguous_format)
+    if isinstance(batch, tuple):
+        items = [owning_rows(b) for b in batch]
+        if all(a is b for a, b in zip(items, batch, strict=True)):
+            return batch
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    if isinstance(batch, list):
+        batch[:] = [owning_rows(b) for b in batch]
+    elif isinstance(batch, MutableMapping):
+        for key, value in batch.items():
+            batch[key] = owning_rows(value)
+    return batch
 
 
 def _forget(key: int) -> Callable[[weakref.ref[torch.Tensor]], None]:
@@ -127,6 +155,29 @@ def _rows_kept(view: torch.Tensor, base: torch.Tensor) -> bool:
 def _row_span(t: torch.Tensor) -> int:
     """Elements from the first to the last of one row of ``t`` (its first index fixed)."""
     return sum((n - 1) * st for n, st in zip(t.shape[1:], t.stride()[1:], strict=True))
+
+
+def first_row(leaves: Iterable[Any]) -> int | None:
+    """The row of the loader's batch that the first tensor among ``leaves`` starts at.
+
+    0 for a tagged batch tensor itself; for a view of one that keeps its row step
+    (``x[a:b]``, ``x[a:b, 1:]``) the row ``a``; None when the first tensor is neither
+    (untagged: a copy; another step such as ``x[::2]``): its rows cannot be placed.
+    """
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        if _tag_of(leaf) is None:
+            return None
+        base = leaf._base
+        if base is None or _TAGS.get(id(leaf)) is not None:
+            return 0
+        stride = base.stride(0)
+        offset = leaf.storage_offset() - base.storage_offset()
+        if base.shape[0] < 2 or (leaf.stride(0) == stride and stride > 0 and offset >= 0):
+            return 0 if base.shape[0] < 2 else offset // stride
+        return None
+    return None
 
 
 def refuse_mixed_rows(leaves: Iterable[Any], name: str) -> None:

@@ -26,13 +26,21 @@ the examples before it. States are 624 words of the twister filled from the stre
 assumption of :mod:`gaussdp.ml._masks`; under a seeded ``rng`` they are as public as
 the seed.
 
-Data loader workers (``num_workers > 0``): a forked worker inherits the stream, which
-re-keys itself there unless it is seeded; a spawned worker gets the dataset pickled
-with a fresh 256-bit key of its own. The loader's ``generator`` (the base of the
-workers' seeds for ``random`` and numpy) is set from a secret state too.
+Data loader workers (``num_workers > 0``): at every pass (``iter(loader)``) the parent
+draws one 256-bit key per worker from the stream (:meth:`SecretFetch.key_workers`),
+and each forked worker re-keys its copy with its own before fetching
+(:func:`rekey_worker`, the loader's ``worker_init_fn``). Before, a forked worker
+continued the parent's stream where it stood when the stream was seeded: every worker,
+and every pass, repeated the same states (rev29-ml: 784 of 796 draws repeated with two
+workers), so an example's augmentation depended on its position in the batch. Keys from
+the parent keep a seeded run reproducible and never repeat. A spawned worker gets the
+dataset pickled with a fresh 256-bit key of its own. The loader's ``generator`` (the
+base of the workers' seeds for ``random`` and numpy) is set from a secret state too.
 
-Not covered: randomness from numpy or Python's ``random`` in the main process (the
-script's generators, public when seeded: use torch's generator in transforms), from a
+Not covered: randomness from numpy or Python's ``random`` (in the main process the
+script's generators, public when seeded; in a worker seeded once per worker and pass
+from the loader's secret ``generator``, so an example's draws there depend on its
+position in the worker's fetch order: use torch's generator in transforms), from a
 ``torch.Generator`` of the dataset's own, or on a CUDA device. ``TensorDataset``
 (exactly that type, or a ``Subset`` of one) draws nothing and is fetched as it is (a
 state per example costs about 2.5 µs of CPU).
@@ -50,7 +58,7 @@ from torch.utils.data import Dataset
 from gaussdp.ml._masks import MaskStates
 from gaussdp.random import ChaCha20Random, RandomSource
 
-__all__ = ["SecretFetch"]
+__all__ = ["SecretFetch", "rekey_worker"]
 
 
 class SecretFetch(Dataset[Any]):
@@ -65,6 +73,8 @@ class SecretFetch(Dataset[Any]):
         self.dataset = dataset
         self._rng = rng
         self._states = MaskStates(rng, torch.device("cpu"))
+        # One key per data loader worker, drawn for the coming pass (key_workers).
+        self._worker_keys: list[bytes] = []
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -99,6 +109,22 @@ class SecretFetch(Dataset[Any]):
         gen.set_state(self._states.next()[0])
         return gen
 
+    def key_workers(self, count: int) -> None:
+        """Draw one fresh key per worker for the coming pass (in the loader's process).
+
+        Forked workers inherit them and each re-keys with its own
+        (:func:`rekey_worker`): drawn from the stream at every pass, they differ
+        between workers and passes, and are reproducible under a seeded stream.
+        """
+        self._worker_keys = [self._rng.random_bytes(32) for _ in range(count)]
+
+    def _rekey(self, worker: int) -> None:
+        """In worker ``worker``: fetch under a stream keyed with that worker's key."""
+        if worker < len(self._worker_keys):  # a spawned worker's copy has its own key
+            self._rng = ChaCha20Random(self._worker_keys[worker])
+            self._states = MaskStates(self._rng, torch.device("cpu"))
+        self._worker_keys = []
+
     def __reduce_ex__(self, protocol: Any) -> tuple[Callable[..., SecretFetch], tuple[Any, ...]]:
         """To a spawned worker: the dataset and a fresh 256-bit key of the worker's own.
 
@@ -106,6 +132,11 @@ class SecretFetch(Dataset[Any]):
         (the stream itself is never copied: a copy would repeat its states).
         """
         return _keyed, (self.dataset, self._rng.random_bytes(32))
+
+
+def rekey_worker(fetch: SecretFetch, worker: int) -> None:
+    """A data loader worker's ``worker_init_fn`` (bound to ``fetch``): its own key."""
+    fetch._rekey(worker)
 
 
 def _keyed(dataset: Dataset[Any], key: bytes) -> SecretFetch:

@@ -55,17 +55,22 @@ compiled loss is recorded and checked like any other.
    :data:`_CHANGED`) in every recorded call that reads it; the caller's tensor is
    not changed again. One changed in place with nothing of the outputs (a step
    counter) is not made again. A record it cannot recompute (a call that fails)
-   leaves the loss to steps 1 and 2. On a probed step the private model's outputs
-   under ``torch.no_grad()`` while the loader's batch awaits its step (the keys of a
+   leaves the loss to steps 1 and 2. The private model's outputs (recorded on every
+   step) under ``torch.no_grad()`` while the loader's batch awaits its step (the keys of a
    stop-gradient loss, :meth:`LossCheck.wrap_keys`, in training or eval mode; the
    unwrapped model's too) and the other training calls'
    outputs (``model(x2).detach()``, ``.data``) that the loss takes are moved row for
    row with the outputs (each must have one row per example of the training call,
-   or the loss is refused): keys carry no gradient, so step 1 cannot see them
-   (rev27-ml, rev28-ml: an in-batch contrastive loss on such keys passed at 2.18·C).
+   or rows placed in the loader's batch, :func:`_keys_of`, or the loss is refused):
+   keys carry no gradient, so step 1 cannot see them (rev27-ml, rev28-ml: an
+   in-batch contrastive loss on such keys passed at 2.18·C). A recorded call given
+   ``out=None`` (``F.normalize`` passes it on) is recomputed like any other; only a
+   tensor given as ``out`` marks a call that writes into the caller's tensor.
 
 A failure raises ``ValueError`` from ``loss.backward()`` before the backward pass
-runs: nothing is captured, so no step can follow, and nothing is drawn or charged. A
+runs: nothing is captured, so no step can follow, and nothing is drawn or charged;
+what the step captured before (other micro-batches) is spoiled (:meth:`LossCheck.check`)
+and the step refuses and drops it. A
 probed output whose gradient reached the step without this check (a loss computed
 outside torch's functions, so not a :class:`_Probed` tensor) makes the step refuse.
 
@@ -134,13 +139,20 @@ _RULE = (
 class Probe:
     """The captured outputs of one training call, until the step."""
 
-    def __init__(self, outputs: list[torch.Tensor], batch: int, due: bool) -> None:
+    def __init__(
+        self, outputs: list[torch.Tensor], batch: int, due: bool, first: int | None = None
+    ) -> None:
         self.outputs = outputs
         self.batch = batch
+        # The row of the data loader's batch that its row 0 is, its rows following in
+        # order (None: not known); keys of another row count are placed by it.
+        self.first = first
         self.due = due  # a probed step: checked whatever the loss's form
         # What the caller gets: the same data and graph, as _Probed tensors.
         self.wrapped: list[torch.Tensor] = [t.as_subclass(_Probed) for t in outputs]
         self.checked = batch < 2  # one example (or none) cannot be mixed with another
+        # A loss of the step was refused after this call: its gradient is not released.
+        self.spoiled = False
 
 
 class LossCheck:
@@ -159,8 +171,13 @@ class LossCheck:
         """Whether the training calls of the coming step are probed."""
         return self.steps < FIRST_STEPS or self.steps % EVERY == 0
 
-    def wrap(self, outputs: list[torch.Tensor], batch: int) -> tuple[list[torch.Tensor], Probe]:
+    def wrap(
+        self, outputs: list[torch.Tensor], batch: int, first: int | None = None
+    ) -> tuple[list[torch.Tensor], Probe]:
         """The outputs as :class:`_Probed` tensors (same data and graph), and their probe.
+
+        ``first``: the row of the loader's batch the call's row 0 is (a micro-batch
+        ``x[a:a + m]`` starts at row a), if known.
 
         The first training call of a step starts the record afresh (a record left by a
         step never taken, of this or another model, would only lengthen it).
@@ -168,21 +185,24 @@ class LossCheck:
         if not self.pending and not self.keys:
             _TRACE.clear()
             _CHANGED.clear()
-        probe = Probe(outputs, batch, self.due())
+        probe = Probe(outputs, batch, self.due(), first)
         self.pending.append(probe)
         _ACTIVE.add(self)
         return probe.wrapped, probe
 
-    def wrap_keys(self, output: Any) -> Any:
-        """On a probed step, the model's output under ``torch.no_grad()`` as :class:`_Probed`.
+    def wrap_keys(self, output: Any, batch_rows: int | None = None) -> Any:
+        """The model's output under ``torch.no_grad()`` as :class:`_Probed`, on every step.
 
         Keys of a stop-gradient loss (MoCo, SimSiam-style: ``k = model(x2)`` under
         ``torch.no_grad()``, then ``q @ k.T``) carry no gradient, so step 1 cannot see
         example i's Gᵢ depend on the other examples' keys; step 3 moves their rows with
-        the training call's (:func:`_check_replayed`). Other steps: ``output`` as it is.
+        the training call's (:func:`_check_replayed`). Wrapped on unprobed steps too: a
+        loss whose form is new there is checked, and keys left plain could not be
+        moved (rev29-ml: a contrastive term switched on after the probed steps passed
+        at 2.18·C until the next probed step). Keys with ``batch_rows`` rows (those of
+        the loader's batch) are taken to be its rows in order, so that micro-batches
+        ``x[a:a + m]`` can take their rows (:func:`_keys_of`).
         """
-        if not self.due():
-            return output
         leaves, spec = tree_flatten(output)
         keys = [
             i
@@ -194,7 +214,8 @@ class LossCheck:
         if not self.pending and not self.keys:
             _TRACE.clear()
             _CHANGED.clear()
-        probe = Probe([leaves[i] for i in keys], leaves[keys[0]].shape[0], True)
+        rows = leaves[keys[0]].shape[0]
+        probe = Probe([leaves[i] for i in keys], rows, True, 0 if rows == batch_rows else None)
         self.keys.append(probe)
         _ACTIVE.add(self)
         for i, wrapped in zip(keys, probe.wrapped, strict=True):
@@ -206,12 +227,7 @@ class LossCheck:
 
         ``probes``: those of the training calls whose gradients the step uses.
         """
-        self.pending = []
-        self.keys = []
-        _ACTIVE.discard(self)
-        if not _ACTIVE:
-            _TRACE.clear()
-            _CHANGED.clear()
+        self.drop()
         if not all(p is None or p.checked or not p.due for p in probes):
             raise RuntimeError(
                 "the loss of a probed step reached the private model's outputs without "
@@ -221,12 +237,33 @@ class LossCheck:
             )
         self.steps += 1
 
+    def drop(self) -> None:
+        """Forget the step's probes and record (at the step, or when its sums are dropped)."""
+        self.pending = []
+        self.keys = []
+        _ACTIVE.discard(self)
+        if not _ACTIVE:
+            _TRACE.clear()
+            _CHANGED.clear()
+
     def check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
         """Check the pending probes this backward pass reaches (raises ``ValueError``).
 
         On a probed step; on any other when the loss's form (:func:`_form` of the calls
-        recorded since the last step) is not one checked before.
+        recorded since the last step) is not one checked before. A refusal spoils
+        every probe of the step so far (:attr:`Probe.spoiled`): the step must not
+        release the gradients captured before it, of the other micro-batches (a
+        refusal that depends on the data or the batch size would choose which of the
+        batch's examples are released).
         """
+        try:
+            self._check(roots, seeds)
+        except ValueError:
+            for probe in self.pending:
+                probe.spoiled = True
+            raise
+
+    def _check(self, roots: list[torch.Tensor], seeds: list[torch.Tensor | None]) -> None:
         form = _form(_TRACE)
         if form in self.forms and all(p.checked or not p.due for p in self.pending):
             return
@@ -335,39 +372,54 @@ def _check_examples(probe: Probe, grads: Sequence[torch.Tensor | None]) -> None:
                 )
 
 
-def _keys_of(probe: Probe, keys: Sequence[Probe], roots: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The outputs of ``keys`` that the recorded calls carry to ``roots``.
+def _keys_of(
+    probe: Probe, keys: Sequence[Probe], roots: list[torch.Tensor]
+) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The outputs of ``keys`` that the recorded calls carry to ``roots``, each with its rows.
 
     ``keys``: the model's no-grad outputs (:meth:`LossCheck.wrap_keys`) and the other
-    training calls' outputs of the step. Raises ``ValueError`` if one reached has not
-    one row per example of the training call: its rows cannot be moved with the
-    examples'.
+    training calls' outputs of the step. Each comes with None (its rows are the
+    training call's examples, in order: one row per example) or, when both its
+    place and the call's in the loader's batch are known (:attr:`Probe.first`), the
+    example of the call each of its rows is, -1 for a row of an example outside the
+    call (keys computed once for the Poisson batch and taken by its micro-batches,
+    ``k[a:a + m]`` for ``model(x[a:a + m])``): whether the loss passes then does not
+    depend on how many micro-batches the batch has. Raises ``ValueError`` for one of
+    another row count whose rows cannot be placed.
     """
     calls = [
         ({id(t) for t in tree_flatten((args, kwargs))[0]}, [id(t) for t in tree_flatten(result)[0]])
         for _, args, kwargs, result in _TRACE
     ]
     targets = {id(r) for r in roots}
-    used = []
-    for t in (t for k in keys for t in k.wrapped):
-        reached = {id(t)}
-        for args, results in calls:
-            if not args.isdisjoint(reached):
-                reached.update(results)
-        if not targets.isdisjoint(reached):
-            used.append(t)
-    for t in used:
-        if t.shape[0] != probe.batch:
-            raise ValueError(
-                invalid(
-                    "the loss given to loss.backward()",
-                    _RULE + " (outputs of the private model that the loss takes without "
-                    "their gradient — under torch.no_grad(), .detach(), .data — must have "
-                    "one row per example of its training call)",
-                    f"a loss of a training call of {probe.batch} examples that takes an "
-                    f"output of the private model without its gradient of {t.shape[0]} rows",
+    used: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    for key in keys:
+        for t in key.wrapped:
+            reached = {id(t)}
+            for args, results in calls:
+                if not args.isdisjoint(reached):
+                    reached.update(results)
+            if targets.isdisjoint(reached):
+                continue
+            if key.first is not None and probe.first is not None:
+                rows = torch.arange(t.shape[0], device=t.device) + (key.first - probe.first)
+                used.append((t, torch.where((rows >= 0) & (rows < probe.batch), rows, -1)))
+            elif t.shape[0] == probe.batch:
+                used.append((t, None))
+            else:
+                raise ValueError(
+                    invalid(
+                        "the loss given to loss.backward()",
+                        _RULE + " (outputs of the private model that the loss takes "
+                        "without their gradient — under torch.no_grad(), .detach(), "
+                        ".data — must have one row per example of its training call, or "
+                        "be the loader's whole batch taken by a training call on rows "
+                        "x[a:b] of the batch tensor itself)",
+                        f"a loss of a training call of {probe.batch} examples that takes "
+                        f"an output of the private model without its gradient of "
+                        f"{t.shape[0]} rows",
+                    )
                 )
-            )
     return used
 
 
@@ -375,15 +427,17 @@ def _check_replayed(
     probe: Probe,
     roots: list[torch.Tensor],
     seeds: list[torch.Tensor | None],
-    keys: Sequence[torch.Tensor] = (),
+    placed: Sequence[tuple[torch.Tensor, torch.Tensor | None]] = (),
 ) -> None:
     """Refuse if changing some examples' outputs changes another example's Gᵢ (step 3).
 
     The loss is recomputed from :data:`_TRACE` (the calls made on the probed outputs and
     what came of them) with the outputs replaced: once as they were, and once per bit
     k of the example index with the examples whose bit k is 1 given far-off values.
-    ``keys``, the model's outputs under ``torch.no_grad()`` that the loss takes (one row
-    per example, :func:`_keys_of`), are replaced alike, row for row with the outputs.
+    ``placed``, the model's outputs under ``torch.no_grad()`` that the loss takes, with
+    their rows' examples (:func:`_keys_of`), are replaced alike, row for row with the
+    outputs; rows of examples outside the call are changed in every evaluation but the
+    first two (no example of the call may depend on them).
     The other examples' rows of G must be equal bit for bit (the comparison is skipped
     when two evaluations at the same values differ: a loss that is not bit for bit
     reproducible, such as one using atomic additions on a GPU). Sees piecewise-linear
@@ -392,6 +446,7 @@ def _check_replayed(
     """
     device = probe.outputs[0].device
     index = torch.arange(probe.batch, device=device)
+    keys = [k for k, _ in placed]
     both = [*probe.outputs, *keys]
     scale = [float(o.detach().abs().max()) + 1.0 for o in both]
     as_they_were = [o.detach().as_subclass(torch.Tensor) for o in both]
@@ -401,9 +456,13 @@ def _check_replayed(
         return  # not recomputable, or not bit for bit the same twice (atomics on a GPU)
     for bit in range((probe.batch - 1).bit_length()):
         side = (index >> bit) & 1 == 1
+        sides = [side] * len(probe.outputs) + [
+            side if rows is None else torch.where(rows >= 0, side[rows.clamp(min=0)], True)
+            for _, rows in placed
+        ]
         moved = [
-            torch.where(_rows(side, o), 4 * c * _random_rows(o, side, bit) - o, o)
-            for o, c in zip(as_they_were, scale, strict=True)
+            torch.where(_rows(on, o), 4 * c * _random_rows(o, on, bit) - o, o)
+            for o, c, on in zip(as_they_were, scale, sides, strict=True)
         ]
         again = _replayed(probe, moved, roots, seeds, keys)
         if again is None:
@@ -490,7 +549,9 @@ def _recomputed(
     for func, args, kwargs, result in _TRACE:
         if not any(id(t) in env for t in tree_flatten((args, kwargs))[0]):
             continue  # its result is the same: kept
-        if "out" in kwargs or (_in_place(func) and (not args or id(args[0]) not in env)):
+        if kwargs.get("out") is not None or (
+            _in_place(func) and (not args or id(args[0]) not in env)
+        ):
             continue  # it changed a tensor of the caller's (a log): not again
         try:
             fresh = func(*tree_map(swap, args), **tree_map(swap, kwargs))

@@ -104,9 +104,16 @@ from gaussdp.accounting.events import (
 from gaussdp.accounting.filter import PrivacyFilter
 from gaussdp.errors import invalid
 from gaussdp.mechanisms import Gaussian, LatticeGaussian
-from gaussdp.ml._batches import BatchId, batches_of, refuse_mixed_rows, tag
+from gaussdp.ml._batches import (
+    BatchId,
+    batches_of,
+    first_row,
+    owning_rows,
+    refuse_mixed_rows,
+    tag,
+)
 from gaussdp.ml._budget import Charger, check_spender
-from gaussdp.ml._fetch import SecretFetch
+from gaussdp.ml._fetch import SecretFetch, rekey_worker
 from gaussdp.ml._ghost import (
     GHOST_LAYERS,
     GHOST_MARGIN,
@@ -636,7 +643,9 @@ class DPDataLoader(DataLoader[Any]):
     collate_fn : callable, optional
         As for DataLoader (default: ``default_collate``).
     num_workers : int, default 0
-        As for DataLoader; sampling always runs in the main process.
+        As for DataLoader; sampling always runs in the main process. Each pass
+        draws one fetch key per worker (:mod:`gaussdp.ml._fetch`): the loader's
+        ``worker_init_fn`` re-keys the worker with it.
     fetch_rng : RandomSource, optional
         Source of the generator states each example is fetched under (random data
         augmentation in the dataset, :mod:`gaussdp.ml._fetch`); ``None`` is a stream
@@ -679,13 +688,17 @@ class DPDataLoader(DataLoader[Any]):
             collate_fn=collate,
             num_workers=num_workers,
             generator=fetch.generator(),  # the workers' seeds: secret (_fetch)
+            worker_init_fn=functools.partial(rekey_worker, fetch),
         )
         self.sample_rate: float = sampler.sample_rate
+        self._fetch = fetch
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """The batches, each tagged with its own identity (:mod:`gaussdp.ml._batches`)."""
         sampler = self.batch_sampler
         assert isinstance(sampler, PoissonBatchSampler)
+        if self.num_workers > 0:  # fresh keys for this pass's workers (_fetch)
+            self._fetch.key_workers(self.num_workers)
         indexed = (
             self._indexed_collate is not None
             and self.collate_fn is self._indexed_collate
@@ -694,6 +707,7 @@ class DPDataLoader(DataLoader[Any]):
             and _draws_nothing(self.dataset)
         )
         for batch in _indexed(self.dataset, sampler) if indexed else super().__iter__():
+            batch = owning_rows(batch)  # a view's rows are checked against its own base
             tag(batch, sampler._hand_out())
             yield batch
 
@@ -889,6 +903,9 @@ class _Engine:
         # Steps the parameters carry from this engine's optimizer, loaded ones included:
         # a later make_private on the model must take them over (its ``resume``).
         self.carried = 0
+        # The runs whose steps those are, oldest first: the histories loaded, then this
+        # engine's own (a random id). A later make_private's ``resume`` must name them all.
+        self.runs: list[str] = [secrets.token_hex(16)]
         self.max_grad_norm = max_grad_norm
         self.sample_rate = sample_rate
         self.expected_batch_size = sample_rate * num_examples
@@ -1005,9 +1022,9 @@ class _Engine:
     def keys(self, output: Any) -> Any:
         """The model's output under ``torch.no_grad()``, as keys of a stop-gradient loss.
 
-        On probed steps, while the data loader's last batch awaits its step, in
-        training or eval mode (keys computed in ``model.eval()`` to switch dropout
-        off): the loss check's probed keys
+        On every step (probed or not: a loss of a new form is checked on any step),
+        while the data loader's last batch awaits its step, in training or eval mode
+        (keys computed in ``model.eval()`` to switch dropout off): the loss check's keys
         (:meth:`gaussdp.ml._loss_check.LossCheck.wrap_keys`). Otherwise as it is: keys
         of the current batch come after it is drawn, and no step releases sums without
         a batch drawn from the loader, so evaluation after a step (or after training)
@@ -1020,10 +1037,9 @@ class _Engine:
             or sampler._released
             or sampler._current is None
             or sampler._current[:2] != _process_identity()
-            or not self.loss_check.due()
         ):
             return output
-        return self.loss_check.wrap_keys(output)
+        return self.loss_check.wrap_keys(output, sampler._current_rows)
 
     def refuse_raw_calls(self) -> None:
         """Refuse a step after the unwrapped model, or a part of it, ran with gradients.
@@ -1640,7 +1656,8 @@ class _Engine:
             self.anchor,
             *(out_leaves[i].detach() for i in record.floating),
         )
-        captured, record.probe = self.loss_check.wrap(list(captured), batch)
+        first = first_row(leaves)  # where a micro-batch x[a:b] lies in the batch
+        captured, record.probe = self.loss_check.wrap(list(captured), batch, first)
         for i, tensor in zip(record.floating, captured, strict=True):
             out_leaves[i] = tensor
         self.records.append(record)
@@ -1747,10 +1764,23 @@ class _Engine:
         """Add the clipped sums of every captured record since the last step to :attr:`pending`.
 
         Raises before anything is drawn or added if two model outputs reached one
-        backward pass (their examples would count twice).
+        backward pass (their examples would count twice), and drops every sum of the
+        step if the loss check refused a loss after one of them was captured (the
+        other micro-batches of a batch: a refusal that depends on the data or the
+        batch size would choose the examples released).
         """
         captured = [r for r in self.records if r.grads is not None]
         self.records = []
+        if any(r.probe is not None and r.probe.spoiled for r in captured):
+            self.pending = None
+            self.pending_rows = 0
+            self.loss_check.drop()
+            raise RuntimeError(
+                "optimizer.step() after loss.backward() refused a loss of this step: the "
+                "gradients captured before the refusal (other micro-batches of the "
+                "batch) are dropped, not released; draw the next batch and train on it "
+                "with a per-example loss (nothing was drawn or charged)"
+            )
         moments = [r.captured_at for r in captured]
         if len(set(moments)) != len(moments):
             raise RuntimeError(
@@ -2479,9 +2509,10 @@ class DPOptimizer(torch.optim.Optimizer):
             still go through the model and ``loss.backward()``, or
             ``model.backward``), if two outputs reached one backward pass, if a
             probed output's gradient arrived without the loss check of
-            :mod:`gaussdp.ml._loss_check`, or if the unwrapped model or one of its
-            modules with trainable parameters ran with gradients enabled and
-            parameters hold gradients.
+            :mod:`gaussdp.ml._loss_check`, if the loss check refused a loss after
+            some of the step's gradients were captured (they are dropped), or if
+            the unwrapped model or one of its modules with trainable parameters ran
+            with gradients enabled and parameters hold gradients.
             Nothing is drawn or accounted. Also in a process forked from inside this
             step (a hook): the parent paid for the step and draws its noise, so the
             child draws none, changes no parameter and drops the clipped sum (the
@@ -2646,7 +2677,10 @@ class DPOptimizer(torch.optim.Optimizer):
 
         ``{"optimizer": <the wrapped optimizer's state_dict>, "privacy": {"format": 2,
         "accountant": "pld" | "rdp", "steps": n, "non_private_steps": m,
-        "history": <JSON of the history event>, "charges": [...]}}``: the history is
+        "history": <JSON of the history event>, "charges": [...], "runs": [...]}}``:
+        ``runs`` names the runs the history holds (the loaded histories' runs, then
+        this optimizer's own random id), which ``make_private(resume=...)`` compares
+        with the runs the model's parameters carry; the history is
         :attr:`history` in the events' JSON form
         (:func:`gaussdp.accounting.events.event_to_json`), the same form a
         :class:`gaussdp.Ledger` stores; ``charges`` splits its steps by where they
@@ -2663,6 +2697,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 "non_private_steps": self._free_steps,
                 "history": event_to_json(self.history),
                 "charges": self._charges(),
+                "runs": list(self._engine.runs),
             },
         }
 
@@ -2724,6 +2759,7 @@ class DPOptimizer(torch.optim.Optimizer):
             )
         history, steps, free = _check_privacy(state_dict["privacy"])
         segments = _check_charges(state_dict["privacy"], history)
+        runs = _check_runs(state_dict["privacy"])
         if self._steps or self._loaded:
             raise ValueError(
                 invalid(
@@ -2758,6 +2794,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self._loaded_steps, self._free_steps = steps, free
         self._loaded = True
         self._engine.carried += steps
+        self._engine.runs = [*dict.fromkeys([*(runs or []), *self._engine.runs])]
 
     def _charge_loaded(self, charger: Charger, segments: list[Segment]) -> list[Segment]:
         """Charge the loaded steps ``charger`` does not hold; all are then held there."""
@@ -2821,6 +2858,22 @@ def _check_charges(privacy: Mapping[str, Any], history: Composed) -> list[Segmen
 
 
 _CHECKPOINT_FORMAT = 2
+
+
+def _check_runs(privacy: Mapping[str, Any]) -> list[str] | None:
+    """The ``runs`` of a checkpoint's privacy part; None for one written before them."""
+    if "runs" not in privacy:
+        return None
+    runs = privacy["runs"]
+    if not (isinstance(runs, list) and runs and all(isinstance(r, str) and r for r in runs)):
+        raise ValueError(
+            invalid(
+                "state_dict['privacy']['runs']",
+                "a non-empty list of run ids (from DPOptimizer.state_dict())",
+                runs,
+            )
+        )
+    return runs
 
 
 def _check_privacy(privacy: object) -> tuple[Composed, int, int]:
@@ -3159,7 +3212,11 @@ def make_private(
         a make_private engine still wraps ``model`` or one of its modules and its
         optimizer took or loaded private steps: without it the new
         :meth:`~DPOptimizer.privacy_spent` would start from 0 although the parameters
-        carry those steps. Its step count must be at least theirs.
+        carry those steps. Its step count must be at least theirs, and its ``runs``
+        must name every run whose steps they carry (another network's history, or
+        one of two parts trained by separate make_private calls and joined, is
+        refused; a checkpoint without ``runs`` only for a model no engine with steps
+        wraps).
 
     Returns
     -------
@@ -3348,7 +3405,15 @@ def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_E
     An engine's watch hooks stay on the modules it wrapped (and keep it alive) until a
     later :func:`make_private` retires it, so a model trained by an earlier one is
     found from its modules; a deep copy of one carries marks of the run instead
-    (:class:`_Carried`).
+    (:class:`_Carried`). ``resume`` must hold the history of every earlier engine
+    that carries steps: its ``runs`` must include each one's (its own id and those of
+    the histories it loaded), and its steps be at least the most any carries. So the
+    history of another network, or of one of two parts trained by separate
+    make_private calls and then joined, is refused (rev29-ml: ε 2.866 reported for
+    4.688, and 10.498 for 12.200): one history cannot hold two unrelated runs. A
+    checkpoint written before ``runs`` names none: refused when an earlier engine
+    carries steps (it cannot be shown to be their history), accepted otherwise (a
+    network rebuilt from a saved state carries no engine to compare with).
     """
     hooks = [hook for sub in model.modules() for hook in sub._forward_pre_hooks.values()]
     owners = (h.engine for h in hooks if isinstance(h, _Watch))
@@ -3380,6 +3445,24 @@ def _check_resume(model: nn.Module, resume: Mapping[str, Any] | None) -> list[_E
                 f"the state_dict() of the optimizer that trained this model before, with "
                 f"at least the {carried} steps the model carries (take it after the last step)",
                 f"a history of {steps} steps",
+            )
+        )
+    runs = _check_runs(resume["privacy"])
+    # A deep copy's source run counts too (a pickled copy keeps only its step count).
+    sources = [h.latest for h in hooks if isinstance(h, _Carried) and h.latest is not None]
+    runners = {id(e): e for e in (*earlier, *sources)}.values()
+    missing = [e for e in runners if e.carried and not set(e.runs) <= set(runs or [])]
+    if missing:
+        held = "no run ids (a checkpoint of gaussdp before them)" if runs is None else runs
+        raise ValueError(
+            invalid(
+                "resume",
+                "the state_dict() of the optimizer that trained this model before, whose "
+                "'runs' include those of every earlier make_private whose steps the "
+                f"model's parameters carry ({[e.runs for e in missing]}): the history of "
+                "another network, or of one of two parts trained by separate make_private "
+                "calls, would under-report epsilon (train the parts in one make_private)",
+                f"a history naming {held}",
             )
         )
     return earlier
