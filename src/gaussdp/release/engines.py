@@ -1461,7 +1461,11 @@ class DuckDBEngine(Engine):
                 # Read as text: one text per value, as when another file has it as text
                 quoted = '"' + user.replace('"', '""') + '"'
                 expr = duck.SQLExpression(number_text(quoted, self._schema()[user]))
-            if kind is not None and text_read and kind in _RULED:
+            integers = self._schema().get(user) in _DUCKDB_NUMERIC - {"FLOAT", "DOUBLE"}
+            if user in self.mixed_columns and kind == "BIGINT" and integers:
+                # An integer's digits read back by the rule: the integer (or NULL beyond BIGINT)
+                expr = expr.try_cast(duck.sqltype("BIGINT"))
+            elif kind is not None and text_read and kind in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast(duck.sqltype("VARCHAR"))
                 expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
@@ -1878,7 +1882,11 @@ class SparkEngine(Engine):
                 # Read as text: one text per value, as when another file has it as text
                 quoted = "`" + user.replace("`", "``") + "`"
                 expr = F.expr(number_text(quoted, self._schema()[user]))
-            if kind is not None and text_read and kind.upper() in _RULED:
+            integers = self._schema().get(user) in _SPARK_NUMERIC - {"float", "double"}
+            if user in self.mixed_columns and (kind or "").upper() == "BIGINT" and integers:
+                # An integer's digits read back by the rule: the integer (or NULL beyond BIGINT)
+                expr = expr.try_cast("bigint")
+            elif kind is not None and text_read and kind.upper() in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast("string")
                 expr = _spark_by_rule(expr, kind.upper())
