@@ -1033,9 +1033,24 @@ def _prepare(
                 and c not in release.column_types
                 and not engine.is_numeric(c)
             }
+            # The unit and key columns that are numbers there are read as a CSV's are, as
+            # text (one text per number: engines.number_text), then the unit as text and a
+            # key as its public keys' type (or as declared): the same reading, value by
+            # value, whether or not another file has the column as text or as another
+            # number type (which made an integer a double, 2⁵³ + 1 as 2⁵³). So one unit's
+            # file changes neither another unit's cells nor the text its cell hash reads.
+            engine.mixed_columns |= {
+                c
+                for c, numeric in needs.items()
+                if not numeric and c in inferred and engine.is_numeric(c)
+            }
             # And a key column whose type there does not take its public keys (a number
             # in the one file that has it, keys 'a'): read as the keys' type, per value.
-            engine.mixed_columns |= _keys_not_typed(release, plan, inferred)
+            engine.mixed_columns |= _keys_not_typed(
+                release,
+                plan,
+                {c: t for c, t in inferred.items() if c not in engine.mixed_columns},
+            )
         # A CSV's names are its first line: in a file without a header line, a row of
         # data, which an error message must not print.
         names = (

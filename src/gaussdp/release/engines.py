@@ -204,10 +204,12 @@ class ParquetLayout:
 
     #: The columns of all files, by name, in DuckDB's order.
     names: list[str]
-    #: Columns that are text in one file and not in another: read as text, converted per value.
+    #: Columns that are text in one file and not in another, or numbers of two types one of
+    #: which is not an integer type: read as text (:func:`number_text`), converted per value.
     mixed: frozenset[str]
     #: The files by their schema (files of one group have the same columns and types), when
-    #: some file has a ``FLOAT`` column and not all files have one schema; else ``None``.
+    #: some file has a ``FLOAT`` or a mixed column and not all files have one schema; else
+    #: ``None``.
     groups: list[list[str]] | None
 
 
@@ -217,7 +219,9 @@ def parquet_layout(files: Sequence[str]) -> ParquetLayout:
     A column missing from a file is NULL there; integers of different widths,
     dates and timestamps widen to one type (DuckDB's union by name). A column
     that is text in one file and not in another (``minutes`` a string in one
-    file, a number in the others) is *mixed*: it is read as text and converted
+    file, a number in the others), or a number of two types one of which is not an
+    integer type (a ``BIGINT`` and a ``DOUBLE``), is *mixed*: it is read as text (each
+    number as :func:`number_text` writes it, in its own file) and converted
     by the spec as a CSV's column is, so a value that does not convert is NULL
     (refusing it would make the refusal depend on which files, hence which
     units, exist). Only the files' footers are read.
@@ -235,7 +239,7 @@ def parquet_layout(files: Sequence[str]) -> ParquetLayout:
     with duckdb.connect() as con:
         union = con.read_parquet(list(files), union_by_name=True)
         kinds = [str(t) for t in union.types]
-        if len(files) == 1 or not {"VARCHAR", "FLOAT"} & set(kinds):
+        if len(files) == 1 or not any(k in ("VARCHAR", "FLOAT") or _fractional(k) for k in kinds):
             return ParquetLayout(list(union.columns), frozenset(), None)
         # One read of every footer: the files grouped by their whole schema (nested
         # fields included, so that one group's files have the same top-level types).
@@ -250,14 +254,19 @@ def parquet_layout(files: Sequence[str]) -> ParquetLayout:
         text = {c for c, t in zip(union.columns, kinds, strict=True) if t == "VARCHAR"}
         mixed: set[str] = set()
         floats = False
+        numbers: dict[str, set[str]] = {}  # a column's number types
         for group in groups:
             rel = con.read_parquet(group[0])
             for c, t in zip(rel.columns, rel.types, strict=True):
                 mixed |= {c} if c in text and str(t) != "VARCHAR" else set()
                 floats |= str(t) == "FLOAT"
-        return ParquetLayout(
-            list(union.columns), frozenset(mixed), groups if floats and len(groups) > 1 else None
-        )
+                if str(t) in _DUCKDB_NUMERIC or _fractional(str(t)):
+                    numbers.setdefault(c, set()).add(str(t))
+        # Numbers of two types, one of them not an integer type: the union would make
+        # integers doubles (2⁵³ + 1 as 2⁵³) and decimals doubles; each file's text instead.
+        mixed |= {c for c, ts in numbers.items() if len(ts) > 1 and any(map(_fractional, ts))}
+        apart = (floats or mixed) and len(groups) > 1
+        return ParquetLayout(list(union.columns), frozenset(mixed), groups if apart else None)
 
 
 def read_parquet_groups(con: Any, layout: ParquetLayout, groups: list[list[str]]) -> Any:
@@ -273,9 +282,10 @@ def read_parquet_groups(con: Any, layout: ParquetLayout, groups: list[list[str]]
         rel = con.read_parquet(group[0])
         fields = []
         for c, t in zip(rel.columns, rel.types, strict=True):
-            if str(t) == "FLOAT":
-                kind = "VARCHAR" if c in layout.mixed else "DOUBLE"
-                fields.append(f"CAST(CAST({name(c)} AS DOUBLE) AS {kind}) AS {name(c)}")
+            if c in layout.mixed and str(t) != "VARCHAR":
+                fields.append(f"{number_text(name(c), str(t))} AS {name(c)}")
+            elif str(t) == "FLOAT":
+                fields.append(f"CAST({name(c)} AS DOUBLE) AS {name(c)}")
             else:
                 fields.append(name(c))
         paths = ", ".join("'" + f.replace("'", "''") + "'" for f in group)
@@ -284,6 +294,83 @@ def read_parquet_groups(con: Any, layout: ParquetLayout, groups: list[list[str]]
         )
     union = " UNION ALL BY NAME ".join(parts)
     return con.sql(f"SELECT {', '.join(map(name, layout.names))} FROM ({union})")
+
+
+_FLOATS = ("float", "double", "real")  # DuckDB's and Spark's floating-point types, in lower case
+
+
+def _fractional(kind: str) -> bool:
+    """Whether the engine's type ``kind`` may hold a value that is not an integer's."""
+    return kind.lower() in _FLOATS or kind.lower().startswith("decimal")
+
+
+#: 2⁶³ (a double literal on both engines): an integral double below it is written as its
+#: digits (Spark's TRY_CAST to BIGINT saturates rather than failing beyond it).
+_TWO_63 = "9.223372036854775808e18"
+
+
+def number_text(column: str, kind: str) -> str:
+    """SQL (DuckDB's and Spark's alike) for the one text of a number in ``column`` (quoted
+    for the engine) of the engine's type ``kind``, where a folder reads it as text.
+
+    The text depends on the value alone, never on its file's type, so a folder that reads
+    the column as text groups units and keys as it does when it reads numbers: integral
+    values are their digits (``5``, ``5.0`` and ``Decimal('5.00')`` are all ``'5'``;
+    ``-0.0`` is ``'0'``); other values the shortest decimal that reads back as the same
+    double, written as Python's ``repr`` writes it (``'0.5'``, ``'1e-05'``); decimals
+    exactly, in that form (``Decimal('0.50')`` is ``'0.5'``); ``'nan'`` (a NaN unit or key,
+    dropped), ``'inf'``, ``'-inf'``. A double of 2⁶³ or more is integral: its shortest
+    decimal's digits padded with zeros. Integers and other types: the engine's text.
+    """
+    if kind.lower() in _FLOATS:
+        x = f"CAST({column} AS DOUBLE)"  # a float32 value's double (exact)
+        integer = f"TRY_CAST({x} AS BIGINT)"
+        return (
+            f"(CASE WHEN isnan({x}) THEN 'nan'"
+            f" WHEN isnan({x} - {x}) THEN (CASE WHEN {x} > 0 THEN 'inf' ELSE '-inf' END)"
+            f" WHEN abs({x}) < {_TWO_63} AND {x} = CAST({integer} AS DOUBLE)"
+            f" THEN CAST({integer} AS STRING)"
+            f" ELSE {_decimal_text(f'CAST({x} AS STRING)')} END)"
+        )
+    if kind.lower().startswith("decimal"):
+        return _decimal_text(f"CAST({column} AS STRING)")
+    return f"CAST({column} AS STRING)"
+
+
+def _decimal_text(text: str) -> str:
+    """SQL for :func:`number_text`'s form of ``text``, a finite number's text as DuckDB or
+    Spark write a double or decimal (``-12.50``, ``1e-05``, ``1.0E-5``, ``1e+20``)."""
+    pattern = "'^(-?)([0-9]*)[.]?([0-9]*)(?:[eE]([-+]?[0-9]+))?$'"
+
+    def part(i: int) -> str:
+        return f"regexp_extract({text}, {pattern}, {i})"
+
+    digits = f"({part(2)} || {part(3)})"
+    exponent = (
+        f"(CASE WHEN {part(4)} = '' THEN 0 ELSE CAST(replace({part(4)}, '+', '') AS INTEGER) END)"
+    )
+    unled = f"regexp_replace({digits}, '^0+', '')"
+    kept = f"regexp_replace({unled}, '0+$', '')"  # the significant digits
+    # The value is 0.{kept} × 10^{point}
+    point = (
+        f"(CAST(length({part(2)}) AS INTEGER) + {exponent}"
+        f" - CAST(length({digits}) - length({unled}) AS INTEGER))"
+    )
+    width = f"CAST(length({kept}) AS INTEGER)"
+    scientific = (
+        f"substring({kept}, 1, 1) || (CASE WHEN {width} > 1 THEN '.' || substring({kept}, 2)"
+        f" ELSE '' END) || 'e' || (CASE WHEN {point} < 1 THEN '-' ELSE '+' END)"
+        f" || (CASE WHEN abs({point} - 1) < 10 THEN '0' ELSE '' END)"
+        f" || CAST(abs({point} - 1) AS STRING)"
+    )
+    return (
+        f"(CASE WHEN {kept} = '' THEN '0' ELSE {part(1)} || (CASE"
+        f" WHEN {point} >= {width} THEN {kept} || repeat('0', {point} - {width})"
+        f" WHEN {point} BETWEEN -3 AND 0 THEN '0.' || repeat('0', -{point}) || {kept}"
+        f" WHEN {point} BETWEEN 1 AND 16"
+        f" THEN substring({kept}, 1, {point}) || '.' || substring({kept}, {point} + 1)"
+        f" ELSE {scientific} END) END)"
+    )
 
 
 #: The one reading of a CSV, the same on both engines (docs/release.md, "Reading a CSV").
@@ -768,8 +855,10 @@ class Engine(ABC):
     #: reading of :func:`csv_layout`'s docs (a value that does not convert is NULL).
     text_columns: bool = False
     #: Columns of a Parquet directory or glob whose files disagree on the type in a way
-    #: that only text holds (a number in one file, text in another): read as text and
-    #: converted as a CSV's column is, value by value (:func:`parquet_layout`).
+    #: that only text holds exactly (a number in one file, text or another kind of number
+    #: in another), and a folder's numeric unit and key columns: read as text (a number as
+    #: :func:`number_text` writes it) and converted as a CSV's column is, value by value
+    #: (:func:`parquet_layout`).
     mixed_columns: frozenset[str] = frozenset()
     #: A pandas frame's ``object`` columns (among ``mixed_columns``): read as text, and
     #: summed only with a type declared in ``column_types`` (their values say nothing).
@@ -1368,10 +1457,15 @@ class DuckDBEngine(Engine):
             expr = duck.ColumnExpression(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
-            if user in self.mixed_columns and self._schema().get(user) == "FLOAT":
-                # Read as text: a double's (exact), as when another file has a double
-                expr = expr.cast(duck.sqltype("DOUBLE"))
-            if kind is not None and text_read and kind in _RULED:
+            if user in self.mixed_columns and _fractional(self._schema().get(user, "")):
+                # Read as text: one text per value, as when another file has it as text
+                quoted = '"' + user.replace('"', '""') + '"'
+                expr = duck.SQLExpression(number_text(quoted, self._schema()[user]))
+            integers = self._schema().get(user) in _DUCKDB_NUMERIC - {"FLOAT", "DOUBLE"}
+            if user in self.mixed_columns and kind == "BIGINT" and integers:
+                # An integer's digits read back by the rule: the integer (or NULL beyond BIGINT)
+                expr = expr.try_cast(duck.sqltype("BIGINT"))
+            elif kind is not None and text_read and kind in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast(duck.sqltype("VARCHAR"))
                 expr = _duckdb_by_rule(duck, expr, kind, self._rel.columns)
@@ -1681,10 +1775,13 @@ def _spark_parquet(reader: Any, files: list[str]) -> tuple[Any, frozenset[str]]:
 
     def read(column: str, kind: str) -> Any:
         # A float32 column is widened in its own file first (parquet_layout): Spark's
-        # union would turn other files' integers into float32, and its text is float32's.
-        expr = F.col("`" + column.replace("`", "``") + "`")
-        expr = expr.cast("double") if kind == "float" else expr
-        return (expr.cast("string") if column in mixed else expr).alias(column)
+        # union would turn other files' integers into float32, and its text is float32's;
+        # a mixed one is written as one text per value (number_text), whatever its type.
+        quoted = "`" + column.replace("`", "``") + "`"
+        if column in mixed:
+            return F.expr(number_text(quoted, kind)).alias(column)
+        expr = F.col(quoted)
+        return (expr.cast("double") if kind == "float" else expr).alias(column)
 
     frames = []
     for f in files:
@@ -1781,10 +1878,15 @@ class SparkEngine(Engine):
             expr = column(user)
             kind = self._declared.get(user)
             text_read = self.text_columns or user in self.mixed_columns
-            if user in self.mixed_columns and self._schema().get(user) == "float":
-                # Read as text: a double's (exact), as when another file has a double
-                expr = expr.cast("double")
-            if kind is not None and text_read and kind.upper() in _RULED:
+            if user in self.mixed_columns and _fractional(self._schema().get(user, "")):
+                # Read as text: one text per value, as when another file has it as text
+                quoted = "`" + user.replace("`", "``") + "`"
+                expr = F.expr(number_text(quoted, self._schema()[user]))
+            integers = self._schema().get(user) in _SPARK_NUMERIC - {"float", "double"}
+            if user in self.mixed_columns and (kind or "").upper() == "BIGINT" and integers:
+                # An integer's digits read back by the rule: the integer (or NULL beyond BIGINT)
+                expr = expr.try_cast("bigint")
+            elif kind is not None and text_read and kind.upper() in _RULED:
                 if user in self.mixed_columns:  # text, or of a type that is not the spec's
                     expr = expr.cast("string")
                 expr = _spark_by_rule(expr, kind.upper())
